@@ -1,0 +1,148 @@
+//! One error-code table with two projections, `tonic::Code` and HTTP status, and the
+//! codec that carries an [`ErrorDetail`] in a gRPC status's details.
+
+use http::StatusCode;
+use prost::Message;
+
+pub use crate::errors::v1::{ErrorCode, ErrorDetail, LocItem, ValidationError, loc_item};
+
+impl ErrorCode {
+    /// The gRPC status code this error travels with.
+    pub fn grpc_code(self) -> tonic::Code {
+        match self {
+            Self::ValidationFailed | Self::BadRequest => tonic::Code::InvalidArgument,
+            Self::Unauthenticated => tonic::Code::Unauthenticated,
+            Self::Forbidden => tonic::Code::PermissionDenied,
+            Self::NotFound => tonic::Code::NotFound,
+            Self::Conflict => tonic::Code::FailedPrecondition,
+            Self::PayloadTooLarge | Self::RateLimited => tonic::Code::ResourceExhausted,
+            Self::Unavailable => tonic::Code::Unavailable,
+            Self::Internal | Self::Unspecified => tonic::Code::Internal,
+        }
+    }
+
+    /// The HTTP status the edge answers with.
+    pub fn http_status(self) -> StatusCode {
+        match self {
+            Self::ValidationFailed => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BadRequest => StatusCode::BAD_REQUEST,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Conflict => StatusCode::CONFLICT,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal | Self::Unspecified => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The code a status from a peer that attached no [`ErrorDetail`] stands for.
+    pub fn from_grpc(code: tonic::Code) -> Self {
+        match code {
+            tonic::Code::InvalidArgument | tonic::Code::OutOfRange => Self::BadRequest,
+            tonic::Code::Unauthenticated => Self::Unauthenticated,
+            tonic::Code::PermissionDenied => Self::Forbidden,
+            tonic::Code::NotFound => Self::NotFound,
+            tonic::Code::AlreadyExists | tonic::Code::FailedPrecondition | tonic::Code::Aborted => {
+                Self::Conflict
+            }
+            tonic::Code::ResourceExhausted => Self::RateLimited,
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => Self::Unavailable,
+            _ => Self::Internal,
+        }
+    }
+}
+
+impl ErrorDetail {
+    /// An error with a message and no field errors.
+    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            detail: detail.into(),
+            validation_errors: Vec::new(),
+        }
+    }
+
+    /// A validation failure listing every wrong field.
+    pub fn validation(errors: Vec<ValidationError>) -> Self {
+        Self {
+            code: ErrorCode::ValidationFailed.into(),
+            detail: "validation failed".to_owned(),
+            validation_errors: errors,
+        }
+    }
+
+    /// The status a service returns: the code's gRPC projection, the detail as message,
+    /// and this whole message encoded in the details.
+    pub fn into_status(self) -> tonic::Status {
+        let code = self.code().grpc_code();
+        let message = self.detail.clone();
+        tonic::Status::with_details(code, message, self.encode_to_vec().into())
+    }
+
+    /// Reads the detail a Sandgate service attached to a status, or derives one from the
+    /// bare status of any other peer (a proxy, a transport failure).
+    pub fn from_status(status: &tonic::Status) -> Self {
+        match Self::decode(status.details()) {
+            Ok(detail) if detail.code() != ErrorCode::Unspecified => detail,
+            _ => Self::new(ErrorCode::from_grpc(status.code()), status.message()),
+        }
+    }
+}
+
+impl From<ErrorDetail> for tonic::Status {
+    fn from(detail: ErrorDetail) -> Self {
+        detail.into_status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detail_survives_a_status_round_trip() {
+        let detail = ErrorDetail::validation(vec![ValidationError {
+            r#type: "missing".into(),
+            loc: vec![LocItem {
+                item: Some(loc_item::Item::Key("id".into())),
+            }],
+            msg: "Field required".into(),
+            input_json: b"{}".to_vec().into(),
+            ctx_json: Default::default(),
+        }]);
+        let status = detail.clone().into_status();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(ErrorDetail::from_status(&status), detail);
+    }
+
+    #[test]
+    fn a_bare_status_maps_by_its_code() {
+        let status = tonic::Status::unavailable("connection refused");
+        let detail = ErrorDetail::from_status(&status);
+        assert_eq!(detail.code(), ErrorCode::Unavailable);
+        assert_eq!(detail.code().http_status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(detail.detail, "connection refused");
+    }
+
+    #[test]
+    fn every_code_projects_consistently() {
+        for code in [
+            ErrorCode::ValidationFailed,
+            ErrorCode::Unauthenticated,
+            ErrorCode::Forbidden,
+            ErrorCode::NotFound,
+            ErrorCode::Conflict,
+            ErrorCode::Unavailable,
+        ] {
+            assert_eq!(
+                ErrorCode::from_grpc(code.grpc_code())
+                    .http_status()
+                    .is_client_error(),
+                code.http_status().is_client_error(),
+                "{code:?}"
+            );
+        }
+    }
+}

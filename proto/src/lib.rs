@@ -1,0 +1,27 @@
+//! Sandgate's protobuf API: the generated messages and gRPC stubs of every service, and
+//! the one table of error codes with its gRPC and HTTP projections.
+
+pub mod error;
+
+pub mod errors {
+    pub mod v1 {
+        tonic::include_proto!("sandgate.errors.v1");
+    }
+}
+
+pub mod conversations {
+    pub mod v1 {
+        tonic::include_proto!("sandgate.conversations.v1");
+    }
+}
+
+pub mod settings {
+    pub mod v1 {
+        tonic::include_proto!("sandgate.settings.v1");
+    }
+}
+
+/// The largest gRPC message a Sandgate service or client accepts. It is above the edge's
+/// largest configurable body so that a webhook body the edge accepted is never refused by
+/// the hop behind it.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;

@@ -1,0 +1,139 @@
+//! Who is calling: the services authenticate from request metadata, so an internal gRPC
+//! caller is held to exactly the rules a REST caller is. Keys are compared as their sha256
+//! digests, never kept in clear, and never logged.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sha2::{Digest, Sha256};
+use tonic::metadata::MetadataMap;
+
+use crate::store::{SessionKeyStore, StoreError};
+
+pub const SESSION_KEY_HEADER: &str = "x-session-api-key";
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// The sender of a webhook delivery or a settings call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// A sandbox, by the session key the Sandboxes service issued to it.
+    Sandbox(String),
+    /// An external sender, by the fingerprint of its configured static key.
+    StaticKey(String),
+}
+
+impl Principal {
+    /// How the catalog records the owner of what this principal sent.
+    pub fn owner(&self) -> String {
+        match self {
+            Self::Sandbox(id) => format!("sandbox:{id}"),
+            Self::StaticKey(fingerprint) => format!("static:{fingerprint}"),
+        }
+    }
+}
+
+/// Who may read the catalog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reader {
+    /// The runtime API key: reads every conversation.
+    RuntimeApi,
+    /// A session key: reads what it sent.
+    Session(Principal),
+}
+
+pub struct Authenticator {
+    /// sha256 of each static session key → its fingerprint (a prefix of that digest).
+    static_session_keys: HashMap<[u8; 32], String>,
+    runtime_api_keys: HashSet<[u8; 32]>,
+    issued_keys: Arc<dyn SessionKeyStore>,
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+fn header<'a>(metadata: &'a MetadataMap, name: &str) -> Option<&'a str> {
+    metadata
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| !value.is_empty())
+}
+
+fn unauthenticated(detail: &str) -> ErrorDetail {
+    ErrorDetail::new(ErrorCode::Unauthenticated, detail)
+}
+
+fn store_failure(err: StoreError) -> ErrorDetail {
+    tracing::warn!(error = %err, "cannot check a session key");
+    ErrorDetail::new(
+        ErrorCode::Unavailable,
+        "The store is unavailable; retry later",
+    )
+}
+
+impl Authenticator {
+    /// `static_session_keys`: keys of external webhook senders; `runtime_api_keys`: keys
+    /// that read the whole catalog. Empty strings are ignored.
+    pub fn new(
+        static_session_keys: &[String],
+        runtime_api_keys: &[String],
+        issued_keys: Arc<dyn SessionKeyStore>,
+    ) -> Self {
+        let static_session_keys = static_session_keys
+            .iter()
+            .filter(|key| !key.is_empty())
+            .map(|key| {
+                let digest = digest(key);
+                (digest, hex::encode(&digest[..8]))
+            })
+            .collect();
+        let runtime_api_keys = runtime_api_keys
+            .iter()
+            .filter(|key| !key.is_empty())
+            .map(|key| digest(key))
+            .collect();
+        Self {
+            static_session_keys,
+            runtime_api_keys,
+            issued_keys,
+        }
+    }
+
+    /// The principal behind `x-session-api-key`.
+    pub async fn session(&self, metadata: &MetadataMap) -> Result<Principal, ErrorDetail> {
+        let key = header(metadata, SESSION_KEY_HEADER)
+            .ok_or_else(|| unauthenticated("X-Session-API-Key header is required"))?;
+        let digest = digest(key);
+        if let Some(fingerprint) = self.static_session_keys.get(&digest) {
+            return Ok(Principal::StaticKey(fingerprint.clone()));
+        }
+        match self.issued_keys.sandbox_for_key(&hex::encode(digest)).await {
+            Ok(Some(sandbox)) => Ok(Principal::Sandbox(sandbox)),
+            Ok(None) => Err(unauthenticated("Invalid session API key")),
+            Err(err) => Err(store_failure(err)),
+        }
+    }
+
+    /// The reader behind `x-api-key` (preferred when present) or `x-session-api-key`.
+    pub async fn reader(&self, metadata: &MetadataMap) -> Result<Reader, ErrorDetail> {
+        if let Some(key) = header(metadata, API_KEY_HEADER) {
+            return if self.runtime_api_keys.contains(&digest(key)) {
+                Ok(Reader::RuntimeApi)
+            } else {
+                Err(unauthenticated("provide a valid API key"))
+            };
+        }
+        if header(metadata, SESSION_KEY_HEADER).is_none() {
+            return Err(unauthenticated(
+                "X-API-Key or X-Session-API-Key header is required",
+            ));
+        }
+        self.session(metadata).await.map(Reader::Session)
+    }
+}
+
+/// The sha256 hex under which an issued session key is stored.
+pub fn session_key_digest(key: &str) -> String {
+    hex::encode(digest(key))
+}

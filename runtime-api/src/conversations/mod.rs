@@ -1,0 +1,357 @@
+//! The Conversations service: the webhook's record store and the catalog reads.
+
+mod lifecycle;
+mod view;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sandgate_proto::conversations::v1::conversations_server::Conversations;
+use sandgate_proto::conversations::v1::{
+    self as pb, GetConversationRequest, GetConversationResponse, ListConversationsRequest,
+    ListConversationsResponse, UpdateTagsRequest, UpdateTagsResponse, UpsertRequest,
+    UpsertResponse, upsert_request,
+};
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use tonic::{Request, Response, Status};
+use uuid::Uuid;
+
+use crate::auth::{Authenticator, Principal, Reader};
+use crate::model::{self, LocItem, ValidConversation};
+use crate::store::{IndexKey, Store, StoreError, StoredConversation};
+use crate::validation;
+use lifecycle::Order;
+
+/// How often a write retries when concurrent writers keep winning the compare-and-swap.
+const MAX_WRITE_ATTEMPTS: usize = 64;
+const DEFAULT_PAGE_SIZE: usize = 100;
+const MAX_PAGE_SIZE: usize = 1000;
+/// The most children `sub_conversation_ids` lists.
+const MAX_CHILDREN: usize = 10_000;
+
+pub struct ConversationsService {
+    store: Store,
+    auth: Arc<Authenticator>,
+}
+
+fn store_failure(err: StoreError) -> Status {
+    tracing::warn!(error = %err, "store call failed");
+    ErrorDetail::new(
+        ErrorCode::Unavailable,
+        "The store is unavailable; retry later",
+    )
+    .into()
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_micros() as i64)
+}
+
+fn parse_id(id: &str) -> Result<Uuid, Status> {
+    Uuid::parse_str(id).map_err(|err| {
+        validation::single(
+            "uuid_parsing",
+            vec![LocItem::Key("id".into())],
+            format!("Input should be a valid UUID, {err}"),
+        )
+        .into()
+    })
+}
+
+fn not_found(id: &str) -> Status {
+    ErrorDetail::new(ErrorCode::NotFound, format!("Conversation {id} not found")).into()
+}
+
+impl ConversationsService {
+    pub fn new(store: Store, auth: Arc<Authenticator>) -> Self {
+        Self { store, auth }
+    }
+
+    /// Parses and validates a delivery. Malformed JSON is answered before the caller is
+    /// authenticated, as the reference receiver does; everything else after.
+    async fn admit(
+        &self,
+        request: Request<UpsertRequest>,
+    ) -> Result<(Principal, ValidConversation), Status> {
+        let (metadata, _, body) = request.into_parts();
+        let parsed = match &body.body {
+            Some(upsert_request::Body::Json(json)) if !json.is_empty() => {
+                Some(model::parse_json(json).map_err(|err| validation::failure(vec![err]))?)
+            }
+            _ => None,
+        };
+        let principal = self.auth.session(&metadata).await?;
+        let value = match (parsed, body.body) {
+            (Some(value), _) => value,
+            (None, Some(upsert_request::Body::Other(_))) => {
+                return Err(validation::single(
+                    "model_attributes_type",
+                    Vec::new(),
+                    "Input should be a valid dictionary or object to extract fields from",
+                )
+                .into());
+            }
+            (None, _) => {
+                return Err(validation::single("missing", Vec::new(), "Field required").into());
+            }
+        };
+        let conversation = model::validate_conversation(value).map_err(validation::failure)?;
+        Ok((principal, conversation))
+    }
+
+    /// Writes a validated delivery: ordered by `updated_at`, atomic against concurrent
+    /// deliveries for the same id, refused when another sender owns the conversation.
+    async fn record(
+        &self,
+        principal: &Principal,
+        conversation: ValidConversation,
+    ) -> Result<(), Status> {
+        let ValidConversation { record, summary } = conversation;
+        let record = serde_json::value::to_raw_value(&record).map_err(|err| {
+            ErrorDetail::new(
+                ErrorCode::Internal,
+                format!("cannot encode the record: {err}"),
+            )
+        })?;
+        let owner = principal.owner();
+        let id = summary.id;
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let previous = self
+                .store
+                .conversations
+                .get(id)
+                .await
+                .map_err(store_failure)?;
+            if let Some(previous) = &previous {
+                if previous.owner != owner {
+                    tracing::warn!(conversation = %id, sender = %owner, "delivery for a conversation owned by another sender");
+                    return Err(ErrorDetail::new(ErrorCode::Unauthenticated, "Unauthorized").into());
+                }
+                match lifecycle::order(previous, summary.updated_at, &record) {
+                    Order::Newer => {}
+                    order => {
+                        tracing::info!(conversation = %id, ?order, "delivery acknowledged without a write");
+                        return Ok(());
+                    }
+                }
+            }
+            let next = lifecycle::next_record(
+                previous.as_ref(),
+                &summary,
+                record.clone(),
+                owner.clone(),
+                now_micros(),
+            );
+            let expected = previous.as_ref().map_or(0, |previous| previous.version);
+            if self
+                .store
+                .conversations
+                .compare_and_swap(expected, &next)
+                .await
+                .map_err(store_failure)?
+            {
+                tracing::info!(
+                    conversation = %id,
+                    status = %next.execution_status,
+                    version = next.version,
+                    lifecycle = ?next.lifecycle.last().filter(|event| event.received_at == next.received_at).map(|event| event.kind),
+                    "conversation recorded"
+                );
+                return Ok(());
+            }
+        }
+        Err(ErrorDetail::new(
+            ErrorCode::Unavailable,
+            format!("Too many concurrent updates of conversation {id}; retry"),
+        )
+        .into())
+    }
+
+    /// The record, when `reader` may see it.
+    async fn readable(
+        &self,
+        reader: &Reader,
+        id: Uuid,
+    ) -> Result<Option<StoredConversation>, Status> {
+        let stored = self
+            .store
+            .conversations
+            .get(id)
+            .await
+            .map_err(store_failure)?;
+        Ok(stored.filter(|stored| match reader {
+            Reader::RuntimeApi => true,
+            Reader::Session(principal) => stored.owner == principal.owner(),
+        }))
+    }
+
+    /// Every live member of `index` that passes `keep`, from `after` on, at most `limit`.
+    async fn collect(
+        &self,
+        index: &IndexKey,
+        mut after: Option<Uuid>,
+        limit: usize,
+        keep: impl Fn(&StoredConversation) -> bool,
+    ) -> Result<(Vec<StoredConversation>, bool), Status> {
+        let mut found = Vec::new();
+        loop {
+            let batch = self
+                .store
+                .conversations
+                .scan(index, after, limit.max(16))
+                .await
+                .map_err(store_failure)?;
+            let exhausted = batch.len() < limit.max(16);
+            for stored in batch {
+                after = Some(stored.id);
+                if !index.matches(&stored) {
+                    // A stale member left by a write that lost its race or moved on.
+                    if let Err(err) = self.store.conversations.unindex(index, stored.id).await {
+                        tracing::debug!(error = %err, "cannot drop a stale index member");
+                    }
+                } else if keep(&stored) {
+                    found.push(stored);
+                    if found.len() == limit {
+                        return Ok((found, true));
+                    }
+                }
+            }
+            if exhausted {
+                return Ok((found, false));
+            }
+        }
+    }
+
+    async fn children(&self, id: Uuid) -> Result<Vec<Uuid>, Status> {
+        let (children, _) = self
+            .collect(&IndexKey::Parent(id), None, MAX_CHILDREN, |_| true)
+            .await?;
+        Ok(children.iter().map(|child| child.id).collect())
+    }
+
+    async fn view(&self, stored: &StoredConversation) -> Result<pb::Conversation, Status> {
+        Ok(view::conversation(stored, &self.children(stored.id).await?))
+    }
+}
+
+#[tonic::async_trait]
+impl Conversations for ConversationsService {
+    async fn upsert(
+        &self,
+        request: Request<UpsertRequest>,
+    ) -> Result<Response<UpsertResponse>, Status> {
+        let (principal, conversation) = self.admit(request).await?;
+        self.record(&principal, conversation).await?;
+        Ok(Response::new(UpsertResponse { success: true }))
+    }
+
+    async fn get_conversation(
+        &self,
+        request: Request<GetConversationRequest>,
+    ) -> Result<Response<GetConversationResponse>, Status> {
+        let reader = self.auth.reader(request.metadata()).await?;
+        let id = parse_id(&request.get_ref().id)?;
+        let stored = self
+            .readable(&reader, id)
+            .await?
+            .ok_or_else(|| not_found(&request.get_ref().id))?;
+        Ok(Response::new(GetConversationResponse {
+            conversation: Some(self.view(&stored).await?),
+        }))
+    }
+
+    async fn list_conversations(
+        &self,
+        request: Request<ListConversationsRequest>,
+    ) -> Result<Response<ListConversationsResponse>, Status> {
+        let reader = self.auth.reader(request.metadata()).await?;
+        let query = request.into_inner();
+        let parent = (!query.parent_id.is_empty())
+            .then(|| parse_id(&query.parent_id))
+            .transpose()?;
+        let after = (!query.page_token.is_empty())
+            .then(|| parse_id(&query.page_token))
+            .transpose()?;
+        let limit = match query.page_size as usize {
+            0 => DEFAULT_PAGE_SIZE,
+            size => size.min(MAX_PAGE_SIZE),
+        };
+        let owner = match &reader {
+            Reader::RuntimeApi => None,
+            Reader::Session(principal) => Some(principal.owner()),
+        };
+        // The most selective index drives the scan; the other conditions filter it.
+        let index = match (parent, query.tags.iter().next(), &owner) {
+            (Some(parent), _, _) => IndexKey::Parent(parent),
+            (None, Some((key, value)), _) => IndexKey::Tag(key.clone(), value.clone()),
+            (None, None, Some(owner)) => IndexKey::Owner(owner.clone()),
+            (None, None, None) => IndexKey::All,
+        };
+        let keep = |stored: &StoredConversation| {
+            parent.is_none_or(|parent| stored.parent_id == Some(parent))
+                && query
+                    .tags
+                    .iter()
+                    .all(|(key, value)| stored.tags.get(key) == Some(value))
+                && owner.as_ref().is_none_or(|owner| &stored.owner == owner)
+        };
+        let (found, more) = self.collect(&index, after, limit, keep).await?;
+        let mut conversations = Vec::with_capacity(found.len());
+        for stored in &found {
+            conversations.push(self.view(stored).await?);
+        }
+        let next_page_token = match (more, found.last()) {
+            (true, Some(last)) => last.id.to_string(),
+            _ => String::new(),
+        };
+        Ok(Response::new(ListConversationsResponse {
+            conversations,
+            next_page_token,
+        }))
+    }
+
+    async fn update_tags(
+        &self,
+        request: Request<UpdateTagsRequest>,
+    ) -> Result<Response<UpdateTagsResponse>, Status> {
+        let reader = self.auth.reader(request.metadata()).await?;
+        let request = request.into_inner();
+        let id = parse_id(&request.id)?;
+        let tags: serde_json::Map<String, serde_json::Value> = request
+            .tags
+            .into_iter()
+            .map(|(key, value)| (key, serde_json::Value::from(value)))
+            .collect();
+        let tags: BTreeMap<String, String> =
+            model::validate_tags(&serde_json::Value::Object(tags)).map_err(validation::failure)?;
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let stored = self
+                .readable(&reader, id)
+                .await?
+                .ok_or_else(|| not_found(&request.id))?;
+            let mut next = stored.clone();
+            next.version += 1;
+            next.tags = tags.clone();
+            if self
+                .store
+                .conversations
+                .compare_and_swap(stored.version, &next)
+                .await
+                .map_err(store_failure)?
+            {
+                tracing::info!(conversation = %id, "tags updated");
+                return Ok(Response::new(UpdateTagsResponse {
+                    conversation: Some(self.view(&next).await?),
+                }));
+            }
+        }
+        Err(ErrorDetail::new(
+            ErrorCode::Unavailable,
+            format!("Too many concurrent updates of conversation {id}; retry"),
+        )
+        .into())
+    }
+}

@@ -1,0 +1,154 @@
+//! Storage behind small traits, one per concern, each with two backends: Redis
+//! (production, shared by replicas) and an embedded redb database in a local data
+//! directory (the default; a restart loses nothing). `tests/store_conformance.rs` at the
+//! repository root runs one suite against both.
+//!
+//! Rules every backend keeps:
+//! - conditional writes are atomic in the store, not in process memory, so replicas
+//!   racing on one record cannot both win;
+//! - a write is acknowledged only once it is durable (redb commits before it answers;
+//!   Redis has answered the write);
+//! - secondary indexes may hold stale members (readers re-check every hit against the
+//!   record) but never miss a live one: entries are added before the record is written.
+
+mod embedded;
+mod records;
+mod redis;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+pub use embedded::EmbeddedStore;
+pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
+pub use redis::RedisStore;
+
+/// Why the store could not serve a call.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend is unreachable or failed to persist; the caller may retry later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored value could not be decoded: a bug or a foreign writer.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The conversation catalog.
+#[async_trait]
+pub trait ConversationStore: Send + Sync + 'static {
+    async fn get(&self, id: Uuid) -> StoreResult<Option<StoredConversation>>;
+
+    /// Writes `next` when the stored version equals `expected` (0: nothing stored yet),
+    /// together with its index entries. `Ok(false)`: another writer got there first.
+    async fn compare_and_swap(&self, expected: u64, next: &StoredConversation)
+    -> StoreResult<bool>;
+
+    /// Up to `limit` records whose ids are members of `index` and greater than `after`,
+    /// ordered by id. Hits may be stale (see the module docs): callers re-check them.
+    async fn scan(
+        &self,
+        index: &IndexKey,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredConversation>>;
+
+    /// Drops a stale index member found by a reader.
+    async fn unindex(&self, index: &IndexKey, id: Uuid) -> StoreResult<()>;
+}
+
+/// Session API keys issued to sandboxes, kept as the sha256 hex of the key.
+#[async_trait]
+pub trait SessionKeyStore: Send + Sync + 'static {
+    /// The sandbox a key (given as its sha256 hex) was issued to.
+    async fn sandbox_for_key(&self, key_sha256: &str) -> StoreResult<Option<String>>;
+    async fn put_session_key(&self, key_sha256: &str, sandbox_id: &str) -> StoreResult<()>;
+}
+
+/// LLM profiles saved through the settings endpoint, per owner.
+#[async_trait]
+pub trait ProfileStore: Send + Sync + 'static {
+    async fn put_profile(&self, owner: &str, profile: &StoredProfile) -> StoreResult<()>;
+    async fn get_profile(&self, owner: &str, name: &str) -> StoreResult<Option<StoredProfile>>;
+}
+
+/// Reachability, for `/health` and gRPC health.
+#[async_trait]
+pub trait StoreHealth: Send + Sync + 'static {
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Where the data lives.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// A redb database in this directory.
+    Embedded { data_dir: PathBuf },
+    /// A Redis server, by URL (`redis://…`, `rediss://…`, `redis+unix://…`).
+    Redis { url: String },
+}
+
+/// One handle per concern, all served by the same backend.
+#[derive(Clone)]
+pub struct Store {
+    pub conversations: Arc<dyn ConversationStore>,
+    pub session_keys: Arc<dyn SessionKeyStore>,
+    pub profiles: Arc<dyn ProfileStore>,
+    pub health: Arc<dyn StoreHealth>,
+}
+
+impl Store {
+    /// Opens the backend: creates the data directory and database, or connects to Redis.
+    pub async fn open(backend: &Backend) -> StoreResult<Self> {
+        match backend {
+            Backend::Embedded { data_dir } => Ok(Self::from_backend(Arc::new(
+                EmbeddedStore::open(data_dir.clone()).await?,
+            ))),
+            Backend::Redis { url } => Ok(Self::from_backend(Arc::new(
+                RedisStore::connect(url).await?,
+            ))),
+        }
+    }
+
+    fn from_backend<B>(backend: Arc<B>) -> Self
+    where
+        B: ConversationStore + SessionKeyStore + ProfileStore + StoreHealth,
+    {
+        Self {
+            conversations: backend.clone(),
+            session_keys: backend.clone(),
+            profiles: backend.clone(),
+            health: backend,
+        }
+    }
+}
+
+/// A Redis URL with its password hidden, for logs and error messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redis_passwords_are_hidden() {
+        assert_eq!(
+            redact_url("redis://:hunter2@db:6379/0"),
+            "redis://***@db:6379/0"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+    }
+}

@@ -1,0 +1,108 @@
+//! What the store keeps, and how a conversation is indexed.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+/// A conversation as the catalog keeps it. Serialized as JSON, so a stored record can be
+/// read with `redis-cli` or any JSON tool.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StoredConversation {
+    pub id: Uuid,
+    /// Bumped by every write; compare-and-swap compares it.
+    pub version: u64,
+    /// Who sent it: `sandbox:<id>` for a sandbox-issued key, `static:<fingerprint>` for a
+    /// configured key. Later deliveries from anyone else are refused.
+    pub owner: String,
+    pub execution_status: String,
+    /// The record's `updated_at` in microseconds since the epoch: the order of deliveries.
+    pub updated_at: Option<i64>,
+    /// When the latest applied delivery arrived, microseconds since the epoch.
+    pub received_at: i64,
+    pub deleted: bool,
+    pub parent_id: Option<Uuid>,
+    pub tags: BTreeMap<String, String>,
+    pub model: Option<String>,
+    pub lifecycle: Vec<LifecycleEvent>,
+    /// The ConversationInfo as received, secrets redacted.
+    pub record: Box<RawValue>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LifecycleKind {
+    Start,
+    Pause,
+    Resume,
+    Delete,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleEvent {
+    pub kind: LifecycleKind,
+    pub execution_status: String,
+    pub updated_at: Option<i64>,
+    pub received_at: i64,
+}
+
+/// A secondary index of the catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum IndexKey {
+    All,
+    Owner(String),
+    Parent(Uuid),
+    /// Tag keys are lowercase alphanumeric, so `key=value` is unambiguous.
+    Tag(String, String),
+}
+
+impl IndexKey {
+    /// The index's name inside a backend.
+    pub fn encode(&self) -> String {
+        match self {
+            Self::All => "all".to_owned(),
+            Self::Owner(owner) => format!("owner:{owner}"),
+            Self::Parent(parent) => format!("parent:{parent}"),
+            Self::Tag(key, value) => format!("tag:{key}={value}"),
+        }
+    }
+
+    /// Whether `conversation` belongs in this index now (readers re-check stale hits).
+    pub fn matches(&self, conversation: &StoredConversation) -> bool {
+        match self {
+            Self::All => true,
+            Self::Owner(owner) => &conversation.owner == owner,
+            Self::Parent(parent) => conversation.parent_id == Some(*parent),
+            Self::Tag(key, value) => conversation.tags.get(key) == Some(value),
+        }
+    }
+}
+
+impl StoredConversation {
+    /// Every index this conversation is a member of.
+    pub fn index_keys(&self) -> Vec<IndexKey> {
+        let mut keys = Vec::with_capacity(3 + self.tags.len());
+        keys.push(IndexKey::All);
+        keys.push(IndexKey::Owner(self.owner.clone()));
+        if let Some(parent) = self.parent_id {
+            keys.push(IndexKey::Parent(parent));
+        }
+        keys.extend(
+            self.tags
+                .iter()
+                .map(|(key, value)| IndexKey::Tag(key.clone(), value.clone())),
+        );
+        keys
+    }
+}
+
+/// An LLM profile saved through the settings endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredProfile {
+    pub name: String,
+    pub preserve_existing_api_key: bool,
+    pub model: String,
+    pub base_url: String,
+    pub extra_headers: BTreeMap<String, String>,
+}

@@ -1,0 +1,211 @@
+//! The Redis backend, for production and for several replicas sharing one store.
+//!
+//! Layout (every key a script touches shares one hash tag, so a move to Redis Cluster
+//! keeps each script on one slot):
+//! - `sandgate:conv:{<id>}`: a hash, `v` the version and `d` the record's JSON;
+//! - `sandgate:idx:<index>`: a sorted set of ids, all with score 0, read in lexical order;
+//! - `sandgate:session-key:<sha256>`: the sandbox a session key was issued to;
+//! - `sandgate:profile:{<owner>}:<name>`: an LLM profile's JSON.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, Script};
+use uuid::Uuid;
+
+use super::{
+    ConversationStore, IndexKey, ProfileStore, SessionKeyStore, StoreError, StoreHealth,
+    StoreResult, StoredConversation, StoredProfile, redact_url,
+};
+
+/// Compare-and-swap of a conversation: writes only when the stored version is ARGV[1].
+const SWAP_SCRIPT: &str = r"
+local current = redis.call('HGET', KEYS[1], 'v')
+if (current or '0') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3])
+return 1
+";
+
+pub struct RedisStore {
+    connection: ConnectionManager,
+    swap: Script,
+}
+
+fn unavailable(err: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(err.to_string())
+}
+
+fn corrupt(err: serde_json::Error) -> StoreError {
+    StoreError::Corrupt(err.to_string())
+}
+
+fn conversation_key(id: Uuid) -> String {
+    format!("sandgate:conv:{{{id}}}")
+}
+
+fn index_key(index: &IndexKey) -> String {
+    format!("sandgate:idx:{}", index.encode())
+}
+
+fn profile_key(owner: &str, name: &str) -> String {
+    format!("sandgate:profile:{{{owner}}}:{name}")
+}
+
+impl RedisStore {
+    /// Connects, failing fast when the server cannot be reached. Later outages make calls
+    /// fail with [`StoreError::Unavailable`] until the connection manager reconnects.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let client = redis::Client::open(url).map_err(|err| {
+            StoreError::Unavailable(format!("invalid Redis URL {}: {err}", redact_url(url)))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let connection = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|err| {
+                StoreError::Unavailable(format!("cannot reach Redis at {}: {err}", redact_url(url)))
+            })?;
+        Ok(Self {
+            connection,
+            swap: Script::new(SWAP_SCRIPT),
+        })
+    }
+}
+
+#[async_trait]
+impl ConversationStore for RedisStore {
+    async fn get(&self, id: Uuid) -> StoreResult<Option<StoredConversation>> {
+        let mut connection = self.connection.clone();
+        let data: Option<Vec<u8>> = connection
+            .hget(conversation_key(id), "d")
+            .await
+            .map_err(unavailable)?;
+        data.map(|data| serde_json::from_slice(&data).map_err(corrupt))
+            .transpose()
+    }
+
+    async fn compare_and_swap(
+        &self,
+        expected: u64,
+        next: &StoredConversation,
+    ) -> StoreResult<bool> {
+        let data = serde_json::to_vec(next).map_err(corrupt)?;
+        // Index entries first, in the same round trip: an index may hold a member whose
+        // write then lost the race (readers re-check), but never misses a written one.
+        let mut pipe = redis::pipe();
+        for index in next.index_keys() {
+            pipe.zadd(index_key(&index), next.id.to_string(), 0)
+                .ignore();
+        }
+        pipe.invoke_script(
+            self.swap
+                .key(conversation_key(next.id))
+                .arg(expected)
+                .arg(next.version)
+                .arg(data),
+        );
+        let mut connection = self.connection.clone();
+        let (swapped,): (bool,) = pipe
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(swapped)
+    }
+
+    async fn scan(
+        &self,
+        index: &IndexKey,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredConversation>> {
+        let mut connection = self.connection.clone();
+        let min = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
+        let ids: Vec<String> = connection
+            .zrangebylex_limit(index_key(index), min, "+", 0, limit as isize)
+            .await
+            .map_err(unavailable)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HGET")
+                .arg(format!("sandgate:conv:{{{id}}}"))
+                .arg("d");
+        }
+        let records: Vec<Option<Vec<u8>>> = pipe
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        records
+            .into_iter()
+            .flatten()
+            .map(|data| serde_json::from_slice(&data).map_err(corrupt))
+            .collect()
+    }
+
+    async fn unindex(&self, index: &IndexKey, id: Uuid) -> StoreResult<()> {
+        let mut connection = self.connection.clone();
+        connection
+            .zrem::<_, _, ()>(index_key(index), id.to_string())
+            .await
+            .map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl SessionKeyStore for RedisStore {
+    async fn sandbox_for_key(&self, key_sha256: &str) -> StoreResult<Option<String>> {
+        let mut connection = self.connection.clone();
+        connection
+            .get(format!("sandgate:session-key:{key_sha256}"))
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn put_session_key(&self, key_sha256: &str, sandbox_id: &str) -> StoreResult<()> {
+        let mut connection = self.connection.clone();
+        connection
+            .set::<_, _, ()>(format!("sandgate:session-key:{key_sha256}"), sandbox_id)
+            .await
+            .map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl ProfileStore for RedisStore {
+    async fn put_profile(&self, owner: &str, profile: &StoredProfile) -> StoreResult<()> {
+        let data = serde_json::to_vec(profile).map_err(corrupt)?;
+        let mut connection = self.connection.clone();
+        connection
+            .set::<_, _, ()>(profile_key(owner, &profile.name), data)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn get_profile(&self, owner: &str, name: &str) -> StoreResult<Option<StoredProfile>> {
+        let mut connection = self.connection.clone();
+        let data: Option<Vec<u8>> = connection
+            .get(profile_key(owner, name))
+            .await
+            .map_err(unavailable)?;
+        data.map(|data| serde_json::from_slice(&data).map_err(corrupt))
+            .transpose()
+    }
+}
+
+#[async_trait]
+impl StoreHealth for RedisStore {
+    async fn ping(&self) -> StoreResult<()> {
+        let mut connection = self.connection.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(unavailable)
+    }
+}

@@ -1,0 +1,121 @@
+//! The `sandgate` binary's library: each subcommand as a function that takes an already
+//! bound listener and a shutdown future, so tests run the real thing on port 0.
+
+pub mod cli;
+mod shutdown;
+pub mod telemetry;
+
+use std::future::Future;
+
+use anyhow::Context;
+use axum::Router;
+use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
+use sandgate_proto::settings::v1::settings_server::SettingsServer;
+use sandgate_runtime_api::store::{Backend, Store, redact_url};
+use sandgate_runtime_api::{AuthConfig, ConversationsService, SettingsService};
+use sandgate_webhook_gw::{EdgeConfig, GrpcChannel};
+use tokio::net::TcpListener;
+use tonic::server::NamedService;
+
+use cli::{AuthArgs, EdgeArgs, EdgeLimits, RuntimeApiArgs, ServeArgs, StoreArgs};
+pub use shutdown::signal;
+
+/// The gRPC services the runtime API serves, by their full names.
+const RUNTIME_API_SERVICES: &[&str] = &[
+    <ConversationsServer<ConversationsService> as NamedService>::NAME,
+    <SettingsServer<SettingsService> as NamedService>::NAME,
+    "grpc.health.v1.Health",
+];
+
+async fn open_store(args: &StoreArgs) -> anyhow::Result<Store> {
+    let backend = match &args.redis {
+        Some(url) => Backend::Redis { url: url.clone() },
+        None => Backend::Embedded {
+            data_dir: args.data_dir.clone(),
+        },
+    };
+    let store = Store::open(&backend).await?;
+    match &args.redis {
+        Some(url) => tracing::info!(redis = %redact_url(url), "store: Redis"),
+        None => tracing::info!(data_dir = %args.data_dir.display(), "store: embedded"),
+    }
+    Ok(store)
+}
+
+fn auth_config(args: &AuthArgs) -> AuthConfig {
+    AuthConfig {
+        webhook_api_keys: args.webhook_api_keys.clone(),
+        runtime_api_keys: args.default_api_key.iter().cloned().collect(),
+    }
+}
+
+fn edge_config(limits: &EdgeLimits) -> EdgeConfig {
+    EdgeConfig {
+        body_limit: limits.body_limit,
+        openapi: sandgate_webhook_gw::openapi::document(sandgate_runtime_api::model::schema()),
+    }
+}
+
+async fn run_http(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: std::time::Duration,
+) -> anyhow::Result<()> {
+    let address = listener.local_addr()?;
+    tracing::info!("listening on http://{address}");
+    shutdown::serve(listener, app, shutdown, grace).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `sandgate serve`: the edge and every gRPC service in one process. REST and gRPC share
+/// the listener; the edge calls the services in-process.
+pub async fn serve(
+    args: ServeArgs,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&args.store).await?;
+    let grpc = sandgate_runtime_api::grpc_routes(store, &auth_config(&args.auth));
+    let mut app = sandgate_webhook_gw::router(
+        GrpcChannel::in_process(grpc.clone()),
+        edge_config(&args.edge),
+    );
+    for service in RUNTIME_API_SERVICES {
+        app = app.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
+    }
+    run_http(listener, app, shutdown, args.shutdown.grace).await
+}
+
+/// `sandgate runtime-api`: the runtime API's gRPC services alone.
+pub async fn runtime_api(
+    args: RuntimeApiArgs,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&args.store).await?;
+    let grpc = sandgate_runtime_api::grpc_routes(store, &auth_config(&args.auth));
+    run_http(
+        listener,
+        grpc.into_axum_router(),
+        shutdown,
+        args.shutdown.grace,
+    )
+    .await
+}
+
+/// `sandgate edge`: the REST edge alone, calling the services over the network.
+pub async fn edge(
+    args: EdgeArgs,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let runtime_api = GrpcChannel::remote(&args.runtime_api)
+        .with_context(|| format!("invalid --runtime-api URL {}", args.runtime_api))?;
+    if args.model_gw.is_some() {
+        tracing::warn!("--model-gw is accepted but the model gateway's routes are not served yet");
+    }
+    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge));
+    run_http(listener, app, shutdown, args.shutdown.grace).await
+}

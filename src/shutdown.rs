@@ -1,0 +1,63 @@
+//! One signal handler per process, and a bounded drain.
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
+pub async fn signal() {
+    let interrupt = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %err, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => drop(terminate.recv().await),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => tracing::info!("SIGINT received; draining"),
+        () = terminate => tracing::info!("SIGTERM received; draining"),
+    }
+}
+
+/// Serves until `shutdown`, then stops accepting and lets in-flight requests finish for
+/// at most `grace` (shorter than a pod's termination grace period, so the process exits
+/// on its own terms).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let stopping = CancellationToken::new();
+    let trigger = stopping.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        trigger.cancel();
+    });
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(stopping.clone().cancelled_owned());
+    tokio::select! {
+        result = server => result,
+        () = async {
+            stopping.cancelled().await;
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(grace_seconds = grace.as_secs(), "grace period over; exiting with requests in flight");
+            Ok(())
+        }
+    }
+}

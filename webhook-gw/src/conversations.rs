@@ -1,0 +1,164 @@
+//! The catalog over REST: `GET /api/v1/conversations/{id}`, `GET /api/v1/conversations`
+//! and `PATCH /api/v1/conversations/{id}`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::Json;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use bytes::Bytes;
+use http::HeaderMap;
+use sandgate_proto::conversations::v1::{
+    self as pb, GetConversationRequest, ListConversationsRequest, UpdateTagsRequest,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::error::ApiError;
+use crate::{AppState, body, metadata};
+
+fn rfc3339(timestamp: Option<&prost_types::Timestamp>) -> Value {
+    timestamp
+        .and_then(|timestamp| {
+            let micros =
+                timestamp.seconds.checked_mul(1_000_000)? + i64::from(timestamp.nanos / 1_000);
+            Some(Value::from(
+                speedate::DateTime::from_timestamp(micros / 1_000_000, (micros % 1_000_000) as u32)
+                    .ok()?
+                    .to_string(),
+            ))
+        })
+        .unwrap_or(Value::Null)
+}
+
+/// The stored record with the catalog's facts under `sandgate`.
+fn rest(conversation: pb::Conversation) -> Value {
+    let mut record = match serde_json::from_slice::<Value>(&conversation.record_json) {
+        Ok(Value::Object(record)) => record,
+        _ => Map::new(),
+    };
+    let lifecycle: Vec<Value> = conversation
+        .lifecycle
+        .iter()
+        .map(|event| {
+            json!({
+                "kind": event.kind().as_str_name().trim_start_matches("LIFECYCLE_KIND_").to_ascii_lowercase(),
+                "execution_status": event.execution_status,
+                "updated_at": rfc3339(event.updated_at.as_ref()),
+                "received_at": rfc3339(event.received_at.as_ref()),
+            })
+        })
+        .collect();
+    record.insert(
+        "sandgate".into(),
+        json!({
+            "execution_status": conversation.execution_status,
+            "deleted": conversation.deleted,
+            "model": (!conversation.model.is_empty()).then_some(conversation.model),
+            "lifecycle": lifecycle,
+        }),
+    );
+    Value::Object(record)
+}
+
+fn conversation(conversation: Option<pb::Conversation>) -> Result<Json<Value>, ApiError> {
+    conversation
+        .map(|conversation| Json(rest(conversation)))
+        .ok_or_else(|| {
+            ApiError::Edge(
+                http::StatusCode::BAD_GATEWAY,
+                "empty answer from the runtime API".into(),
+            )
+        })
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let response = state
+        .conversations
+        .clone()
+        .get_conversation(metadata::request(&headers, GetConversationRequest { id }))
+        .await?;
+    conversation(response.into_inner().conversation)
+}
+
+/// `?parent_id=<uuid>&tag=<key>:<value>&tag=…&limit=<n>&page_id=<token>`
+fn list_request(query: Option<&str>) -> Result<ListConversationsRequest, ApiError> {
+    let mut request = ListConversationsRequest::default();
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "parent_id" => request.parent_id = value.into_owned(),
+            "page_id" => request.page_token = value.into_owned(),
+            "tag" => {
+                let (key, tag) = value.split_once(':').ok_or_else(|| {
+                    ApiError::invalid(
+                        "value_error",
+                        json!(["query", "tag"]),
+                        "Value error, a tag filter is written key:value",
+                        Value::from(value.as_ref()),
+                    )
+                })?;
+                request.tags.insert(key.to_owned(), tag.to_owned());
+            }
+            "limit" => {
+                request.page_size = value.parse().map_err(|_| {
+                    ApiError::invalid(
+                        "int_parsing",
+                        json!(["query", "limit"]),
+                        "Input should be a valid integer, unable to parse string as an integer",
+                        Value::from(value.as_ref()),
+                    )
+                })?;
+            }
+            _ => {}
+        }
+    }
+    Ok(request)
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let request = list_request(query.as_deref())?;
+    let response = state
+        .conversations
+        .clone()
+        .list_conversations(metadata::request(&headers, request))
+        .await?
+        .into_inner();
+    let next = (!response.next_page_token.is_empty()).then_some(response.next_page_token);
+    Ok(Json(json!({
+        "items": response.conversations.into_iter().map(rest).collect::<Vec<_>>(),
+        "next_page_id": next,
+    })))
+}
+
+#[derive(Deserialize)]
+struct TagsBody {
+    tags: BTreeMap<String, String>,
+}
+
+pub async fn update_tags(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    payload: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let payload = body::buffered(payload, state.body_limit)?;
+    let TagsBody { tags } = body::decode(&payload)?;
+    let request = UpdateTagsRequest {
+        id,
+        tags: tags.into_iter().collect::<HashMap<_, _>>(),
+    };
+    let response = state
+        .conversations
+        .clone()
+        .update_tags(metadata::request(&headers, request))
+        .await?;
+    conversation(response.into_inner().conversation)
+}

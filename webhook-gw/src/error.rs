@@ -1,0 +1,82 @@
+//! gRPC failures mapped back to the REST contracts: `{"detail": [...]}` for validation
+//! errors (FastAPI's shape, `loc` starting at `"body"`), `{"detail": "..."}` otherwise.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use sandgate_proto::error::{ErrorCode, ErrorDetail, ValidationError, loc_item};
+use serde_json::{Value, json};
+
+/// An error answered to a REST caller.
+#[derive(Debug)]
+pub enum ApiError {
+    /// What a service answered.
+    Service(ErrorDetail),
+    /// A 422 raised by the edge while translating the request, as FastAPI items.
+    Unprocessable(Vec<Value>),
+    /// Any other failure of the edge itself.
+    Edge(StatusCode, String),
+}
+
+impl ApiError {
+    /// A 422 at `loc` (the full path, e.g. `["query", "tag"]`).
+    pub fn invalid(error_type: &str, loc: Value, msg: impl Into<String>, input: Value) -> Self {
+        Self::Unprocessable(vec![
+            json!({ "type": error_type, "loc": loc, "msg": msg.into(), "input": input }),
+        ])
+    }
+}
+
+impl From<tonic::Status> for ApiError {
+    fn from(status: tonic::Status) -> Self {
+        let detail = ErrorDetail::from_status(&status);
+        if detail.code() == ErrorCode::Internal {
+            tracing::error!(code = ?status.code(), message = status.message(), "gRPC call failed");
+        }
+        Self::Service(detail)
+    }
+}
+
+fn json_or(bytes: &[u8]) -> Option<Value> {
+    (!bytes.is_empty()).then(|| serde_json::from_slice(bytes).unwrap_or(Value::Null))
+}
+
+/// A service's validation error as FastAPI renders it: the body is at `loc[0]`.
+fn fastapi_item(error: &ValidationError) -> Value {
+    let mut loc = vec![Value::from("body")];
+    loc.extend(error.loc.iter().filter_map(|item| match &item.item {
+        Some(loc_item::Item::Key(key)) => Some(Value::from(key.as_str())),
+        Some(loc_item::Item::Index(index)) => Some(Value::from(*index)),
+        None => None,
+    }));
+    let mut item = json!({
+        "type": error.r#type,
+        "loc": loc,
+        "msg": error.msg,
+        "input": json_or(&error.input_json).unwrap_or(Value::Null),
+    });
+    if let Some(ctx) = json_or(&error.ctx_json) {
+        item["ctx"] = ctx;
+    }
+    item
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = match self {
+            Self::Service(detail) if detail.code() == ErrorCode::ValidationFailed => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!({ "detail": detail.validation_errors.iter().map(fastapi_item).collect::<Vec<_>>() }),
+            ),
+            Self::Service(detail) => (
+                detail.code().http_status(),
+                json!({ "detail": detail.detail }),
+            ),
+            Self::Unprocessable(items) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, json!({ "detail": items }))
+            }
+            Self::Edge(status, detail) => (status, json!({ "detail": detail })),
+        };
+        (status, Json(body)).into_response()
+    }
+}

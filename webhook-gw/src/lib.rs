@@ -1,0 +1,123 @@
+//! Sandgate's edge: the documented REST paths, translated into gRPC calls to the services.
+//! No business logic lives here: requests become messages (credentials and `x-*` headers
+//! become metadata) and gRPC statuses become the REST contracts' statuses and bodies.
+
+mod body;
+pub mod channel;
+mod conversations;
+mod error;
+mod metadata;
+pub mod openapi;
+mod settings;
+mod webhook;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use http::StatusCode;
+use sandgate_proto::MAX_MESSAGE_BYTES;
+use sandgate_proto::conversations::v1::conversations_client::ConversationsClient;
+use sandgate_proto::settings::v1::settings_client::SettingsClient;
+use serde_json::{Value, json};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+pub use channel::GrpcChannel;
+pub use error::ApiError;
+
+/// The largest request body the edge accepts by default: real webhook payloads with many
+/// skills reach hundreds of kilobytes.
+pub const DEFAULT_BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// How long `/health` waits for the services.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub struct EdgeConfig {
+    /// Bodies past this many bytes are answered 413.
+    pub body_limit: usize,
+    /// The document served at `/openapi.json`.
+    pub openapi: Value,
+}
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    conversations: ConversationsClient<GrpcChannel>,
+    settings: SettingsClient<GrpcChannel>,
+    health: HealthClient<GrpcChannel>,
+    openapi: Arc<Value>,
+    body_limit: usize,
+}
+
+/// The edge's routes, calling the runtime API over `runtime_api`.
+pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
+    let state = AppState {
+        conversations: ConversationsClient::new(runtime_api.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        settings: SettingsClient::new(runtime_api.clone()),
+        health: HealthClient::new(runtime_api),
+        openapi: Arc::new(config.openapi),
+        body_limit: config.body_limit,
+    };
+    Router::new()
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
+        .route("/api/v1/webhooks/conversations", post(webhook::receive))
+        .route("/api/v1/conversations", get(conversations::list))
+        .route(
+            "/api/v1/conversations/{id}",
+            get(conversations::get).patch(conversations::update_tags),
+        )
+        .route(
+            "/api/v1/settings/profiles/{profile_name}",
+            post(settings::save).get(settings::get),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(config.body_limit))
+        .with_state(state)
+}
+
+/// 200 when the services answer and their store is reachable, 503 otherwise.
+async fn health(State(state): State<AppState>) -> impl IntoResponse {
+    let mut client = state.health.clone();
+    let check = client.check(HealthCheckRequest {
+        service: String::new(),
+    });
+    match tokio::time::timeout(HEALTH_TIMEOUT, check).await {
+        Ok(Ok(response)) if response.get_ref().status() == ServingStatus::Serving => {
+            (StatusCode::OK, Json(json!({ "status": "ok" })))
+        }
+        Ok(Ok(_)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "unavailable", "detail": "the store is unreachable" })),
+        ),
+        Ok(Err(status)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(
+                json!({ "status": "unavailable", "detail": format!("the runtime API did not answer: {}", status.message()) }),
+            ),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "unavailable", "detail": "the runtime API timed out" })),
+        ),
+    }
+}
+
+async fn openapi(State(state): State<AppState>) -> Json<Value> {
+    Json(Value::clone(&state.openapi))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::Edge(StatusCode::NOT_FOUND, "Not Found".into())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::Edge(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed".into())
+}

@@ -1,0 +1,30 @@
+//! What of an HTTP request travels to the services as gRPC metadata: the caller's
+//! credentials and the forwardable `x-*` headers. The services decide what they mean.
+
+use http::HeaderMap;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+
+/// Headers that are credentials or context the services need.
+const FORWARDED: &[&str] = &["authorization", "traceparent", "tracestate"];
+
+pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
+    let mut metadata = MetadataMap::with_capacity(4);
+    for (name, value) in headers {
+        let name = name.as_str();
+        if !(name.starts_with("x-") || FORWARDED.contains(&name)) {
+            continue;
+        }
+        if let (Ok(key), Ok(value)) = (
+            MetadataKey::from_bytes(name.as_bytes()),
+            MetadataValue::try_from(value.as_bytes()),
+        ) {
+            metadata.append(key, value);
+        }
+    }
+    metadata
+}
+
+/// A gRPC request carrying `message` and the forwarded headers.
+pub fn request<T>(headers: &HeaderMap, message: T) -> tonic::Request<T> {
+    tonic::Request::from_parts(from_headers(headers), Default::default(), message)
+}
