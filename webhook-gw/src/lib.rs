@@ -114,8 +114,18 @@ async fn openapi(State(state): State<AppState>) -> Json<Value> {
     Json(Value::clone(&state.openapi))
 }
 
-async fn not_found() -> ApiError {
-    ApiError::Edge(StatusCode::NOT_FOUND, "Not Found".into())
+/// 404, except that a path with a trailing slash is redirected (307, method and body
+/// kept) to the path without it, as the reference's framework does.
+async fn not_found(uri: http::Uri) -> axum::response::Response {
+    let path = uri.path();
+    if path.len() > 1 && path.ends_with('/') {
+        let mut location = path.trim_end_matches('/').to_owned();
+        if let Some(query) = uri.query() {
+            location = format!("{location}?{query}");
+        }
+        return axum::response::Redirect::temporary(&location).into_response();
+    }
+    ApiError::Edge(StatusCode::NOT_FOUND, "Not Found".into()).into_response()
 }
 
 async fn method_not_allowed() -> ApiError {

@@ -1,188 +1,215 @@
-//! TEMPORARY stand-in with the agreed API; replaced by the schema-driven validator.
-use serde_json::Value;
+//! The conversation-update webhook body (`ConversationInfo` from the OpenHands
+//! agent-server): parsed and validated exactly as the reference receiver (FastAPI +
+//! pydantic v2) does, with secrets redacted, plus the small typed summary Sandgate
+//! indexes conversations by.
+//!
+//! Validation is driven by the two embedded JSON Schemas (agent-server 1.58 and 1.34),
+//! merged and compiled once into a validator tree (`schema`). One generic walker
+//! (`validate`) applies pydantic's lax-mode rules (`scalars`) to any body; the few
+//! Python validators a schema cannot express live in `hooks`, keyed by `$defs` name.
+//!
+//! ```text
+//! bytes ──parse_json──▶ Value ──validate_conversation──▶ ValidConversation { record, summary }
+//!                                      └──────────────▶ Vec<ValidationError> (pydantic's order)
+//! ```
+
+mod errors;
+mod hooks;
+mod merge;
+mod parse;
+mod scalars;
+mod schema;
+mod summary;
+mod validate;
+
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
+pub use errors::{LocItem, ValidationError};
+pub use summary::{ConversationSummary, ExecutionStatus};
+
+/// How a secret is rendered in the stored record: pydantic `SecretStr`'s rendering.
 pub const REDACTED: &str = "**********";
 
-#[derive(Clone, Debug)]
-pub enum LocItem {
-    Key(String),
-    Index(usize),
+/// The merged ConversationInfo JSON Schema the service validates with (both releases),
+/// e.g. for the OpenAPI document.
+pub fn schema() -> &'static Value {
+    static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+        merge::merged_schema()
+            .unwrap_or_else(|err| panic!("the embedded schemas do not parse: {err}"))
+    });
+    &SCHEMA
 }
 
-#[derive(Clone, Debug)]
-pub struct ValidationError {
-    pub error_type: &'static str,
-    pub loc: Vec<LocItem>,
-    pub msg: String,
-    pub input: Value,
-    pub ctx: Option<Value>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExecutionStatus {
-    Idle,
-    Running,
-    Paused,
-    WaitingForConfirmation,
-    Finished,
-    Error,
-    Stuck,
-    Deleting,
-}
-impl ExecutionStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Idle => "idle",
-            Self::Running => "running",
-            Self::Paused => "paused",
-            Self::WaitingForConfirmation => "waiting_for_confirmation",
-            Self::Finished => "finished",
-            Self::Error => "error",
-            Self::Stuck => "stuck",
-            Self::Deleting => "deleting",
-        }
-    }
-}
-
-pub struct ConversationSummary {
-    pub id: uuid::Uuid,
-    pub execution_status: ExecutionStatus,
-    pub updated_at: Option<i64>,
-    pub created_at: Option<i64>,
-    pub parent_conversation_id: Option<uuid::Uuid>,
-    pub tags: BTreeMap<String, String>,
-    pub model: Option<String>,
-    pub agent_kind: String,
-    pub title: Option<String>,
-}
-
+/// A body that validated.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ValidConversation {
+    /// The body as received (key order kept), every secret replaced by [`REDACTED`].
     pub record: Value,
     pub summary: ConversationSummary,
 }
 
-fn err(t: &'static str, loc: Vec<LocItem>, msg: &str) -> ValidationError {
-    ValidationError {
-        error_type: t,
-        loc,
-        msg: msg.into(),
-        input: Value::Null,
-        ctx: None,
-    }
-}
-
+/// Bytes of an HTTP body → JSON value.
+///
+/// Strips a UTF-8 BOM and accepts lone UTF-16 surrogate escapes (`"\ud800"`, which
+/// Python's json accepts) as U+FFFD. An empty, whitespace-only, malformed or too deeply
+/// nested body yields one `json_invalid` error whose loc is the byte offset of the fault.
+#[expect(
+    clippy::result_large_err,
+    reason = "one error item, built only for a bad body"
+)]
 pub fn parse_json(body: &[u8]) -> Result<Value, ValidationError> {
-    serde_json::from_slice(body).map_err(|e| {
-        err(
-            "json_invalid",
-            vec![LocItem::Index(e.column())],
-            "JSON decode error",
-        )
-    })
+    parse::parse_json(body)
 }
 
+/// Validates a parsed body. On failure returns every error, in pydantic's order, with
+/// inputs taken from the redacted body.
 pub fn validate_conversation(body: Value) -> Result<ValidConversation, Vec<ValidationError>> {
-    let Some(obj) = body.as_object() else {
-        return Err(vec![err(
-            "model_attributes_type",
-            vec![],
-            "Input should be a valid dictionary or object to extract fields from",
-        )]);
+    let tree = &*schema::TREE;
+    let mut record = body;
+    let mut walker = validate::Walker::new(tree);
+    if !walker.model(tree.root, &mut record, true) {
+        return Err(walker
+            .errors
+            .into_iter()
+            .map(|e| e.finish(&record))
+            .collect());
+    }
+    match summary::summarize(&record) {
+        Some(summary) => Ok(ValidConversation { record, summary }),
+        // Unreachable for a record that validated; answered as a validation error rather
+        // than a panic so no body can turn into a 500.
+        None => Err(vec![ValidationError {
+            error_type: "value_error",
+            loc: Vec::new(),
+            msg: "Value error, conversation record could not be summarised".to_owned(),
+            input: Value::Null,
+            ctx: None,
+        }]),
+    }
+}
+
+/// The tag rule, shared by the webhook and `PATCH /conversations/{id}`: keys match
+/// Python's `^[a-z0-9]+$` (whose `$` also matches before one final `"\n"`), values are
+/// strings of at most 256 characters. `null` means no tags.
+///
+/// Errors are located as in the webhook: rule violations are `value_error` at `["tags"]`,
+/// a non-string value is `string_type` at `["tags", key]`, a non-object is `dict_type`.
+pub fn validate_tags(tags: &Value) -> Result<BTreeMap<String, String>, Vec<ValidationError>> {
+    let tree = &*schema::TREE;
+    let root = tree.model(tree.root);
+    let Some(field) = root
+        .keys
+        .find(&root.fields, "tags")
+        .map(|i| &root.fields[i])
+    else {
+        return Ok(BTreeMap::new());
     };
-    let id = obj
-        .get("id")
-        .and_then(Value::as_str)
-        .and_then(|s| uuid::Uuid::parse_str(s).ok())
-        .ok_or_else(|| {
-            vec![err(
-                "missing",
-                vec![LocItem::Key("id".into())],
-                "Field required",
-            )]
-        })?;
-    let ts = |k: &str| {
-        obj.get(k)
-            .and_then(Value::as_str)
-            .and_then(|s| speedate::DateTime::parse_str(s).ok())
-            .map(|d| d.timestamp() * 1_000_000 + i64::from(d.time.microsecond))
-    };
-    let status = match obj.get("execution_status").and_then(Value::as_str) {
-        Some("paused") => ExecutionStatus::Paused,
-        Some("deleting") => ExecutionStatus::Deleting,
-        Some("running") => ExecutionStatus::Running,
-        _ => ExecutionStatus::Idle,
-    };
-    let tags = match obj.get("tags") {
-        Some(t) => validate_tags(t)?,
-        None => BTreeMap::new(),
-    };
-    let summary = ConversationSummary {
-        id,
-        execution_status: status,
-        updated_at: ts("updated_at"),
-        created_at: ts("created_at"),
-        parent_conversation_id: obj
-            .get("parent_conversation_id")
-            .and_then(Value::as_str)
-            .and_then(|s| uuid::Uuid::parse_str(s).ok()),
-        tags,
-        model: obj
-            .get("agent")
-            .and_then(|a| a.get("llm"))
-            .and_then(|l| l.get("model"))
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        agent_kind: "Agent".into(),
-        title: None,
-    };
-    Ok(ValidConversation {
-        record: body,
-        summary,
+    let mut value = tags.clone();
+    let mut walker = validate::Walker::new(tree);
+    if !walker.node(field.node, &mut value) {
+        let tag_key = LocItem::Key("tags".to_owned());
+        return Err(walker
+            .errors
+            .into_iter()
+            .map(|mut e| {
+                e.resolve_input(&value);
+                e.loc_rev.push(tag_key.clone());
+                e.finish(&value)
+            })
+            .collect());
+    }
+    Ok(match value {
+        Value::Object(map) => map
+            .into_iter()
+            .filter_map(|(k, v)| match v {
+                Value::String(s) => Some((k, s)),
+                _ => None,
+            })
+            .collect(),
+        _ => BTreeMap::new(),
     })
 }
 
-pub fn validate_tags(tags: &Value) -> Result<BTreeMap<String, String>, Vec<ValidationError>> {
-    let Some(obj) = tags.as_object() else {
-        return Err(vec![err(
-            "dict_type",
-            vec![LocItem::Key("tags".into())],
-            "Input should be a valid dictionary",
-        )]);
-    };
-    let mut out = BTreeMap::new();
-    for (k, v) in obj {
-        if k.is_empty()
-            || !k
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        {
-            return Err(vec![err(
-                "value_error",
-                vec![LocItem::Key("tags".into())],
-                &format!(
-                    "Value error, Tag key '{k}' is invalid: keys must be lowercase alphanumeric only"
-                ),
-            )]);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn minimal() -> Value {
+        json!({
+            "id": "7f3c2a10-0000-4000-8000-000000000901",
+            "workspace": {"kind": "LocalWorkspace", "working_dir": "/workspace"},
+            "agent": {"kind": "Agent", "llm": {"model": "gpt-4o", "api_key": "sk-secret"}},
+        })
+    }
+
+    #[test]
+    fn minimal_body_validates_and_redacts() {
+        let ok = validate_conversation(minimal()).ok();
+        let record = ok.as_ref().map(|c| c.record.clone()).unwrap_or_default();
+        assert_eq!(record["agent"]["llm"]["api_key"], json!(REDACTED));
+        let summary = ok.map(|c| c.summary);
+        assert_eq!(
+            summary.as_ref().map(|s| s.execution_status),
+            Some(ExecutionStatus::Idle)
+        );
+        assert_eq!(
+            summary.as_ref().and_then(|s| s.model.clone()).as_deref(),
+            Some("gpt-4o")
+        );
+        assert_eq!(summary.map(|s| s.agent_kind).as_deref(), Some("Agent"));
+    }
+
+    #[test]
+    fn missing_error_input_is_redacted() {
+        let mut body = minimal();
+        if let Some(obj) = body.as_object_mut() {
+            obj.remove("id");
         }
-        out.insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
+        let errors = validate_conversation(body).err().unwrap_or_default();
+        assert_eq!(errors[0].error_type, "missing");
+        assert_eq!(errors[0].input["agent"]["llm"]["api_key"], json!(REDACTED));
     }
-    Ok(out)
-}
 
-impl ValidationError {
-    pub fn to_fastapi_json(&self) -> Value {
-        let mut loc = vec![Value::from("body")];
-        loc.extend(self.loc.iter().map(|l| match l {
-            LocItem::Key(k) => Value::from(k.clone()),
-            LocItem::Index(i) => Value::from(*i),
-        }));
-        serde_json::json!({"type": self.error_type, "loc": loc, "msg": self.msg, "input": self.input})
+    #[test]
+    fn early_stops_still_redact() {
+        let mut body = minimal();
+        body["agent"]["llm"]["model"] = json!("");
+        body["workspace"] =
+            json!({"kind": "Nope", "host": "h", "working_dir": "/", "api_key": "ws-key"});
+        let errors = validate_conversation(body).err().unwrap_or_default();
+        let text = serde_json::to_string(&errors).unwrap_or_default();
+        assert!(
+            !text.contains("sk-secret") && !text.contains("ws-key"),
+            "{text}"
+        );
     }
-}
 
-pub fn schema() -> &'static Value {
-    static SCHEMA: std::sync::LazyLock<Value> =
-        std::sync::LazyLock::new(|| serde_json::json!({"type": "object"}));
-    &SCHEMA
+    #[test]
+    fn tag_rule() {
+        assert_eq!(
+            validate_tags(&json!({"abc\n": "x", "a1": ""})).map(|t| t.len()),
+            Ok(2)
+        );
+        assert_eq!(validate_tags(&json!(null)).map(|t| t.len()), Ok(0));
+        let e = validate_tags(&json!({"my-tag": "x"}))
+            .err()
+            .unwrap_or_default();
+        assert_eq!(
+            (e[0].error_type, e[0].loc.clone()),
+            ("value_error", vec![LocItem::Key("tags".into())])
+        );
+        let e = validate_tags(&json!({"k": 5})).err().unwrap_or_default();
+        assert_eq!(e[0].error_type, "string_type");
+        assert_eq!(
+            e[0].loc,
+            vec![LocItem::Key("tags".into()), LocItem::Key("k".into())]
+        );
+        let e = validate_tags(&json!(["a"])).err().unwrap_or_default();
+        assert_eq!(e[0].error_type, "dict_type");
+        let long = "a".repeat(257);
+        assert!(validate_tags(&json!({ "k": long })).is_err());
+    }
 }

@@ -69,10 +69,15 @@ impl RedisStore {
             .map_err(|err| {
                 StoreError::Unavailable(format!("cannot reach Redis at {}: {err}", redact_url(url)))
             })?;
-        Ok(Self {
-            connection,
-            swap: Script::new(SWAP_SCRIPT),
-        })
+        let swap = Script::new(SWAP_SCRIPT);
+        let mut loader = connection.clone();
+        swap.prepare_invoke()
+            .load_async(&mut loader)
+            .await
+            .map_err(|err| {
+                StoreError::Unavailable(format!("cannot load the Lua scripts into Redis: {err}"))
+            })?;
+        Ok(Self { connection, swap })
     }
 }
 

@@ -1,0 +1,318 @@
+//! What the JSON Schema cannot say: the reference's Python validators, the secrets its
+//! schema leaves unmarked, and the Python names its error messages quote. Every entry is
+//! keyed by `$defs` name (and property), so the schema stays the single source of shapes.
+
+use serde_json::{Map, Value};
+
+use super::errors::{PendingError, value_error};
+
+/// Python `mode="before"` validators: they see the raw input before field validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BeforeHook {
+    /// `LLM._coerce_inputs`: `if not d.get("model"): raise ValueError(...)`.
+    LlmModelRequired,
+    /// `HookConfig._normalize_hooks_input`: unwraps `{"hooks": {...}}`, maps PascalCase
+    /// event names to the snake_case fields.
+    HookConfigNormalize,
+    /// `ConversationInfo.tags` (`BeforeValidator(_validate_tags)`).
+    Tags,
+}
+
+/// Python `mode="after"` model validators: they run only once every field validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterHook {
+    /// `system_prompt` and a non-default `system_prompt_filename` are mutually exclusive.
+    SystemPromptExclusive,
+    /// A stdio MCP server needs a command.
+    McpStdioNeedsCommand,
+}
+
+pub(crate) fn model_before_hook(def: &str) -> Option<BeforeHook> {
+    match def {
+        "LLM" => Some(BeforeHook::LlmModelRequired),
+        "HookConfig" => Some(BeforeHook::HookConfigNormalize),
+        _ => None,
+    }
+}
+
+pub(crate) fn model_after_hook(def: &str) -> Option<AfterHook> {
+    match def {
+        "Agent" | "ACPAgent" => Some(AfterHook::SystemPromptExclusive),
+        "MCPServer" => Some(AfterHook::McpStdioNeedsCommand),
+        _ => None,
+    }
+}
+
+pub(crate) fn field_before_hook(def: &str, prop: &str) -> Option<BeforeHook> {
+    match (def, prop) {
+        ("ConversationInfo", "tags") => Some(BeforeHook::Tags),
+        _ => None,
+    }
+}
+
+/// Secrets the schema types as plain strings, yet the sender treats as secrets (spec 2.9,
+/// design "Conversation webhook"): they are redacted like `format: password` ones.
+pub(crate) fn is_unmarked_secret(def: &str, prop: &str) -> bool {
+    matches!(
+        (def, prop),
+        ("RemoteWorkspace", "api_key")
+            | ("ACPAgent", "acp_resume_session_id")
+            | ("LookupSecret", "headers")
+            | ("AgentContext", "secrets")
+    )
+}
+
+/// The Python qualified name an `Unknown kind` message quotes for a kind union's base.
+pub(crate) fn kind_base_qualname(base: &str) -> String {
+    let module = match base {
+        "AgentBase" => "openhands.sdk.agent.base",
+        "BaseWorkspace" => "openhands.sdk.workspace.base",
+        "ConfirmationPolicyBase" => "openhands.sdk.security.confirmation_policy",
+        "SecurityAnalyzerBase" => "openhands.sdk.security.analyzer",
+        "SecretSource" => "openhands.sdk.secret.secrets",
+        "CondenserBase" => "openhands.sdk.context.condenser.base",
+        "CriticBase" => "openhands.sdk.critic.base",
+        _ => "openhands.sdk",
+    };
+    format!("{module}.{base}")
+}
+
+/// What a before-validator decided.
+pub(crate) enum Before {
+    /// Validate the input as it is.
+    Continue,
+    /// Do not validate further: the hook accepted (no errors pushed) or rejected.
+    Stop,
+    /// Validate this rewritten copy instead (the record keeps the input as received).
+    Replace(Value),
+}
+
+pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingError>) -> Before {
+    match hook {
+        BeforeHook::LlmModelRequired => llm_model_required(v, errors),
+        BeforeHook::HookConfigNormalize => hook_config_normalize(v, errors),
+        BeforeHook::Tags => tags_before(v, errors),
+    }
+}
+
+pub(crate) fn run_after(hook: AfterHook, obj: &Map<String, Value>) -> Option<PendingError> {
+    match hook {
+        AfterHook::SystemPromptExclusive => {
+            let prompt_set = obj.get("system_prompt").is_some_and(|p| !p.is_null());
+            let custom_file = obj
+                .get("system_prompt_filename")
+                .is_some_and(|f| f.as_str() != Some("system_prompt.j2"));
+            (prompt_set && custom_file).then(|| {
+                value_error(
+                    "Cannot set both 'system_prompt' and a non-default 'system_prompt_filename'. \
+                     Use one or the other.",
+                )
+            })
+        }
+        AfterHook::McpStdioNeedsCommand => {
+            let stdio = obj.get("transport").and_then(Value::as_str) == Some("stdio");
+            let has_command = obj
+                .get("command")
+                .and_then(Value::as_str)
+                .is_some_and(|c| !c.is_empty());
+            (stdio && !has_command).then(|| value_error("stdio MCP servers require 'command'"))
+        }
+    }
+}
+
+/// Python truthiness of a JSON value.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+fn llm_model_required(v: &Value, errors: &mut Vec<PendingError>) -> Before {
+    let Value::Object(obj) = v else {
+        return Before::Continue;
+    };
+    if obj.get("model").is_some_and(truthy) {
+        // A truthy non-string crashed the reference (`.startswith`); field validation
+        // answers string_type at `model` instead.
+        return Before::Continue;
+    }
+    errors.push(value_error("model must be specified in LLM"));
+    Before::Stop
+}
+
+const HOOK_EVENT_FIELDS: [&str; 6] = [
+    "post_tool_use",
+    "pre_tool_use",
+    "session_end",
+    "session_start",
+    "stop",
+    "user_prompt_submit",
+];
+
+/// `re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()`
+fn pascal_to_snake(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if i > 0 && c.is_ascii_uppercase() {
+            out.push('_');
+        }
+        out.extend(c.to_lowercase());
+    }
+    out
+}
+
+fn hook_config_normalize(v: &Value, errors: &mut Vec<PendingError>) -> Before {
+    let Value::Object(outer) = v else {
+        return Before::Continue;
+    };
+    let data = match outer.get("hooks") {
+        None => outer,
+        Some(Value::Object(inner)) => inner,
+        Some(_) => {
+            // The reference crashed calling `.items()` on a non-dict wrapper.
+            let mut e = PendingError::new("dict_type", "Input should be a valid dictionary", None);
+            e.push_path(&super::LocItem::Key("hooks".into()));
+            errors.push(e);
+            return Before::Stop;
+        }
+    };
+    let needs_rewrite =
+        outer.contains_key("hooks") || data.keys().any(|k| pascal_to_snake(k) != *k);
+    if !needs_rewrite {
+        return Before::Continue;
+    }
+    let mut normalized = Map::new();
+    for (key, value) in data {
+        let snake = pascal_to_snake(key);
+        if snake != *key && !HOOK_EVENT_FIELDS.contains(&snake.as_str()) {
+            errors.push(value_error(&format!(
+                "Unknown event type '{key}'. Valid types: {}",
+                HOOK_EVENT_FIELDS.join(", ")
+            )));
+            return Before::Stop;
+        }
+        if normalized.contains_key(&snake) {
+            errors.push(value_error(&format!(
+                "Duplicate hook event: both '{key}' and its snake_case equivalent '{snake}' were provided"
+            )));
+            return Before::Stop;
+        }
+        normalized.insert(snake, value.clone());
+    }
+    Before::Replace(Value::Object(normalized))
+}
+
+pub(crate) const TAG_VALUE_MAX_CHARS: usize = 256;
+
+/// Python's `re.match(r"^[a-z0-9]+$", key)`: `$` also matches before one final newline.
+pub(crate) fn tag_key_is_valid(key: &str) -> bool {
+    let body = key.strip_suffix('\n').unwrap_or(key);
+    !body.is_empty()
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+fn tags_before(v: &Value, errors: &mut Vec<PendingError>) -> Before {
+    let obj = match v {
+        // `if v is None: return {}`
+        Value::Null => return Before::Stop,
+        Value::Object(obj) => obj,
+        _ => {
+            // The reference crashed calling `.items()`; answer what `dict[str, str]` would.
+            errors.push(PendingError::new(
+                "dict_type",
+                "Input should be a valid dictionary",
+                None,
+            ));
+            return Before::Stop;
+        }
+    };
+    for (key, value) in obj {
+        if !tag_key_is_valid(key) {
+            errors.push(value_error(&format!(
+                "Tag key '{key}' is invalid: keys must be lowercase alphanumeric only"
+            )));
+            return Before::Stop;
+        }
+        let len = match value {
+            Value::String(s) => s.chars().count(),
+            Value::Array(a) => a.len(),
+            Value::Object(o) => o.len(),
+            // `len()` of a number, bool or None crashed the reference; `dict[str, str]`
+            // reports string_type at the key instead.
+            _ => break,
+        };
+        if len > TAG_VALUE_MAX_CHARS {
+            errors.push(value_error(&format!(
+                "Tag value for '{key}' exceeds maximum length of {TAG_VALUE_MAX_CHARS} characters"
+            )));
+            return Before::Stop;
+        }
+    }
+    Before::Continue
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tag_keys_follow_python_re() {
+        assert!(tag_key_is_valid("abc123"));
+        assert!(tag_key_is_valid("abc\n"));
+        assert!(!tag_key_is_valid("abc\n\n"));
+        assert!(!tag_key_is_valid("\n"));
+        assert!(!tag_key_is_valid(""));
+        assert!(!tag_key_is_valid("my-tag"));
+        assert!(!tag_key_is_valid("Abc"));
+        assert!(!tag_key_is_valid("a b"));
+        assert!(!tag_key_is_valid("é"));
+    }
+
+    #[test]
+    fn tag_values_count_characters() {
+        let mut errors = Vec::new();
+        let ok = json!({ "k": "é".repeat(256) });
+        assert!(matches!(tags_before(&ok, &mut errors), Before::Continue));
+        let long = json!({ "k": "a".repeat(257) });
+        assert!(matches!(tags_before(&long, &mut errors), Before::Stop));
+        assert_eq!(
+            errors[0].msg,
+            "Value error, Tag value for 'k' exceeds maximum length of 256 characters"
+        );
+    }
+
+    #[test]
+    fn pascal_case_events() {
+        assert_eq!(pascal_to_snake("PreToolUse"), "pre_tool_use");
+        assert_eq!(pascal_to_snake("Stop"), "stop");
+        assert_eq!(pascal_to_snake("stop"), "stop");
+    }
+
+    #[test]
+    fn llm_model_truthiness() {
+        let mut errors = Vec::new();
+        for bad in [
+            json!({}),
+            json!({"model": ""}),
+            json!({"model": null}),
+            json!({"model": 0}),
+        ] {
+            assert!(matches!(
+                llm_model_required(&bad, &mut errors),
+                Before::Stop
+            ));
+        }
+        assert!(matches!(
+            llm_model_required(&json!({"model": 5}), &mut errors),
+            Before::Continue
+        ));
+    }
+}

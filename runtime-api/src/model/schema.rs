@@ -1,0 +1,658 @@
+//! Compiles the embedded ConversationInfo JSON Schemas into the validator tree.
+//!
+//! The tree is an arena: nodes refer to each other by index, so recursive `$defs`
+//! (an ensemble analyzer holding analyzers) need no reference counting, and every
+//! `$ref` to one definition shares one node.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use serde_json::{Map, Number, Value};
+
+use super::errors::{expected_list, python_str_list};
+use super::hooks::{self, AfterHook, BeforeHook};
+
+pub(crate) type NodeId = u32;
+pub(crate) type ModelId = u32;
+
+pub(crate) static TREE: LazyLock<Tree> = LazyLock::new(|| match Tree::compile() {
+    Ok(tree) => tree,
+    Err(e) => panic!("embedded ConversationInfo schema does not compile: {e}"),
+});
+
+pub(crate) struct Tree {
+    pub nodes: Vec<Node>,
+    pub models: Vec<Model>,
+    pub root: ModelId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StrFormat {
+    Plain,
+    Uuid,
+    DateTime,
+}
+
+/// A bound kept twice: as f64 to compare, and as the schema's number for messages.
+#[derive(Debug, Clone)]
+pub(crate) struct Bound {
+    pub value: f64,
+    pub text: Number,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Bounds {
+    pub ge: Option<Bound>,
+    pub gt: Option<Bound>,
+    pub le: Option<Bound>,
+    pub lt: Option<Bound>,
+}
+
+impl Bounds {
+    fn is_empty(&self) -> bool {
+        self.ge.is_none() && self.gt.is_none() && self.le.is_none() && self.lt.is_none()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) enum Node {
+    /// Accepts anything (`{}` schema).
+    Any,
+    Null,
+    Str {
+        min_len: Option<usize>,
+        format: StrFormat,
+    },
+    Int(Bounds),
+    Float(Bounds),
+    Bool,
+    /// Python `Literal[...]` (inline `enum` / `const`).
+    Literal {
+        values: Box<[String]>,
+        expected: String,
+    },
+    /// A Python `Enum` class (a `$defs` entry with `enum`).
+    Enum {
+        values: Box<[String]>,
+        expected: String,
+    },
+    List {
+        items: Option<NodeId>,
+        min_items: Option<usize>,
+        max_items: Option<usize>,
+    },
+    Tuple {
+        items: Box<[NodeId]>,
+    },
+    Dict {
+        values: Option<NodeId>,
+    },
+    Model(ModelId),
+    /// OpenHands' `kind` dispatch (DiscriminatedUnionMixin).
+    KindUnion(Box<KindUnion>),
+    /// pydantic's `Field(discriminator=...)` union.
+    TaggedUnion(Box<TaggedUnion>),
+    Nullable(NodeId),
+    /// Smart-mode union. `secret`: the whole position is a secret (`str | SecretStr`).
+    Union {
+        members: Box<[NodeId]>,
+        labels: Box<[String]>,
+        secret: bool,
+    },
+    /// Redact the value once validated.
+    Secret(NodeId),
+    /// A Python `mode="before"` validator in front of `inner`.
+    Before {
+        hook: BeforeHook,
+        inner: NodeId,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct KindUnion {
+    pub base: String,
+    pub qualname: String,
+    pub variants: Box<[(String, NodeId)]>,
+    /// `['A', 'B']`, in the schema's `oneOf` order.
+    pub expected: String,
+}
+
+#[derive(Debug)]
+pub(crate) struct TaggedUnion {
+    pub prop: String,
+    pub variants: Box<[(String, NodeId)]>,
+    pub expected: String,
+}
+
+#[derive(Debug)]
+pub(crate) struct Field {
+    pub name: String,
+    pub node: NodeId,
+    pub required: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Model {
+    pub name: String,
+    pub fields: Box<[Field]>,
+    pub keys: KeyTable,
+    pub forbid_extra: bool,
+    pub after: Option<AfterHook>,
+}
+
+/// Open-addressing FNV-1a table from a field name to its position: a lookup hashes the
+/// borrowed key and compares once, with no allocation.
+#[derive(Debug)]
+pub(crate) struct KeyTable {
+    slots: Box<[u16]>,
+    mask: usize,
+}
+
+const EMPTY: u16 = u16::MAX;
+
+fn fnv1a(s: &str) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h ^ (h >> 29)) as usize
+}
+
+impl KeyTable {
+    fn build(fields: &[Field]) -> KeyTable {
+        let cap = (fields.len() * 2).next_power_of_two().max(4);
+        let mut slots = vec![EMPTY; cap].into_boxed_slice();
+        let mask = cap - 1;
+        for (i, f) in fields.iter().enumerate() {
+            let mut pos = fnv1a(&f.name) & mask;
+            while slots[pos] != EMPTY {
+                pos = (pos + 1) & mask;
+            }
+            slots[pos] = i as u16;
+        }
+        KeyTable { slots, mask }
+    }
+
+    #[inline]
+    pub fn find(&self, fields: &[Field], key: &str) -> Option<usize> {
+        let mut pos = fnv1a(key) & self.mask;
+        loop {
+            let slot = self.slots[pos];
+            if slot == EMPTY {
+                return None;
+            }
+            if fields[slot as usize].name == key {
+                return Some(slot as usize);
+            }
+            pos = (pos + 1) & self.mask;
+        }
+    }
+}
+
+impl Tree {
+    fn compile() -> Result<Tree, String> {
+        let schema = super::merge::merged_schema()?;
+        let defs = match schema.get("$defs") {
+            Some(Value::Object(d)) => d.clone(),
+            _ => return Err("no $defs".into()),
+        };
+        let mut c = Compiler {
+            defs: &defs,
+            tree: Tree {
+                nodes: Vec::new(),
+                models: Vec::new(),
+                root: 0,
+            },
+            def_nodes: HashMap::new(),
+        };
+        let root = c.model("ConversationInfo", &schema)?;
+        c.tree.root = root;
+        Ok(c.tree)
+    }
+
+    #[inline]
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id as usize]
+    }
+
+    #[inline]
+    pub fn model(&self, id: ModelId) -> &Model {
+        &self.models[id as usize]
+    }
+}
+
+struct Compiler<'s> {
+    defs: &'s Map<String, Value>,
+    tree: Tree,
+    def_nodes: HashMap<String, NodeId>,
+}
+
+fn ref_name(s: &Value) -> Option<&str> {
+    s.get("$ref")?.as_str()?.strip_prefix("#/$defs/")
+}
+
+fn as_obj<'a>(s: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
+    s.as_object()
+        .ok_or_else(|| format!("{what}: schema is not an object"))
+}
+
+fn bound(s: &Map<String, Value>, key: &str) -> Option<Bound> {
+    let n = s.get(key)?.as_number()?;
+    Some(Bound {
+        value: n.as_f64()?,
+        text: n.clone(),
+    })
+}
+
+impl Compiler<'_> {
+    fn push(&mut self, node: Node) -> NodeId {
+        self.tree.nodes.push(node);
+        (self.tree.nodes.len() - 1) as NodeId
+    }
+
+    fn def(&mut self, name: &str) -> Result<NodeId, String> {
+        if let Some(id) = self.def_nodes.get(name) {
+            return Ok(*id);
+        }
+        let defs = self.defs;
+        let def = defs
+            .get(name)
+            .ok_or_else(|| format!("missing $defs entry {name}"))?;
+        // Reserve the slot before compiling so recursive references resolve to it.
+        let id = self.push(Node::Any);
+        self.def_nodes.insert(name.to_owned(), id);
+        let obj = as_obj(def, name)?;
+        let node = if let Some(Value::Array(values)) = obj.get("enum") {
+            let values = strings(values, name)?;
+            Node::Enum {
+                expected: expected_list(&values),
+                values: values.into(),
+            }
+        } else if obj.contains_key("oneOf") {
+            self.one_of(name, obj)?
+        } else if obj.contains_key("properties") {
+            let model = self.model(name, def)?;
+            let model_node = self.push(Node::Model(model));
+            match hooks::model_before_hook(name) {
+                Some(hook) => Node::Before {
+                    hook,
+                    inner: model_node,
+                },
+                None => Node::Model(model),
+            }
+        } else {
+            return Err(format!("$defs entry {name}: unsupported shape"));
+        };
+        self.tree.nodes[id as usize] = node;
+        Ok(id)
+    }
+
+    fn model(&mut self, name: &str, def: &Value) -> Result<ModelId, String> {
+        let obj = as_obj(def, name)?;
+        let required: Vec<&str> = match obj.get("required") {
+            Some(Value::Array(r)) => r.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let mut fields = Vec::new();
+        if let Some(Value::Object(props)) = obj.get("properties") {
+            for (prop, schema) in props {
+                // DiscriminatedUnionMixin pops `kind` before the fields are validated.
+                if prop == "kind" && schema.get("const").is_some() {
+                    continue;
+                }
+                let what = format!("{name}.{prop}");
+                let mut node = self.schema(schema, &what)?;
+                if hooks::is_unmarked_secret(name, prop) {
+                    node = self.mark_secret(node);
+                }
+                if let Some(hook) = hooks::field_before_hook(name, prop) {
+                    node = self.push(Node::Before { hook, inner: node });
+                }
+                fields.push(Field {
+                    name: prop.clone(),
+                    node,
+                    required: required.contains(&prop.as_str()),
+                });
+            }
+        }
+        if fields.len() >= usize::from(EMPTY) {
+            return Err(format!("{name}: too many fields"));
+        }
+        let keys = KeyTable::build(&fields);
+        self.tree.models.push(Model {
+            name: name.to_owned(),
+            fields: fields.into(),
+            keys,
+            forbid_extra: obj.get("additionalProperties") == Some(&Value::Bool(false)),
+            after: hooks::model_after_hook(name),
+        });
+        Ok((self.tree.models.len() - 1) as ModelId)
+    }
+
+    /// Makes a position secret that the schema leaves plain: strings (alone, in an
+    /// Optional, as dict values, or as the string member of a union) get redacted.
+    fn mark_secret(&mut self, id: NodeId) -> NodeId {
+        let replacement = match &self.tree.nodes[id as usize] {
+            Node::Str { .. } | Node::Any => return self.push(Node::Secret(id)),
+            Node::Nullable(inner) => {
+                let inner = *inner;
+                Node::Nullable(self.mark_secret(inner))
+            }
+            Node::Dict { values: Some(v) } => {
+                let v = *v;
+                Node::Dict {
+                    values: Some(self.mark_secret(v)),
+                }
+            }
+            Node::Union {
+                members,
+                labels,
+                secret,
+            } => {
+                let (members, labels, secret) = (members.clone(), labels.clone(), *secret);
+                let members = members
+                    .iter()
+                    .map(|m| match self.tree.nodes[*m as usize] {
+                        Node::Str { .. } => self.push(Node::Secret(*m)),
+                        _ => *m,
+                    })
+                    .collect();
+                Node::Union {
+                    members,
+                    labels,
+                    secret,
+                }
+            }
+            _ => return id,
+        };
+        self.push(replacement)
+    }
+
+    fn schema(&mut self, s: &Value, what: &str) -> Result<NodeId, String> {
+        if let Some(name) = ref_name(s) {
+            return self.def(name);
+        }
+        let obj = as_obj(s, what)?;
+        if let Some(Value::Array(any_of)) = obj.get("anyOf") {
+            return self.any_of(any_of, what);
+        }
+        if obj.contains_key("oneOf") {
+            let node = self.one_of(what, obj)?;
+            return Ok(self.push(node));
+        }
+        if let Some(c) = obj.get("const") {
+            let v = c
+                .as_str()
+                .ok_or_else(|| format!("{what}: non-string const"))?;
+            let values = vec![v.to_owned()];
+            return Ok(self.push(Node::Literal {
+                expected: expected_list(&values),
+                values: values.into(),
+            }));
+        }
+        if let Some(Value::Array(values)) = obj.get("enum") {
+            let values = strings(values, what)?;
+            return Ok(self.push(Node::Literal {
+                expected: expected_list(&values),
+                values: values.into(),
+            }));
+        }
+        let secret = obj.get("format").and_then(Value::as_str) == Some("password")
+            || obj.get("writeOnly") == Some(&Value::Bool(true));
+        let node = match obj.get("type").and_then(Value::as_str) {
+            None => Node::Any,
+            Some("null") => Node::Null,
+            Some("boolean") => Node::Bool,
+            Some("integer") => Node::Int(bounds(obj)),
+            Some("number") => Node::Float(bounds(obj)),
+            Some("string") => {
+                let format = match obj.get("format").and_then(Value::as_str) {
+                    Some("uuid") => StrFormat::Uuid,
+                    Some("date-time") => StrFormat::DateTime,
+                    None | Some("password") | Some("path") => StrFormat::Plain,
+                    Some(f) => return Err(format!("{what}: unsupported string format {f}")),
+                };
+                let min_len = obj
+                    .get("minLength")
+                    .and_then(Value::as_u64)
+                    .map(|n| n as usize);
+                Node::Str { min_len, format }
+            }
+            Some("array") => self.array(obj, what)?,
+            Some("object") => {
+                if obj.contains_key("properties") {
+                    return Err(format!("{what}: inline object with properties"));
+                }
+                let values = match obj.get("additionalProperties") {
+                    Some(v @ Value::Object(_)) => Some(self.schema(v, what)?),
+                    _ => None,
+                };
+                Node::Dict { values }
+            }
+            Some(t) => return Err(format!("{what}: unsupported type {t}")),
+        };
+        let id = self.push(node);
+        Ok(if secret {
+            self.push(Node::Secret(id))
+        } else {
+            id
+        })
+    }
+
+    fn array(&mut self, obj: &Map<String, Value>, what: &str) -> Result<Node, String> {
+        if let Some(Value::Array(prefix)) = obj.get("prefixItems") {
+            let items = prefix
+                .iter()
+                .map(|p| self.schema(p, what))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Node::Tuple {
+                items: items.into(),
+            });
+        }
+        let items = match obj.get("items") {
+            Some(i) => Some(self.schema(i, what)?),
+            None => None,
+        };
+        let min_items = obj
+            .get("minItems")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize);
+        let max_items = obj
+            .get("maxItems")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize);
+        Ok(Node::List {
+            items,
+            min_items,
+            max_items,
+        })
+    }
+
+    fn any_of(&mut self, any_of: &[Value], what: &str) -> Result<NodeId, String> {
+        let nullable = any_of
+            .iter()
+            .any(|m| m.get("type").and_then(Value::as_str) == Some("null"));
+        let others: Vec<&Value> = any_of
+            .iter()
+            .filter(|m| m.get("type").and_then(Value::as_str) != Some("null"))
+            .collect();
+        let inner = match others.as_slice() {
+            [] => self.push(Node::Null),
+            [one] => self.schema(one, what)?,
+            many => {
+                let mut members = Vec::new();
+                let mut secret = false;
+                for m in many {
+                    let mut id = self.schema(m, what)?;
+                    // `str | SecretStr`: the whole position is secret, and members must see
+                    // the value unredacted while the union tries them.
+                    if let Node::Secret(inner) = self.tree.nodes[id as usize] {
+                        secret = true;
+                        id = inner;
+                    }
+                    members.push(id);
+                }
+                let labels = members.iter().map(|m| self.label(*m)).collect::<Vec<_>>();
+                self.push(Node::Union {
+                    members: members.into(),
+                    labels: labels.into(),
+                    secret,
+                })
+            }
+        };
+        if nullable && !others.is_empty() {
+            // A secret Optional stays a secret; keep the wrapper outside so null passes.
+            Ok(self.push(Node::Nullable(inner)))
+        } else {
+            Ok(inner)
+        }
+    }
+
+    fn one_of(&mut self, what: &str, obj: &Map<String, Value>) -> Result<Node, String> {
+        let prop = obj
+            .get("discriminator")
+            .and_then(|d| d.get("propertyName"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{what}: oneOf without discriminator"))?
+            .to_owned();
+        let mapping = obj
+            .get("discriminator")
+            .and_then(|d| d.get("mapping"))
+            .and_then(Value::as_object);
+        let refs = match obj.get("oneOf") {
+            Some(Value::Array(r)) => r,
+            _ => return Err(format!("{what}: oneOf is not a list")),
+        };
+        let mut variants = Vec::new();
+        let mut is_kind_union = false;
+        for r in refs {
+            let name = ref_name(r).ok_or_else(|| format!("{what}: oneOf member without $ref"))?;
+            let tag = self
+                .defs
+                .get(name)
+                .and_then(|d| d.get("properties"))
+                .and_then(|p| p.get(&prop))
+                .and_then(|p| p.get("const"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{what}: variant {name} has no const {prop}"))?
+                .to_owned();
+            // OpenHands' kind unions map mangled class paths, pydantic's map the tag itself.
+            if mapping.is_some_and(|m| !m.contains_key(&tag)) {
+                is_kind_union = true;
+            }
+            let node = self.def(name)?;
+            variants.push((tag, node));
+        }
+        let tags: Vec<String> = variants.iter().map(|(t, _)| t.clone()).collect();
+        Ok(if is_kind_union {
+            Node::KindUnion(Box::new(KindUnion {
+                base: what.to_owned(),
+                qualname: hooks::kind_base_qualname(what),
+                expected: python_str_list(&tags),
+                variants: variants.into(),
+            }))
+        } else {
+            Node::TaggedUnion(Box::new(TaggedUnion {
+                prop,
+                expected: expected_list(&tags),
+                variants: variants.into(),
+            }))
+        })
+    }
+
+    /// pydantic-core's name for a union member, used as the loc segment of its errors.
+    fn label(&self, id: NodeId) -> String {
+        match &self.tree.nodes[id as usize] {
+            Node::Any => "any".into(),
+            Node::Null => "none".into(),
+            Node::Str {
+                format: StrFormat::Uuid,
+                ..
+            } => "uuid".into(),
+            Node::Str {
+                format: StrFormat::DateTime,
+                ..
+            } => "datetime".into(),
+            Node::Str {
+                min_len: Some(_), ..
+            } => "constrained-str".into(),
+            Node::Str { .. } | Node::Secret(_) => "str".into(),
+            Node::Int(b) if b.is_empty() => "int".into(),
+            Node::Int(_) => "constrained-int".into(),
+            Node::Float(b) if b.is_empty() => "float".into(),
+            Node::Float(_) => "constrained-float".into(),
+            Node::Bool => "bool".into(),
+            Node::Literal { values, .. } => {
+                let quoted: Vec<String> = values.iter().map(|v| format!("'{v}'")).collect();
+                format!("literal[{}]", quoted.join(","))
+            }
+            Node::Model(m) => self.tree.models[*m as usize].name.clone(),
+            Node::Before { inner, .. } => self.label(*inner),
+            Node::KindUnion(k) => k.base.clone(),
+            Node::Enum { .. } => self.def_name(id).unwrap_or_else(|| "enum".into()),
+            Node::List { items, .. } => match items {
+                Some(i) => format!("list[{}]", self.label(*i)),
+                None => "list[any]".into(),
+            },
+            Node::Tuple { .. } => "tuple".into(),
+            Node::Dict { values } => match values {
+                Some(v) => format!("dict[str,{}]", self.label(*v)),
+                None => "dict[str,any]".into(),
+            },
+            Node::TaggedUnion(_) => "tagged-union".into(),
+            Node::Nullable(i) => format!("nullable[{}]", self.label(*i)),
+            Node::Union { .. } => "union".into(),
+        }
+    }
+
+    fn def_name(&self, id: NodeId) -> Option<String> {
+        self.def_nodes
+            .iter()
+            .find(|(_, v)| **v == id)
+            .map(|(k, _)| k.clone())
+    }
+}
+
+fn bounds(obj: &Map<String, Value>) -> Bounds {
+    Bounds {
+        ge: bound(obj, "minimum"),
+        gt: bound(obj, "exclusiveMinimum"),
+        le: bound(obj, "maximum"),
+        lt: bound(obj, "exclusiveMaximum"),
+    }
+}
+
+fn strings(values: &[Value], what: &str) -> Result<Vec<String>, String> {
+    values
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{what}: non-string enum value"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_schema_compiles() {
+        let tree = Tree::compile().unwrap_or_else(|e| panic!("{e}"));
+        let root = tree.model(tree.root);
+        assert_eq!(root.name, "ConversationInfo");
+        assert!(root.keys.find(&root.fields, "agent").is_some());
+        assert!(root.keys.find(&root.fields, "nope").is_none());
+        // Fields only one release has are both present.
+        let llm = tree
+            .models
+            .iter()
+            .find(|m| m.name == "LLM")
+            .map(|m| m.keys.find(&m.fields, "modify_params"));
+        assert_eq!(llm.map(|f| f.is_some()), Some(true));
+        let mcp = tree.models.iter().find(|m| m.name == "MCPServer");
+        assert!(mcp.is_some_and(|m| m.forbid_extra && m.keys.find(&m.fields, "enabled").is_some()));
+    }
+}

@@ -1,0 +1,364 @@
+//! Catalog reads, tags, profiles, limits and health over REST, on both stores.
+
+use serde_json::{Value, json};
+
+use crate::common::{
+    Backend, OTHER_WEBHOOK_KEY, RUNTIME_KEY, Sandgate, WEBHOOK_KEY, conversation, new_id,
+};
+use crate::on_both_backends;
+
+async fn deliver(server: &Sandgate, body: &Value) {
+    let response = server.deliver(WEBHOOK_KEY, body.to_string()).await;
+    assert_eq!(
+        response.status(),
+        200,
+        "{}",
+        response.text().await.unwrap_or_default()
+    );
+}
+
+async fn get_json(server: &Sandgate, path: &str, header: (&str, &str)) -> (u16, Value) {
+    let response = server
+        .client
+        .get(server.url(path))
+        .header(header.0, header.1)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON"))
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|item| item["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+async fn children_are_derived_and_listed_by_parent(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let parent = new_id();
+    let mut children = vec![new_id(), new_id()];
+    children.sort();
+    let mut body = conversation(&parent, "2026-03-01T12:00:00Z", "running");
+    // What a payload claims is not what the catalog says.
+    body["sub_conversation_ids"] = json!([new_id()]);
+    deliver(&server, &body).await;
+    for child in &children {
+        let mut body = conversation(child, "2026-03-01T12:00:01Z", "running");
+        body["parent_conversation_id"] = parent.clone().into();
+        deliver(&server, &body).await;
+    }
+    let (status, record) = get_json(
+        &server,
+        &format!("/api/v1/conversations/{parent}"),
+        ("x-api-key", RUNTIME_KEY),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(record["sub_conversation_ids"], json!(children));
+    let (_, page) = get_json(
+        &server,
+        &format!("/api/v1/conversations?parent_id={parent}"),
+        ("x-api-key", RUNTIME_KEY),
+    )
+    .await;
+    assert_eq!(ids(&page), children);
+}
+
+async fn tags_filter_lists_and_patch_replaces_them(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let id = new_id();
+    let mut body = conversation(&id, "2026-03-01T12:00:00Z", "running");
+    body["tags"] = json!({"team": "alpha", "env": "prod"});
+    deliver(&server, &body).await;
+    let key = ("x-session-api-key", WEBHOOK_KEY);
+    let (_, page) = get_json(
+        &server,
+        "/api/v1/conversations?tag=team:alpha&tag=env:prod",
+        key,
+    )
+    .await;
+    assert_eq!(ids(&page), std::slice::from_ref(&id));
+
+    let patch = |tags: Value| {
+        server
+            .client
+            .patch(server.url(&format!("/api/v1/conversations/{id}")))
+            .header("x-session-api-key", WEBHOOK_KEY)
+            .json(&json!({ "tags": tags }))
+            .send()
+    };
+    let response = patch(json!({"team": "beta"})).await.expect("patch");
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.json::<Value>().await.expect("JSON")["tags"],
+        json!({"team": "beta"})
+    );
+    let (_, page) = get_json(&server, "/api/v1/conversations?tag=team:alpha", key).await;
+    assert!(
+        ids(&page).is_empty(),
+        "the old tag no longer lists it: {page}"
+    );
+    let (_, page) = get_json(&server, "/api/v1/conversations?tag=team:beta", key).await;
+    assert_eq!(ids(&page), std::slice::from_ref(&id));
+
+    let response = patch(json!({"my-tag": "x"})).await.expect("patch");
+    assert_eq!(response.status(), 422);
+    let error = &response.json::<Value>().await.expect("JSON")["detail"][0];
+    assert_eq!(error["type"], "value_error");
+    assert_eq!(error["loc"], json!(["body", "tags"]));
+    let response = patch(json!({"team": "x".repeat(257)}))
+        .await
+        .expect("patch");
+    assert_eq!(response.status(), 422);
+    let response = patch(json!({"team": 5})).await.expect("patch");
+    assert_eq!(response.status(), 422);
+    assert_eq!(
+        response.json::<Value>().await.expect("JSON")["detail"][0]["loc"],
+        json!(["body", "tags", "team"])
+    );
+}
+
+async fn readers_see_only_what_they_may(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let id = new_id();
+    deliver(
+        &server,
+        &conversation(&id, "2026-03-01T12:00:00Z", "running"),
+    )
+    .await;
+    let path = format!("/api/v1/conversations/{id}");
+    assert_eq!(
+        get_json(&server, &path, ("x-session-api-key", WEBHOOK_KEY))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        get_json(&server, &path, ("x-api-key", RUNTIME_KEY)).await.0,
+        200
+    );
+    assert_eq!(
+        get_json(&server, &path, ("x-session-api-key", OTHER_WEBHOOK_KEY))
+            .await
+            .0,
+        404
+    );
+    let (status, body) = get_json(&server, &path, ("x-api-key", "wrong")).await;
+    assert_eq!(
+        (status, body),
+        (401, json!({"detail": "provide a valid API key"}))
+    );
+    let (status, _) = get_json(&server, &path, ("x-other", "nothing")).await;
+    assert_eq!(status, 401);
+    let (_, page) = get_json(
+        &server,
+        "/api/v1/conversations",
+        ("x-session-api-key", OTHER_WEBHOOK_KEY),
+    )
+    .await;
+    assert!(
+        ids(&page).is_empty(),
+        "another sender lists nothing of ours: {page}"
+    );
+    let (status, body) = get_json(
+        &server,
+        "/api/v1/conversations/not-a-uuid",
+        ("x-api-key", RUNTIME_KEY),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+}
+
+async fn lists_are_paged_in_id_order(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let mut all: Vec<String> = (0..5).map(|_| new_id()).collect();
+    for id in &all {
+        deliver(&server, &conversation(id, "2026-03-01T12:00:00Z", "idle")).await;
+    }
+    all.sort();
+    let mut seen = Vec::new();
+    let mut page_id: Option<String> = None;
+    loop {
+        let path = match &page_id {
+            Some(page) => format!("/api/v1/conversations?limit=2&page_id={page}"),
+            None => "/api/v1/conversations?limit=2".to_owned(),
+        };
+        let (status, page) = get_json(&server, &path, ("x-api-key", RUNTIME_KEY)).await;
+        assert_eq!(status, 200);
+        assert!(ids(&page).len() <= 2);
+        seen.extend(ids(&page));
+        match page["next_page_id"].as_str() {
+            Some(next) => page_id = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, all);
+}
+
+async fn llm_profiles_are_saved_per_sender(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let path = server.url("/api/v1/settings/profiles/team-a");
+    let profile = json!({
+        "preserve_existing_api_key": true,
+        "llm": {"model": "gateway_proxy/claude", "base_url": "https://gw.example", "extra_headers": {"x-team": "a"}}
+    });
+    let response = server
+        .client
+        .post(&path)
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .json(&profile)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), 200);
+    let saved: Value = response.json().await.expect("JSON");
+    assert_eq!(saved["llm"]["extra_headers"], json!({"x-team": "a"}));
+    let (status, fetched) = get_json(
+        &server,
+        "/api/v1/settings/profiles/team-a",
+        ("x-session-api-key", WEBHOOK_KEY),
+    )
+    .await;
+    assert_eq!((status, &fetched), (200, &saved));
+    let (status, _) = get_json(
+        &server,
+        "/api/v1/settings/profiles/team-a",
+        ("x-session-api-key", OTHER_WEBHOOK_KEY),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    let reserved = json!({"llm": {"model": "m", "extra_headers": {"X-Gateway-Session-Id": "abc"}}});
+    let response = server
+        .client
+        .post(&path)
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .json(&reserved)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), 422);
+    let error = &response.json::<Value>().await.expect("JSON")["detail"][0];
+    assert_eq!(
+        error["loc"],
+        json!(["body", "llm", "extra_headers", "X-Gateway-Session-Id"])
+    );
+    let response = server
+        .client
+        .post(&path)
+        .json(&profile)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), 401);
+}
+
+async fn health_reports_the_store(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let response = server
+        .client
+        .get(server.url("/health"))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(response.status(), 200);
+    if let Backend::Redis(mut redis) = backend {
+        redis.kill().await;
+        let response = server
+            .client
+            .get(server.url("/health"))
+            .send()
+            .await
+            .expect("health");
+        assert_eq!(response.status(), 503);
+        let response = server
+            .deliver(
+                WEBHOOK_KEY,
+                conversation(&new_id(), "2026-03-01T12:00:00Z", "idle").to_string(),
+            )
+            .await;
+        assert_eq!(
+            response.status(),
+            503,
+            "a delivery that cannot be stored is not acknowledged"
+        );
+    }
+}
+
+on_both_backends!(
+    children_are_derived_and_listed_by_parent,
+    tags_filter_lists_and_patch_replaces_them,
+    readers_see_only_what_they_may,
+    lists_are_paged_in_id_order,
+    llm_profiles_are_saved_per_sender,
+    health_reports_the_store,
+);
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413_in_json() {
+    let backend = Backend::embedded();
+    let server = Sandgate::start_with(&backend, &["--body-limit", "1024"]).await;
+    let response = server.deliver(WEBHOOK_KEY, vec![b' '; 4096]).await;
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.expect("JSON");
+    assert!(
+        body["detail"].as_str().expect("detail").contains("1024"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_routed_paths() {
+    let backend = Backend::embedded();
+    let server = Sandgate::start(&backend).await;
+    let document: Value = server
+        .client
+        .get(server.url("/openapi.json"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("JSON");
+    assert!(document["components"]["schemas"]["ConversationInfo"].is_object());
+    let paths = document["paths"].as_object().expect("paths");
+    assert!(paths.contains_key("/api/v1/webhooks/conversations"));
+    for (path, operations) in paths {
+        let concrete = path
+            .replace("{id}", &new_id())
+            .replace("{profile_name}", "p");
+        for method in operations.as_object().expect("operations").keys() {
+            let response = server
+                .client
+                .request(
+                    method.to_uppercase().parse().expect("method"),
+                    server.url(&concrete),
+                )
+                .send()
+                .await
+                .expect("request");
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            assert!(
+                status != 405 && body != json!({"detail": "Not Found"}),
+                "{method} {path} is documented but not routed: {status} {body}"
+            );
+        }
+    }
+    let response = server
+        .client
+        .get(server.url("/no/such/path"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(response.status(), 404);
+    assert_eq!(
+        response.json::<Value>().await.expect("JSON"),
+        json!({"detail": "Not Found"})
+    );
+}

@@ -1,0 +1,188 @@
+//! Test harness: real servers on port 0. A `redis-server` per test on a free port (never
+//! the machine's own on 6379), Sandgate in-process or as its real binary. Readiness is read
+//! from the servers' own output, never waited for with sleeps.
+
+pub mod fixtures;
+mod process;
+mod redis_server;
+
+use std::net::SocketAddr;
+
+use sandgate::cli::{Cli, Command};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub use process::SandgateProcess;
+pub use redis_server::RedisServer;
+
+/// A session key every test server accepts from external senders.
+pub const WEBHOOK_KEY: &str = "test-session-key";
+/// A second static key: another sender.
+pub const OTHER_WEBHOOK_KEY: &str = "other-session-key";
+/// The runtime API key (`X-API-Key`), which reads everything.
+pub const RUNTIME_KEY: &str = "test-runtime-api-key";
+
+/// Where a test server keeps its data.
+pub enum Backend {
+    Embedded(tempfile::TempDir),
+    Redis(RedisServer),
+}
+
+impl Backend {
+    pub fn embedded() -> Self {
+        Self::Embedded(tempfile::tempdir().expect("temp dir"))
+    }
+
+    pub async fn redis() -> Self {
+        Self::Redis(RedisServer::start().await)
+    }
+
+    /// The command-line flags that select this backend.
+    pub fn args(&self) -> Vec<String> {
+        match self {
+            Self::Embedded(dir) => vec!["--data-dir".into(), dir.path().display().to_string()],
+            Self::Redis(redis) => vec!["--redis".into(), redis.url()],
+        }
+    }
+}
+
+/// The flags every test server runs with.
+pub fn base_args(backend: &Backend) -> Vec<String> {
+    let mut args = vec![
+        "--webhook-api-keys".to_owned(),
+        format!("{WEBHOOK_KEY},{OTHER_WEBHOOK_KEY}"),
+        "--default-api-key".to_owned(),
+        RUNTIME_KEY.to_owned(),
+    ];
+    args.extend(backend.args());
+    args
+}
+
+/// `sandgate serve` running inside the test process; stops when dropped.
+pub struct Sandgate {
+    pub address: SocketAddr,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Sandgate {
+    pub async fn start(backend: &Backend) -> Self {
+        Self::start_with(backend, &[]).await
+    }
+
+    pub async fn start_with(backend: &Backend, extra: &[&str]) -> Self {
+        let mut argv = vec![
+            "sandgate".to_owned(),
+            "serve".to_owned(),
+            "--listen".to_owned(),
+            "127.0.0.1:0".to_owned(),
+        ];
+        argv.extend(base_args(backend));
+        argv.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        let Command::Serve(args) = <Cli as clap::Parser>::try_parse_from(argv)
+            .expect("valid flags")
+            .command
+        else {
+            unreachable!("parsed `serve`")
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(sandgate::serve(args, listener, async {
+            drop(stopped.await);
+        }));
+        Self {
+            address,
+            // Redirects are answers too: tests look at them rather than follow them.
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// Stops the server and waits until it has released everything (the store too).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("server task").expect("server result");
+        }
+    }
+
+    /// Posts a webhook body with the given session key.
+    pub async fn deliver(&self, key: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        self.client
+            .post(self.url("/api/v1/webhooks/conversations"))
+            .header("content-type", "application/json")
+            .header("x-session-api-key", key)
+            .body(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// Reads a conversation with the runtime API key.
+    pub async fn conversation(&self, id: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(&format!("/api/v1/conversations/{id}")))
+            .header("x-api-key", RUNTIME_KEY)
+            .send()
+            .await
+            .expect("request")
+    }
+}
+
+impl Drop for Sandgate {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Runs each named `async fn(Backend)` once on the embedded store and once on Redis.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Backend::embedded()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Backend::redis().await).await;
+                }
+            )*
+        }
+    };
+}
+
+/// A valid ConversationInfo body built from a real fixture, with the given id and
+/// `updated_at`, for tests that need many distinct records.
+pub fn conversation(id: &str, updated_at: &str, status: &str) -> serde_json::Value {
+    let mut body = fixtures::json("accept/agent_basic_idle");
+    body["id"] = id.into();
+    body["updated_at"] = updated_at.into();
+    body["execution_status"] = status.into();
+    body
+}
+
+/// A fresh conversation id.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,93 @@
+//! The real `sandgate` binary, for what only a process can show: signals, restarts, logs.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub struct SandgateProcess {
+    pub address: String,
+    child: Child,
+    log: Arc<Mutex<String>>,
+    log_done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl SandgateProcess {
+    /// Runs `sandgate <args>` and waits for its "listening on" line.
+    pub async fn spawn(args: &[String], envs: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sandgate"))
+            .args(args)
+            .envs(envs.iter().copied())
+            .env("SANDGATE_LOG_FORMAT", "text")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sandgate");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut address = None;
+        while let Ok(Some(line)) = lines.next_line().await {
+            log.lock().expect("log").push_str(&format!("{line}\n"));
+            if let Some((_, rest)) = line.split_once("listening on http://") {
+                address = Some(rest.trim().to_owned());
+                break;
+            }
+        }
+        let Some(address) = address else {
+            panic!(
+                "sandgate exited before listening:\n{}",
+                log.lock().expect("log")
+            );
+        };
+        let sink = log.clone();
+        let log_done = tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.lock().expect("log").push_str(&format!("{line}\n"));
+            }
+        });
+        Self {
+            address,
+            child,
+            log,
+            log_done: Some(log_done),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    pub async fn terminate(&mut self) -> Option<i32> {
+        let pid = self.child.id().expect("running");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let code = self.child.wait().await.expect("wait").code();
+        self.finish_log().await;
+        code
+    }
+
+    /// Kills the process at once (SIGKILL): nothing gets a chance to flush.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("kill");
+        self.finish_log().await;
+    }
+
+    async fn finish_log(&mut self) {
+        if let Some(done) = self.log_done.take() {
+            drop(done.await);
+        }
+    }
+
+    /// Everything the process logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().expect("log").clone()
+    }
+}

@@ -1,0 +1,15 @@
+//! End-to-end tests of `sandgate`: real servers on port 0, real Redis, in parallel.
+#![expect(
+    clippy::expect_used,
+    reason = "a test fails loudly, naming what it expected"
+)]
+
+mod common;
+
+mod catalog;
+mod http_cases;
+mod ordering;
+mod process;
+mod redaction;
+mod store_conformance;
+mod webhook_fixtures;

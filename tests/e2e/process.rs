@@ -1,0 +1,145 @@
+//! The real binary: restarts lose nothing acknowledged, SIGTERM exits 0, and the parts
+//! run apart.
+
+use serde_json::Value;
+
+use crate::common::{
+    Backend, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, base_args, conversation, new_id,
+};
+
+fn serve_args(backend: &Backend) -> Vec<String> {
+    let mut args = vec![
+        "serve".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+    ];
+    args.extend(base_args(backend));
+    args
+}
+
+async fn deliver(client: &reqwest::Client, server: &SandgateProcess, body: &Value) -> u16 {
+    client
+        .post(server.url("/api/v1/webhooks/conversations"))
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("post")
+        .status()
+        .as_u16()
+}
+
+async fn fetch(client: &reqwest::Client, server: &SandgateProcess, id: &str) -> Value {
+    let response = client
+        .get(server.url(&format!("/api/v1/conversations/{id}")))
+        .header("x-api-key", RUNTIME_KEY)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(
+        response.status(),
+        200,
+        "conversation {id} was acknowledged but is gone"
+    );
+    response.json().await.expect("JSON")
+}
+
+/// Acknowledged deliveries survive a SIGKILL (no chance to flush) and a restart.
+async fn a_killed_server_loses_nothing_it_acknowledged(backend: Backend) {
+    let client = reqwest::Client::new();
+    let mut server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
+    let ids: Vec<String> = (0..30).map(|_| new_id()).collect();
+    let deliveries = ids
+        .iter()
+        .map(|id| conversation(id, "2026-03-01T12:00:00Z", "running"))
+        .collect::<Vec<_>>();
+    let statuses = futures::future::join_all(
+        deliveries
+            .iter()
+            .map(|body| deliver(&client, &server, body)),
+    )
+    .await;
+    assert!(statuses.iter().all(|status| *status == 200), "{statuses:?}");
+    server.kill().await;
+
+    let server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
+    for id in &ids {
+        assert_eq!(
+            fetch(&client, &server, id).await["execution_status"],
+            "running"
+        );
+    }
+}
+
+crate::on_both_backends!(a_killed_server_loses_nothing_it_acknowledged);
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_zero() {
+    let backend = Backend::embedded();
+    let client = reqwest::Client::new();
+    let mut server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
+    assert_eq!(
+        deliver(
+            &client,
+            &server,
+            &conversation(&new_id(), "2026-03-01T12:00:00Z", "idle")
+        )
+        .await,
+        200
+    );
+    assert_eq!(server.terminate().await, Some(0));
+    assert!(server.log().contains("SIGTERM received"));
+}
+
+#[tokio::test]
+async fn runtime_api_and_edge_run_apart() {
+    let backend = Backend::embedded();
+    let mut runtime_args = vec![
+        "runtime-api".to_owned(),
+        "--grpc-listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+    ];
+    runtime_args.extend(base_args(&backend));
+    let mut runtime_api = SandgateProcess::spawn(&runtime_args, &[]).await;
+    let edge_args = [
+        "edge".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--runtime-api".to_owned(),
+        format!("http://{}", runtime_api.address),
+    ];
+    let edge = SandgateProcess::spawn(&edge_args, &[]).await;
+    let client = reqwest::Client::new();
+    let id = new_id();
+    assert_eq!(
+        deliver(
+            &client,
+            &edge,
+            &conversation(&id, "2026-03-01T12:00:00Z", "paused")
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        fetch(&client, &edge, &id).await["execution_status"],
+        "paused"
+    );
+    let health = client
+        .get(edge.url("/health"))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(health.status(), 200);
+    runtime_api.kill().await;
+    let health = client
+        .get(edge.url("/health"))
+        .send()
+        .await
+        .expect("health");
+    assert_eq!(
+        health.status(),
+        503,
+        "the edge reports a runtime API that is gone"
+    );
+}

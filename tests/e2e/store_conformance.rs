@@ -1,0 +1,246 @@
+//! One conformance suite for every store backend: the same calls, the same answers.
+
+use std::collections::BTreeMap;
+
+use sandgate_runtime_api::store::{self, IndexKey, Store, StoredConversation, StoredProfile};
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use crate::common::Backend;
+
+async fn open(backend: &Backend) -> Store {
+    let backend = match backend {
+        Backend::Embedded(dir) => store::Backend::Embedded {
+            data_dir: dir.path().to_path_buf(),
+        },
+        Backend::Redis(redis) => store::Backend::Redis { url: redis.url() },
+    };
+    Store::open(&backend).await.expect("store opens")
+}
+
+fn record(
+    id: Uuid,
+    version: u64,
+    parent: Option<Uuid>,
+    tags: &[(&str, &str)],
+) -> StoredConversation {
+    StoredConversation {
+        id,
+        version,
+        owner: "static:abc".into(),
+        execution_status: "running".into(),
+        updated_at: Some(1),
+        received_at: 2,
+        deleted: false,
+        parent_id: parent,
+        tags: tags
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect::<BTreeMap<_, _>>(),
+        model: Some("gpt".into()),
+        lifecycle: Vec::new(),
+        record: RawValue::from_string(format!(r#"{{"id":"{id}","v":{version}}}"#)).expect("raw"),
+    }
+}
+
+async fn compare_and_swap_writes_only_over_the_expected_version(backend: Backend) {
+    let store = open(&backend).await;
+    let id = Uuid::new_v4();
+    assert!(store.conversations.get(id).await.expect("get").is_none());
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(0, &record(id, 1, None, &[]))
+            .await
+            .expect("cas")
+    );
+    assert!(
+        !store
+            .conversations
+            .compare_and_swap(0, &record(id, 1, None, &[]))
+            .await
+            .expect("cas"),
+        "already there"
+    );
+    assert!(
+        !store
+            .conversations
+            .compare_and_swap(5, &record(id, 6, None, &[]))
+            .await
+            .expect("cas"),
+        "wrong version"
+    );
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(1, &record(id, 2, None, &[]))
+            .await
+            .expect("cas")
+    );
+    let stored = store
+        .conversations
+        .get(id)
+        .await
+        .expect("get")
+        .expect("stored");
+    assert_eq!(stored.version, 2);
+    assert_eq!(stored.record.get(), record(id, 2, None, &[]).record.get());
+    assert_eq!(stored.model.as_deref(), Some("gpt"));
+}
+
+async fn concurrent_swaps_on_one_version_have_one_winner(backend: Backend) {
+    let store = open(&backend).await;
+    let id = Uuid::new_v4();
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(0, &record(id, 1, None, &[]))
+            .await
+            .expect("cas")
+    );
+    let racers = (0..20).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .conversations
+                .compare_and_swap(1, &record(id, 2, None, &[]))
+                .await
+                .expect("cas")
+        })
+    });
+    let wins = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .filter(|won| *won.as_ref().expect("task"))
+        .count();
+    assert_eq!(wins, 1);
+}
+
+async fn indexes_list_members_in_id_order_and_page(backend: Backend) {
+    let store = open(&backend).await;
+    let parent = Uuid::new_v4();
+    let mut children: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+    for child in &children {
+        assert!(
+            store
+                .conversations
+                .compare_and_swap(0, &record(*child, 1, Some(parent), &[("team", "a")]))
+                .await
+                .expect("cas")
+        );
+    }
+    children.sort();
+    let by_parent = IndexKey::Parent(parent);
+    let first = store
+        .conversations
+        .scan(&by_parent, None, 3)
+        .await
+        .expect("scan");
+    let second = store
+        .conversations
+        .scan(&by_parent, Some(first[2].id), 3)
+        .await
+        .expect("scan");
+    let listed: Vec<Uuid> = first
+        .iter()
+        .chain(&second)
+        .map(|stored| stored.id)
+        .collect();
+    assert_eq!(listed, children);
+    let tagged = store
+        .conversations
+        .scan(&IndexKey::Tag("team".into(), "a".into()), None, 10)
+        .await
+        .expect("scan");
+    assert_eq!(tagged.len(), 5);
+    let owned = store
+        .conversations
+        .scan(&IndexKey::Owner("static:abc".into()), None, 10)
+        .await
+        .expect("scan");
+    assert_eq!(owned.len(), 5);
+    assert!(
+        store
+            .conversations
+            .scan(&IndexKey::Tag("team".into(), "b".into()), None, 10)
+            .await
+            .expect("scan")
+            .is_empty()
+    );
+
+    store
+        .conversations
+        .unindex(&by_parent, children[0])
+        .await
+        .expect("unindex");
+    let remaining = store
+        .conversations
+        .scan(&by_parent, None, 10)
+        .await
+        .expect("scan");
+    assert_eq!(remaining.len(), 4);
+    assert!(remaining.iter().all(|stored| stored.id != children[0]));
+}
+
+async fn session_keys_and_profiles_round_trip(backend: Backend) {
+    let store = open(&backend).await;
+    assert_eq!(
+        store
+            .session_keys
+            .sandbox_for_key("ab12")
+            .await
+            .expect("get"),
+        None
+    );
+    store
+        .session_keys
+        .put_session_key("ab12", "sandbox-1")
+        .await
+        .expect("put");
+    assert_eq!(
+        store
+            .session_keys
+            .sandbox_for_key("ab12")
+            .await
+            .expect("get")
+            .as_deref(),
+        Some("sandbox-1")
+    );
+
+    let profile = StoredProfile {
+        name: "p".into(),
+        preserve_existing_api_key: true,
+        model: "m".into(),
+        base_url: "https://b".into(),
+        extra_headers: BTreeMap::from([("x-a".to_owned(), "1".to_owned())]),
+    };
+    store
+        .profiles
+        .put_profile("static:abc", &profile)
+        .await
+        .expect("put");
+    assert_eq!(
+        store
+            .profiles
+            .get_profile("static:abc", "p")
+            .await
+            .expect("get"),
+        Some(profile)
+    );
+    assert_eq!(
+        store
+            .profiles
+            .get_profile("static:other", "p")
+            .await
+            .expect("get"),
+        None
+    );
+    store.health.ping().await.expect("ping");
+}
+
+crate::on_both_backends!(
+    compare_and_swap_writes_only_over_the_expected_version,
+    concurrent_swaps_on_one_version_have_one_winner,
+    indexes_list_members_in_id_order_and_page,
+    session_keys_and_profiles_round_trip,
+);
