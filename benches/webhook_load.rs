@@ -42,9 +42,31 @@ fn fixture(name: &str) -> Value {
     .expect("fixture is JSON")
 }
 
+/// A ≈9 KB record (the "≈10 KB real fixture" of the issue) made of real parts: `sdk158_stats_metrics` with the skills and tools
+/// of `sdk158_agent_context_skills`, the hooks of `sdk158_hooks_full`, and the analyzer,
+/// secrets, tags and MCP servers of `kitchen_sink`.
+fn ten_kilobyte_record() -> Value {
+    let mut record = fixture("sdk158_stats_metrics");
+    let skills = fixture("sdk158_agent_context_skills");
+    let kitchen_sink = fixture("kitchen_sink");
+    record["agent"]["agent_context"] = skills["agent"]["agent_context"].clone();
+    record["agent"]["tools"] = skills["agent"]["tools"].clone();
+    record["agent"]["mcp_config"] = kitchen_sink["agent"]["mcp_config"].clone();
+    record["hook_config"] = fixture("sdk158_hooks_full")["hook_config"].clone();
+    for key in [
+        "security_analyzer",
+        "secret_registry",
+        "tags",
+        "confirmation_policy",
+    ] {
+        record[key] = kitchen_sink[key].clone();
+    }
+    record
+}
+
 fn bodies() -> Vec<Body> {
     let small = fixture("status_idle");
-    let large = fixture("sdk158_stats_metrics");
+    let large = ten_kilobyte_record();
     vec![
         Body {
             name: "small",
@@ -52,22 +74,39 @@ fn bodies() -> Vec<Body> {
             template: small,
         },
         Body {
-            name: "10 KB",
+            name: "≈9 KB real record",
             bytes: large.to_string().len(),
             template: large,
         },
     ]
 }
 
-/// `count` distinct deliveries of `template`, each a new conversation.
-fn deliveries(template: &Value, count: usize) -> Vec<bytes::Bytes> {
-    (0..count)
-        .map(|_| {
-            let mut body = template.clone();
-            body["id"] = uuid::Uuid::new_v4().to_string().into();
-            bytes::Bytes::from(body.to_string())
-        })
-        .collect()
+/// Deliveries of `template`, each a new conversation (a repeated body would be an
+/// idempotent no-op): the serialized template with a fresh id written over its own.
+struct Deliveries {
+    bytes: Vec<u8>,
+    id_at: usize,
+}
+
+const PLACEHOLDER_ID: &str = "00000000-0000-4000-8000-000000000000";
+
+impl Deliveries {
+    fn new(template: &Value) -> Self {
+        let mut body = template.clone();
+        body["id"] = PLACEHOLDER_ID.into();
+        let bytes = body.to_string().into_bytes();
+        let id_at = String::from_utf8_lossy(&bytes)
+            .find(PLACEHOLDER_ID)
+            .expect("the id is in the body");
+        Self { bytes, id_at }
+    }
+
+    fn next(&self) -> bytes::Bytes {
+        let mut bytes = self.bytes.clone();
+        let id = uuid::Uuid::new_v4().hyphenated().to_string();
+        bytes[self.id_at..self.id_at + id.len()].copy_from_slice(id.as_bytes());
+        bytes::Bytes::from(bytes)
+    }
 }
 
 struct Outcome {
@@ -77,55 +116,77 @@ struct Outcome {
     latency: Histogram<u64>,
 }
 
-/// Closed-loop load: `concurrency` workers, each sending its next body as soon as the
-/// previous answer arrived, for `seconds`.
+/// One keep-alive HTTP/1.1 connection: hyper's bare client, so that the load generator
+/// costs the machine as little as possible.
+async fn connect(
+    url: &str,
+) -> hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let address = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("host:port")
+        .to_owned();
+    let stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// Closed-loop load: `concurrency` workers, each on its own connection, sending its next
+/// body as soon as the previous answer arrived, for `seconds`.
 async fn load(url: &str, template: &Value, concurrency: usize, seconds: u64) -> Outcome {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrency)
-        .tcp_nodelay(true)
-        .build()
-        .expect("client");
     let stop = Arc::new(AtomicBool::new(false));
+    let path = format!(
+        "/{}",
+        url.trim_start_matches("http://")
+            .split_once('/')
+            .map_or("", |(_, path)| path)
+    );
     let started = Instant::now();
-    let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (client, url, stop) = (client.clone(), url.to_owned(), stop.clone());
-            let bodies = deliveries(template, 4096);
-            tokio::spawn(async move {
-                let mut latency =
-                    Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
-                let (mut requests, mut errors) = (0u64, 0u64);
-                for body in bodies.iter().cycle() {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
+    let mut workers = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        let mut sender = connect(url).await;
+        let (path, stop) = (path.clone(), stop.clone());
+        let deliveries = Deliveries::new(template);
+        workers.push(tokio::spawn(async move {
+            let mut latency =
+                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+            let (mut requests, mut errors) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let body = deliveries.next();
+                let request = http::Request::post(path.as_str())
+                    .header("host", "bench")
+                    .header("content-type", "application/json")
+                    .header("x-session-api-key", KEY)
+                    .body(http_body_util::Full::new(body))
+                    .expect("request");
+                let sent = Instant::now();
+                let answer = match sender.send_request(request).await {
+                    Ok(response) => {
+                        let ok = response.status() == 200;
+                        let drained = http_body_util::BodyExt::collect(response.into_body())
+                            .await
+                            .is_ok();
+                        ok && drained
                     }
-                    // A repeated body would be an idempotent no-op: give it a fresh id.
-                    let body = if requests as usize >= bodies.len() {
-                        let mut value: Value = serde_json::from_slice(body).expect("JSON");
-                        value["id"] = uuid::Uuid::new_v4().to_string().into();
-                        bytes::Bytes::from(value.to_string())
-                    } else {
-                        body.clone()
-                    };
-                    let sent = Instant::now();
-                    let answer = client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .header("x-session-api-key", KEY)
-                        .body(body)
-                        .send()
-                        .await;
-                    match answer {
-                        Ok(response) if response.status() == 200 => drop(response.bytes().await),
-                        _ => errors += 1,
-                    }
-                    latency.saturating_record(sent.elapsed().as_micros() as u64);
-                    requests += 1;
+                    Err(_) => false,
+                };
+                latency.saturating_record(sent.elapsed().as_micros() as u64);
+                requests += 1;
+                if !answer {
+                    errors += 1;
                 }
-                (requests, errors, latency)
-            })
-        })
-        .collect();
+            }
+            (requests, errors, latency)
+        }));
+    }
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     stop.store(true, Ordering::Relaxed);
     let mut outcome = Outcome {
