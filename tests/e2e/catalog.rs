@@ -7,16 +7,6 @@ use crate::common::{
 };
 use crate::on_both_backends;
 
-async fn deliver(server: &Sandgate, body: &Value) {
-    let response = server.deliver(WEBHOOK_KEY, body.to_string()).await;
-    assert_eq!(
-        response.status(),
-        200,
-        "{}",
-        response.text().await.unwrap_or_default()
-    );
-}
-
 async fn get_json(server: &Sandgate, path: &str, header: (&str, &str)) -> (u16, Value) {
     let response = server
         .client
@@ -46,11 +36,11 @@ async fn children_are_derived_and_listed_by_parent(backend: Backend) {
     let mut body = conversation(&parent, "2026-03-01T12:00:00Z", "running");
     // What a payload claims is not what the catalog says.
     body["sub_conversation_ids"] = json!([new_id()]);
-    deliver(&server, &body).await;
+    server.deliver_ok(&body).await;
     for child in &children {
         let mut body = conversation(child, "2026-03-01T12:00:01Z", "running");
         body["parent_conversation_id"] = parent.clone().into();
-        deliver(&server, &body).await;
+        server.deliver_ok(&body).await;
     }
     let (status, record) = get_json(
         &server,
@@ -74,7 +64,7 @@ async fn tags_filter_lists_and_patch_replaces_them(backend: Backend) {
     let id = new_id();
     let mut body = conversation(&id, "2026-03-01T12:00:00Z", "running");
     body["tags"] = json!({"team": "alpha", "env": "prod"});
-    deliver(&server, &body).await;
+    server.deliver_ok(&body).await;
     let key = ("x-session-api-key", WEBHOOK_KEY);
     let (_, page) = get_json(
         &server,
@@ -126,11 +116,9 @@ async fn tags_filter_lists_and_patch_replaces_them(backend: Backend) {
 async fn readers_see_only_what_they_may(backend: Backend) {
     let server = Sandgate::start(&backend).await;
     let id = new_id();
-    deliver(
-        &server,
-        &conversation(&id, "2026-03-01T12:00:00Z", "running"),
-    )
-    .await;
+    server
+        .deliver_ok(&conversation(&id, "2026-03-01T12:00:00Z", "running"))
+        .await;
     let path = format!("/api/v1/conversations/{id}");
     assert_eq!(
         get_json(&server, &path, ("x-session-api-key", WEBHOOK_KEY))
@@ -178,7 +166,9 @@ async fn lists_are_paged_in_id_order(backend: Backend) {
     let server = Sandgate::start(&backend).await;
     let mut all: Vec<String> = (0..5).map(|_| new_id()).collect();
     for id in &all {
-        deliver(&server, &conversation(id, "2026-03-01T12:00:00Z", "idle")).await;
+        server
+            .deliver_ok(&conversation(id, "2026-03-01T12:00:00Z", "idle"))
+            .await;
     }
     all.sort();
     let mut seen = Vec::new();

@@ -21,49 +21,35 @@ fn lifecycle(record: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn deliver_ok(server: &Sandgate, body: &Value) {
-    let response = server.deliver(WEBHOOK_KEY, body.to_string()).await;
-    assert_eq!(
-        response.status(),
-        200,
-        "{}",
-        response.text().await.unwrap_or_default()
-    );
-}
-
 async fn repeated_and_out_of_order_deliveries_keep_the_newest(backend: Backend) {
     let server = Sandgate::start(&backend).await;
     let id = new_id();
     let running = conversation(&id, "2026-03-01T12:00:01Z", "running");
     let paused = conversation(&id, "2026-03-01T12:00:02Z", "paused");
 
-    deliver_ok(&server, &running).await;
-    deliver_ok(&server, &running).await;
+    server.deliver_ok(&running).await;
+    server.deliver_ok(&running).await;
     assert_eq!(
         lifecycle(&stored(&server, &id).await),
         ["start"],
         "a repeated delivery stores once"
     );
 
-    deliver_ok(&server, &paused).await;
-    deliver_ok(&server, &paused).await;
+    server.deliver_ok(&paused).await;
+    server.deliver_ok(&paused).await;
     // The older delivery arrives late: acknowledged, not applied.
-    deliver_ok(&server, &running).await;
+    server.deliver_ok(&running).await;
     let record = stored(&server, &id).await;
     assert_eq!(record["execution_status"], "paused");
     assert_eq!(record["sandgate"]["execution_status"], "paused");
     assert_eq!(lifecycle(&record), ["start", "pause"]);
 
-    deliver_ok(
-        &server,
-        &conversation(&id, "2026-03-01T12:00:03Z", "running"),
-    )
-    .await;
-    deliver_ok(
-        &server,
-        &conversation(&id, "2026-03-01T12:00:04Z", "deleting"),
-    )
-    .await;
+    server
+        .deliver_ok(&conversation(&id, "2026-03-01T12:00:03Z", "running"))
+        .await;
+    server
+        .deliver_ok(&conversation(&id, "2026-03-01T12:00:04Z", "deleting"))
+        .await;
     let record = stored(&server, &id).await;
     assert_eq!(lifecycle(&record), ["start", "pause", "resume", "delete"]);
     assert_eq!(record["sandgate"]["deleted"], true);
@@ -73,11 +59,13 @@ async fn deliveries_in_reverse_order_leave_the_newest(backend: Backend) {
     let server = Sandgate::start(&backend).await;
     let id = new_id();
     for (second, status) in [(3, "deleting"), (2, "paused"), (1, "running")] {
-        deliver_ok(
-            &server,
-            &conversation(&id, &format!("2026-03-01T12:00:0{second}Z"), status),
-        )
-        .await;
+        server
+            .deliver_ok(&conversation(
+                &id,
+                &format!("2026-03-01T12:00:0{second}Z"),
+                status,
+            ))
+            .await;
     }
     let record = stored(&server, &id).await;
     assert_eq!(record["execution_status"], "deleting");
@@ -120,11 +108,9 @@ async fn fifty_concurrent_deliveries_leave_the_newest(backend: Backend) {
 async fn another_sender_cannot_overwrite_a_conversation(backend: Backend) {
     let server = Sandgate::start(&backend).await;
     let id = new_id();
-    deliver_ok(
-        &server,
-        &conversation(&id, "2026-03-01T12:00:01Z", "running"),
-    )
-    .await;
+    server
+        .deliver_ok(&conversation(&id, "2026-03-01T12:00:01Z", "running"))
+        .await;
     let response = server
         .deliver(
             OTHER_WEBHOOK_KEY,

@@ -4,31 +4,8 @@
 use serde_json::Value;
 
 use crate::common::{
-    Backend, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, base_args, conversation, new_id,
+    Backend, RUNTIME_KEY, SandgateProcess, base_args, conversation, new_id, serve_args,
 };
-
-fn serve_args(backend: &Backend) -> Vec<String> {
-    let mut args = vec![
-        "serve".to_owned(),
-        "--listen".to_owned(),
-        "127.0.0.1:0".to_owned(),
-    ];
-    args.extend(base_args(backend));
-    args
-}
-
-async fn deliver(client: &reqwest::Client, server: &SandgateProcess, body: &Value) -> u16 {
-    client
-        .post(server.url("/api/v1/webhooks/conversations"))
-        .header("x-session-api-key", WEBHOOK_KEY)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("post")
-        .status()
-        .as_u16()
-}
 
 async fn fetch(client: &reqwest::Client, server: &SandgateProcess, id: &str) -> Value {
     let response = client
@@ -54,12 +31,9 @@ async fn a_killed_server_loses_nothing_it_acknowledged(backend: Backend) {
         .iter()
         .map(|id| conversation(id, "2026-03-01T12:00:00Z", "running"))
         .collect::<Vec<_>>();
-    let statuses = futures::future::join_all(
-        deliveries
-            .iter()
-            .map(|body| deliver(&client, &server, body)),
-    )
-    .await;
+    let statuses =
+        futures::future::join_all(deliveries.iter().map(|body| server.deliver(&client, body)))
+            .await;
     assert!(statuses.iter().all(|status| *status == 200), "{statuses:?}");
     server.kill().await;
 
@@ -80,12 +54,12 @@ async fn sigterm_drains_and_exits_zero() {
     let client = reqwest::Client::new();
     let mut server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
     assert_eq!(
-        deliver(
-            &client,
-            &server,
-            &conversation(&new_id(), "2026-03-01T12:00:00Z", "idle")
-        )
-        .await,
+        server
+            .deliver(
+                &client,
+                &conversation(&new_id(), "2026-03-01T12:00:00Z", "idle")
+            )
+            .await,
         200
     );
     assert_eq!(server.terminate().await, Some(0));
@@ -113,9 +87,8 @@ async fn runtime_api_and_edge_run_apart() {
     let client = reqwest::Client::new();
     let id = new_id();
     assert_eq!(
-        deliver(
+        edge.deliver(
             &client,
-            &edge,
             &conversation(&id, "2026-03-01T12:00:00Z", "paused")
         )
         .await,

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::common::{
-    Backend, RUNTIME_KEY, Sandgate, SandgateProcess, WEBHOOK_KEY, base_args, conversation, new_id,
+    Backend, RUNTIME_KEY, Sandgate, SandgateProcess, WEBHOOK_KEY, conversation, new_id, serve_args,
 };
 
 const SECRETS: &[&str] = &[
@@ -126,24 +126,11 @@ crate::on_both_backends!(secrets_never_reach_the_store_or_the_answers);
 #[tokio::test]
 async fn secrets_never_reach_the_logs_even_at_trace_level() {
     let backend = Backend::embedded();
-    let mut args = vec![
-        "serve".to_owned(),
-        "--listen".to_owned(),
-        "127.0.0.1:0".to_owned(),
-    ];
-    args.extend(base_args(&backend));
-    let mut server = SandgateProcess::spawn(&args, &[("SANDGATE_LOG", "trace")]).await;
+    let mut server =
+        SandgateProcess::spawn(&serve_args(&backend), &[("SANDGATE_LOG", "trace")]).await;
     let client = reqwest::Client::new();
     for body in bodies_with_secrets() {
-        let response = client
-            .post(server.url("/api/v1/webhooks/conversations"))
-            .header("x-session-api-key", WEBHOOK_KEY)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("post");
-        assert_eq!(response.status(), 200);
+        assert_eq!(server.deliver(&client, &body).await, 200);
         let id = body["id"].as_str().expect("id");
         let response = client
             .get(server.url(&format!("/api/v1/conversations/{id}")))

@@ -58,6 +58,17 @@ pub fn base_args(backend: &Backend) -> Vec<String> {
     args
 }
 
+/// `serve` on port 0 with the test keys and `backend`: the real binary's arguments.
+pub fn serve_args(backend: &Backend) -> Vec<String> {
+    let mut args = vec![
+        "serve".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+    ];
+    args.extend(base_args(backend));
+    args
+}
+
 /// `sandgate serve` running inside the test process; stops when dropped.
 pub struct Sandgate {
     pub address: SocketAddr,
@@ -128,6 +139,17 @@ impl Sandgate {
             .send()
             .await
             .expect("request")
+    }
+
+    /// Posts a webhook body with the test key and asserts it was acknowledged.
+    pub async fn deliver_ok(&self, body: &serde_json::Value) {
+        let response = self.deliver(WEBHOOK_KEY, body.to_string()).await;
+        assert_eq!(
+            response.status(),
+            200,
+            "{}",
+            response.text().await.unwrap_or_default()
+        );
     }
 
     /// Reads a conversation with the runtime API key.

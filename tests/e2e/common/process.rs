@@ -61,6 +61,20 @@ impl SandgateProcess {
         format!("http://{}{path}", self.address)
     }
 
+    /// Posts a webhook body with the test key; returns the status.
+    pub async fn deliver(&self, client: &reqwest::Client, body: &serde_json::Value) -> u16 {
+        client
+            .post(self.url("/api/v1/webhooks/conversations"))
+            .header("x-session-api-key", super::WEBHOOK_KEY)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("post")
+            .status()
+            .as_u16()
+    }
+
     /// Sends SIGTERM and returns the exit code.
     pub async fn terminate(&mut self) -> Option<i32> {
         let pid = self.child.id().expect("running");
