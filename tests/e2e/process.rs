@@ -3,17 +3,10 @@
 
 use serde_json::Value;
 
-use crate::common::{
-    Backend, RUNTIME_KEY, SandgateProcess, base_args, conversation, new_id, serve_args,
-};
+use crate::common::{Backend, SandgateProcess, base_args, conversation, new_id, serve_args};
 
 async fn fetch(client: &reqwest::Client, server: &SandgateProcess, id: &str) -> Value {
-    let response = client
-        .get(server.url(&format!("/api/v1/conversations/{id}")))
-        .header("x-api-key", RUNTIME_KEY)
-        .send()
-        .await
-        .expect("get");
+    let response = server.conversation(client, id).await;
     assert_eq!(
         response.status(),
         200,

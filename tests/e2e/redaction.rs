@@ -132,13 +132,7 @@ async fn secrets_never_reach_the_logs_even_at_trace_level() {
     for body in bodies_with_secrets() {
         assert_eq!(server.deliver(&client, &body).await, 200);
         let id = body["id"].as_str().expect("id");
-        let response = client
-            .get(server.url(&format!("/api/v1/conversations/{id}")))
-            .header("x-api-key", RUNTIME_KEY)
-            .send()
-            .await
-            .expect("get");
-        assert_eq!(response.status(), 200);
+        assert_eq!(server.conversation(&client, id).await.status(), 200);
     }
     assert_eq!(server.terminate().await, Some(0));
     let log = server.log();

@@ -75,6 +75,16 @@ impl SandgateProcess {
             .as_u16()
     }
 
+    /// Reads a conversation with the runtime API key.
+    pub async fn conversation(&self, client: &reqwest::Client, id: &str) -> reqwest::Response {
+        client
+            .get(self.url(&format!("/api/v1/conversations/{id}")))
+            .header("x-api-key", super::RUNTIME_KEY)
+            .send()
+            .await
+            .expect("get")
+    }
+
     /// Sends SIGTERM and returns the exit code.
     pub async fn terminate(&mut self) -> Option<i32> {
         let pid = self.child.id().expect("running");
