@@ -9,7 +9,7 @@ use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
 
-use crate::store::{SessionKeyStore, StoreError};
+use crate::store::SessionKeyStore;
 
 pub const SESSION_KEY_HEADER: &str = "x-session-api-key";
 pub const API_KEY_HEADER: &str = "x-api-key";
@@ -64,14 +64,6 @@ fn unauthenticated(detail: &str) -> ErrorDetail {
     ErrorDetail::new(ErrorCode::Unauthenticated, detail)
 }
 
-fn store_failure(err: StoreError) -> ErrorDetail {
-    tracing::warn!(error = %err, "cannot check a session key");
-    ErrorDetail::new(
-        ErrorCode::Unavailable,
-        "The store is unavailable; retry later",
-    )
-}
-
 impl Authenticator {
     /// `static_session_keys`: keys of external webhook senders; `runtime_api_keys`: keys
     /// that read the whole catalog. Empty strings are ignored.
@@ -111,7 +103,7 @@ impl Authenticator {
         match self.issued_keys.sandbox_for_key(&hex::encode(digest)).await {
             Ok(Some(sandbox)) => Ok(Principal::Sandbox(sandbox)),
             Ok(None) => Err(unauthenticated("Invalid session API key")),
-            Err(err) => Err(store_failure(err)),
+            Err(err) => Err(err.into()),
         }
     }
 

@@ -30,15 +30,6 @@ impl SettingsService {
     }
 }
 
-fn store_failure(err: crate::store::StoreError) -> Status {
-    tracing::warn!(error = %err, "store call failed");
-    ErrorDetail::new(
-        ErrorCode::Unavailable,
-        "The store is unavailable; retry later",
-    )
-    .into()
-}
-
 fn key(name: &str) -> LocItem {
     LocItem::Key(name.to_owned())
 }
@@ -95,7 +86,7 @@ impl Settings for SettingsService {
             .profiles
             .put_profile(&principal.owner(), &profile)
             .await
-            .map_err(store_failure)?;
+            .map_err(ErrorDetail::from)?;
         tracing::info!(profile = %profile.name, "LLM profile saved");
         Ok(Response::new(SaveLlmProfileResponse {
             llm: Some(llm(&profile)),
@@ -115,7 +106,7 @@ impl Settings for SettingsService {
             .profiles
             .get_profile(&principal.owner(), name)
             .await
-            .map_err(store_failure)?
+            .map_err(ErrorDetail::from)?
             .ok_or_else(|| {
                 ErrorDetail::new(ErrorCode::NotFound, format!("Profile '{name}' not found"))
             })?;

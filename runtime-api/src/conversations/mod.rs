@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::auth::{Authenticator, Principal, Reader};
 use crate::model::{self, LocItem, ValidConversation};
-use crate::store::{IndexKey, Store, StoreError, StoredConversation};
+use crate::store::{IndexKey, Store, StoredConversation};
 use crate::validation;
 use lifecycle::Order;
 
@@ -33,15 +33,6 @@ const MAX_CHILDREN: usize = 10_000;
 pub struct ConversationsService {
     store: Store,
     auth: Arc<Authenticator>,
-}
-
-fn store_failure(err: StoreError) -> Status {
-    tracing::warn!(error = %err, "store call failed");
-    ErrorDetail::new(
-        ErrorCode::Unavailable,
-        "The store is unavailable; retry later",
-    )
-    .into()
 }
 
 fn now_micros() -> i64 {
@@ -59,6 +50,15 @@ fn parse_id(id: &str) -> Result<Uuid, Status> {
         )
         .into()
     })
+}
+
+/// Concurrent writers kept winning the compare-and-swap: 503, so the sender retries.
+fn contended(id: Uuid) -> Status {
+    ErrorDetail::new(
+        ErrorCode::Unavailable,
+        format!("Too many concurrent updates of conversation {id}; retry"),
+    )
+    .into()
 }
 
 fn not_found(id: &str) -> Status {
@@ -124,7 +124,7 @@ impl ConversationsService {
                 .conversations
                 .get(id)
                 .await
-                .map_err(store_failure)?;
+                .map_err(ErrorDetail::from)?;
             if let Some(previous) = &previous {
                 if previous.owner != owner {
                     tracing::warn!(conversation = %id, sender = %owner, "delivery for a conversation owned by another sender");
@@ -151,7 +151,7 @@ impl ConversationsService {
                 .conversations
                 .compare_and_swap(expected, &next)
                 .await
-                .map_err(store_failure)?
+                .map_err(ErrorDetail::from)?
             {
                 tracing::info!(
                     conversation = %id,
@@ -163,11 +163,7 @@ impl ConversationsService {
                 return Ok(());
             }
         }
-        Err(ErrorDetail::new(
-            ErrorCode::Unavailable,
-            format!("Too many concurrent updates of conversation {id}; retry"),
-        )
-        .into())
+        Err(contended(id))
     }
 
     /// The record, when `reader` may see it.
@@ -181,7 +177,7 @@ impl ConversationsService {
             .conversations
             .get(id)
             .await
-            .map_err(store_failure)?;
+            .map_err(ErrorDetail::from)?;
         Ok(stored.filter(|stored| match reader {
             Reader::RuntimeApi => true,
             Reader::Session(principal) => stored.owner == principal.owner(),
@@ -196,15 +192,17 @@ impl ConversationsService {
         limit: usize,
         keep: impl Fn(&StoredConversation) -> bool,
     ) -> Result<(Vec<StoredConversation>, bool), Status> {
+        // Small pages still scan in batches worth a round trip.
+        let batch_size = limit.max(16);
         let mut found = Vec::new();
         loop {
             let batch = self
                 .store
                 .conversations
-                .scan(index, after, limit.max(16))
+                .scan(index, after, batch_size)
                 .await
-                .map_err(store_failure)?;
-            let exhausted = batch.len() < limit.max(16);
+                .map_err(ErrorDetail::from)?;
+            let exhausted = batch.len() < batch_size;
             for stored in batch {
                 after = Some(stored.id);
                 if !index.matches(&stored) {
@@ -340,7 +338,7 @@ impl Conversations for ConversationsService {
                 .conversations
                 .compare_and_swap(stored.version, &next)
                 .await
-                .map_err(store_failure)?
+                .map_err(ErrorDetail::from)?
             {
                 tracing::info!(conversation = %id, "tags updated");
                 return Ok(Response::new(UpdateTagsResponse {
@@ -348,10 +346,6 @@ impl Conversations for ConversationsService {
                 }));
             }
         }
-        Err(ErrorDetail::new(
-            ErrorCode::Unavailable,
-            format!("Too many concurrent updates of conversation {id}; retry"),
-        )
-        .into())
+        Err(contended(id))
     }
 }

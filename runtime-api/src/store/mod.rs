@@ -38,6 +38,18 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What a caller is told when the store fails: 503, retry later. The cause is logged once
+/// here and never sent (it may name hosts).
+impl From<StoreError> for sandgate_proto::error::ErrorDetail {
+    fn from(err: StoreError) -> Self {
+        tracing::warn!(error = %err, "store call failed");
+        Self::new(
+            sandgate_proto::error::ErrorCode::Unavailable,
+            "The store is unavailable; retry later",
+        )
+    }
+}
+
 /// The conversation catalog.
 #[async_trait]
 pub trait ConversationStore: Send + Sync + 'static {
