@@ -11,7 +11,6 @@ pub mod openapi;
 mod settings;
 mod webhook;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
@@ -49,7 +48,8 @@ pub(crate) struct AppState {
     conversations: ConversationsClient<GrpcChannel>,
     settings: SettingsClient<GrpcChannel>,
     health: HealthClient<GrpcChannel>,
-    openapi: Arc<Value>,
+    /// The OpenAPI document, serialized once.
+    openapi: bytes::Bytes,
     body_limit: usize,
 }
 
@@ -61,7 +61,9 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         settings: SettingsClient::new(runtime_api.clone()),
         health: HealthClient::new(runtime_api),
-        openapi: Arc::new(config.openapi),
+        openapi: serde_json::to_vec(&config.openapi)
+            .unwrap_or_default()
+            .into(),
         body_limit: config.body_limit,
     };
     Router::new()
@@ -110,8 +112,11 @@ async fn health(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-async fn openapi(State(state): State<AppState>) -> Json<Value> {
-    Json(Value::clone(&state.openapi))
+async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(http::header::CONTENT_TYPE, "application/json")],
+        state.openapi,
+    )
 }
 
 /// 404, except that a path with a trailing slash is redirected (307, method and body
