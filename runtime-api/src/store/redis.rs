@@ -40,7 +40,7 @@ fn corrupt(err: serde_json::Error) -> StoreError {
     StoreError::Corrupt(err.to_string())
 }
 
-fn conversation_key(id: Uuid) -> String {
+fn conversation_key(id: impl std::fmt::Display) -> String {
     format!("sandgate:conv:{{{id}}}")
 }
 
@@ -138,9 +138,7 @@ impl ConversationStore for RedisStore {
         }
         let mut pipe = redis::pipe();
         for id in &ids {
-            pipe.cmd("HGET")
-                .arg(format!("sandgate:conv:{{{id}}}"))
-                .arg("d");
+            pipe.cmd("HGET").arg(conversation_key(id)).arg("d");
         }
         let records: Vec<Option<Vec<u8>>> = pipe
             .query_async(&mut connection)
