@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 const PROTOS: &[&str] = &[
     "sandgate/errors/v1/errors.proto",
+    "sandgate/admin/v1/admin.proto",
     "sandgate/conversations/v1/conversations.proto",
     "sandgate/settings/v1/settings.proto",
 ];

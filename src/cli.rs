@@ -27,6 +27,8 @@ pub enum Command {
     RuntimeApi(RuntimeApiArgs),
     /// Run only the REST edge, calling the gRPC services at the given URLs.
     Edge(EdgeArgs),
+    /// Manage warm runtime configurations of a running Sandgate (spec 4.1).
+    Admin(AdminClientArgs),
 }
 
 #[derive(Debug, Args)]
@@ -60,6 +62,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(flatten)]
     pub edge: EdgeLimits,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
@@ -74,6 +78,8 @@ pub struct RuntimeApiArgs {
     pub store: StoreArgs,
     #[command(flatten)]
     pub auth: AuthArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
 }
@@ -118,6 +124,85 @@ pub struct AuthArgs {
     /// The runtime API key: as `X-API-Key` it reads every conversation.
     #[arg(long, env = "DEFAULT_API_KEY", hide_env_values = true)]
     pub default_api_key: Option<String>,
+}
+
+/// Runtime management: admin login and warm runtime configurations.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The admin password; without it every admin endpoint answers 403.
+    #[arg(long, env = "ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+    /// HMAC key of admin tokens, at least 32 bytes; shared by every replica. Without it a
+    /// random key is used, valid only until this process restarts.
+    #[arg(long, env = "JWT_SECRET", hide_env_values = true, value_parser = strong_secret)]
+    pub jwt_secret: Option<String>,
+    /// The installer's warm runtime configurations (`{"count": N, "configs": [...]}`),
+    /// re-read when it changes.
+    #[arg(long, env = "WARM_RUNTIMES_FILE")]
+    pub warm_runtimes_file: Option<PathBuf>,
+    /// Overlay mode: saved configurations merge over the installer's instead of taking
+    /// pool management over (`1`, `true` or `yes`).
+    #[arg(long, env = "WARM_RUNTIME_CONFIG_OVERLAY", default_value = "false",
+          action = clap::ArgAction::Set, value_parser = flag)]
+    pub warm_runtime_config_overlay: bool,
+    /// PBKDF2-HMAC-SHA256 iterations asked of login hashes.
+    #[arg(long, env = "PBKDF2_ITERATIONS",
+          default_value_t = sandgate_runtime_api::admin::login::DEFAULT_PBKDF2_ITERATIONS,
+          value_parser = clap::value_parser!(u32).range(1_000..=10_000_000))]
+    pub pbkdf2_iterations: u32,
+}
+
+fn strong_secret(secret: &str) -> Result<String, String> {
+    if secret.len() < 32 {
+        return Err(format!(
+            "is {} bytes; use at least 32 (e.g. `openssl rand -hex 32`)",
+            secret.len()
+        ));
+    }
+    Ok(secret.to_owned())
+}
+
+/// A boolean setting: `1|true|yes` or `0|false|no` (any case), or empty for false.
+fn flag(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" => Ok(true),
+        "" | "0" | "false" | "no" => Ok(false),
+        other => Err(format!("{other:?} is not 1/true/yes or 0/false/no")),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AdminClientArgs {
+    /// Base URL of Sandgate's REST edge, e.g. `http://127.0.0.1:8080`.
+    #[arg(long, env = "RUNTIME_API_URL")]
+    pub url: String,
+    /// The admin password, for `save`, `delete`, and fetching the `default` API key.
+    #[arg(long, env = "ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+    /// The API key for `list` and `template`; without it the `default` key is fetched
+    /// through an admin login.
+    #[arg(long, env = "API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Print the effective configurations as JSON.
+    List,
+    /// Print a configuration derived from NAME, with another image and count, for `save`.
+    Template {
+        name: String,
+        #[arg(long)]
+        image: String,
+        #[arg(long)]
+        count: u32,
+    },
+    /// Save the configuration read from stdin as NAME.
+    Save { name: String },
+    /// Delete the saved configuration NAME.
+    Delete { name: String },
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! The `sandgate` binary's library: each subcommand as a function that takes an already
 //! bound listener and a shutdown future, so tests run the real thing on port 0.
 
+pub mod admin_client;
 pub mod cli;
 mod shutdown;
 pub mod telemetry;
@@ -9,21 +10,25 @@ use std::future::Future;
 
 use anyhow::Context;
 use axum::Router;
+use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::store::{Backend, Store, redact_url};
-use sandgate_runtime_api::{AuthConfig, ConversationsService, SettingsService};
+use sandgate_runtime_api::{
+    AdminConfig, AuthConfig, ConversationsService, RuntimeAdminService, SettingsService,
+};
 use sandgate_webhook_gw::{EdgeConfig, GrpcChannel};
 use tokio::net::TcpListener;
 use tonic::server::NamedService;
 
-use cli::{AuthArgs, EdgeArgs, EdgeLimits, RuntimeApiArgs, ServeArgs, StoreArgs};
+use cli::{AdminArgs, AuthArgs, EdgeArgs, EdgeLimits, RuntimeApiArgs, ServeArgs, StoreArgs};
 pub use shutdown::signal;
 
 /// The gRPC services the runtime API serves, by their full names.
 const RUNTIME_API_SERVICES: &[&str] = &[
     <ConversationsServer<ConversationsService> as NamedService>::NAME,
     <SettingsServer<SettingsService> as NamedService>::NAME,
+    <RuntimeAdminServer<RuntimeAdminService> as NamedService>::NAME,
     "grpc.health.v1.Health",
 ];
 
@@ -47,6 +52,30 @@ fn auth_config(args: &AuthArgs) -> AuthConfig {
         webhook_api_keys: args.webhook_api_keys.clone(),
         runtime_api_keys: args.default_api_key.iter().cloned().collect(),
     }
+}
+
+/// The runtime API's services, configured from the command line.
+fn grpc_routes(
+    store: Store,
+    auth: &AuthArgs,
+    admin: &AdminArgs,
+) -> anyhow::Result<tonic::service::Routes> {
+    let admin = AdminConfig {
+        admin_password: admin
+            .admin_password
+            .clone()
+            .filter(|password| !password.is_empty()),
+        jwt_secret: admin
+            .jwt_secret
+            .as_ref()
+            .map(|secret| secret.as_bytes().to_vec()),
+        default_api_key: auth.default_api_key.clone(),
+        warm_runtimes_file: admin.warm_runtimes_file.clone(),
+        overlay: admin.warm_runtime_config_overlay,
+        pbkdf2_iterations: admin.pbkdf2_iterations,
+    };
+    sandgate_runtime_api::grpc_routes(store, &auth_config(auth), admin)
+        .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))
 }
 
 fn edge_config(limits: &EdgeLimits) -> EdgeConfig {
@@ -77,7 +106,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = open_store(&args.store).await?;
-    let grpc = sandgate_runtime_api::grpc_routes(store, &auth_config(&args.auth));
+    let grpc = grpc_routes(store, &args.auth, &args.admin)?;
     let mut app = sandgate_webhook_gw::router(
         GrpcChannel::in_process(grpc.clone()),
         edge_config(&args.edge),
@@ -95,7 +124,7 @@ pub async fn runtime_api(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = open_store(&args.store).await?;
-    let grpc = sandgate_runtime_api::grpc_routes(store, &auth_config(&args.auth));
+    let grpc = grpc_routes(store, &args.auth, &args.admin)?;
     run_http(
         listener,
         grpc.into_axum_router(),

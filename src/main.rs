@@ -16,6 +16,25 @@ async fn bind(address: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
         .map_err(|err| anyhow::anyhow!("cannot listen on {address}: {err}"))
 }
 
+/// `sandgate admin`: a client, whose failures are the server's detail for a person to
+/// read, and exit status 1, rather than log records.
+async fn admin(args: sandgate::cli::AdminClientArgs) -> anyhow::Result<()> {
+    let outcome = sandgate::admin_client::run(
+        args,
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr(),
+    )
+    .await;
+    if let Err(err) = outcome {
+        use std::io::Write;
+        // Nothing more can be said if stderr is gone.
+        drop(writeln!(std::io::stderr(), "sandgate admin: {err:#}"));
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -33,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
             let listener = bind(args.listen).await?;
             sandgate::edge(args, listener, sandgate::signal()).await
         }
+        Command::Admin(args) => return admin(args).await,
     };
     if let Err(err) = &result {
         tracing::error!("{err:#}");

@@ -9,6 +9,12 @@ pub mod errors {
     }
 }
 
+pub mod admin {
+    pub mod v1 {
+        tonic::include_proto!("sandgate.admin.v1");
+    }
+}
+
 pub mod conversations {
     pub mod v1 {
         tonic::include_proto!("sandgate.conversations.v1");

@@ -2,11 +2,12 @@
 //! caller is held to exactly the rules a REST caller is. Keys are compared as their sha256
 //! digests, never kept in clear, and never logged.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
 
 use crate::store::SessionKeyStore;
@@ -45,7 +46,7 @@ pub enum Reader {
 pub struct Authenticator {
     /// sha256 of each static session key → its fingerprint (a prefix of that digest).
     static_session_keys: HashMap<[u8; 32], String>,
-    runtime_api_keys: HashSet<[u8; 32]>,
+    runtime_api_keys: Vec<[u8; 32]>,
     issued_keys: Arc<dyn SessionKeyStore>,
 }
 
@@ -107,14 +108,30 @@ impl Authenticator {
         }
     }
 
+    /// Whether `key` is a runtime API key: its digest is compared with every configured
+    /// one in constant time.
+    fn is_runtime_api_key(&self, key: &str) -> bool {
+        let digest = digest(key);
+        self.runtime_api_keys
+            .iter()
+            .fold(subtle::Choice::from(0), |found, known| {
+                found | known.ct_eq(&digest)
+            })
+            .into()
+    }
+
+    /// Requires a runtime API key in `x-api-key`.
+    pub fn runtime_api_key(&self, metadata: &MetadataMap) -> Result<(), ErrorDetail> {
+        match header(metadata, API_KEY_HEADER) {
+            Some(key) if self.is_runtime_api_key(key) => Ok(()),
+            _ => Err(unauthenticated("provide a valid API key")),
+        }
+    }
+
     /// The reader behind `x-api-key` (preferred when present) or `x-session-api-key`.
     pub async fn reader(&self, metadata: &MetadataMap) -> Result<Reader, ErrorDetail> {
-        if let Some(key) = header(metadata, API_KEY_HEADER) {
-            return if self.runtime_api_keys.contains(&digest(key)) {
-                Ok(Reader::RuntimeApi)
-            } else {
-                Err(unauthenticated("provide a valid API key"))
-            };
+        if header(metadata, API_KEY_HEADER).is_some() {
+            return self.runtime_api_key(metadata).map(|()| Reader::RuntimeApi);
         }
         if header(metadata, SESSION_KEY_HEADER).is_none() {
             return Err(unauthenticated(

@@ -321,7 +321,8 @@ async fn the_openapi_document_describes_routed_paths() {
     for (path, operations) in paths {
         let concrete = path
             .replace("{id}", &new_id())
-            .replace("{profile_name}", "p");
+            .replace("{profile_name}", "p")
+            .replace("{name}", "custom");
         for method in operations.as_object().expect("operations").keys() {
             let response = server
                 .client

@@ -6,6 +6,8 @@
 
 mod common;
 
+mod admin;
+
 mod catalog;
 mod http_cases;
 mod ordering;

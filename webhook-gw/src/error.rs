@@ -41,9 +41,22 @@ fn json_or(bytes: &[u8]) -> Option<Value> {
     (!bytes.is_empty()).then(|| serde_json::from_slice(bytes).unwrap_or(Value::Null))
 }
 
-/// A service's validation error as FastAPI renders it: the body is at `loc[0]`.
+/// Where a service's error `loc` is rooted: in the body unless it starts at the request's
+/// path or query.
+const REQUEST_PARTS: &[&str] = &["path", "query"];
+
+/// A service's validation error as FastAPI renders it: `loc[0]` says which part of the
+/// request (`body` unless the service rooted it at `path` or `query`).
 fn fastapi_item(error: &ValidationError) -> Value {
-    let mut loc = vec![Value::from("body")];
+    let rooted = matches!(
+        error.loc.first().and_then(|item| item.item.as_ref()),
+        Some(loc_item::Item::Key(part)) if REQUEST_PARTS.contains(&part.as_str())
+    );
+    let mut loc = if rooted {
+        vec![]
+    } else {
+        vec![Value::from("body")]
+    };
     loc.extend(error.loc.iter().filter_map(|item| match &item.item {
         Some(loc_item::Item::Key(key)) => Some(Value::from(key.as_str())),
         Some(loc_item::Item::Index(index)) => Some(Value::from(*index)),

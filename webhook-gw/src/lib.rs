@@ -2,6 +2,7 @@
 //! No business logic lives here: requests become messages (credentials and `x-*` headers
 //! become metadata) and gRPC statuses become the REST contracts' statuses and bodies.
 
+mod admin;
 mod body;
 pub mod channel;
 mod conversations;
@@ -15,10 +16,11 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use http::StatusCode;
 use sandgate_proto::MAX_MESSAGE_BYTES;
+use sandgate_proto::admin::v1::runtime_admin_client::RuntimeAdminClient;
 use sandgate_proto::conversations::v1::conversations_client::ConversationsClient;
 use sandgate_proto::settings::v1::settings_client::SettingsClient;
 use serde_json::{Value, json};
@@ -47,6 +49,7 @@ pub struct EdgeConfig {
 pub(crate) struct AppState {
     conversations: ConversationsClient<GrpcChannel>,
     settings: SettingsClient<GrpcChannel>,
+    admin: RuntimeAdminClient<GrpcChannel>,
     health: HealthClient<GrpcChannel>,
     /// The OpenAPI document, serialized once.
     openapi: bytes::Bytes,
@@ -60,6 +63,7 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         settings: SettingsClient::new(runtime_api.clone()),
+        admin: RuntimeAdminClient::new(runtime_api.clone()),
         health: HealthClient::new(runtime_api),
         openapi: serde_json::to_vec(&config.openapi)
             .unwrap_or_default()
@@ -78,6 +82,14 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .route(
             "/api/v1/settings/profiles/{profile_name}",
             post(settings::save).get(settings::get),
+        )
+        .route("/api/admin/challenge", get(admin::challenge))
+        .route("/api/admin/login", post(admin::login))
+        .route("/api/admin/api-keys", get(admin::api_keys))
+        .route("/api/warm-runtime-configs", get(admin::list_configs))
+        .route(
+            "/api/admin/warm-runtime-configs/{name}",
+            put(admin::put_config).delete(admin::delete_config),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

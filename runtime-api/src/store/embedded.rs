@@ -5,15 +5,22 @@
 //! caller is answered only after the commit that holds its write is durable. Operations in
 //! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it.
 
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::admin::{
+    ChallengeStore, PutWarmConfig, StoredChallenge, StoredWarmConfig, WarmConfigSnapshot,
+    WarmConfigStore,
+};
 use super::{
     ConversationStore, IndexKey, ProfileStore, SessionKeyStore, StoreError, StoreHealth,
     StoreResult, StoredConversation, StoredProfile,
@@ -26,14 +33,32 @@ const INDEX: TableDefinition<&str, ()> = TableDefinition::new("conversation_inde
 const SESSION_KEYS: TableDefinition<&str, &str> = TableDefinition::new("session_keys");
 /// `<owner>\0<name>` → the profile's JSON.
 const PROFILES: TableDefinition<&str, &[u8]> = TableDefinition::new("llm_profiles");
+/// name → a saved warm runtime configuration's JSON.
+const WARM_CONFIGS: TableDefinition<&str, &[u8]> = TableDefinition::new("warm_configs");
+/// image → the name of the saved configuration using it.
+const WARM_IMAGES: TableDefinition<&str, &str> = TableDefinition::new("warm_images");
 
 /// How many queued writes one transaction takes at most.
 const MAX_BATCH: usize = 512;
 
+/// Login challenges outstanding at once, at most. Issuing one needs no credentials, so the
+/// table is bounded; a flood past it is refused (503) rather than growing memory.
+const MAX_CHALLENGES: usize = 100_000;
+
 pub struct EmbeddedStore {
     db: Arc<Database>,
     writes: mpsc::UnboundedSender<Write>,
+    /// Challenges live in memory: the embedded store serves one process, so a mutex makes
+    /// taking one atomic, and a restart only voids challenges that expire in minutes.
+    challenges: Mutex<HashMap<String, (StoredChallenge, Instant)>>,
+    /// Bumped after every committed change of the saved warm configurations.
+    warm_version: AtomicU64,
 }
+
+/// A write run inside a batch's transaction. It returns what to answer its caller once the
+/// transaction has committed (or failed to).
+type TxnWrite =
+    Box<dyn FnOnce(&WriteTransaction) -> Box<dyn FnOnce(StoreResult<()>) + Send> + Send>;
 
 enum Write {
     Swap {
@@ -56,6 +81,7 @@ enum Write {
         json: Vec<u8>,
         reply: oneshot::Sender<StoreResult<()>>,
     },
+    Txn(Option<TxnWrite>),
 }
 
 impl EmbeddedStore {
@@ -77,6 +103,8 @@ impl EmbeddedStore {
             txn.open_table(INDEX).map_err(unavailable)?;
             txn.open_table(SESSION_KEYS).map_err(unavailable)?;
             txn.open_table(PROFILES).map_err(unavailable)?;
+            txn.open_table(WARM_CONFIGS).map_err(unavailable)?;
+            txn.open_table(WARM_IMAGES).map_err(unavailable)?;
             txn.commit().map_err(unavailable)?;
             Ok(db)
         })
@@ -91,7 +119,33 @@ impl EmbeddedStore {
             .map_err(|err| {
                 StoreError::Unavailable(format!("cannot start the writer thread: {err}"))
             })?;
-        Ok(Self { db, writes })
+        Ok(Self {
+            db,
+            writes,
+            challenges: Mutex::new(HashMap::new()),
+            warm_version: AtomicU64::new(1),
+        })
+    }
+
+    /// Runs `write` in the writer's next transaction and answers once that has committed.
+    async fn transact<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&WriteTransaction) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let (reply, answer) = oneshot::channel();
+        let write: TxnWrite = Box::new(move |txn| {
+            let outcome = write(txn);
+            Box::new(move |committed: StoreResult<()>| {
+                // A caller that went away no longer needs its answer.
+                drop(reply.send(committed.and(outcome)));
+            })
+        });
+        self.writes
+            .send(Write::Txn(Some(write)))
+            .map_err(|_| StoreError::Unavailable("the writer thread has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the write was not applied".into()))?
     }
 
     async fn submit<T>(
@@ -164,8 +218,18 @@ fn run_writer(db: &Database, mut queue: mpsc::UnboundedReceiver<Write>) {
 /// Applies a batch in one transaction and answers every caller once the commit is done.
 fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
     let mut outcomes: Vec<StoreResult<bool>> = Vec::with_capacity(batch.len());
+    let mut finishers = Vec::new();
     let committed = (|| -> StoreResult<()> {
         let txn = db.begin_write().map_err(unavailable)?;
+        // Transaction writes touch tables of their own, so they run before the tables
+        // below are opened; each is answered after the commit by the finisher it returns.
+        for write in batch.iter_mut() {
+            if let Write::Txn(apply) = write
+                && let Some(apply) = apply.take()
+            {
+                finishers.push(apply(&txn));
+            }
+        }
         {
             let mut conversations = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
             let mut index = txn.open_table(INDEX).map_err(unavailable)?;
@@ -194,12 +258,21 @@ fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
                         .insert(key.as_str(), json.as_slice())
                         .map(|_| true)
                         .map_err(unavailable),
+                    Write::Txn(_) => Ok(true),
                 };
                 outcomes.push(outcome);
             }
         }
         txn.commit().map_err(unavailable)
     })();
+    for finish in finishers {
+        finish(
+            committed
+                .as_ref()
+                .copied()
+                .map_err(|err| StoreError::Unavailable(err.to_string())),
+        );
+    }
     for (write, outcome) in batch.drain(..).zip(
         outcomes
             .into_iter()
@@ -220,6 +293,9 @@ fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
             | Write::Profile { reply, .. } => {
                 drop(reply.send(outcome.map(|_| ())));
             }
+            // Answered by its finisher; one that never ran drops its reply, which its
+            // caller reads as "not applied".
+            Write::Txn(_) => {}
         }
     }
 }
@@ -400,5 +476,145 @@ impl StoreHealth for EmbeddedStore {
     async fn ping(&self) -> StoreResult<()> {
         self.read(|db| db.begin_read().map(drop).map_err(unavailable))
             .await
+    }
+}
+
+fn decode_warm_config(bytes: &[u8]) -> StoreResult<StoredWarmConfig> {
+    serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+#[async_trait]
+impl ChallengeStore for EmbeddedStore {
+    async fn put_challenge(
+        &self,
+        challenge: &str,
+        record: &StoredChallenge,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        let now = Instant::now();
+        let mut challenges = self
+            .challenges
+            .lock()
+            .map_err(|_| StoreError::Unavailable("the challenge table is poisoned".into()))?;
+        if challenges.len() >= MAX_CHALLENGES {
+            challenges.retain(|_, (_, forget_at)| *forget_at > now);
+        }
+        if challenges.len() >= MAX_CHALLENGES {
+            return Err(StoreError::Unavailable(format!(
+                "{MAX_CHALLENGES} login challenges are outstanding"
+            )));
+        }
+        challenges.insert(challenge.to_owned(), (record.clone(), now + ttl));
+        Ok(())
+    }
+
+    async fn take_challenge(&self, challenge: &str) -> StoreResult<Option<StoredChallenge>> {
+        let mut challenges = self
+            .challenges
+            .lock()
+            .map_err(|_| StoreError::Unavailable("the challenge table is poisoned".into()))?;
+        Ok(challenges
+            .remove(challenge)
+            .filter(|(_, forget_at)| *forget_at > Instant::now())
+            .map(|(record, _)| record))
+    }
+}
+
+#[async_trait]
+impl WarmConfigStore for EmbeddedStore {
+    async fn warm_config_version(&self) -> StoreResult<u64> {
+        Ok(self.warm_version.load(Ordering::Acquire))
+    }
+
+    async fn warm_configs(&self) -> StoreResult<WarmConfigSnapshot> {
+        // Read the version first: a change committed meanwhile makes the snapshot newer
+        // than its version says, so the next reader refreshes rather than missing it.
+        let version = self.warm_version.load(Ordering::Acquire);
+        let configs = self
+            .read(|db| {
+                let txn = db.begin_read().map_err(unavailable)?;
+                let table = txn.open_table(WARM_CONFIGS).map_err(unavailable)?;
+                table
+                    .iter()
+                    .map_err(unavailable)?
+                    .map(|entry| {
+                        let (name, data) = entry.map_err(unavailable)?;
+                        Ok((name.value().to_owned(), decode_warm_config(data.value())?))
+                    })
+                    .collect::<StoreResult<Vec<_>>>()
+            })
+            .await?;
+        Ok(WarmConfigSnapshot { version, configs })
+    }
+
+    async fn put_warm_config(
+        &self,
+        name: &str,
+        config: &StoredWarmConfig,
+    ) -> StoreResult<PutWarmConfig> {
+        let name = name.to_owned();
+        let image = config.image.clone();
+        let json =
+            serde_json::to_vec(config).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        let outcome = self
+            .transact(move |txn| {
+                let mut configs = txn.open_table(WARM_CONFIGS).map_err(unavailable)?;
+                let mut images = txn.open_table(WARM_IMAGES).map_err(unavailable)?;
+                let owner = images
+                    .get(image.as_str())
+                    .map_err(unavailable)?
+                    .map(|owner| owner.value().to_owned());
+                if let Some(owner) = owner.filter(|owner| *owner != name) {
+                    return Ok(PutWarmConfig::ImageTaken { by: owner });
+                }
+                let previous = configs
+                    .get(name.as_str())
+                    .map_err(unavailable)?
+                    .map(|data| decode_warm_config(data.value()))
+                    .transpose()?;
+                if let Some(previous) = previous.filter(|previous| previous.image != image) {
+                    images
+                        .remove(previous.image.as_str())
+                        .map_err(unavailable)?;
+                }
+                configs
+                    .insert(name.as_str(), json.as_slice())
+                    .map_err(unavailable)?;
+                images
+                    .insert(image.as_str(), name.as_str())
+                    .map_err(unavailable)?;
+                Ok(PutWarmConfig::Saved)
+            })
+            .await?;
+        if outcome == PutWarmConfig::Saved {
+            self.warm_version.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(outcome)
+    }
+
+    async fn delete_warm_config(&self, name: &str) -> StoreResult<bool> {
+        let name = name.to_owned();
+        let deleted = self
+            .transact(move |txn| {
+                let mut configs = txn.open_table(WARM_CONFIGS).map_err(unavailable)?;
+                let mut images = txn.open_table(WARM_IMAGES).map_err(unavailable)?;
+                let Some(previous) = configs
+                    .remove(name.as_str())
+                    .map_err(unavailable)?
+                    .map(|data| decode_warm_config(data.value()))
+                    .transpose()?
+                else {
+                    return Ok(false);
+                };
+                images
+                    .remove(previous.image.as_str())
+                    .map_err(unavailable)?;
+                Ok(true)
+            })
+            .await?;
+        if deleted {
+            self.warm_version.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(deleted)
     }
 }

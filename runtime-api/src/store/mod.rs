@@ -11,6 +11,7 @@
 //! - secondary indexes may hold stale members (readers re-check every hit against the
 //!   record) but never miss a live one: entries are added before the record is written.
 
+pub mod admin;
 mod embedded;
 mod records;
 mod redis;
@@ -21,6 +22,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use admin::{
+    ChallengeStore, PutWarmConfig, StoredChallenge, StoredWarmConfig, WarmConfigSnapshot,
+    WarmConfigStore,
+};
 pub use embedded::EmbeddedStore;
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
@@ -109,6 +114,8 @@ pub struct Store {
     pub conversations: Arc<dyn ConversationStore>,
     pub session_keys: Arc<dyn SessionKeyStore>,
     pub profiles: Arc<dyn ProfileStore>,
+    pub challenges: Arc<dyn ChallengeStore>,
+    pub warm_configs: Arc<dyn WarmConfigStore>,
     pub health: Arc<dyn StoreHealth>,
 }
 
@@ -127,12 +134,19 @@ impl Store {
 
     fn from_backend<B>(backend: Arc<B>) -> Self
     where
-        B: ConversationStore + SessionKeyStore + ProfileStore + StoreHealth,
+        B: ConversationStore
+            + SessionKeyStore
+            + ProfileStore
+            + ChallengeStore
+            + WarmConfigStore
+            + StoreHealth,
     {
         Self {
             conversations: backend.clone(),
             session_keys: backend.clone(),
             profiles: backend.clone(),
+            challenges: backend.clone(),
+            warm_configs: backend.clone(),
             health: backend,
         }
     }

@@ -5,7 +5,10 @@
 //! - `sandgate:conv:{<id>}`: a hash, `v` the version and `d` the record's JSON;
 //! - `sandgate:idx:<index>`: a sorted set of ids, all with score 0, read in lexical order;
 //! - `sandgate:session-key:<sha256>`: the sandbox a session key was issued to;
-//! - `sandgate:profile:{<owner>}:<name>`: an LLM profile's JSON.
+//! - `sandgate:profile:{<owner>}:<name>`: an LLM profile's JSON;
+//! - runtime management's keys: see [`admin`].
+
+mod admin;
 
 use std::time::Duration;
 

@@ -1,0 +1,504 @@
+//! The RuntimeAdmin service: admin login, API keys and warm runtime configurations
+//! (spec 2.1–2.3, 4.1, 5, 7).
+
+pub mod configs;
+pub mod login;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdmin;
+use sandgate_proto::admin::v1::{
+    self as pb, ConfigSource, DeleteWarmRuntimeConfigRequest, DeleteWarmRuntimeConfigResponse,
+    GetChallengeRequest, GetChallengeResponse, ListApiKeysRequest, ListApiKeysResponse,
+    ListWarmRuntimeConfigsRequest, ListWarmRuntimeConfigsResponse, LoginRequest, LoginResponse,
+    PutWarmRuntimeConfigRequest, PutWarmRuntimeConfigResponse, put_warm_runtime_config_request,
+};
+use sandgate_proto::error::{ErrorCode, ErrorDetail, decode_json};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+
+use crate::auth::Authenticator;
+use crate::store::{PutWarmConfig, Store, StoredChallenge, StoredWarmConfig};
+use crate::validation;
+use configs::{Effective, InstallerFile, Source};
+use login::{CHALLENGE_LIFETIME, Clock, PasswordCheck, SystemClock, TokenError, Tokens};
+
+/// Challenges and hashes longer than this are refused unread.
+const MAX_CREDENTIAL_LEN: usize = 256;
+
+/// How runtime management is configured.
+#[derive(Clone, Debug)]
+pub struct AdminConfig {
+    /// `ADMIN_PASSWORD`; absent, every admin call answers 403.
+    pub admin_password: Option<String>,
+    /// `JWT_SECRET`, the HMAC key of admin tokens; absent, a random one per process.
+    pub jwt_secret: Option<Vec<u8>>,
+    /// `DEFAULT_API_KEY`: the API key named `default`.
+    pub default_api_key: Option<String>,
+    /// `WARM_RUNTIMES_FILE`: the installer's configurations.
+    pub warm_runtimes_file: Option<PathBuf>,
+    /// `WARM_RUNTIME_CONFIG_OVERLAY`: merge saved configurations over the installer's
+    /// instead of taking over from them.
+    pub overlay: bool,
+    /// `PBKDF2_ITERATIONS` asked of login hashes.
+    pub pbkdf2_iterations: u32,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            admin_password: None,
+            jwt_secret: None,
+            default_api_key: None,
+            warm_runtimes_file: None,
+            overlay: false,
+            pbkdf2_iterations: login::DEFAULT_PBKDF2_ITERATIONS,
+        }
+    }
+}
+
+/// What is needed once an admin password is configured.
+struct Admin {
+    password: PasswordCheck,
+    tokens: Tokens,
+}
+
+/// The last list answered, kept until the saved configurations or the file change.
+struct Cached {
+    version: u64,
+    file_generation: u64,
+    response: ListWarmRuntimeConfigsResponse,
+}
+
+pub struct RuntimeAdminService {
+    store: Store,
+    auth: Arc<Authenticator>,
+    admin: Option<Admin>,
+    default_api_key: Option<String>,
+    iterations: u32,
+    overlay: bool,
+    installer: InstallerFile,
+    clock: Arc<dyn Clock>,
+    cached: Mutex<Option<Arc<Cached>>>,
+}
+
+/// A configuration as a REST body: spec 2.1. The name comes from the path; `name` and
+/// `source` in the body are refused rather than ignored, so that a pasted list entry is not
+/// silently half-applied, and so is any other unknown field (a typo of `count` would
+/// otherwise pass unnoticed).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigBody {
+    image: String,
+    working_dir: String,
+    command: Vec<String>,
+    environment: BTreeMap<String, String>,
+    #[serde(default)]
+    count: Option<i64>,
+    #[serde(default)]
+    run_as_user: Option<i64>,
+    #[serde(default)]
+    run_as_group: Option<i64>,
+    #[serde(default)]
+    fs_group: Option<i64>,
+    #[serde(default)]
+    fuse_s3_mount: Option<bool>,
+    #[serde(default)]
+    source: Option<IgnoredAny>,
+    #[serde(default)]
+    name: Option<IgnoredAny>,
+}
+
+impl ConfigBody {
+    fn decode(json: &[u8]) -> Result<StoredWarmConfig, ErrorDetail> {
+        let body: Self = decode_json(json)?;
+        let refuse = |field: &str, msg: &str| {
+            validation::single(
+                "extra_forbidden",
+                vec![crate::model::LocItem::Key(field.to_owned())],
+                msg,
+            )
+        };
+        if body.source.is_some() {
+            return Err(refuse(
+                "source",
+                "A saved configuration has no `source`: the server sets it (`file` or `db`)",
+            ));
+        }
+        if body.name.is_some() {
+            return Err(refuse(
+                "name",
+                "The configuration's name is taken from the URL path, not the body",
+            ));
+        }
+        Ok(StoredWarmConfig {
+            image: body.image,
+            working_dir: body.working_dir,
+            command: body.command,
+            environment: body.environment,
+            count: body.count,
+            run_as_user: body.run_as_user,
+            run_as_group: body.run_as_group,
+            fs_group: body.fs_group,
+            fuse_s3_mount: body.fuse_s3_mount,
+        })
+    }
+}
+
+fn forbidden() -> Status {
+    ErrorDetail::new(ErrorCode::Forbidden, "Admin functionality is disabled").into()
+}
+
+fn unauthenticated(detail: &str) -> Status {
+    ErrorDetail::new(ErrorCode::Unauthenticated, detail).into()
+}
+
+fn store_failed(err: crate::store::StoreError) -> Status {
+    ErrorDetail::from(err).into()
+}
+
+fn source(source: Source) -> ConfigSource {
+    match source {
+        Source::File => ConfigSource::File,
+        Source::Db => ConfigSource::Db,
+    }
+}
+
+fn to_proto(config: &StoredWarmConfig) -> pb::WarmRuntimeConfig {
+    pb::WarmRuntimeConfig {
+        image: config.image.clone(),
+        working_dir: config.working_dir.clone(),
+        command: config.command.clone(),
+        environment: config
+            .environment
+            .iter()
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+        count: config.count,
+        run_as_user: config.run_as_user,
+        run_as_group: config.run_as_group,
+        fs_group: config.fs_group,
+        fuse_s3_mount: config.fuse_s3_mount,
+    }
+}
+
+fn from_proto(config: pb::WarmRuntimeConfig) -> StoredWarmConfig {
+    StoredWarmConfig {
+        image: config.image,
+        working_dir: config.working_dir,
+        command: config.command,
+        environment: config.environment.into_iter().collect(),
+        count: config.count,
+        run_as_user: config.run_as_user,
+        run_as_group: config.run_as_group,
+        fs_group: config.fs_group,
+        fuse_s3_mount: config.fuse_s3_mount,
+    }
+}
+
+fn entry(effective: &Effective) -> pb::WarmRuntimeConfigEntry {
+    pb::WarmRuntimeConfigEntry {
+        name: effective.name.clone(),
+        source: source(effective.source).into(),
+        config: Some(to_proto(&effective.config)),
+        count: effective.count,
+    }
+}
+
+impl RuntimeAdminService {
+    /// Fails when the installer file is given but cannot be read.
+    pub fn new(
+        store: Store,
+        auth: Arc<Authenticator>,
+        config: AdminConfig,
+    ) -> Result<Self, String> {
+        Self::with_clock(store, auth, config, Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(
+        store: Store,
+        auth: Arc<Authenticator>,
+        config: AdminConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        let admin = config.admin_password.as_deref().map(|password| {
+            let secret = config.jwt_secret.clone().unwrap_or_else(|| {
+                tracing::warn!(
+                    "JWT_SECRET is not set: admin tokens are signed with a random key, valid only in this process until it restarts"
+                );
+                rand::random::<[u8; 32]>().to_vec()
+            });
+            Admin {
+                password: PasswordCheck::new(password),
+                tokens: Tokens::new(&secret),
+            }
+        });
+        Ok(Self {
+            store,
+            auth,
+            admin,
+            default_api_key: config.default_api_key.filter(|key| !key.is_empty()),
+            iterations: config.pbkdf2_iterations,
+            overlay: config.overlay,
+            installer: InstallerFile::open(config.warm_runtimes_file)?,
+            clock,
+            cached: Mutex::new(None),
+        })
+    }
+
+    fn admin(&self) -> Result<&Admin, Status> {
+        self.admin.as_ref().ok_or_else(forbidden)
+    }
+
+    /// The admin behind `authorization: Bearer <JWT>`.
+    fn authorize(&self, metadata: &MetadataMap) -> Result<(), Status> {
+        let admin = self.admin()?;
+        let token = metadata
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or_else(|| unauthenticated("Authorization: Bearer <admin token> is required"))?;
+        admin
+            .tokens
+            .verify(token, self.clock.now_ms())
+            .map_err(|err| match err {
+                TokenError::Expired => unauthenticated("The admin token has expired; log in again"),
+                TokenError::Invalid => unauthenticated("Invalid admin token"),
+            })
+    }
+
+    /// The effective configurations, answered from the last list while neither the saved
+    /// configurations nor the installer's file changed.
+    async fn effective(&self) -> Result<Arc<Cached>, Status> {
+        let (installer, file_generation) = self.installer.current();
+        let version = self
+            .store
+            .warm_configs
+            .warm_config_version()
+            .await
+            .map_err(store_failed)?;
+        if let Ok(cached) = self.cached.lock()
+            && let Some(cached) = cached.as_ref()
+            && cached.version == version
+            && cached.file_generation == file_generation
+        {
+            return Ok(cached.clone());
+        }
+        let snapshot = self
+            .store
+            .warm_configs
+            .warm_configs()
+            .await
+            .map_err(store_failed)?;
+        let fresh = Arc::new(Cached {
+            version: snapshot.version,
+            file_generation,
+            response: ListWarmRuntimeConfigsResponse {
+                configs: installer
+                    .merge(&snapshot.configs, self.overlay)
+                    .iter()
+                    .map(entry)
+                    .collect(),
+            },
+        });
+        if let Ok(mut cached) = self.cached.lock() {
+            *cached = Some(fresh.clone());
+        }
+        Ok(fresh)
+    }
+}
+
+#[tonic::async_trait]
+impl RuntimeAdmin for RuntimeAdminService {
+    async fn get_challenge(
+        &self,
+        _request: Request<GetChallengeRequest>,
+    ) -> Result<Response<GetChallengeResponse>, Status> {
+        self.admin()?;
+        let challenge = login::random_hex(32);
+        let salt = login::random_hex(16);
+        let record = StoredChallenge {
+            salt: salt.clone(),
+            iterations: self.iterations,
+            expires_at_ms: self.clock.now_ms() + CHALLENGE_LIFETIME.as_millis() as i64,
+        };
+        self.store
+            .challenges
+            .put_challenge(&challenge, &record, CHALLENGE_LIFETIME)
+            .await
+            .map_err(store_failed)?;
+        Ok(Response::new(GetChallengeResponse {
+            challenge,
+            salt,
+            iterations: self.iterations,
+        }))
+    }
+
+    async fn login(
+        &self,
+        request: Request<LoginRequest>,
+    ) -> Result<Response<LoginResponse>, Status> {
+        let admin = self.admin()?;
+        let LoginRequest { challenge, hash } = request.into_inner();
+        let invalid_challenge = || unauthenticated("Invalid or expired challenge");
+        if challenge.is_empty() || challenge.len() > MAX_CREDENTIAL_LEN {
+            return Err(invalid_challenge());
+        }
+        // Taken before the hash is checked: whatever the outcome, the challenge is spent.
+        let record = self
+            .store
+            .challenges
+            .take_challenge(&challenge)
+            .await
+            .map_err(store_failed)?
+            .filter(|record| record.expires_at_ms > self.clock.now_ms())
+            .ok_or_else(invalid_challenge)?;
+        if hash.len() > MAX_CREDENTIAL_LEN
+            || !admin
+                .password
+                .verify(&record.salt, &challenge, record.iterations, &hash)
+                .await
+        {
+            tracing::warn!("admin login refused: wrong password hash");
+            return Err(unauthenticated("Invalid admin password"));
+        }
+        let token = admin.tokens.issue(self.clock.now_ms()).map_err(|err| {
+            tracing::error!(error = %err, "cannot sign an admin token");
+            Status::from(ErrorDetail::new(
+                ErrorCode::Internal,
+                "Cannot sign the admin token",
+            ))
+        })?;
+        tracing::info!("admin logged in");
+        Ok(Response::new(LoginResponse { token }))
+    }
+
+    async fn list_api_keys(
+        &self,
+        request: Request<ListApiKeysRequest>,
+    ) -> Result<Response<ListApiKeysResponse>, Status> {
+        self.authorize(request.metadata())?;
+        let keys = self
+            .default_api_key
+            .iter()
+            .map(|key| pb::ApiKey {
+                id: 1,
+                name: "default".into(),
+                key_value: key.clone(),
+                max_runtimes: None,
+                remaining_credits: None,
+            })
+            .collect();
+        Ok(Response::new(ListApiKeysResponse { keys }))
+    }
+
+    async fn list_warm_runtime_configs(
+        &self,
+        request: Request<ListWarmRuntimeConfigsRequest>,
+    ) -> Result<Response<ListWarmRuntimeConfigsResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        Ok(Response::new(self.effective().await?.response.clone()))
+    }
+
+    async fn put_warm_runtime_config(
+        &self,
+        request: Request<PutWarmRuntimeConfigRequest>,
+    ) -> Result<Response<PutWarmRuntimeConfigResponse>, Status> {
+        // A body that is not JSON at all is refused before the caller is authenticated,
+        // as the reference does; its shape is checked after.
+        if let Some(put_warm_runtime_config_request::Body::Json(json)) = &request.get_ref().body {
+            decode_json::<IgnoredAny>(json)?;
+        }
+        self.authorize(request.metadata())?;
+        let PutWarmRuntimeConfigRequest { name, body } = request.into_inner();
+        let config = match body {
+            Some(put_warm_runtime_config_request::Body::Config(config)) => from_proto(config),
+            Some(put_warm_runtime_config_request::Body::Json(json)) => ConfigBody::decode(&json)?,
+            None => {
+                return Err(validation::single(
+                    "missing",
+                    vec![crate::model::LocItem::Key("config".into())],
+                    "Field required",
+                )
+                .into());
+            }
+        };
+        let errors: Vec<_> = configs::check_name(&name)
+            .into_iter()
+            .chain(configs::check(&config))
+            .collect();
+        if !errors.is_empty() {
+            return Err(validation::failure(errors).into());
+        }
+        let (installer, _) = self.installer.current();
+        let taken_by = match installer.image_clash(&name, &config.image, self.overlay) {
+            Some(other) => Some(other.to_owned()),
+            None => match self
+                .store
+                .warm_configs
+                .put_warm_config(&name, &config)
+                .await
+                .map_err(store_failed)?
+            {
+                PutWarmConfig::Saved => None,
+                PutWarmConfig::ImageTaken { by } => Some(by),
+            },
+        };
+        if let Some(other) = taken_by {
+            return Err(ErrorDetail::new(
+                ErrorCode::Conflict,
+                format!(
+                    "Image {} is already used by configuration \"{other}\"; every configuration needs its own image reference",
+                    config.image
+                ),
+            )
+            .into());
+        }
+        tracing::info!(name = %name, image = %config.image, "warm runtime configuration saved");
+        let warnings = installer.missing_defaults(&config);
+        let saved = Effective {
+            count: installer.count_of(&config),
+            name,
+            source: Source::Db,
+            config,
+        };
+        Ok(Response::new(PutWarmRuntimeConfigResponse {
+            saved: Some(entry(&saved)),
+            warnings,
+        }))
+    }
+
+    async fn delete_warm_runtime_config(
+        &self,
+        request: Request<DeleteWarmRuntimeConfigRequest>,
+    ) -> Result<Response<DeleteWarmRuntimeConfigResponse>, Status> {
+        self.authorize(request.metadata())?;
+        let name = request.into_inner().name;
+        let deleted = self
+            .store
+            .warm_configs
+            .delete_warm_config(&name)
+            .await
+            .map_err(store_failed)?;
+        if !deleted {
+            return Err(ErrorDetail::new(
+                ErrorCode::NotFound,
+                format!("Configuration \"{name}\" not found"),
+            )
+            .into());
+        }
+        tracing::info!(name = %name, "warm runtime configuration deleted");
+        Ok(Response::new(DeleteWarmRuntimeConfigResponse {
+            message: format!("Configuration \"{name}\" deleted successfully"),
+        }))
+    }
+}
