@@ -4,7 +4,11 @@
 //!
 //! `cargo bench --bench webhook_load` (needs `redis-server`; `scripts/test` installs it).
 //! Each request carries a new conversation id, so every delivery is a real write.
-//! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default `1,16,64`).
+//! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default `1,16,64`),
+//! `BENCH_BODIES` (`small`, `large`; default both), `BENCH_BACKENDS` (`redis`, `embedded`;
+//! default both), `BENCH_ROUNDS` (how many times each cell runs, interleaved; default 1) and
+//! `BENCH_SANDGATE` (`label=path,…`: release binaries to compare side by side in one run,
+//! e.g. a copy of the previous build against the current one; default the current build).
 
 #![expect(
     clippy::expect_used,
@@ -27,6 +31,8 @@ use tokio::process::{Child, Command};
 const KEY: &str = "bench-key";
 
 struct Body {
+    /// What `BENCH_BODIES` selects it by.
+    key: &'static str,
     name: &'static str,
     template: Value,
     bytes: usize,
@@ -69,11 +75,13 @@ fn bodies() -> Vec<Body> {
     let large = ten_kilobyte_record();
     vec![
         Body {
+            key: "small",
             name: "small",
             bytes: small.to_string().len(),
             template: small,
         },
         Body {
+            key: "large",
             name: "≈9 KB real record",
             bytes: large.to_string().len(),
             template: large,
@@ -236,8 +244,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-async fn sandgate(store_args: &[String]) -> (Child, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandgate"));
+async fn sandgate(binary: &str, store_args: &[String]) -> (Child, String) {
+    let mut command = Command::new(binary);
     command
         .args([
             "serve",
@@ -298,6 +306,23 @@ async fn main() {
         .filter_map(|level| level.trim().parse().ok())
         .collect();
 
+    let bodies_wanted = std::env::var("BENCH_BODIES").unwrap_or_else(|_| "small,large".into());
+    let backends = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "redis,embedded".into());
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let binaries: Vec<(String, String)> = match std::env::var("BENCH_SANDGATE") {
+        Ok(list) => list
+            .split(',')
+            .map(|entry| {
+                let (label, path) = entry.split_once('=').expect("BENCH_SANDGATE: label=path");
+                (format!("{label}, "), path.to_owned())
+            })
+            .collect(),
+        Err(_) => vec![(String::new(), env!("CARGO_BIN_EXE_sandgate").to_owned())],
+    };
+
     let data = tempfile::tempdir().expect("temp dir");
     let mut redis = Command::new("redis-server");
     let port = free_port();
@@ -314,25 +339,40 @@ async fn main() {
         "",
     ]);
     let (_redis, _) = spawn_listening(redis, "Ready to accept connections").await;
-    let (_embedded, embedded_url) =
-        sandgate(&["--data-dir".into(), data.path().display().to_string()]).await;
-    let (_redis_backed, redis_url) =
-        sandgate(&["--redis".into(), format!("redis://127.0.0.1:{port}/")]).await;
     let baseline_url = baseline().await;
+    let mut targets = vec![("baseline (no-op HTTP)".to_owned(), None, baseline_url)];
+    for (index, (label, binary)) in binaries.iter().enumerate() {
+        if backends.contains("redis") {
+            // Each binary gets its own database, so one's records do not slow the other's.
+            let redis_url = format!("redis://127.0.0.1:{port}/{index}");
+            let (child, url) = sandgate(binary, &["--redis".into(), redis_url]).await;
+            targets.push((format!("{label}sandgate serve, Redis"), Some(child), url));
+        }
+        if backends.contains("embedded") {
+            let dir = data.path().join(index.to_string());
+            let (child, url) =
+                sandgate(binary, &["--data-dir".into(), dir.display().to_string()]).await;
+            targets.push((format!("{label}sandgate serve, embedded"), Some(child), url));
+        }
+    }
 
     println!("| target | body | concurrency | deliveries/s | p50 ms | p99 ms | errors |");
     println!("|---|---|---:|---:|---:|---:|---:|");
     for body in bodies() {
+        if !bodies_wanted
+            .split(',')
+            .any(|wanted| wanted.trim() == body.key)
+        {
+            continue;
+        }
         for &concurrency in &levels {
-            for (target, url) in [
-                ("baseline (no-op HTTP)", &baseline_url),
-                ("sandgate serve, Redis", &redis_url),
-                ("sandgate serve, embedded", &embedded_url),
-            ] {
-                // A short warm-up, then the measured run.
-                load(url, &body.template, concurrency, 1).await;
-                let outcome = load(url, &body.template, concurrency, seconds).await;
-                println!("{}", row(target, &body, concurrency, &outcome));
+            for _ in 0..rounds {
+                for (target, _, url) in &targets {
+                    // A short warm-up, then the measured run.
+                    load(url, &body.template, concurrency, 1).await;
+                    let outcome = load(url, &body.template, concurrency, seconds).await;
+                    println!("{}", row(target, &body, concurrency, &outcome));
+                }
             }
         }
     }

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use crate::auth::{Authenticator, Principal, Reader};
-use crate::model::{self, LocItem, ValidConversation};
+use crate::model::{self, ConversationSummary, LocItem, ValidConversation};
 use crate::store::{IndexKey, Store, StoredConversation};
 use crate::validation;
 use lifecycle::Order;
@@ -29,6 +29,9 @@ const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 1000;
 /// The most children `sub_conversation_ids` lists.
 const MAX_CHILDREN: usize = 10_000;
+
+/// A delivery that validated: its redacted record, serialized, and its summary.
+type Admitted = (Box<serde_json::value::RawValue>, ConversationSummary);
 
 pub struct ConversationsService {
     store: Store,
@@ -75,8 +78,15 @@ impl ConversationsService {
     async fn admit(
         &self,
         request: Request<UpsertRequest>,
-    ) -> Result<(Principal, ValidConversation), Status> {
+    ) -> Result<(Principal, Admitted), Status> {
         let (metadata, _, body) = request.into_parts();
+        // Most deliveries validate: the borrowed fast path settles them without a `Value`.
+        if let Some(upsert_request::Body::Json(json)) = &body.body
+            && let Some((record, summary)) = model::validate_body(json)
+        {
+            let principal = self.auth.session(&metadata).await?;
+            return Ok((principal, (record, summary)));
+        }
         let parsed = match &body.body {
             Some(upsert_request::Body::Json(json)) if !json.is_empty() => {
                 Some(model::parse_json(json).map_err(|err| validation::failure(vec![err]))?)
@@ -98,24 +108,21 @@ impl ConversationsService {
                 return Err(validation::single("missing", Vec::new(), "Field required").into());
             }
         };
-        let conversation = model::validate_conversation(value).map_err(validation::failure)?;
-        Ok((principal, conversation))
-    }
-
-    /// Writes a validated delivery: ordered by `updated_at`, atomic against concurrent
-    /// deliveries for the same id, refused when another sender owns the conversation.
-    async fn record(
-        &self,
-        principal: &Principal,
-        conversation: ValidConversation,
-    ) -> Result<(), Status> {
-        let ValidConversation { record, summary } = conversation;
+        let ValidConversation { record, summary } =
+            model::validate_conversation(value).map_err(validation::failure)?;
         let record = serde_json::value::to_raw_value(&record).map_err(|err| {
             ErrorDetail::new(
                 ErrorCode::Internal,
                 format!("cannot encode the record: {err}"),
             )
         })?;
+        Ok((principal, (record, summary)))
+    }
+
+    /// Writes a validated delivery: ordered by `updated_at`, atomic against concurrent
+    /// deliveries for the same id, refused when another sender owns the conversation.
+    async fn record(&self, principal: &Principal, admitted: Admitted) -> Result<(), Status> {
+        let (record, summary) = admitted;
         let owner = principal.owner();
         let id = summary.id;
         for _ in 0..MAX_WRITE_ATTEMPTS {

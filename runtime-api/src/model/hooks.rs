@@ -155,7 +155,7 @@ const HOOK_EVENT_FIELDS: [&str; 6] = [
 ];
 
 /// `re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()`
-fn pascal_to_snake(name: &str) -> String {
+pub(crate) fn pascal_to_snake(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);
     for (i, c) in name.chars().enumerate() {
         if i > 0 && c.is_ascii_uppercase() {

@@ -13,7 +13,9 @@
 //!                                      └──────────────▶ Vec<ValidationError> (pydantic's order)
 //! ```
 
+mod borrowed;
 mod errors;
+mod fast;
 mod hooks;
 mod merge;
 mod parse;
@@ -61,6 +63,17 @@ pub struct ValidConversation {
 )]
 pub fn parse_json(body: &[u8]) -> Result<Value, ValidationError> {
     parse::parse_json(body)
+}
+
+/// The fast path of [`parse_json`] + [`validate_conversation`] for a body that validates:
+/// the redacted record, serialized exactly as the `Value` path would, and its summary,
+/// without building a `Value` tree. `None` when the body does not validate or needs what
+/// only the `Value` path does; the caller then takes that path, which reports the errors.
+pub fn validate_body(
+    body: &[u8],
+) -> Option<(Box<serde_json::value::RawValue>, ConversationSummary)> {
+    let text = parse::prepare(body).ok()?;
+    fast::validate(&schema::TREE, &text)
 }
 
 /// Validates a parsed body. On failure returns every error, in pydantic's order, with

@@ -18,14 +18,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
     reason = "the public API returns pydantic's error item"
 )]
 pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ValidationError> {
-    let body = body.strip_prefix(BOM).unwrap_or(body);
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(json_invalid(body.len(), "Expecting value"));
-    }
-    if let Some(offset) = too_deep(body) {
-        return Err(json_invalid(offset, "Nesting too deep"));
-    }
-    let text = replace_lone_surrogates(body);
+    let text = prepare(body)?;
     let mut de = serde_json::Deserializer::from_slice(&text);
     // Depth is bounded by `too_deep` above; serde_json's own limit (128) is shallower
     // than what the reference accepts.
@@ -41,6 +34,23 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ValidationError> {
         };
         json_invalid(offset, &reason(&e))
     })
+}
+
+/// The text serde_json parses: the body past a BOM, checked for emptiness and depth, with
+/// lone surrogate escapes replaced. Shared with the fast path so both parse the same text.
+#[expect(
+    clippy::result_large_err,
+    reason = "the public API returns pydantic's error item"
+)]
+pub(crate) fn prepare(body: &[u8]) -> Result<Cow<'_, [u8]>, ValidationError> {
+    let body = body.strip_prefix(BOM).unwrap_or(body);
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(json_invalid(body.len(), "Expecting value"));
+    }
+    if let Some(offset) = too_deep(body) {
+        return Err(json_invalid(offset, "Nesting too deep"));
+    }
+    Ok(replace_lone_surrogates(body))
 }
 
 fn json_invalid(offset: usize, reason: &str) -> ValidationError {

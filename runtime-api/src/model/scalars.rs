@@ -14,8 +14,32 @@ fn err(error_type: &'static str, msg: &str) -> Box<PendingError> {
     Box::new(PendingError::new(error_type, msg, None))
 }
 
-pub(crate) fn check_str(v: &Value, min_len: Option<usize>) -> Check {
-    let Value::String(s) = v else {
+/// A scalar as the lax rules see it, borrowed from either JSON tree the model walks
+/// (`serde_json::Value`, or the borrowed tree of the fast path).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Number(&'a Number),
+    String(&'a str),
+    /// An array or an object: no scalar rule accepts one.
+    Compound,
+}
+
+impl<'a> From<&'a Value> for Scalar<'a> {
+    fn from(v: &'a Value) -> Self {
+        match v {
+            Value::Null => Scalar::Null,
+            Value::Bool(b) => Scalar::Bool(*b),
+            Value::Number(n) => Scalar::Number(n),
+            Value::String(s) => Scalar::String(s),
+            Value::Array(_) | Value::Object(_) => Scalar::Compound,
+        }
+    }
+}
+
+pub(crate) fn check_str<'a>(v: impl Into<Scalar<'a>>, min_len: Option<usize>) -> Check {
+    let Scalar::String(s) = v.into() else {
         return Err(err("string_type", "Input should be a valid string"));
     };
     if let Some(min) = min_len {
@@ -70,9 +94,9 @@ pub(crate) fn parse_int_str(s: &str) -> Option<f64> {
     Some(if neg { -value } else { value })
 }
 
-pub(crate) fn check_int(v: &Value, bounds: &Bounds) -> Check {
-    let n = match v {
-        Value::Number(n) => {
+pub(crate) fn check_int<'a>(v: impl Into<Scalar<'a>>, bounds: &Bounds) -> Check {
+    let n = match v.into() {
+        Scalar::Number(n) => {
             if let Some(i) = n.as_i64() {
                 i as f64
             } else if let Some(u) = n.as_u64() {
@@ -91,8 +115,8 @@ pub(crate) fn check_int(v: &Value, bounds: &Bounds) -> Check {
                 f
             }
         }
-        Value::Bool(b) => f64::from(u8::from(*b)),
-        Value::String(s) => parse_int_str(s).ok_or_else(|| {
+        Scalar::Bool(b) => f64::from(u8::from(b)),
+        Scalar::String(s) => parse_int_str(s).ok_or_else(|| {
             err(
                 "int_parsing",
                 "Input should be a valid integer, unable to parse string as an integer",
@@ -103,11 +127,11 @@ pub(crate) fn check_int(v: &Value, bounds: &Bounds) -> Check {
     check_bounds(n, bounds, false)
 }
 
-pub(crate) fn check_float(v: &Value, bounds: &Bounds) -> Check {
-    let n = match v {
-        Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
-        Value::Bool(b) => f64::from(u8::from(*b)),
-        Value::String(s) => s.trim().parse::<f64>().map_err(|_| {
+pub(crate) fn check_float<'a>(v: impl Into<Scalar<'a>>, bounds: &Bounds) -> Check {
+    let n = match v.into() {
+        Scalar::Number(n) => n.as_f64().unwrap_or(f64::NAN),
+        Scalar::Bool(b) => f64::from(u8::from(b)),
+        Scalar::String(s) => s.trim().parse::<f64>().map_err(|_| {
             err(
                 "float_parsing",
                 "Input should be a valid number, unable to parse string as a number",
@@ -178,20 +202,20 @@ fn check_bounds(n: f64, b: &Bounds, float: bool) -> Check {
     Ok(())
 }
 
-pub(crate) fn check_bool(v: &Value) -> Check {
+pub(crate) fn check_bool<'a>(v: impl Into<Scalar<'a>>) -> Check {
     let parsing = || {
         err(
             "bool_parsing",
             "Input should be a valid boolean, unable to interpret input",
         )
     };
-    match v {
-        Value::Bool(_) => Ok(()),
-        Value::Number(n) => match n.as_f64() {
+    match v.into() {
+        Scalar::Bool(_) => Ok(()),
+        Scalar::Number(n) => match n.as_f64() {
             Some(f) if f == 0.0 || f == 1.0 => Ok(()),
             _ => Err(parsing()),
         },
-        Value::String(s) => {
+        Scalar::String(s) => {
             const WORDS: [&str; 12] = [
                 "0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes",
             ];
@@ -207,13 +231,13 @@ pub(crate) fn check_bool(v: &Value) -> Check {
 }
 
 /// One string out of a fixed set: a Python `Literal` (`literal_error`) or `Enum` (`enum`).
-pub(crate) fn check_choice(
-    v: &Value,
+pub(crate) fn check_choice<'a>(
+    v: impl Into<Scalar<'a>>,
     values: &[String],
     expected: &str,
     error_type: &'static str,
 ) -> Check {
-    if let Value::String(s) = v
+    if let Scalar::String(s) = v.into()
         && values.iter().any(|x| x == s)
     {
         return Ok(());
@@ -225,8 +249,8 @@ pub(crate) fn check_choice(
     )))
 }
 
-pub(crate) fn check_uuid(v: &Value) -> Check {
-    let Value::String(s) = v else {
+pub(crate) fn check_uuid<'a>(v: impl Into<Scalar<'a>>) -> Check {
+    let Scalar::String(s) = v.into() else {
         return Err(err(
             "uuid_type",
             "UUID input should be a string, bytes or UUID object",
@@ -273,10 +297,10 @@ fn datetime_config() -> DateTimeConfig {
 }
 
 /// A parsed `format: date-time` value, or pydantic's error for it.
-pub(crate) fn parse_datetime(v: &Value) -> Result<DateTime, Box<PendingError>> {
+pub(crate) fn parse_datetime<'a>(v: impl Into<Scalar<'a>>) -> Result<DateTime, Box<PendingError>> {
     let config = datetime_config();
-    match v {
-        Value::String(s) => match DateTime::parse_bytes_with_config(s.as_bytes(), &config) {
+    match v.into() {
+        Scalar::String(s) => match DateTime::parse_bytes_with_config(s.as_bytes(), &config) {
             Ok(dt) => Ok(dt),
             // Lax mode falls back to a plain date at midnight.
             Err(_) => match Date::parse_bytes(s.as_bytes()) {
@@ -291,7 +315,7 @@ pub(crate) fn parse_datetime(v: &Value) -> Result<DateTime, Box<PendingError>> {
                 )),
             },
         },
-        Value::Number(n) => timestamp(n, &config),
+        Scalar::Number(n) => timestamp(n, &config),
         _ => Err(err("datetime_type", "Input should be a valid datetime")),
     }
 }

@@ -64,22 +64,22 @@ impl<'t> Walker<'t> {
             Node::Str {
                 min_len,
                 format: StrFormat::Plain,
-            } => scalars::check_str(v, *min_len),
+            } => scalars::check_str(&*v, *min_len),
             Node::Str {
                 format: StrFormat::Uuid,
                 ..
-            } => scalars::check_uuid(v),
+            } => scalars::check_uuid(&*v),
             Node::Str {
                 format: StrFormat::DateTime,
                 ..
-            } => scalars::parse_datetime(v).map(|_| ()),
-            Node::Int(bounds) => scalars::check_int(v, bounds),
-            Node::Float(bounds) => scalars::check_float(v, bounds),
-            Node::Bool => scalars::check_bool(v),
+            } => scalars::parse_datetime(&*v).map(|_| ()),
+            Node::Int(bounds) => scalars::check_int(&*v, bounds),
+            Node::Float(bounds) => scalars::check_float(&*v, bounds),
+            Node::Bool => scalars::check_bool(&*v),
             Node::Literal { values, expected } => {
-                scalars::check_choice(v, values, expected, "literal_error")
+                scalars::check_choice(&*v, values, expected, "literal_error")
             }
-            Node::Enum { values, expected } => scalars::check_choice(v, values, expected, "enum"),
+            Node::Enum { values, expected } => scalars::check_choice(&*v, values, expected, "enum"),
             Node::List {
                 items,
                 min_items,
