@@ -8,57 +8,34 @@
 #![expect(clippy::expect_used, reason = "a benchmark fails loudly")]
 #![expect(clippy::print_stdout, reason = "a benchmark prints its table")]
 
-use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+mod harness;
+
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::get;
-use hdrhistogram::Histogram;
 use sandgate_runtime_api::admin::login::{DEFAULT_PBKDF2_ITERATIONS, login_hash};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const API_KEY: &str = "bench-api-key";
 const PASSWORD: &str = "bench admin password";
 const CONFIGS: usize = 100;
 
-async fn spawn_listening(mut command: Command, ready: &str) -> (Child, String) {
-    let mut child = command
-        .stderr(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn");
-    let stream: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if ready.contains("Ready") {
-        Box::new(child.stdout.take().expect("stdout"))
-    } else {
-        Box::new(child.stderr.take().expect("stderr"))
-    };
-    let mut lines = BufReader::new(stream).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if let Some((_, rest)) = line.split_once(ready) {
-            let found = rest.trim().to_owned();
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return (child, found);
-        }
-    }
-    panic!("{command:?} exited before it was ready");
-}
-
 async fn sandgate(store_args: &[String]) -> (Child, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandgate"));
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--log", "warn"])
-        .args(store_args)
-        .env("ADMIN_PASSWORD", PASSWORD)
-        .env("JWT_SECRET", "bench JWT secret, at least 32 bytes long")
-        .env("DEFAULT_API_KEY", API_KEY)
-        .env_remove("PBKDF2_ITERATIONS");
-    let (child, address) = spawn_listening(command, "listening on http://").await;
-    (child, format!("http://{address}"))
+    let mut args = vec!["--log".to_owned(), "warn,sandgate=info".to_owned()];
+    args.extend_from_slice(store_args);
+    harness::sandgate(
+        env!("CARGO_BIN_EXE_sandgate"),
+        &args,
+        &[
+            ("ADMIN_PASSWORD", PASSWORD),
+            ("JWT_SECRET", "bench JWT secret, at least 32 bytes long"),
+            ("DEFAULT_API_KEY", API_KEY),
+            ("PBKDF2_ITERATIONS", &DEFAULT_PBKDF2_ITERATIONS.to_string()),
+        ],
+    )
+    .await
 }
 
 /// One admin login, end to end: challenge, the client's PBKDF2, the server's check.
@@ -158,73 +135,12 @@ async fn baseline(size: usize) -> String {
     format!("http://{address}")
 }
 
-struct Outcome {
-    requests: u64,
-    errors: u64,
-    elapsed: Duration,
-    latency: Histogram<u64>,
-}
-
-/// Closed-loop GETs of the list, `concurrency` keep-alive connections, for `seconds`.
-async fn load(base: &str, concurrency: usize, seconds: u64) -> Outcome {
-    let address = base.trim_start_matches("http://").to_owned();
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let mut workers = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        let stream = tokio::net::TcpStream::connect(&address)
-            .await
-            .expect("connect");
-        stream.set_nodelay(true).expect("nodelay");
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .expect("handshake");
-        tokio::spawn(connection);
-        let stop = stop.clone();
-        workers.push(tokio::spawn(async move {
-            let mut latency =
-                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
-            let (mut requests, mut errors) = (0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) {
-                let request = http::Request::get("/api/warm-runtime-configs")
-                    .header("host", "bench")
-                    .header("x-api-key", API_KEY)
-                    .body(http_body_util::Empty::<bytes::Bytes>::new())
-                    .expect("request");
-                let sent = Instant::now();
-                let ok = match sender.send_request(request).await {
-                    Ok(response) => {
-                        response.status() == 200
-                            && http_body_util::BodyExt::collect(response.into_body())
-                                .await
-                                .is_ok()
-                    }
-                    Err(_) => false,
-                };
-                latency.saturating_record(sent.elapsed().as_micros() as u64);
-                requests += 1;
-                errors += u64::from(!ok);
-            }
-            (requests, errors, latency)
-        }));
-    }
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut outcome = Outcome {
-        requests: 0,
-        errors: 0,
-        elapsed: Duration::ZERO,
-        latency: Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram"),
-    };
-    for worker in workers {
-        let (requests, errors, latency) = worker.await.expect("worker");
-        outcome.requests += requests;
-        outcome.errors += errors;
-        outcome.latency.add(latency).expect("same bounds");
-    }
-    outcome.elapsed = started.elapsed();
-    outcome
+fn list_request() -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    http::Request::get("/api/warm-runtime-configs")
+        .header("host", "bench")
+        .header("x-api-key", API_KEY)
+        .body(http_body_util::Full::default())
+        .expect("request")
 }
 
 /// Logins per second with `concurrency` clients, and their median latency.
@@ -284,50 +200,20 @@ async fn derivations(concurrency: usize, seconds: u64) -> f64 {
     done as f64 / started.elapsed().as_secs_f64()
 }
 
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
     }
-    let seconds = env_number("BENCH_SECONDS", 5);
-    let login_seconds = env_number("BENCH_LOGIN_SECONDS", 10);
-    let levels: Vec<usize> = std::env::var("BENCH_CONCURRENCY")
-        .unwrap_or_else(|_| "1,16,64".into())
-        .split(',')
-        .filter_map(|level| level.trim().parse().ok())
-        .collect();
+    let seconds = harness::env_number("BENCH_SECONDS", 5);
+    let login_seconds = harness::env_number("BENCH_LOGIN_SECONDS", 10);
+    let levels = harness::concurrency_levels();
 
     let data = tempfile::tempdir().expect("temp dir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let mut redis = Command::new("redis-server");
-    redis.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--logfile",
-        "",
-    ]);
-    let (_redis, _) = spawn_listening(redis, "Ready to accept connections").await;
+    let (_redis, redis) = harness::redis().await;
     let (_embedded, embedded) =
         sandgate(&["--data-dir".into(), data.path().display().to_string()]).await;
-    let (_redis_backed, redis_backed) =
-        sandgate(&["--redis".into(), format!("redis://127.0.0.1:{port}/")]).await;
+    let (_redis_backed, redis_backed) = sandgate(&["--redis".into(), redis]).await;
     let client = reqwest::Client::new();
     let size = fill(&client, &embedded).await;
     assert_eq!(fill(&client, &redis_backed).await, size);
@@ -342,13 +228,13 @@ async fn main() {
             ("sandgate serve, Redis", &redis_backed),
             ("sandgate serve, embedded", &embedded),
         ] {
-            load(base, concurrency, 1).await;
-            let outcome = load(base, concurrency, seconds).await;
+            harness::load(base, concurrency, 1, list_request).await;
+            let outcome = harness::load(base, concurrency, seconds, list_request).await;
             println!(
                 "| {target} | {concurrency} | {:.0} | {:.2} | {:.2} | {} |",
-                outcome.requests as f64 / outcome.elapsed.as_secs_f64(),
-                outcome.latency.value_at_quantile(0.5) as f64 / 1000.0,
-                outcome.latency.value_at_quantile(0.99) as f64 / 1000.0,
+                outcome.rate(),
+                outcome.ms(0.5),
+                outcome.ms(0.99),
                 outcome.errors,
             );
         }

@@ -16,18 +16,16 @@
     reason = "a benchmark: it fails loudly and prints its table"
 )]
 
-use std::process::Stdio;
+mod harness;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::post;
-use hdrhistogram::Histogram;
+use harness::Outcome;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
+const PATH: &str = "/api/v1/webhooks/conversations";
 const KEY: &str = "bench-key";
 
 struct Body {
@@ -117,150 +115,25 @@ impl Deliveries {
     }
 }
 
-struct Outcome {
-    requests: u64,
-    errors: u64,
-    elapsed: Duration,
-    latency: Histogram<u64>,
+/// A delivery of a new conversation per request, with the test key.
+fn delivery(deliveries: &Arc<Deliveries>) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    http::Request::post(PATH)
+        .header("host", "bench")
+        .header("content-type", "application/json")
+        .header("x-session-api-key", KEY)
+        .body(http_body_util::Full::new(deliveries.next()))
+        .expect("request")
 }
 
-/// One keep-alive HTTP/1.1 connection: hyper's bare client, so that the load generator
-/// costs the machine as little as possible.
-async fn connect(
-    url: &str,
-) -> hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>> {
-    let address = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .expect("host:port")
-        .to_owned();
-    let stream = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("connect");
-    stream.set_nodelay(true).expect("nodelay");
-    let (sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .expect("handshake");
-    tokio::spawn(connection);
-    sender
+async fn load(base: &str, template: &Value, concurrency: usize, seconds: u64) -> Outcome {
+    let deliveries = Arc::new(Deliveries::new(template));
+    harness::load(base, concurrency, seconds, move || delivery(&deliveries)).await
 }
 
-/// Closed-loop load: `concurrency` workers, each on its own connection, sending its next
-/// body as soon as the previous answer arrived, for `seconds`.
-async fn load(url: &str, template: &Value, concurrency: usize, seconds: u64) -> Outcome {
-    let stop = Arc::new(AtomicBool::new(false));
-    let path = format!(
-        "/{}",
-        url.trim_start_matches("http://")
-            .split_once('/')
-            .map_or("", |(_, path)| path)
-    );
-    let started = Instant::now();
-    let mut workers = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        let mut sender = connect(url).await;
-        let (path, stop) = (path.clone(), stop.clone());
-        let deliveries = Deliveries::new(template);
-        workers.push(tokio::spawn(async move {
-            let mut latency =
-                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
-            let (mut requests, mut errors) = (0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) {
-                let body = deliveries.next();
-                let request = http::Request::post(path.as_str())
-                    .header("host", "bench")
-                    .header("content-type", "application/json")
-                    .header("x-session-api-key", KEY)
-                    .body(http_body_util::Full::new(body))
-                    .expect("request");
-                let sent = Instant::now();
-                let answer = match sender.send_request(request).await {
-                    Ok(response) => {
-                        let ok = response.status() == 200;
-                        let drained = http_body_util::BodyExt::collect(response.into_body())
-                            .await
-                            .is_ok();
-                        ok && drained
-                    }
-                    Err(_) => false,
-                };
-                latency.saturating_record(sent.elapsed().as_micros() as u64);
-                requests += 1;
-                if !answer {
-                    errors += 1;
-                }
-            }
-            (requests, errors, latency)
-        }));
-    }
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut outcome = Outcome {
-        requests: 0,
-        errors: 0,
-        elapsed: Duration::ZERO,
-        latency: Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram"),
-    };
-    for worker in workers {
-        let (requests, errors, latency) = worker.await.expect("worker");
-        outcome.requests += requests;
-        outcome.errors += errors;
-        outcome.latency.add(latency).expect("same bounds");
-    }
-    outcome.elapsed = started.elapsed();
-    outcome
-}
-
-async fn spawn_listening(mut command: Command, ready: &str) -> (Child, String) {
-    let mut child = command
-        .stderr(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn");
-    let stream: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if ready.contains("Ready") {
-        Box::new(child.stdout.take().expect("stdout"))
-    } else {
-        Box::new(child.stderr.take().expect("stderr"))
-    };
-    let mut lines = BufReader::new(stream).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if let Some((_, rest)) = line.split_once(ready) {
-            let found = rest.trim().to_owned();
-            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return (child, found);
-        }
-    }
-    panic!("{command:?} exited before it was ready");
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-async fn sandgate(binary: &str, store_args: &[String]) -> (Child, String) {
-    let mut command = Command::new(binary);
-    command
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--log",
-            "warn,sandgate=info",
-        ])
-        .args(store_args)
-        .env("SANDGATE_WEBHOOK_API_KEYS", KEY);
-    let (child, address) = spawn_listening(command, "listening on http://").await;
-    (
-        child,
-        format!("http://{address}/api/v1/webhooks/conversations"),
-    )
+async fn sandgate(binary: &str, store_args: &[String]) -> (tokio::process::Child, String) {
+    let mut args = vec!["--log".to_owned(), "warn,sandgate=info".to_owned()];
+    args.extend_from_slice(store_args);
+    harness::sandgate(binary, &args, &[("SANDGATE_WEBHOOK_API_KEYS", KEY)]).await
 }
 
 async fn baseline() -> String {
@@ -269,24 +142,24 @@ async fn baseline() -> String {
         .expect("bind");
     let address = listener.local_addr().expect("addr");
     let app = Router::new().route(
-        "/api/v1/webhooks/conversations",
+        PATH,
         post(|body: bytes::Bytes| async move {
             std::hint::black_box(body);
             axum::Json(serde_json::json!({"success": true}))
         }),
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}/api/v1/webhooks/conversations")
+    format!("http://{address}")
 }
 
 fn row(target: &str, body: &Body, concurrency: usize, outcome: &Outcome) -> String {
-    let rate = outcome.requests as f64 / outcome.elapsed.as_secs_f64();
     format!(
-        "| {target} | {} ({} B) | {concurrency} | {rate:.0} | {:.2} | {:.2} | {} |",
+        "| {target} | {} ({} B) | {concurrency} | {:.0} | {:.2} | {:.2} | {} |",
         body.name,
         body.bytes,
-        outcome.latency.value_at_quantile(0.5) as f64 / 1000.0,
-        outcome.latency.value_at_quantile(0.99) as f64 / 1000.0,
+        outcome.rate(),
+        outcome.ms(0.5),
+        outcome.ms(0.99),
         outcome.errors,
     )
 }
@@ -296,22 +169,12 @@ async fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
     }
-    let seconds: u64 = std::env::var("BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let levels: Vec<usize> = std::env::var("BENCH_CONCURRENCY")
-        .unwrap_or_else(|_| "1,16,64".into())
-        .split(',')
-        .filter_map(|level| level.trim().parse().ok())
-        .collect();
+    let seconds = harness::env_number("BENCH_SECONDS", 5);
+    let levels = harness::concurrency_levels();
 
     let bodies_wanted = std::env::var("BENCH_BODIES").unwrap_or_else(|_| "small,large".into());
     let backends = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "redis,embedded".into());
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let rounds = harness::env_number("BENCH_ROUNDS", 1);
     let binaries: Vec<(String, String)> = match std::env::var("BENCH_SANDGATE") {
         Ok(list) => list
             .split(',')
@@ -324,27 +187,13 @@ async fn main() {
     };
 
     let data = tempfile::tempdir().expect("temp dir");
-    let mut redis = Command::new("redis-server");
-    let port = free_port();
-    redis.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--logfile",
-        "",
-    ]);
-    let (_redis, _) = spawn_listening(redis, "Ready to accept connections").await;
+    let (_redis, redis) = harness::redis().await;
     let baseline_url = baseline().await;
     let mut targets = vec![("baseline (no-op HTTP)".to_owned(), None, baseline_url)];
     for (index, (label, binary)) in binaries.iter().enumerate() {
         if backends.contains("redis") {
             // Each binary gets its own database, so one's records do not slow the other's.
-            let redis_url = format!("redis://127.0.0.1:{port}/{index}");
+            let redis_url = format!("{redis}{index}");
             let (child, url) = sandgate(binary, &["--redis".into(), redis_url]).await;
             targets.push((format!("{label}sandgate serve, Redis"), Some(child), url));
         }

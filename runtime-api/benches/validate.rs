@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sandgate_runtime_api::model::{parse_json, validate_conversation};
+use sandgate_runtime_api::model::{parse_json, validate_body, validate_conversation};
 
 fn fixture(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("SANDGATE_FIXTURES")
@@ -40,6 +40,12 @@ fn bench(c: &mut Criterion) {
                     .and_then(validate_conversation)
                     .is_ok()
             })
+        });
+        // What a delivery that validates costs: the borrowed fast path, which also
+        // serializes the redacted record.
+        assert!(validate_body(&body).is_some(), "{name} takes the fast path");
+        group.bench_function(format!("{name} (fast path)"), |b| {
+            b.iter(|| validate_body(std::hint::black_box(&body)).is_some())
         });
         group.bench_function(format!("{name} (parse only)"), |b| {
             b.iter(|| parse_json(std::hint::black_box(&body)).is_ok())

@@ -665,7 +665,46 @@ async fn the_installer_file_is_reread_when_it_changes(backend: Backend) {
     );
 }
 
+async fn the_list_carries_an_etag_that_changes_with_it(backend: Backend) {
+    let file = installer_file(V1_CURRENT);
+    let sandgate = start(
+        &backend,
+        Some(&file),
+        &["--warm-runtime-config-overlay", "1"],
+    )
+    .await;
+    let get = |etag: Option<&str>, key: &str| {
+        let mut request = sandgate
+            .client
+            .get(sandgate.url("/api/warm-runtime-configs"))
+            .header("x-api-key", key);
+        if let Some(etag) = etag {
+            request = request.header("if-none-match", etag);
+        }
+        request.send()
+    };
+    let first = get(None, RUNTIME_KEY).await.expect("request");
+    assert_eq!(first.status(), 200);
+    let etag = first.headers()["etag"].to_str().expect("etag").to_owned();
+    assert!(etag.starts_with('"') && etag.ends_with('"'), "{etag}");
+    let unchanged = get(Some(&etag), RUNTIME_KEY).await.expect("request");
+    assert_eq!(unchanged.status(), StatusCode::NOT_MODIFIED);
+    // The tag never stands in for the key.
+    let refused = get(Some(&etag), "wrong key").await.expect("request");
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+
+    let token = login(&sandgate).await;
+    let (status, _) = put(&sandgate, &token, "custom", &derived("img:custom")).await;
+    assert_eq!(status, 200);
+    let changed = get(Some(&etag), RUNTIME_KEY).await.expect("request");
+    assert_eq!(changed.status(), 200);
+    assert_ne!(changed.headers()["etag"].to_str().expect("etag"), etag);
+    let (_, body) = json_of(changed).await;
+    assert_eq!(body["configs"].as_array().expect("configs").len(), 2);
+}
+
 crate::on_both_backends!(
+    the_list_carries_an_etag_that_changes_with_it,
     every_admin_endpoint_answers_403_without_a_password,
     login_spends_the_challenge_whatever_the_outcome,
     api_keys_need_the_admin_token,
@@ -805,6 +844,16 @@ async fn the_admin_cli_templates_saves_lists_and_deletes() {
     assert!(ok, "{err}");
     let list: Value = serde_json::from_str(&out).expect("list is JSON");
     assert_eq!(list["configs"][0]["name"], "v1_current");
+    // With API_KEY, listing needs no admin login (the password here is wrong).
+    let (ok, out, err) = admin_cli(
+        &sandgate,
+        "wrong",
+        &["--api-key", RUNTIME_KEY, "list"],
+        b"",
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("JSON"), list);
 
     // `template v1_current --image X --count 2 | save custom`
     let (ok, template, err) = admin_cli(

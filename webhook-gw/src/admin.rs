@@ -2,12 +2,14 @@
 //! runtime configurations.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
 use sandgate_proto::admin::v1::{
     ConfigSource, DeleteWarmRuntimeConfigRequest, GetChallengeRequest, ListApiKeysRequest,
     ListWarmRuntimeConfigsRequest, LoginRequest, PutWarmRuntimeConfigRequest,
@@ -131,25 +133,86 @@ pub async fn api_keys(
     )))
 }
 
-pub async fn list_configs(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    let configs = state
+/// The last configuration list rendered, by the service's tag for its contents: while
+/// the tag is current the service sends no list and the edge answers these bytes.
+#[derive(Default)]
+pub struct ListCache(Mutex<Option<Arc<RenderedList>>>);
+
+pub struct RenderedList {
+    etag: String,
+    body: Bytes,
+}
+
+impl ListCache {
+    fn get(&self) -> Option<Arc<RenderedList>> {
+        self.0.lock().ok().and_then(|cached| cached.clone())
+    }
+
+    fn put(&self, rendered: Arc<RenderedList>) {
+        if let Ok(mut cached) = self.0.lock() {
+            *cached = Some(rendered);
+        }
+    }
+}
+
+/// `GET /api/warm-runtime-configs`, with an `ETag`; a client's matching `If-None-Match`
+/// gets 304.
+pub async fn list_configs(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let list = match render_configs(&state, &headers).await {
+        Ok(list) => list,
+        Err(err) => return err.into_response(),
+    };
+    let etag = format!("\"{}\"", list.etag);
+    let unchanged = headers
+        .get(http::header::IF_NONE_MATCH)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|tags| tags.split(',').any(|tag| tag.trim() == etag));
+    if unchanged {
+        return (StatusCode::NOT_MODIFIED, [(http::header::ETAG, etag)]).into_response();
+    }
+    (
+        [
+            (http::header::CONTENT_TYPE, "application/json".to_owned()),
+            (http::header::ETAG, etag),
+        ],
+        list.body.clone(),
+    )
+        .into_response()
+}
+
+async fn render_configs(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Arc<RenderedList>, ApiError> {
+    let cached = state.config_list.get();
+    let request = ListWarmRuntimeConfigsRequest {
+        if_none_match: cached
+            .as_ref()
+            .map(|cached| cached.etag.clone())
+            .unwrap_or_default(),
+    };
+    let response = state
         .admin
         .clone()
-        .list_warm_runtime_configs(metadata::request(
-            &headers,
-            ListWarmRuntimeConfigsRequest {},
-        ))
+        .list_warm_runtime_configs(metadata::request(headers, request))
         .await?
-        .into_inner()
-        .configs;
-    let configs: Vec<ConfigEntry> = configs
+        .into_inner();
+    if let Some(cached) = cached.filter(|_| response.not_modified) {
+        return Ok(cached);
+    }
+    let configs: Vec<ConfigEntry> = response
+        .configs
         .into_iter()
         .map(|entry| rest_entry(entry, None))
         .collect();
-    Ok(Json(json!({ "configs": configs })))
+    let body = serde_json::to_vec(&json!({ "configs": configs }))
+        .map_err(|err| ApiError::Edge(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
+    let rendered = Arc::new(RenderedList {
+        etag: response.etag,
+        body: body.into(),
+    });
+    state.config_list.put(rendered.clone());
+    Ok(rendered)
 }
 
 pub async fn put_config(

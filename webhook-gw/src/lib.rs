@@ -50,6 +50,8 @@ pub(crate) struct AppState {
     conversations: ConversationsClient<GrpcChannel>,
     settings: SettingsClient<GrpcChannel>,
     admin: RuntimeAdminClient<GrpcChannel>,
+    /// The warm runtime configuration list last rendered.
+    config_list: std::sync::Arc<admin::ListCache>,
     health: HealthClient<GrpcChannel>,
     /// The OpenAPI document, serialized once.
     openapi: bytes::Bytes,
@@ -64,6 +66,7 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         settings: SettingsClient::new(runtime_api.clone()),
         admin: RuntimeAdminClient::new(runtime_api.clone()),
+        config_list: Default::default(),
         health: HealthClient::new(runtime_api),
         openapi: serde_json::to_vec(&config.openapi)
             .unwrap_or_default()

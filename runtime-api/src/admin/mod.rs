@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use prost::Message;
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdmin;
 use sandgate_proto::admin::v1::{
     self as pb, ConfigSource, DeleteWarmRuntimeConfigRequest, DeleteWarmRuntimeConfigResponse,
@@ -18,6 +19,7 @@ use sandgate_proto::admin::v1::{
 use sandgate_proto::error::{ErrorCode, ErrorDetail, decode_json};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
@@ -71,7 +73,10 @@ struct Admin {
 struct Cached {
     version: u64,
     file_generation: u64,
-    response: ListWarmRuntimeConfigsResponse,
+    /// A digest of the list's encoding: the same contents give the same tag on every
+    /// replica, so a caller's cached copy stays valid whichever one it asks.
+    etag: String,
+    configs: Vec<pb::WarmRuntimeConfigEntry>,
 }
 
 pub struct RuntimeAdminService {
@@ -299,16 +304,21 @@ impl RuntimeAdminService {
             .warm_configs()
             .await
             .map_err(store_failed)?;
+        let configs: Vec<_> = installer
+            .merge(&snapshot.configs, self.overlay)
+            .iter()
+            .map(entry)
+            .collect();
+        let encoded = ListWarmRuntimeConfigsResponse {
+            configs: configs.clone(),
+            ..Default::default()
+        }
+        .encode_to_vec();
         let fresh = Arc::new(Cached {
             version: snapshot.version,
             file_generation,
-            response: ListWarmRuntimeConfigsResponse {
-                configs: installer
-                    .merge(&snapshot.configs, self.overlay)
-                    .iter()
-                    .map(entry)
-                    .collect(),
-            },
+            etag: hex::encode(&Sha256::digest(&encoded)[..16]),
+            configs,
         });
         if let Ok(mut cached) = self.cached.lock() {
             *cached = Some(fresh.clone());
@@ -406,7 +416,17 @@ impl RuntimeAdmin for RuntimeAdminService {
         request: Request<ListWarmRuntimeConfigsRequest>,
     ) -> Result<Response<ListWarmRuntimeConfigsResponse>, Status> {
         self.auth.runtime_api_key(request.metadata())?;
-        Ok(Response::new(self.effective().await?.response.clone()))
+        let current = self.effective().await?;
+        let not_modified = request.get_ref().if_none_match == current.etag;
+        Ok(Response::new(ListWarmRuntimeConfigsResponse {
+            configs: if not_modified {
+                Vec::new()
+            } else {
+                current.configs.clone()
+            },
+            etag: current.etag.clone(),
+            not_modified,
+        }))
     }
 
     async fn put_warm_runtime_config(
