@@ -32,8 +32,9 @@ use login::{CHALLENGE_LIFETIME, Clock, PasswordCheck, SystemClock, TokenError, T
 /// Challenges and hashes longer than this are refused unread.
 const MAX_CREDENTIAL_LEN: usize = 256;
 
-/// How runtime management is configured.
-#[derive(Clone, Debug)]
+/// How runtime management is configured. Not `Debug`: it holds the admin password and
+/// the token key, which must never reach a log.
+#[derive(Clone)]
 pub struct AdminConfig {
     /// `ADMIN_PASSWORD`; absent, every admin call answers 403.
     pub admin_password: Option<String>,
