@@ -2,7 +2,8 @@
 //!
 //! `save` and `delete` log in with the admin password (challenge, PBKDF2, JWT); `list` and
 //! `template` send `API_KEY` as `X-API-Key`, or fetch the `default` key through an admin
-//! login when it is not set.
+//! login when it is not set. `https://` URLs are verified against the platform's trust
+//! store.
 
 use std::io::{Read, Write};
 use std::time::Duration;

@@ -38,8 +38,13 @@ async fn admin(args: sandgate::cli::AdminClientArgs) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let command = match cli.command {
+        // A client: it speaks through its own messages, not log records.
+        Command::Admin(args) => return admin(args).await,
+        server => server,
+    };
     sandgate::telemetry::init(&cli.log)?;
-    let result = match cli.command {
+    let result = match command {
         Command::Serve(args) => {
             let listener = bind(args.listen).await?;
             sandgate::serve(args, listener, sandgate::signal()).await
@@ -52,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
             let listener = bind(args.listen).await?;
             sandgate::edge(args, listener, sandgate::signal()).await
         }
-        Command::Admin(args) => return admin(args).await,
+        Command::Admin(_) => Ok(()),
     };
     if let Err(err) = &result {
         tracing::error!("{err:#}");
