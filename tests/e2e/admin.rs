@@ -918,3 +918,91 @@ async fn the_admin_cli_templates_saves_lists_and_deletes() {
     assert!(!ok);
     assert!(err.contains("no configuration named \"nope\""), "{err}");
 }
+
+/// An https server with a certificate issued by a test CA, answering every request with
+/// an empty configuration list; the CA's PEM file.
+async fn tls_server() -> (std::net::SocketAddr, tempfile::NamedTempFile) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca =
+        rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().expect("key"))
+            .expect("CA");
+    let leaf_key = rcgen::KeyPair::generate().expect("key");
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .expect("params")
+        .signed_by(&leaf_key, &ca)
+        .expect("leaf");
+    let ca_file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(ca_file.path(), ca.pem()).expect("write CA");
+
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+        )
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                // A client that refuses the certificate ends the handshake here.
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|window| window == b"\r\n\r\n") {
+                    match tls.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => request.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let body = r#"{"configs":[]}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                drop(tls.write_all(answer.as_bytes()).await);
+                drop(tls.shutdown().await);
+            });
+        }
+    });
+    (address, ca_file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_cli_checks_https_certificates() {
+    let (address, ca_file) = tls_server().await;
+    let list = |trust: Option<&std::path::Path>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandgate"));
+        command
+            .args(["admin", "--api-key", "k", "list"])
+            .env("RUNTIME_API_URL", format!("https://{address}"))
+            .env_remove("ADMIN_PASSWORD");
+        match trust {
+            Some(path) => command.env("SSL_CERT_FILE", path),
+            None => command.env_remove("SSL_CERT_FILE"),
+        };
+        command.output()
+    };
+    let trusted = list(Some(ca_file.path())).await.expect("sandgate admin");
+    assert!(
+        trusted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    let out: Value = serde_json::from_slice(&trusted.stdout).expect("JSON");
+    assert_eq!(out, json!({ "configs": [] }));
+
+    let untrusted = list(None).await.expect("sandgate admin");
+    assert!(!untrusted.status.success());
+    let err = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(err.contains("certificate"), "{err}");
+}
