@@ -2,12 +2,15 @@
 
 use std::sync::Arc;
 
-use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use std::collections::HashMap;
+
+use sandgate_proto::error::{ErrorCode, ErrorDetail, decode_json};
 use sandgate_proto::settings::v1::settings_server::Settings;
 use sandgate_proto::settings::v1::{
     GetLlmProfileRequest, GetLlmProfileResponse, LlmProfile, SaveLlmProfileRequest,
     SaveLlmProfileResponse,
 };
+use serde::Deserialize;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Authenticator;
@@ -30,6 +33,40 @@ impl SettingsService {
     }
 }
 
+/// The REST body of a save.
+#[derive(Deserialize)]
+struct ProfileBody {
+    #[serde(default)]
+    preserve_existing_api_key: bool,
+    llm: LlmBody,
+}
+
+#[derive(Deserialize)]
+struct LlmBody {
+    model: String,
+    #[serde(default)]
+    base_url: String,
+    #[serde(default)]
+    extra_headers: HashMap<String, String>,
+}
+
+impl ProfileBody {
+    fn decode(json: &[u8]) -> Result<(bool, LlmProfile), ErrorDetail> {
+        let Self {
+            preserve_existing_api_key,
+            llm,
+        } = decode_json(json)?;
+        Ok((
+            preserve_existing_api_key,
+            LlmProfile {
+                model: llm.model,
+                base_url: llm.base_url,
+                extra_headers: llm.extra_headers,
+            },
+        ))
+    }
+}
+
 fn key(name: &str) -> LocItem {
     LocItem::Key(name.to_owned())
 }
@@ -48,8 +85,18 @@ impl Settings for SettingsService {
         &self,
         request: Request<SaveLlmProfileRequest>,
     ) -> Result<Response<SaveLlmProfileResponse>, Status> {
+        // A body that is not JSON at all is refused before the caller is authenticated,
+        // as the reference does; its shape is checked after.
+        if !request.get_ref().json.is_empty() {
+            decode_json::<serde::de::IgnoredAny>(&request.get_ref().json)?;
+        }
         let principal = self.auth.session(request.metadata()).await?;
-        let request = request.into_inner();
+        let mut request = request.into_inner();
+        if !request.json.is_empty() {
+            let (preserve_existing_api_key, llm) = ProfileBody::decode(&request.json)?;
+            request.preserve_existing_api_key = preserve_existing_api_key;
+            request.llm = Some(llm);
+        }
         let Some(llm_profile) = request.llm else {
             return Err(validation::single("missing", vec![key("llm")], "Field required").into());
         };

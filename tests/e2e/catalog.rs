@@ -246,6 +246,31 @@ async fn llm_profiles_are_saved_per_sender(backend: Backend) {
         .await
         .expect("post");
     assert_eq!(response.status(), 401);
+    // Without a key, a body of the wrong shape is refused for the key, not the shape;
+    // one that is not JSON at all gets 422 first, as the reference does.
+    for (body, status) in [(r#"{"llm": 1}"#, 401), ("{", 422)] {
+        let response = server
+            .client
+            .post(&path)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(response.status(), status, "{body}");
+    }
+    let response = server
+        .client
+        .post(&path)
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .json(&json!({"llm": {"base_url": "x"}}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), 422);
+    let error = &response.json::<Value>().await.expect("JSON")["detail"][0];
+    assert_eq!(error["loc"], json!(["body", "llm", "model"]));
+    assert_eq!(error["type"], "missing");
 }
 
 async fn health_reports_the_store(backend: Backend) {

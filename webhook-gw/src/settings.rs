@@ -1,34 +1,15 @@
 //! `POST` and `GET /api/v1/settings/profiles/{profile_name}` → the Settings service.
 
-use std::collections::HashMap;
-
 use axum::Json;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use bytes::Bytes;
 use http::HeaderMap;
 use sandgate_proto::settings::v1::{GetLlmProfileRequest, LlmProfile, SaveLlmProfileRequest};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::{AppState, body, metadata};
-
-#[derive(Deserialize)]
-struct ProfileBody {
-    #[serde(default)]
-    preserve_existing_api_key: bool,
-    llm: LlmBody,
-}
-
-#[derive(Deserialize)]
-struct LlmBody {
-    model: String,
-    #[serde(default)]
-    base_url: String,
-    #[serde(default)]
-    extra_headers: HashMap<String, String>,
-}
 
 fn rest(
     profile_name: String,
@@ -50,18 +31,10 @@ pub async fn save(
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
-    let ProfileBody {
-        preserve_existing_api_key,
-        llm,
-    } = body::decode(&payload)?;
     let request = SaveLlmProfileRequest {
         profile_name,
-        preserve_existing_api_key,
-        llm: Some(LlmProfile {
-            model: llm.model,
-            base_url: llm.base_url,
-            extra_headers: llm.extra_headers,
-        }),
+        json: payload,
+        ..Default::default()
     };
     let saved = state
         .settings
