@@ -8,15 +8,14 @@
 //! place only. `tests::fast_path_agrees_with_the_value_path` holds the two paths together.
 
 use std::borrow::Cow;
-
-use uuid::Uuid;
+use std::collections::BTreeMap;
 
 use super::REDACTED;
 use super::borrowed::{self, Json, Object};
 use super::hooks::{self, AfterHook, BeforeHook};
 use super::scalars;
 use super::schema::{KindUnion, ModelId, Node, NodeId, StrFormat, TaggedUnion, Tree};
-use super::summary::{ConversationSummary, ExecutionStatus};
+use super::summary::{ConversationSummary, RecordNode, summarize};
 use super::validate::MAX_FIELDS;
 
 struct FastWalker<'t> {
@@ -315,57 +314,27 @@ fn after(hook: AfterHook, obj: &Object<'_>) -> bool {
     }
 }
 
-fn text(obj: &Object<'_>, key: &str) -> Option<String> {
-    borrowed::get(obj, key)
-        .and_then(Json::as_str)
-        .map(str::to_owned)
-}
+impl RecordNode for Json<'_> {
+    fn field(&self, key: &str) -> Option<&Self> {
+        borrowed::get(self.as_object()?, key)
+    }
 
-fn timestamp(obj: &Object<'_>, key: &str) -> Option<i64> {
-    borrowed::get(obj, key)
-        .and_then(|v| scalars::parse_datetime(v).ok())
-        .map(|dt| scalars::epoch_micros(&dt))
-}
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
 
-fn uuid_of(obj: &Object<'_>, key: &str) -> Option<Uuid> {
-    borrowed::get(obj, key)
-        .and_then(Json::as_str)
-        .and_then(|s| Uuid::parse_str(s).ok())
-}
+    fn string_entries(&self) -> Option<BTreeMap<String, String>> {
+        Some(
+            self.as_object()?
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_owned())))
+                .collect(),
+        )
+    }
 
-/// `summary::summarize` over the borrowed tree.
-fn summarize(record: &Json<'_>) -> Option<ConversationSummary> {
-    let obj = record.as_object()?;
-    let agent = borrowed::get(obj, "agent").and_then(Json::as_object)?;
-    let agent_kind = text(agent, "kind")?;
-    let model = if agent_kind == "ACPAgent" {
-        text(obj, "current_model_id").or_else(|| text(agent, "acp_model"))
-    } else {
-        borrowed::get(agent, "llm")
-            .and_then(Json::as_object)
-            .and_then(|llm| text(llm, "model"))
-    };
-    let tags = match borrowed::get(obj, "tags") {
-        Some(Json::Object(tags)) => tags
-            .iter()
-            .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_owned())))
-            .collect(),
-        _ => Default::default(),
-    };
-    Some(ConversationSummary {
-        id: uuid_of(obj, "id")?,
-        execution_status: match borrowed::get(obj, "execution_status") {
-            None => ExecutionStatus::Idle,
-            Some(v) => ExecutionStatus::parse(v.as_str()?)?,
-        },
-        updated_at: timestamp(obj, "updated_at"),
-        created_at: timestamp(obj, "created_at"),
-        parent_conversation_id: uuid_of(obj, "parent_conversation_id"),
-        tags,
-        model,
-        agent_kind,
-        title: text(obj, "title"),
-    })
+    fn scalar(&self) -> scalars::Scalar<'_> {
+        self.into()
+    }
 }
 
 /// Validates `text` (a body past the BOM, surrogate and depth checks of `parse`) on the

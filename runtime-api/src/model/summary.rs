@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::scalars::{epoch_micros, parse_datetime};
+use super::scalars::{Scalar, epoch_micros, parse_datetime};
 
 /// ConversationExecutionStatus (spec section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,54 +66,80 @@ pub struct ConversationSummary {
     pub title: Option<String>,
 }
 
-fn text(obj: &Map<String, Value>, key: &str) -> Option<String> {
-    obj.get(key).and_then(Value::as_str).map(str::to_owned)
+/// What the summary reads of a record, over either JSON tree (the owned `Value` and the
+/// fast path's borrowed one), so both paths summarize with the same code.
+pub(crate) trait RecordNode: Sized {
+    /// The value at `key` when this is an object.
+    fn field(&self, key: &str) -> Option<&Self>;
+    fn text(&self) -> Option<&str>;
+    /// When this is an object: its string-valued entries.
+    fn string_entries(&self) -> Option<BTreeMap<String, String>>;
+    fn scalar(&self) -> Scalar<'_>;
 }
 
-fn timestamp(obj: &Map<String, Value>, key: &str) -> Option<i64> {
-    obj.get(key)
-        .and_then(|v| parse_datetime(v).ok())
+impl RecordNode for Value {
+    fn field(&self, key: &str) -> Option<&Self> {
+        self.as_object()?.get(key)
+    }
+
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+
+    fn string_entries(&self) -> Option<BTreeMap<String, String>> {
+        Some(
+            self.as_object()?
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect(),
+        )
+    }
+
+    fn scalar(&self) -> Scalar<'_> {
+        self.into()
+    }
+}
+
+fn text<R: RecordNode>(node: &R, key: &str) -> Option<String> {
+    node.field(key).and_then(R::text).map(str::to_owned)
+}
+
+fn timestamp<R: RecordNode>(node: &R, key: &str) -> Option<i64> {
+    node.field(key)
+        .and_then(|v| parse_datetime(v.scalar()).ok())
         .map(|dt| epoch_micros(&dt))
 }
 
-fn uuid_of(obj: &Map<String, Value>, key: &str) -> Option<uuid::Uuid> {
-    obj.get(key)
-        .and_then(Value::as_str)
+fn uuid_of<R: RecordNode>(node: &R, key: &str) -> Option<uuid::Uuid> {
+    node.field(key)
+        .and_then(R::text)
         .and_then(|s| uuid::Uuid::parse_str(s).ok())
 }
 
 /// `None` only if `record` did not validate, which callers rule out.
-pub(crate) fn summarize(record: &Value) -> Option<ConversationSummary> {
-    let obj = record.as_object()?;
-    let agent = obj.get("agent").and_then(Value::as_object)?;
+pub(crate) fn summarize<R: RecordNode>(record: &R) -> Option<ConversationSummary> {
+    let agent = record.field("agent")?;
     let agent_kind = text(agent, "kind")?;
     let model = if agent_kind == "ACPAgent" {
-        text(obj, "current_model_id").or_else(|| text(agent, "acp_model"))
+        text(record, "current_model_id").or_else(|| text(agent, "acp_model"))
     } else {
-        agent
-            .get("llm")
-            .and_then(Value::as_object)
-            .and_then(|llm| text(llm, "model"))
-    };
-    let tags = match obj.get("tags") {
-        Some(Value::Object(tags)) => tags
-            .iter()
-            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-            .collect(),
-        _ => BTreeMap::new(),
+        agent.field("llm").and_then(|llm| text(llm, "model"))
     };
     Some(ConversationSummary {
-        id: uuid_of(obj, "id")?,
-        execution_status: match obj.get("execution_status") {
+        id: uuid_of(record, "id")?,
+        execution_status: match record.field("execution_status") {
             None => ExecutionStatus::Idle,
-            Some(v) => ExecutionStatus::parse(v.as_str()?)?,
+            Some(v) => ExecutionStatus::parse(v.text()?)?,
         },
-        updated_at: timestamp(obj, "updated_at"),
-        created_at: timestamp(obj, "created_at"),
-        parent_conversation_id: uuid_of(obj, "parent_conversation_id"),
-        tags,
+        updated_at: timestamp(record, "updated_at"),
+        created_at: timestamp(record, "created_at"),
+        parent_conversation_id: uuid_of(record, "parent_conversation_id"),
+        tags: record
+            .field("tags")
+            .and_then(R::string_entries)
+            .unwrap_or_default(),
         model,
         agent_kind,
-        title: text(obj, "title"),
+        title: text(record, "title"),
     })
 }
