@@ -3,7 +3,8 @@
 //! Writes go through one writer thread that commits whatever has queued up in a single
 //! transaction (group commit): under concurrency many deliveries share one fsync, and each
 //! caller is answered only after the commit that holds its write is durable. Operations in
-//! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it.
+//! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it
+//! (generic transaction writes, which touch tables of their own, run first).
 
 use std::collections::HashMap;
 use std::ops::Bound;
