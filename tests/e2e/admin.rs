@@ -845,13 +845,8 @@ async fn the_admin_cli_templates_saves_lists_and_deletes() {
     let list: Value = serde_json::from_str(&out).expect("list is JSON");
     assert_eq!(list["configs"][0]["name"], "v1_current");
     // With API_KEY, listing needs no admin login (the password here is wrong).
-    let (ok, out, err) = admin_cli(
-        &sandgate,
-        "wrong",
-        &["--api-key", RUNTIME_KEY, "list"],
-        b"",
-    )
-    .await;
+    let (ok, out, err) =
+        admin_cli(&sandgate, "wrong", &["--api-key", RUNTIME_KEY, "list"], b"").await;
     assert!(ok, "{err}");
     assert_eq!(serde_json::from_str::<Value>(&out).expect("JSON"), list);
 

@@ -5,6 +5,8 @@
 //! caller is answered only after the commit that holds its write is durable. Operations in
 //! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it.
 
+mod models;
+
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::PathBuf;
@@ -105,6 +107,8 @@ impl EmbeddedStore {
             txn.open_table(PROFILES).map_err(unavailable)?;
             txn.open_table(WARM_CONFIGS).map_err(unavailable)?;
             txn.open_table(WARM_IMAGES).map_err(unavailable)?;
+            txn.open_table(models::MODELS).map_err(unavailable)?;
+            txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
             txn.commit().map_err(unavailable)?;
             Ok(db)
         })
