@@ -139,12 +139,27 @@ pub async fn add(
 ) -> Result<Json<Value>, GatewayError> {
     let mut client = client(&state)?;
     let payload = body(payload)?;
-    let new: NewModel = serde_json::from_slice(&payload).map_err(|err| {
-        GatewayError::new(
-            ErrorCode::BadRequest,
-            format!("expected {{model_name, gateway_params: {{model, api_base, api_key}}}}: {err}"),
-        )
-    })?;
+    let new: NewModel = match serde_json::from_slice(&payload) {
+        Ok(new) => new,
+        Err(err) => {
+            // Authentication is decided before the body: the service judges the caller on
+            // an empty request, and only a caller it accepts learns what is wrong.
+            let refused = client
+                .add_model(metadata::request(&headers, AddModelRequest::default()))
+                .await
+                .err()
+                .map(GatewayError::from)
+                .filter(|refused| refused.0.code() == ErrorCode::Unauthenticated);
+            return Err(refused.unwrap_or_else(|| {
+                GatewayError::new(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "expected {{model_name, gateway_params: {{model, api_base, api_key}}}}: {err}"
+                    ),
+                )
+            }));
+        }
+    };
     let added = client
         .add_model(metadata::request(
             &headers,
