@@ -370,12 +370,13 @@ impl ModelGateway for ModelGatewayService {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => {
                 let (code, status, message) = upstream_failure(&err);
-                tracing::warn!(url = %upstream.url, error = %err, "upstream call failed");
+                // Without the URL: a base URL may carry credentials in its query.
+                tracing::warn!(model = %upstream.model, error = %err.without_url(), "upstream call failed");
                 self.log_spend(record.finish(status, None)).await;
                 return Err(error(code, message));
             }
             Err(_) => {
-                tracing::warn!(url = %upstream.url, "upstream did not answer in time");
+                tracing::warn!(model = %upstream.model, "upstream did not answer in time");
                 self.log_spend(record.finish(504, None)).await;
                 return Err(error(
                     ErrorCode::GatewayTimeout,
@@ -455,7 +456,7 @@ async fn relay_whole(
         }
         Err(err) => {
             let (code, status, message) = upstream_failure(&err);
-            tracing::warn!(error = %err, "upstream body failed");
+            tracing::warn!(error = %err.without_url(), "upstream body failed");
             drop(sender.send(Err(error(code, message))).await);
             record.finish(status, None)
         }
@@ -487,7 +488,7 @@ async fn relay_stream(
             }
             Err(err) => {
                 let (code, failed, message) = upstream_failure(&err);
-                tracing::warn!(error = %err, "upstream stream failed");
+                tracing::warn!(error = %err.without_url(), "upstream stream failed");
                 drop(sender.send(Err(error(code, message))).await);
                 return record.finish(failed, renamer.usage);
             }
