@@ -27,16 +27,22 @@ struct Recorded {
 }
 
 /// An OpenAI-compatible upstream: answers JSON, or SSE when asked to stream; `deny` gets
-/// 401, `hang` never answers.
+/// 401, `hang` never answers, and a `gated` stream holds its second event until `release`
+/// is notified.
 struct FakeUpstream {
     address: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    release: Arc<tokio::sync::Notify>,
 }
 
-async fn answer(
-    State(requests): State<Arc<Mutex<Vec<Recorded>>>>,
-    request: http::Request<Body>,
-) -> Response {
+#[derive(Clone)]
+struct UpstreamState {
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>) -> Response {
+    let requests = state.requests;
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.expect("body");
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -65,14 +71,26 @@ async fn answer(
             json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "lo"}}]}),
             json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}),
         ];
+        let gate = (model == "gated").then_some(state.release);
         let chunks = events
             .into_iter()
             .map(|event| format!("data: {event}\n\n"))
             .chain(["data: [DONE]\n\n".to_owned()])
-            .map(|chunk| Ok::<_, Infallible>(Bytes::from(chunk)));
+            .enumerate()
+            .map(move |(index, chunk)| {
+                let gate = gate.clone();
+                async move {
+                    if let (1, Some(gate)) = (index, gate) {
+                        gate.notified().await;
+                    }
+                    Ok::<_, Infallible>(Bytes::from(chunk))
+                }
+            });
         return Response::builder()
             .header("content-type", "text/event-stream")
-            .body(Body::from_stream(futures::stream::iter(chunks)))
+            .body(Body::from_stream(
+                futures::stream::iter(chunks).then(|chunk| chunk),
+            ))
             .expect("response");
     }
     let reply = json!({
@@ -91,9 +109,17 @@ impl FakeUpstream {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address");
-        let app = Router::new().fallback(answer).with_state(requests.clone());
+        let release = Arc::new(tokio::sync::Notify::new());
+        let app = Router::new().fallback(answer).with_state(UpstreamState {
+            requests: requests.clone(),
+            release: release.clone(),
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { address, requests }
+        Self {
+            address,
+            requests,
+            release,
+        }
     }
 
     fn base(&self) -> String {
@@ -133,6 +159,8 @@ async fn config_text(upstream: &FakeUpstream, forward: bool, wildcard: bool) -> 
     gateway_params: {{model: gateway_proxy/deny, api_base: "{base}", api_key: wrong}}
   - model_name: slow
     gateway_params: {{model: gateway_proxy/hang, api_base: "{base}", api_key: {UPSTREAM_KEY}}}
+  - model_name: gated
+    gateway_params: {{model: gateway_proxy/gated, api_base: "{base}", api_key: {UPSTREAM_KEY}}}
   - model_name: broken
     gateway_params: {{model: openai/x/y, api_base: "http://127.0.0.1:{closed}/v1", api_key: {UPSTREAM_KEY}}}
 "#
@@ -310,6 +338,39 @@ async fn a_stream_is_renamed_chunk_by_chunk_and_its_usage_logged() {
     assert_eq!(logs[0]["completion_tokens"], 7);
     assert_eq!(logs[0]["total_tokens"], 18);
     assert_eq!(logs[0]["status"], 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reaches_the_client_before_the_upstream_has_finished() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let mut body = chat_body("gated");
+    body["stream"] = true.into();
+    let response = gateway
+        .post("/v1/chat/completions", &body)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let mut chunks = response.bytes_stream();
+    let mut text = String::new();
+    // The upstream holds its second event until the client has the first: a gateway that
+    // buffered the stream would never deliver it.
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while !text.contains("\n\n") {
+            let chunk = chunks.next().await.expect("a chunk").expect("chunk");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(first.is_ok(), "the first event did not arrive on its own");
+    assert!(text.contains(r#""model":"gated""#), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    gateway.upstream.release.notify_one();
+    while let Some(chunk) = chunks.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
+    }
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -549,7 +610,12 @@ async fn an_added_model_is_listed_and_routed_at_once(backend: Backend) {
         .iter()
         .map(|model| model["id"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(ids, ["claude", "gpt", "denied", "slow", "broken", "added"]);
+    assert_eq!(
+        ids,
+        [
+            "claude", "gpt", "denied", "slow", "gated", "broken", "added"
+        ]
+    );
 
     let (status, body) = gateway.chat(&chat_body("added")).await;
     assert_eq!(status, 200, "{body}");
@@ -584,7 +650,10 @@ async fn the_model_list_has_configured_entries_first_then_the_registry() {
             .iter()
             .map(|model| model["id"].as_str().unwrap_or_default())
             .collect();
-        assert_eq!(ids[..6], ["claude", "gpt", "denied", "slow", "broken", "*"]);
+        assert_eq!(
+            ids[..7],
+            ["claude", "gpt", "denied", "slow", "gated", "broken", "*"]
+        );
         assert!(ids.contains(&"gpt-4o"));
         assert_eq!(data[0]["object"], "model");
         assert!(data[0]["created"].is_i64());
