@@ -699,3 +699,92 @@ crate::on_both_backends!(
     the_user_and_metadata_are_logged_not_forwarded,
     an_added_model_is_listed_and_routed_at_once,
 );
+
+/// `sandgate model-gw` and `sandgate edge --model-gw`, as real processes, with the master
+/// key and an upstream key taken from the environment.
+#[tokio::test]
+async fn model_gw_and_edge_run_apart_with_keys_from_the_environment() {
+    let upstream = FakeUpstream::start().await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: os.environ/TEST_GATEWAY_KEY}}\n",
+            upstream.base()
+        ),
+    )
+    .expect("write config");
+    let gateway_args = [
+        "model-gw",
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &data.path().display().to_string(),
+        "--gateway-config",
+        &config.path().display().to_string(),
+    ]
+    .map(str::to_owned);
+    let model_gw = crate::common::SandgateProcess::spawn(
+        &gateway_args,
+        &[
+            ("PROXY_MASTER_KEY", MASTER_KEY),
+            ("TEST_GATEWAY_KEY", "sk-from-env"),
+        ],
+    )
+    .await;
+    let edge_args = [
+        "edge".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--runtime-api".to_owned(),
+        format!("http://{}", model_gw.address),
+        "--model-gw".to_owned(),
+        format!("http://{}", model_gw.address),
+    ];
+    let edge = crate::common::SandgateProcess::spawn(&edge_args, &[]).await;
+    let client = reqwest::Client::new();
+    let (status, body) = json_of(
+        client
+            .post(edge.url("/v1/chat/completions"))
+            .bearer_auth(MASTER_KEY)
+            .body(chat_body("claude").to_string())
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "claude");
+    assert_eq!(
+        upstream.last().headers["authorization"],
+        "Bearer sk-from-env"
+    );
+    assert!(!model_gw.log().contains("sk-from-env"));
+    assert!(!model_gw.log().contains(MASTER_KEY));
+}
+
+/// A configuration naming an unset variable stops the start, naming the entry.
+#[tokio::test]
+async fn an_unset_variable_is_a_start_error_naming_the_entry() {
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        "model_list:\n  - model_name: claude\n    gateway_params: {model: gateway_proxy/c, api_base: \"http://127.0.0.1:9\", api_key: os.environ/SANDGATE_TEST_NEVER_SET}\n",
+    )
+    .expect("write config");
+    let data = tempfile::tempdir().expect("temp dir");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandgate"))
+        .args(["model-gw", "--grpc-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .arg("--gateway-config")
+        .arg(config.path())
+        .env_remove("SANDGATE_TEST_NEVER_SET")
+        .output()
+        .await
+        .expect("run sandgate");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("model_list[0] (claude)"), "{stderr}");
+    assert!(stderr.contains("SANDGATE_TEST_NEVER_SET"), "{stderr}");
+}
