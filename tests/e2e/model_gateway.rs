@@ -788,3 +788,42 @@ async fn an_unset_variable_is_a_start_error_naming_the_entry() {
     assert!(stderr.contains("model_list[0] (claude)"), "{stderr}");
     assert!(stderr.contains("SANDGATE_TEST_NEVER_SET"), "{stderr}");
 }
+
+/// Two replicas on one Redis with one configuration: a model added through one is listed
+/// and routed by the other at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_added_model_is_seen_by_every_replica() {
+    let backend = Backend::redis().await;
+    let first = start(&backend, false, false).await;
+    let path = first.config.path().display().to_string();
+    let second = Sandgate::start_with(
+        &backend,
+        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+    )
+    .await;
+    let response = first
+        .post(
+            "/model/new",
+            &json!({"model_name": "shared", "gateway_params": {
+                "model": "gateway_proxy/shared-up", "api_base": first.upstream.base(), "api_key": "k",
+            }}),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let (status, body) = json_of(
+        second
+            .client
+            .post(second.url("/v1/chat/completions"))
+            .bearer_auth(MASTER_KEY)
+            .body(chat_body("shared").to_string())
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "shared");
+    assert_eq!(first.upstream.last().body["model"], "shared-up");
+}
