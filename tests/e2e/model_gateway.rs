@@ -467,6 +467,12 @@ async fn upstream_failures_map_to_their_statuses() {
         .map(|entry| entry["status"].as_u64().unwrap_or_default())
         .collect();
     assert_eq!(statuses, [504, 502, 401]);
+    let (status, body) = gateway.get("/spend/logs?limit=1").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.as_array().map(Vec::len), Some(1));
+    let (status, body) = gateway.get("/spend/logs?limit=lots").await;
+    assert_eq!(status, 400, "{body}");
+    assert_openai_error(&body);
 
     let (status, body) = json_of(
         gateway

@@ -4,8 +4,8 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -221,15 +221,22 @@ pub async fn chat_completion(
     Ok(response)
 }
 
+#[derive(Deserialize)]
+pub struct SpendLogsQuery {
+    /// At most this many entries (default 100).
+    limit: Option<u32>,
+}
+
 pub async fn spend_logs(
     State(state): State<AppState>,
     headers: HeaderMap,
+    query: Result<Query<SpendLogsQuery>, QueryRejection>,
 ) -> Result<Json<Value>, GatewayError> {
+    let Query(query) = query
+        .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
+    let limit = query.limit.unwrap_or(0);
     let entries = client(&state)?
-        .list_spend_logs(metadata::request(
-            &headers,
-            ListSpendLogsRequest { limit: 0 },
-        ))
+        .list_spend_logs(metadata::request(&headers, ListSpendLogsRequest { limit }))
         .await?
         .into_inner()
         .entries;
