@@ -28,6 +28,10 @@ pub fn forwardable(name: &str) -> bool {
         .any(|prefix| name.starts_with(prefix))
 }
 
+/// W3C trace context: carried to the upstream whether or not client headers are
+/// forwarded, so a trace spans edge → gateway → upstream (design.md, Observability).
+pub const TRACE_CONTEXT: &[&str] = &["traceparent", "tracestate"];
+
 /// The spend log's metadata header: a JSON string.
 pub const SPEND_LOGS_METADATA: &str = "x-gateway-spend-logs-metadata";
 /// Ties a call to a conversation; forwarded untouched when forwarding is on.

@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
-use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, forwardable};
+use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, TRACE_CONTEXT, forwardable};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
 use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
 use crate::routing::{RouteError, Upstream, WILDCARD, route};
@@ -348,6 +348,11 @@ impl ModelGateway for ModelGatewayService {
             .client
             .post(&upstream.url)
             .header(http::header::CONTENT_TYPE, "application/json");
+        for name in TRACE_CONTEXT {
+            if let Some(value) = headers.get(*name) {
+                outbound = outbound.header(*name, value);
+            }
+        }
         if config.forward_client_headers {
             for (name, value) in &headers {
                 if forwardable(name.as_str()) {

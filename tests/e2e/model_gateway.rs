@@ -496,7 +496,10 @@ fn with_client_headers(request: reqwest::RequestBuilder) -> reqwest::RequestBuil
         .header("anthropic-beta", "tools-2024")
         .header("cookie", "session=secret")
         .header("user-agent", "OpenAI/Python 1.0")
+        .header("traceparent", TRACEPARENT)
 }
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_forwarding_on_x_headers_pass_but_not_stainless_or_credentials() {
@@ -533,6 +536,10 @@ async fn with_forwarding_off_only_the_static_headers_go() {
     assert_eq!(response.status(), 200);
     let headers = gateway.upstream.last().headers;
     assert_eq!(headers["x-static"], "fixed");
+    assert_eq!(
+        headers["traceparent"], TRACEPARENT,
+        "trace context always travels"
+    );
     for name in [
         "x-team",
         "x-gateway-session-id",
