@@ -64,6 +64,8 @@ pub struct Gateway {
 
 /// Spend log entries listed when the caller names no limit.
 const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
+/// The largest piece of a whole body one message carries.
+const MESSAGE_CHUNK: usize = 1024 * 1024;
 /// Messages of a streamed answer buffered ahead of a slow reader.
 const STREAM_BUFFER: usize = 16;
 
@@ -455,8 +457,21 @@ async fn relay_whole(
             } else {
                 (body, None)
             };
-            first.chunk = body;
-            drop(sender.send(Ok(first)).await);
+            // In pieces, so no body is too large for one gRPC message.
+            let mut rest = body;
+            first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
+            let mut next = Some(first);
+            while let Some(message) = next.take() {
+                if sender.send(Ok(message)).await.is_err() {
+                    break;
+                }
+                if !rest.is_empty() {
+                    next = Some(ChatCompletionResponse {
+                        chunk: rest.split_to(rest.len().min(MESSAGE_CHUNK)),
+                        ..ChatCompletionResponse::default()
+                    });
+                }
+            }
             record.finish(status.as_u16(), usage)
         }
         Err(err) => {

@@ -93,9 +93,14 @@ async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>
             ))
             .expect("response");
     }
+    let content = if model == "test/big" {
+        "x".repeat(3 << 20)
+    } else {
+        "Hello".to_owned()
+    };
     let reply = json!({
         "id": "c1", "object": "chat.completion", "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
         "usage": usage,
     });
     Response::builder()
@@ -390,6 +395,21 @@ async fn a_wildcard_forwards_provider_names_and_refuses_bare_ones() {
     assert_eq!(status, 400, "{body}");
     assert_openai_error(&body);
     assert_eq!(gateway.upstream.count(), requests, "nothing was forwarded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_arrives_whole() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let (status, body) = gateway.chat(&chat_body("test/big")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["model"], "test/big");
+    assert_eq!(
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::len),
+        Some(3 << 20)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
