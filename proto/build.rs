@@ -8,6 +8,7 @@ const PROTOS: &[&str] = &[
     "sandgate/admin/v1/admin.proto",
     "sandgate/conversations/v1/conversations.proto",
     "sandgate/settings/v1/settings.proto",
+    "sandgate/models/v1/models.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

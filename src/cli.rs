@@ -25,6 +25,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run only the runtime API's gRPC services.
     RuntimeApi(RuntimeApiArgs),
+    /// Run only the model gateway's gRPC service.
+    ModelGw(ModelGwArgs),
     /// Run only the REST edge, calling the gRPC services at the given URLs.
     Edge(EdgeArgs),
     /// Manage warm runtime configurations of a running Sandgate (spec 4.1).
@@ -64,9 +66,51 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub admin: AdminArgs,
     #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(flatten)]
     pub edge: EdgeLimits,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelGwArgs {
+    /// Address of the model gateway's gRPC service.
+    #[arg(long, env = "SANDGATE_GRPC_LISTEN", default_value = "127.0.0.1:50052")]
+    pub grpc_listen: SocketAddr,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub shutdown: ShutdownArgs,
+}
+
+/// The built-in model gateway.
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// The gateway's YAML configuration (`model_list`, `general_settings`,
+    /// `extra_headers`), re-read when it changes.
+    #[arg(long, env = "GATEWAY_CONFIG")]
+    pub gateway_config: Option<PathBuf>,
+    /// Bearer key of every gateway call; without it the gateway refuses all (401).
+    #[arg(long, env = "PROXY_MASTER_KEY", hide_env_values = true)]
+    pub proxy_master_key: Option<String>,
+    /// Seconds connecting to an upstream may take (then 502).
+    #[arg(long, env = "GATEWAY_CONNECT_TIMEOUT", default_value = "5", value_parser = seconds)]
+    pub gateway_connect_timeout: Duration,
+    /// Seconds an upstream may stay silent, before answering or between two chunks
+    /// (then 504).
+    #[arg(long, env = "GATEWAY_READ_TIMEOUT", default_value = "600", value_parser = seconds)]
+    pub gateway_read_timeout: Duration,
+}
+
+/// A positive number of seconds, fractions allowed.
+fn seconds(value: &str) -> Result<Duration, String> {
+    match value.parse::<f64>() {
+        Ok(seconds) if seconds > 0.0 && seconds.is_finite() => Ok(Duration::from_secs_f64(seconds)),
+        _ => Err(format!("{value:?} is not a positive number of seconds")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -92,7 +136,8 @@ pub struct EdgeArgs {
     /// URL of the runtime API's gRPC services, e.g. `http://runtime-api:50051`.
     #[arg(long, env = "SANDGATE_RUNTIME_API_URL")]
     pub runtime_api: String,
-    /// URL of the model gateway's gRPC service (its routes are not served yet).
+    /// URL of the model gateway's gRPC service, e.g. `http://model-gw:50052`; without it
+    /// the gateway's routes answer 503.
     #[arg(long, env = "SANDGATE_MODEL_GW_URL")]
     pub model_gw: Option<String>,
     #[command(flatten)]

@@ -10,8 +10,10 @@ use std::future::Future;
 
 use anyhow::Context;
 use axum::Router;
+use sandgate_model_gw::{ConfigFile, GatewayOptions, ModelGatewayService};
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
+use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::store::{Backend, Store, redact_url};
 use sandgate_runtime_api::{
@@ -21,7 +23,10 @@ use sandgate_webhook_gw::{EdgeConfig, GrpcChannel};
 use tokio::net::TcpListener;
 use tonic::server::NamedService;
 
-use cli::{AdminArgs, AuthArgs, EdgeArgs, EdgeLimits, RuntimeApiArgs, ServeArgs, StoreArgs};
+use cli::{
+    AdminArgs, AuthArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs, RuntimeApiArgs, ServeArgs,
+    StoreArgs,
+};
 pub use shutdown::signal;
 
 /// The gRPC services the runtime API serves, by their full names.
@@ -29,6 +34,7 @@ const RUNTIME_API_SERVICES: &[&str] = &[
     <ConversationsServer<ConversationsService> as NamedService>::NAME,
     <SettingsServer<SettingsService> as NamedService>::NAME,
     <RuntimeAdminServer<RuntimeAdminService> as NamedService>::NAME,
+    <ModelGatewayServer<ModelGatewayService> as NamedService>::NAME,
     "grpc.health.v1.Health",
 ];
 
@@ -78,8 +84,28 @@ fn grpc_routes(
         .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))
 }
 
-fn edge_config(limits: &EdgeLimits) -> EdgeConfig {
+/// The model gateway's service, configured from the command line.
+fn model_gateway(
+    store: Store,
+    args: &GatewayArgs,
+) -> anyhow::Result<ModelGatewayServer<ModelGatewayService>> {
+    let config = ConfigFile::open(args.gateway_config.clone())
+        .map_err(|err| anyhow::anyhow!("invalid --gateway-config: {err}"))?;
+    sandgate_model_gw::grpc_service(
+        store,
+        GatewayOptions {
+            config,
+            master_key: args.proxy_master_key.clone(),
+            connect_timeout: args.gateway_connect_timeout,
+            read_timeout: args.gateway_read_timeout,
+        },
+    )
+    .map_err(|err| anyhow::anyhow!("model gateway: {err}"))
+}
+
+fn edge_config(limits: &EdgeLimits, model_gw: Option<GrpcChannel>) -> EdgeConfig {
     EdgeConfig {
+        model_gw,
         body_limit: limits.body_limit,
         openapi: sandgate_webhook_gw::openapi::document(sandgate_runtime_api::model::schema()),
     }
@@ -106,11 +132,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = open_store(&args.store).await?;
-    let grpc = grpc_routes(store, &args.auth, &args.admin)?;
-    let mut app = sandgate_webhook_gw::router(
-        GrpcChannel::in_process(grpc.clone()),
-        edge_config(&args.edge),
-    );
+    let gateway = model_gateway(store.clone(), &args.gateway)?;
+    let grpc = grpc_routes(store, &args.auth, &args.admin)?.add_service(gateway);
+    let channel = GrpcChannel::in_process(grpc.clone());
+    let mut app =
+        sandgate_webhook_gw::router(channel.clone(), edge_config(&args.edge, Some(channel)));
     for service in RUNTIME_API_SERVICES {
         app = app.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
     }
@@ -134,6 +160,27 @@ pub async fn runtime_api(
     .await
 }
 
+/// `sandgate model-gw`: the model gateway's gRPC service alone (with gRPC health).
+pub async fn model_gw(
+    args: ModelGwArgs,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let store = open_store(&args.store).await?;
+    let gateway = model_gateway(store.clone(), &args.gateway)?;
+    let health = tonic_health::pb::health_server::HealthServer::new(
+        sandgate_runtime_api::StoreHealthService::new(store),
+    );
+    let grpc = tonic::service::Routes::new(gateway).add_service(health);
+    run_http(
+        listener,
+        grpc.into_axum_router(),
+        shutdown,
+        args.shutdown.grace,
+    )
+    .await
+}
+
 /// `sandgate edge`: the REST edge alone, calling the services over the network.
 pub async fn edge(
     args: EdgeArgs,
@@ -142,9 +189,13 @@ pub async fn edge(
 ) -> anyhow::Result<()> {
     let runtime_api = GrpcChannel::remote(&args.runtime_api)
         .with_context(|| format!("invalid --runtime-api URL {}", args.runtime_api))?;
-    if args.model_gw.is_some() {
-        tracing::warn!("--model-gw is accepted but the model gateway's routes are not served yet");
-    }
-    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge));
+    let model_gw = args
+        .model_gw
+        .as_deref()
+        .map(|url| {
+            GrpcChannel::remote(url).with_context(|| format!("invalid --model-gw URL {url}"))
+        })
+        .transpose()?;
+    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw));
     run_http(listener, app, shutdown, args.shutdown.grace).await
 }

@@ -53,6 +53,10 @@ async fn main() -> anyhow::Result<()> {
             let listener = bind(args.grpc_listen).await?;
             sandgate::runtime_api(args, listener, sandgate::signal()).await
         }
+        Command::ModelGw(args) => {
+            let listener = bind(args.grpc_listen).await?;
+            sandgate::model_gw(args, listener, sandgate::signal()).await
+        }
         Command::Edge(args) => {
             let listener = bind(args.listen).await?;
             sandgate::edge(args, listener, sandgate::signal()).await

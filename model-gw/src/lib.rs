@@ -1,5 +1,29 @@
-//! The built-in model gateway (ModelGateway gRPC service): model registry, `/v1/models`,
-//! `/model/new`, chat completions with streaming, header policy and spend log.
-//!
-//! Not implemented yet: this crate only holds its place in the workspace layout of
-//! design.md. The work is tracked by the issue "The built-in model gateway".
+//! The built-in model gateway (ModelGateway gRPC service): the model list (`/v1/models`,
+//! `/model/new`), chat completions routed to external gateways with streaming passed
+//! through, the header policy, and the spend log.
+
+pub mod config;
+mod headers;
+mod registry;
+mod rewrite;
+mod routing;
+mod service;
+
+use sandgate_proto::MAX_MESSAGE_BYTES;
+use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
+use sandgate_runtime_api::store::Store;
+
+pub use config::{ConfigFile, GatewayConfig, ModelEntry};
+pub use service::{GatewayOptions, ModelGatewayService};
+
+/// The gRPC service, ready to mount.
+pub fn grpc_service(
+    store: Store,
+    options: GatewayOptions,
+) -> Result<ModelGatewayServer<ModelGatewayService>, String> {
+    Ok(
+        ModelGatewayServer::new(ModelGatewayService::new(store, options)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+    )
+}

@@ -17,7 +17,8 @@ impl ErrorCode {
             Self::NotFound => tonic::Code::NotFound,
             Self::Conflict => tonic::Code::FailedPrecondition,
             Self::PayloadTooLarge | Self::RateLimited => tonic::Code::ResourceExhausted,
-            Self::Unavailable => tonic::Code::Unavailable,
+            Self::Unavailable | Self::BadGateway => tonic::Code::Unavailable,
+            Self::GatewayTimeout => tonic::Code::DeadlineExceeded,
             Self::Internal | Self::Unspecified => tonic::Code::Internal,
         }
     }
@@ -34,6 +35,8 @@ impl ErrorCode {
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::BadGateway => StatusCode::BAD_GATEWAY,
+            Self::GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal | Self::Unspecified => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -199,6 +202,8 @@ mod tests {
             ErrorCode::NotFound,
             ErrorCode::Conflict,
             ErrorCode::Unavailable,
+            ErrorCode::BadGateway,
+            ErrorCode::GatewayTimeout,
         ] {
             assert_eq!(
                 ErrorCode::from_grpc(code.grpc_code())

@@ -21,6 +21,12 @@ pub mod conversations {
     }
 }
 
+pub mod models {
+    pub mod v1 {
+        tonic::include_proto!("sandgate.models.v1");
+    }
+}
+
 pub mod settings {
     pub mod v1 {
         tonic::include_proto!("sandgate.settings.v1");

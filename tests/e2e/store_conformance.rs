@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandgate_runtime_api::store::{
-    self, IndexKey, PutWarmConfig, Store, StoredChallenge, StoredConversation, StoredProfile,
-    StoredWarmConfig,
+    self, IndexKey, PutWarmConfig, SpendLogEntry, Store, StoredChallenge, StoredConversation,
+    StoredModel, StoredProfile, StoredWarmConfig,
 };
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -392,7 +392,93 @@ async fn concurrent_saves_of_one_image_have_one_winner(backend: Backend) {
     );
 }
 
+fn added(name: &str, at: i64) -> StoredModel {
+    StoredModel {
+        model_name: name.into(),
+        model: format!("gateway_proxy/{name}"),
+        api_base: "http://gateway".into(),
+        api_key: "sk-upstream".into(),
+        added_at_ms: at,
+    }
+}
+
+async fn added_models_are_kept_per_scope_in_order(backend: Backend) {
+    let store = open(&backend).await;
+    assert!(
+        store
+            .models
+            .added_models("a")
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    store
+        .models
+        .add_model("a", &added("second", 2))
+        .await
+        .expect("add");
+    store
+        .models
+        .add_model("a", &added("first", 1))
+        .await
+        .expect("add");
+    store
+        .models
+        .add_model("b", &added("other", 3))
+        .await
+        .expect("add");
+    let mut replaced = added("second", 2);
+    replaced.api_base = "http://elsewhere".into();
+    store
+        .models
+        .add_model("a", &replaced)
+        .await
+        .expect("replace");
+    let listed = store.models.added_models("a").await.expect("list");
+    assert_eq!(listed, vec![added("first", 1), replaced]);
+    assert_eq!(
+        store.models.added_models("b").await.expect("list"),
+        vec![added("other", 3)]
+    );
+}
+
+async fn the_spend_log_lists_newest_first(backend: Backend) {
+    let store = open(&backend).await;
+    assert!(
+        store
+            .spend_log
+            .spend_logs(10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    for index in 0..5 {
+        store
+            .spend_log
+            .append_spend_log(&SpendLogEntry {
+                request_id: format!("r{index}"),
+                model: "m".into(),
+                prompt_tokens: Some(index),
+                metadata: Some(serde_json::json!({"team": index})),
+                status: 200,
+                ..SpendLogEntry::default()
+            })
+            .await
+            .expect("append");
+    }
+    let listed = store.spend_log.spend_logs(3).await.expect("list");
+    let ids: Vec<_> = listed
+        .iter()
+        .map(|entry| entry.request_id.as_str())
+        .collect();
+    assert_eq!(ids, ["r4", "r3", "r2"]);
+    assert_eq!(listed[0].prompt_tokens, Some(4));
+    assert_eq!(listed[0].metadata, Some(serde_json::json!({"team": 4})));
+}
+
 crate::on_both_backends!(
+    added_models_are_kept_per_scope_in_order,
+    the_spend_log_lists_newest_first,
     a_challenge_is_taken_once,
     concurrent_takes_of_one_challenge_have_one_winner,
     warm_configs_keep_images_distinct,

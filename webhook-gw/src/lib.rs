@@ -8,6 +8,7 @@ pub mod channel;
 mod conversations;
 mod error;
 mod metadata;
+mod models;
 pub mod openapi;
 mod settings;
 mod webhook;
@@ -22,6 +23,7 @@ use http::StatusCode;
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::admin::v1::runtime_admin_client::RuntimeAdminClient;
 use sandgate_proto::conversations::v1::conversations_client::ConversationsClient;
+use sandgate_proto::models::v1::model_gateway_client::ModelGatewayClient;
 use sandgate_proto::settings::v1::settings_client::SettingsClient;
 use serde_json::{Value, json};
 use tonic_health::pb::HealthCheckRequest;
@@ -43,6 +45,8 @@ pub struct EdgeConfig {
     pub body_limit: usize,
     /// The document served at `/openapi.json`.
     pub openapi: Value,
+    /// The model gateway's gRPC service; without it the gateway's routes answer 503.
+    pub model_gw: Option<GrpcChannel>,
 }
 
 #[derive(Clone)]
@@ -50,6 +54,7 @@ pub(crate) struct AppState {
     conversations: ConversationsClient<GrpcChannel>,
     settings: SettingsClient<GrpcChannel>,
     admin: RuntimeAdminClient<GrpcChannel>,
+    models: Option<ModelGatewayClient<GrpcChannel>>,
     /// The warm runtime configuration list last rendered.
     config_list: std::sync::Arc<admin::ListCache>,
     health: HealthClient<GrpcChannel>,
@@ -66,6 +71,11 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         settings: SettingsClient::new(runtime_api.clone()),
         admin: RuntimeAdminClient::new(runtime_api.clone()),
+        models: config.model_gw.map(|channel| {
+            ModelGatewayClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        }),
         config_list: Default::default(),
         health: HealthClient::new(runtime_api),
         openapi: serde_json::to_vec(&config.openapi)
@@ -94,6 +104,13 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             "/api/admin/warm-runtime-configs/{name}",
             put(admin::put_config).delete(admin::delete_config),
         )
+        .route("/v1/models", get(models::list))
+        .route("/models", get(models::list))
+        .route("/v1/models/{*id}", get(models::get))
+        .route("/model/new", post(models::add))
+        .route("/v1/chat/completions", post(models::chat_completion))
+        .route("/chat/completions", post(models::chat_completion))
+        .route("/spend/logs", get(models::spend_logs))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))

@@ -7,11 +7,19 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 /// Headers that are credentials or context the services need.
 const FORWARDED: &[&str] = &["authorization", "traceparent", "tracestate"];
 
+/// Prefixes of provider headers the model gateway's header policy may forward.
+const PROVIDER_PREFIXES: &[&str] = &["anthropic-"];
+
 pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
     let mut metadata = MetadataMap::with_capacity(4);
     for (name, value) in headers {
         let name = name.as_str();
-        if !(name.starts_with("x-") || FORWARDED.contains(&name)) {
+        if !(name.starts_with("x-")
+            || FORWARDED.contains(&name)
+            || PROVIDER_PREFIXES
+                .iter()
+                .any(|prefix| name.starts_with(prefix)))
+        {
             continue;
         }
         if let (Ok(key), Ok(value)) = (

@@ -6,6 +6,8 @@
 //! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it
 //! (generic transaction writes, which touch tables of their own, run first).
 
+mod models;
+
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::PathBuf;
@@ -106,6 +108,8 @@ impl EmbeddedStore {
             txn.open_table(PROFILES).map_err(unavailable)?;
             txn.open_table(WARM_CONFIGS).map_err(unavailable)?;
             txn.open_table(WARM_IMAGES).map_err(unavailable)?;
+            txn.open_table(models::MODELS).map_err(unavailable)?;
+            txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
             txn.commit().map_err(unavailable)?;
             Ok(db)
         })

@@ -13,6 +13,7 @@
 
 pub mod admin;
 mod embedded;
+pub mod models;
 mod records;
 mod redis;
 
@@ -27,6 +28,7 @@ pub use admin::{
     WarmConfigStore,
 };
 pub use embedded::EmbeddedStore;
+pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
 
@@ -116,6 +118,8 @@ pub struct Store {
     pub profiles: Arc<dyn ProfileStore>,
     pub challenges: Arc<dyn ChallengeStore>,
     pub warm_configs: Arc<dyn WarmConfigStore>,
+    pub models: Arc<dyn ModelStore>,
+    pub spend_log: Arc<dyn SpendLogStore>,
     pub health: Arc<dyn StoreHealth>,
 }
 
@@ -139,6 +143,8 @@ impl Store {
             + ProfileStore
             + ChallengeStore
             + WarmConfigStore
+            + ModelStore
+            + SpendLogStore
             + StoreHealth,
     {
         Self {
@@ -147,6 +153,8 @@ impl Store {
             profiles: backend.clone(),
             challenges: backend.clone(),
             warm_configs: backend.clone(),
+            models: backend.clone(),
+            spend_log: backend.clone(),
             health: backend,
         }
     }

@@ -6,9 +6,10 @@
 //! - `sandgate:idx:<index>`: a sorted set of ids, all with score 0, read in lexical order;
 //! - `sandgate:session-key:<sha256>`: the sandbox a session key was issued to;
 //! - `sandgate:profile:{<owner>}:<name>`: an LLM profile's JSON;
-//! - runtime management's keys: see [`admin`].
+//! - runtime management's keys: see [`admin`]; the model gateway's: see [`models`].
 
 mod admin;
+mod models;
 
 use std::time::Duration;
 

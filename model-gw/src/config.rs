@@ -1,0 +1,338 @@
+//! The gateway's configuration file (YAML, spec 2.4):
+//!
+//! ```yaml
+//! model_list:
+//!   - model_name: claude
+//!     gateway_params:
+//!       model: gateway_proxy/claude-sonnet
+//!       api_base: https://gateway.example
+//!       api_key: os.environ/GATEWAY_KEY
+//! general_settings:
+//!   forward_client_headers_to_llm_api: true
+//! extra_headers:
+//!   x-team: platform
+//! ```
+//!
+//! `os.environ/NAME` values are resolved when the file is read; a missing variable is an
+//! error naming the entry. The file is re-read when it changes; a broken version keeps the
+//! last good one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use http::{HeaderName, HeaderValue};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// One model a client may ask for.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ModelEntry {
+    pub model_name: String,
+    /// The upstream model with its routing prefix (spec 2.5).
+    pub model: String,
+    pub api_base: String,
+    pub api_key: String,
+}
+
+impl std::fmt::Debug for ModelEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelEntry")
+            .field("model_name", &self.model_name)
+            .field("model", &self.model)
+            .field("api_base", &self.api_base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The configuration in effect.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GatewayConfig {
+    pub models: Vec<ModelEntry>,
+    /// `general_settings.forward_client_headers_to_llm_api`.
+    pub forward_client_headers: bool,
+    /// Sent on every outbound request.
+    pub extra_headers: Vec<(HeaderName, HeaderValue)>,
+    /// A digest of the file's text: models added through the API belong to it.
+    pub scope: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileShape {
+    #[serde(default)]
+    model_list: Vec<FileEntry>,
+    #[serde(default)]
+    general_settings: GeneralSettings,
+    #[serde(default)]
+    extra_headers: BTreeMap<String, String>,
+}
+
+#[derive(Default, Deserialize)]
+struct GeneralSettings {
+    #[serde(default)]
+    forward_client_headers_to_llm_api: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEntry {
+    model_name: String,
+    gateway_params: FileParams,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileParams {
+    model: String,
+    api_base: String,
+    #[serde(default)]
+    api_key: String,
+}
+
+/// Resolves `os.environ/NAME` through `env`; any other value is itself.
+fn resolve(
+    value: &str,
+    what: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    match value.strip_prefix("os.environ/") {
+        Some(name) => {
+            env(name).ok_or_else(|| format!("{what}: environment variable {name} is not set"))
+        }
+        None => Ok(value.to_owned()),
+    }
+}
+
+/// Why an entry's upstream model cannot be routed, if it cannot.
+pub fn check_model(model: &str) -> Result<(), String> {
+    let routable = ["gateway_proxy/", "openai/"].iter().any(|prefix| {
+        model
+            .strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty())
+    });
+    if routable {
+        Ok(())
+    } else {
+        Err(format!(
+            "model {model:?} has no routing prefix: use gateway_proxy/<model> or openai/<provider>/<model>"
+        ))
+    }
+}
+
+/// Why an `api_base` cannot be called, if it cannot.
+pub fn check_api_base(api_base: &str) -> Result<(), String> {
+    match reqwest::Url::parse(api_base) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(()),
+        _ => Err(format!("api_base {api_base:?} is not an http(s) URL")),
+    }
+}
+
+impl GatewayConfig {
+    /// Parses the file's text, resolving environment references through `env`.
+    pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let file: FileShape = if text.trim().is_empty() {
+            FileShape {
+                model_list: Vec::new(),
+                general_settings: GeneralSettings::default(),
+                extra_headers: BTreeMap::new(),
+            }
+        } else {
+            serde_norway::from_str(text).map_err(|err| err.to_string())?
+        };
+        let mut models = Vec::with_capacity(file.model_list.len());
+        for (index, entry) in file.model_list.into_iter().enumerate() {
+            let what = format!("model_list[{index}] ({})", entry.model_name);
+            let params = entry.gateway_params;
+            let model = resolve(&params.model, &what, env)?;
+            check_model(&model).map_err(|err| format!("{what}: {err}"))?;
+            let api_base = resolve(&params.api_base, &what, env)?;
+            check_api_base(&api_base).map_err(|err| format!("{what}: {err}"))?;
+            models.push(ModelEntry {
+                model_name: entry.model_name,
+                model,
+                api_base,
+                api_key: resolve(&params.api_key, &what, env)?,
+            });
+        }
+        let mut extra_headers = Vec::with_capacity(file.extra_headers.len());
+        for (name, value) in file.extra_headers {
+            let what = format!("extra_headers.{name}");
+            let value = resolve(&value, &what, env)?;
+            let name = HeaderName::try_from(name.as_str())
+                .map_err(|_| format!("{what}: not a valid header name"))?;
+            let value = HeaderValue::try_from(value)
+                .map_err(|_| format!("{what}: not a valid header value"))?;
+            extra_headers.push((name, value));
+        }
+        Ok(Self {
+            models,
+            forward_client_headers: file.general_settings.forward_client_headers_to_llm_api,
+            extra_headers,
+            scope: hex::encode(&Sha256::digest(text.as_bytes())[..12]),
+        })
+    }
+}
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// The configuration file, re-read when it changes (stat on every read, as the warm
+/// runtimes file is).
+pub struct ConfigFile {
+    path: Option<PathBuf>,
+    state: Mutex<FileState>,
+}
+
+struct FileState {
+    stamp: Option<Stamp>,
+    config: Arc<GatewayConfig>,
+}
+
+/// What identifies one version of the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn stamp(path: &Path) -> std::io::Result<Stamp> {
+    #[cfg(unix)]
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path)?;
+    #[cfg(unix)]
+    let inode = metadata.ino();
+    #[cfg(not(unix))]
+    let inode = 0;
+    Ok(Stamp {
+        modified: metadata.modified().ok(),
+        len: metadata.len(),
+        inode,
+    })
+}
+
+fn read(path: &Path) -> Result<GatewayConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|err| err.to_string())?;
+    GatewayConfig::parse(&text, &process_env)
+}
+
+impl ConfigFile {
+    /// Reads `path` now: a file that is given but unreadable or invalid is a start error.
+    pub fn open(path: Option<PathBuf>) -> Result<Self, String> {
+        let (stamp, config) = match &path {
+            Some(path) => {
+                let stamp = stamp(path).map_err(|err| format!("{}: {err}", path.display()))?;
+                let config = read(path).map_err(|err| format!("{}: {err}", path.display()))?;
+                (Some(stamp), config)
+            }
+            None => (None, GatewayConfig::default()),
+        };
+        Ok(Self {
+            path,
+            state: Mutex::new(FileState {
+                stamp,
+                config: Arc::new(config),
+            }),
+        })
+    }
+
+    /// A fixed configuration, never re-read.
+    pub fn fixed(config: GatewayConfig) -> Self {
+        Self {
+            path: None,
+            state: Mutex::new(FileState {
+                stamp: None,
+                config: Arc::new(config),
+            }),
+        }
+    }
+
+    /// The configuration in effect, re-reading a changed file.
+    pub fn current(&self) -> Arc<GatewayConfig> {
+        let Ok(mut state) = self.state.lock() else {
+            return Arc::new(GatewayConfig::default());
+        };
+        if let Some(path) = &self.path {
+            let now = stamp(path).ok();
+            if now != state.stamp {
+                state.stamp = now;
+                match read(path) {
+                    Ok(config) => {
+                        if config != *state.config {
+                            tracing::info!(file = %path.display(), models = config.models.len(), "gateway config reloaded");
+                            state.config = Arc::new(config);
+                        }
+                    }
+                    Err(err) => tracing::warn!(
+                        file = %path.display(),
+                        error = %err,
+                        "gateway config is unreadable or invalid; keeping the last good one"
+                    ),
+                }
+            }
+        }
+        state.config.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "GATEWAY_KEY").then(|| "sk-from-env".to_owned())
+    }
+
+    #[test]
+    fn environment_references_are_resolved() {
+        let config = GatewayConfig::parse(
+            r"
+model_list:
+  - model_name: claude
+    gateway_params:
+      model: gateway_proxy/claude-sonnet
+      api_base: http://gateway
+      api_key: os.environ/GATEWAY_KEY
+general_settings:
+  forward_client_headers_to_llm_api: true
+extra_headers:
+  x-team: platform
+",
+            &env,
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(config.models[0].api_key, "sk-from-env");
+        assert!(config.forward_client_headers);
+        assert_eq!(config.extra_headers[0].0.as_str(), "x-team");
+    }
+
+    #[test]
+    fn a_missing_variable_names_the_entry() {
+        let err = GatewayConfig::parse(
+            r"
+model_list:
+  - model_name: claude
+    gateway_params: {model: openai/a/b, api_base: http://g/v1, api_key: os.environ/NOPE}
+",
+            &env,
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(err.contains("model_list[0] (claude)"), "{err}");
+        assert!(err.contains("NOPE"), "{err}");
+    }
+
+    #[test]
+    fn a_model_without_a_routing_prefix_is_refused() {
+        let err = GatewayConfig::parse(
+            "model_list: [{model_name: a, gateway_params: {model: gpt-4o, api_base: 'http://g'}}]",
+            &env,
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(err.contains("routing prefix"), "{err}");
+    }
+}

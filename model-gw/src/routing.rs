@@ -1,0 +1,147 @@
+//! Which upstream serves a requested model, and under which name (spec 2.5):
+//! - `gateway_proxy/<m>`: POST `{api_base}/v1/chat/completions` with `model` = `<m>`;
+//! - `openai/<provider>/<m>`: POST `{api_base}/chat/completions` (the base includes `/v1`)
+//!   with `model` = `<provider>/<m>`.
+//!
+//! A wildcard entry (`model_name: "*"`, `model: "openai/*"`) forwards any `provider/model`
+//! name verbatim and refuses a bare name.
+
+use crate::config::ModelEntry;
+
+/// Where one chat completion goes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub url: String,
+    /// The `model` sent upstream.
+    pub model: String,
+    pub api_key: String,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("model {0:?} is not in the model list")]
+    UnknownModel(String),
+    #[error(
+        "model {0:?} needs a provider prefix (provider/model): this gateway routes it by wildcard"
+    )]
+    BareNameOnWildcard(String),
+}
+
+pub const WILDCARD: &str = "*";
+
+fn join(api_base: &str, path: &str) -> String {
+    format!("{}{path}", api_base.trim_end_matches('/'))
+}
+
+/// The upstream of `entry` for the upstream model reference `model` (with its prefix).
+fn upstream(entry: &ModelEntry, model: &str) -> Option<Upstream> {
+    let (url, name) = if let Some(name) = model.strip_prefix("gateway_proxy/") {
+        (join(&entry.api_base, "/v1/chat/completions"), name)
+    } else if let Some(name) = model.strip_prefix("openai/") {
+        (join(&entry.api_base, "/chat/completions"), name)
+    } else {
+        return None;
+    };
+    Some(Upstream {
+        url,
+        model: name.to_owned(),
+        api_key: entry.api_key.clone(),
+    })
+}
+
+/// Routes `requested` over `entries` (configured first, then added): an exact name wins,
+/// then a wildcard.
+pub fn route<'a>(
+    entries: impl IntoIterator<Item = &'a ModelEntry> + Clone,
+    requested: &str,
+) -> Result<Upstream, RouteError> {
+    if requested != WILDCARD
+        && let Some(entry) = entries
+            .clone()
+            .into_iter()
+            .find(|entry| entry.model_name == requested)
+    {
+        return upstream(entry, &entry.model)
+            .ok_or_else(|| RouteError::UnknownModel(requested.to_owned()));
+    }
+    let wildcard = entries
+        .into_iter()
+        .find(|entry| entry.model_name == WILDCARD && entry.model.ends_with("/*"));
+    match wildcard {
+        Some(entry) if requested.contains('/') => {
+            let prefix = entry.model.trim_end_matches('*');
+            upstream(entry, &format!("{prefix}{requested}"))
+                .ok_or_else(|| RouteError::UnknownModel(requested.to_owned()))
+        }
+        Some(_) => Err(RouteError::BareNameOnWildcard(requested.to_owned())),
+        None => Err(RouteError::UnknownModel(requested.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, model: &str, api_base: &str) -> ModelEntry {
+        ModelEntry {
+            model_name: name.into(),
+            model: model.into(),
+            api_base: api_base.into(),
+            api_key: "sk".into(),
+        }
+    }
+
+    #[test]
+    fn gateway_proxy_appends_v1_and_strips_the_prefix() {
+        let entries = [entry("claude", "gateway_proxy/claude-sonnet", "http://gw/")];
+        let upstream = route(&entries, "claude").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(upstream.url, "http://gw/v1/chat/completions");
+        assert_eq!(upstream.model, "claude-sonnet");
+    }
+
+    #[test]
+    fn openai_keeps_provider_and_model() {
+        let entries = [entry("gpt", "openai/azure/gpt-4o", "http://gw/v1")];
+        let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(upstream.url, "http://gw/v1/chat/completions");
+        assert_eq!(upstream.model, "azure/gpt-4o");
+    }
+
+    #[test]
+    fn unknown_names_are_refused_without_a_wildcard() {
+        let entries = [entry("gpt", "openai/azure/gpt-4o", "http://gw/v1")];
+        assert_eq!(
+            route(&entries, "other"),
+            Err(RouteError::UnknownModel("other".into()))
+        );
+        assert!(route(&entries, "*").is_err());
+    }
+
+    #[test]
+    fn a_wildcard_forwards_provider_model_verbatim_and_refuses_bare_names() {
+        let entries = [
+            entry("gpt", "openai/azure/gpt-4o", "http://one/v1"),
+            entry("*", "openai/*", "http://any/v1"),
+        ];
+        let upstream = route(&entries, "anthropic/claude").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(upstream.url, "http://any/v1/chat/completions");
+        assert_eq!(upstream.model, "anthropic/claude");
+        assert_eq!(
+            route(&entries, "claude"),
+            Err(RouteError::BareNameOnWildcard("claude".into()))
+        );
+        assert_eq!(
+            route(&entries, "gpt").map(|upstream| upstream.url),
+            Ok("http://one/v1/chat/completions".to_owned())
+        );
+    }
+}

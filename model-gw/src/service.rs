@@ -1,0 +1,550 @@
+//! The ModelGateway gRPC service: master-key auth, the model list, and chat completions
+//! forwarded to the routed upstream with the header policy, renamed `model` and a spend
+//! log entry per call.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use http::HeaderMap;
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_proto::models::v1::model_gateway_server::ModelGateway;
+use sandgate_proto::models::v1::{
+    AddModelRequest, AddModelResponse, ChatCompletionRequest, ChatCompletionResponse,
+    GatewayParams, GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse,
+    ListSpendLogsRequest, ListSpendLogsResponse, Model, SpendLogEntry as ProtoSpendLogEntry,
+};
+use sandgate_runtime_api::store::{SpendLogEntry, Store, StoredModel};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
+use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, TRACE_CONTEXT, forwardable};
+use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
+use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
+use crate::routing::{RouteError, Upstream, WILDCARD, route};
+
+/// How the gateway runs.
+pub struct GatewayOptions {
+    pub config: ConfigFile,
+    /// `PROXY_MASTER_KEY`; without it every call is refused.
+    pub master_key: Option<String>,
+    /// How long connecting to an upstream may take (then 502).
+    pub connect_timeout: Duration,
+    /// How long an upstream may stay silent, before its headers or between two chunks
+    /// (then 504).
+    pub read_timeout: Duration,
+}
+
+/// The service; clones share one gateway.
+#[derive(Clone)]
+pub struct ModelGatewayService(Arc<Gateway>);
+
+impl std::ops::Deref for ModelGatewayService {
+    type Target = Gateway;
+    fn deref(&self) -> &Gateway {
+        &self.0
+    }
+}
+
+pub struct Gateway {
+    config: ConfigFile,
+    /// sha256 of the master key: compared in constant time, whatever the lengths.
+    master_key: Option<[u8; 32]>,
+    store: Store,
+    /// Pooled: connections to an upstream are reused across calls.
+    client: reqwest::Client,
+    read_timeout: Duration,
+}
+
+/// Spend log entries listed when the caller names no limit.
+const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
+/// The largest piece of a whole body one message carries.
+const MESSAGE_CHUNK: usize = 1024 * 1024;
+/// Messages of a streamed answer buffered ahead of a slow reader.
+const STREAM_BUFFER: usize = 16;
+
+fn error(code: ErrorCode, message: impl Into<String>) -> Status {
+    ErrorDetail::new(code, message).into_status()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+impl ModelGatewayService {
+    pub fn new(store: Store, options: GatewayOptions) -> Result<Self, String> {
+        Gateway::new(store, options).map(|gateway| Self(Arc::new(gateway)))
+    }
+}
+
+impl Gateway {
+    fn new(store: Store, options: GatewayOptions) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(options.connect_timeout)
+            .read_timeout(options.read_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
+        Ok(Self {
+            config: options.config,
+            master_key: options
+                .master_key
+                .filter(|key| !key.is_empty())
+                .map(|key| Sha256::digest(key.as_bytes()).into()),
+            store,
+            client,
+            read_timeout: options.read_timeout,
+        })
+    }
+
+    fn authenticate(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+        let Some(expected) = &self.master_key else {
+            return Err(error(
+                ErrorCode::Unauthenticated,
+                "Authentication Error: the gateway has no master key configured",
+            ));
+        };
+        let presented = metadata
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| {
+                value
+                    .get(..7)
+                    .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
+                    .map(|_| value[7..].trim())
+            });
+        let valid = presented.is_some_and(|key| {
+            let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+            bool::from(digest.ct_eq(expected))
+        });
+        if valid {
+            Ok(())
+        } else {
+            Err(error(
+                ErrorCode::Unauthenticated,
+                "Authentication Error: invalid or missing master key (Authorization: Bearer <key>)",
+            ))
+        }
+    }
+
+    /// The configuration in effect and every model entry: configured, then added.
+    async fn entries(&self) -> Result<(Arc<GatewayConfig>, Vec<ModelEntry>), Status> {
+        let config = self.config.current();
+        let added = self
+            .store
+            .models
+            .added_models(&config.scope)
+            .await
+            .map_err(ErrorDetail::from)?;
+        let mut entries = config.models.clone();
+        entries.extend(added.into_iter().map(|model| ModelEntry {
+            model_name: model.model_name,
+            model: model.model,
+            api_base: model.api_base,
+            api_key: model.api_key,
+        }));
+        Ok((config, entries))
+    }
+
+    async fn models(&self) -> Result<Vec<Model>, Status> {
+        let (_, entries) = self.entries().await?;
+        let mut ids: Vec<&str> = Vec::with_capacity(entries.len() + OPENAI_MODELS.len());
+        for entry in &entries {
+            if !ids.contains(&entry.model_name.as_str()) {
+                ids.push(&entry.model_name);
+            }
+        }
+        if entries.iter().any(|entry| entry.model_name == WILDCARD) {
+            ids.extend(
+                OPENAI_MODELS
+                    .iter()
+                    .filter(|id| !ids.contains(id))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        Ok(ids
+            .into_iter()
+            .map(|id| Model {
+                id: id.to_owned(),
+                created: REGISTRY_CREATED,
+                owned_by: "openai".to_owned(),
+            })
+            .collect())
+    }
+
+    async fn log_spend(&self, entry: SpendLogEntry) {
+        if let Err(err) = self.store.spend_log.append_spend_log(&entry).await {
+            tracing::warn!(error = %err, request_id = %entry.request_id, "spend log entry lost");
+        }
+    }
+}
+
+/// What the spend log learns from a request before it is forwarded.
+struct CallRecord {
+    entry: SpendLogEntry,
+    started: Instant,
+}
+
+impl CallRecord {
+    fn finish(mut self, status: u16, usage: Option<Usage>) -> SpendLogEntry {
+        self.entry.status = status;
+        self.entry.latency_ms = self.started.elapsed().as_millis() as u64;
+        if let Some(usage) = usage {
+            self.entry.prompt_tokens = usage.prompt_tokens;
+            self.entry.completion_tokens = usage.completion_tokens;
+            self.entry.total_tokens = usage.total_tokens;
+        }
+        self.entry
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// The spend log metadata header, when it holds JSON; anything else is logged and ignored.
+fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
+    let raw = headers.get(SPEND_LOGS_METADATA)?;
+    match serde_json::from_slice(raw.as_bytes()) {
+        Ok(value) => Some(value),
+        Err(err) => {
+            tracing::warn!(error = %err, "{SPEND_LOGS_METADATA} is not JSON; ignored");
+            None
+        }
+    }
+}
+
+fn upstream_failure(err: &reqwest::Error) -> (ErrorCode, u16, &'static str) {
+    if err.is_timeout() {
+        (
+            ErrorCode::GatewayTimeout,
+            504,
+            "the upstream did not answer in time",
+        )
+    } else if err.is_connect() {
+        (ErrorCode::BadGateway, 502, "cannot connect to the upstream")
+    } else {
+        (ErrorCode::BadGateway, 502, "the upstream's answer failed")
+    }
+}
+
+fn is_event_stream(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatCompletionResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ModelGateway for ModelGatewayService {
+    async fn list_models(
+        &self,
+        request: Request<ListModelsRequest>,
+    ) -> Result<Response<ListModelsResponse>, Status> {
+        self.authenticate(request.metadata())?;
+        Ok(Response::new(ListModelsResponse {
+            models: self.models().await?,
+        }))
+    }
+
+    async fn get_model(
+        &self,
+        request: Request<GetModelRequest>,
+    ) -> Result<Response<GetModelResponse>, Status> {
+        self.authenticate(request.metadata())?;
+        let id = &request.get_ref().id;
+        let model = self
+            .models()
+            .await?
+            .into_iter()
+            .find(|model| model.id == *id)
+            .ok_or_else(|| {
+                error(
+                    ErrorCode::NotFound,
+                    format!("model {id:?} is not in the model list"),
+                )
+            })?;
+        Ok(Response::new(GetModelResponse { model: Some(model) }))
+    }
+
+    async fn add_model(
+        &self,
+        request: Request<AddModelRequest>,
+    ) -> Result<Response<AddModelResponse>, Status> {
+        self.authenticate(request.metadata())?;
+        let AddModelRequest {
+            model_name,
+            gateway_params,
+        } = request.into_inner();
+        let params = gateway_params
+            .ok_or_else(|| error(ErrorCode::BadRequest, "`gateway_params` is required"))?;
+        if model_name.is_empty() {
+            return Err(error(ErrorCode::BadRequest, "`model_name` is required"));
+        }
+        check_model(&params.model).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        check_api_base(&params.api_base).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        let config = self.config.current();
+        let stored = StoredModel {
+            model_name,
+            model: params.model,
+            api_base: params.api_base,
+            api_key: params.api_key,
+            added_at_ms: now_ms(),
+        };
+        self.store
+            .models
+            .add_model(&config.scope, &stored)
+            .await
+            .map_err(ErrorDetail::from)?;
+        tracing::info!(model_name = %stored.model_name, model = %stored.model, "model added");
+        Ok(Response::new(AddModelResponse {
+            model_name: stored.model_name,
+            gateway_params: Some(GatewayParams {
+                model: stored.model,
+                api_base: stored.api_base,
+                api_key: String::new(),
+            }),
+            added_at_ms: stored.added_at_ms,
+        }))
+    }
+
+    type ChatCompletionStream = ChatStream;
+
+    async fn chat_completion(
+        &self,
+        request: Request<ChatCompletionRequest>,
+    ) -> Result<Response<Self::ChatCompletionStream>, Status> {
+        self.authenticate(request.metadata())?;
+        let headers = request.metadata().clone().into_headers();
+        let body = request.into_inner().body;
+        let chat = ChatRequest::parse(&body).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        let (config, entries) = self.entries().await?;
+        let upstream: Upstream = route(&entries, &chat.model).map_err(|err| match err {
+            RouteError::UnknownModel(_) => error(ErrorCode::NotFound, err.to_string()),
+            RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
+        })?;
+        let record = CallRecord {
+            entry: SpendLogEntry {
+                request_id: uuid::Uuid::new_v4().to_string(),
+                started_at_ms: now_ms(),
+                model: chat.model.clone(),
+                upstream_model: upstream.model.clone(),
+                user: chat.user.clone(),
+                session_id: header_str(&headers, SESSION_ID).map(str::to_owned),
+                metadata: spend_metadata(&headers),
+                ..SpendLogEntry::default()
+            },
+            started: Instant::now(),
+        };
+        let mut outbound = self
+            .client
+            .post(&upstream.url)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        for name in TRACE_CONTEXT {
+            if let Some(value) = headers.get(*name) {
+                outbound = outbound.header(*name, value);
+            }
+        }
+        if config.forward_client_headers {
+            for (name, value) in &headers {
+                if forwardable(name.as_str()) {
+                    outbound = outbound.header(name, value);
+                }
+            }
+        }
+        for (name, value) in &config.extra_headers {
+            outbound = outbound.header(name, value);
+        }
+        if !upstream.api_key.is_empty() {
+            outbound = outbound.bearer_auth(&upstream.api_key);
+        }
+        let sent = tokio::time::timeout(
+            self.read_timeout,
+            outbound.body(chat.upstream_body(&upstream.model)).send(),
+        )
+        .await;
+        let response = match sent {
+            Ok(Ok(response)) => response,
+            Ok(Err(err)) => {
+                let (code, status, message) = upstream_failure(&err);
+                // Without the URL: a base URL may carry credentials in its query.
+                tracing::warn!(model = %upstream.model, error = %err.without_url(), "upstream call failed");
+                self.log_spend(record.finish(status, None)).await;
+                return Err(error(code, message));
+            }
+            Err(_) => {
+                tracing::warn!(model = %upstream.model, "upstream did not answer in time");
+                self.log_spend(record.finish(504, None)).await;
+                return Err(error(
+                    ErrorCode::GatewayTimeout,
+                    "the upstream did not answer in time",
+                ));
+            }
+        };
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let service = self.0.clone();
+        let asked = chat.model.clone();
+        tokio::spawn(async move {
+            let first = ChatCompletionResponse {
+                status: u32::from(status),
+                content_type: content_type.clone(),
+                chunk: Bytes::new(),
+            };
+            let entry = if is_event_stream(&content_type) && status < 300 {
+                relay_stream(response, first, &asked, &sender, record).await
+            } else {
+                relay_whole(response, first, &asked, &sender, record).await
+            };
+            service.log_spend(entry).await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    async fn list_spend_logs(
+        &self,
+        request: Request<ListSpendLogsRequest>,
+    ) -> Result<Response<ListSpendLogsResponse>, Status> {
+        self.authenticate(request.metadata())?;
+        let limit = match request.get_ref().limit {
+            0 => DEFAULT_SPEND_LOG_LIMIT,
+            limit => limit as usize,
+        };
+        let entries = self
+            .store
+            .spend_log
+            .spend_logs(limit.min(sandgate_runtime_api::store::models::SPEND_LOG_RETENTION))
+            .await
+            .map_err(ErrorDetail::from)?;
+        Ok(Response::new(ListSpendLogsResponse {
+            entries: entries.into_iter().map(proto_entry).collect(),
+        }))
+    }
+}
+
+type Sender = mpsc::Sender<Result<ChatCompletionResponse, Status>>;
+
+/// A body that is not streamed: read whole, `model` renamed on success, sent as one message.
+async fn relay_whole(
+    response: reqwest::Response,
+    mut first: ChatCompletionResponse,
+    asked: &str,
+    sender: &Sender,
+    record: CallRecord,
+) -> SpendLogEntry {
+    let status = response.status();
+    match response.bytes().await {
+        Ok(body) => {
+            let (body, usage) = if status.is_success() {
+                let (renamed, usage) = rename_model(&body, asked);
+                (Bytes::from(renamed.into_owned()), usage)
+            } else {
+                (body, None)
+            };
+            // In pieces, so no body is too large for one gRPC message.
+            let mut rest = body;
+            first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
+            let mut next = Some(first);
+            while let Some(message) = next.take() {
+                if sender.send(Ok(message)).await.is_err() {
+                    break;
+                }
+                if !rest.is_empty() {
+                    next = Some(ChatCompletionResponse {
+                        chunk: rest.split_to(rest.len().min(MESSAGE_CHUNK)),
+                        ..ChatCompletionResponse::default()
+                    });
+                }
+            }
+            record.finish(status.as_u16(), usage)
+        }
+        Err(err) => {
+            let (code, status, message) = upstream_failure(&err);
+            tracing::warn!(error = %err.without_url(), "upstream body failed");
+            drop(sender.send(Err(error(code, message))).await);
+            record.finish(status, None)
+        }
+    }
+}
+
+/// Server-sent events: passed on as they arrive, each event's `model` renamed.
+async fn relay_stream(
+    response: reqwest::Response,
+    first: ChatCompletionResponse,
+    asked: &str,
+    sender: &Sender,
+    record: CallRecord,
+) -> SpendLogEntry {
+    let status = response.status().as_u16();
+    let mut renamer = SseRenamer::new(asked);
+    if sender.send(Ok(first)).await.is_err() {
+        return record.finish(status, None);
+    }
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        match chunk {
+            Ok(chunk) => {
+                let out = renamer.push(&chunk);
+                if !out.is_empty() && sender.send(Ok(message(out))).await.is_err() {
+                    // The client went away; the upstream call ends with it.
+                    return record.finish(499, renamer.usage);
+                }
+            }
+            Err(err) => {
+                let (code, failed, message) = upstream_failure(&err);
+                tracing::warn!(error = %err.without_url(), "upstream stream failed");
+                drop(sender.send(Err(error(code, message))).await);
+                return record.finish(failed, renamer.usage);
+            }
+        }
+    }
+    let rest = renamer.finish();
+    if !rest.is_empty() {
+        drop(sender.send(Ok(message(rest))).await);
+    }
+    record.finish(status, renamer.usage)
+}
+
+fn message(chunk: Vec<u8>) -> ChatCompletionResponse {
+    ChatCompletionResponse {
+        status: 0,
+        content_type: String::new(),
+        chunk: chunk.into(),
+    }
+}
+
+fn proto_entry(entry: SpendLogEntry) -> ProtoSpendLogEntry {
+    ProtoSpendLogEntry {
+        request_id: entry.request_id,
+        started_at_ms: entry.started_at_ms,
+        model: entry.model,
+        upstream_model: entry.upstream_model,
+        prompt_tokens: entry.prompt_tokens,
+        completion_tokens: entry.completion_tokens,
+        total_tokens: entry.total_tokens,
+        latency_ms: entry.latency_ms,
+        status: u32::from(entry.status),
+        user: entry.user,
+        session_id: entry.session_id,
+        metadata_json: entry
+            .metadata
+            .map(|metadata| serde_json::to_vec(&metadata).unwrap_or_default().into())
+            .unwrap_or_default(),
+    }
+}

@@ -1,0 +1,93 @@
+//! The model gateway in the embedded store.
+
+use async_trait::async_trait;
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use super::{EmbeddedStore, unavailable};
+use crate::store::models::{
+    ModelStore, SPEND_LOG_RETENTION, SpendLogEntry, SpendLogStore, StoredModel,
+};
+use crate::store::{StoreError, StoreResult};
+
+/// `<scope>\0<name>` → an added model's JSON.
+pub(super) const MODELS: TableDefinition<&str, &[u8]> = TableDefinition::new("added_models");
+/// A sequence number → a spend log entry's JSON; the oldest are dropped past the retention.
+pub(super) const SPEND_LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("spend_log");
+
+fn corrupt(err: serde_json::Error) -> StoreError {
+    StoreError::Corrupt(err.to_string())
+}
+
+#[async_trait]
+impl ModelStore for EmbeddedStore {
+    async fn add_model(&self, scope: &str, model: &StoredModel) -> StoreResult<()> {
+        let key = format!("{scope}\0{}", model.model_name);
+        let json = serde_json::to_vec(model).map_err(corrupt)?;
+        self.transact(move |txn| {
+            let mut models = txn.open_table(MODELS).map_err(unavailable)?;
+            models
+                .insert(key.as_str(), json.as_slice())
+                .map(drop)
+                .map_err(unavailable)
+        })
+        .await
+    }
+
+    async fn added_models(&self, scope: &str) -> StoreResult<Vec<StoredModel>> {
+        let start = format!("{scope}\0");
+        let end = format!("{scope}\u{1}");
+        let mut models = self
+            .read(move |db| {
+                let txn = db.begin_read().map_err(unavailable)?;
+                let table = txn.open_table(MODELS).map_err(unavailable)?;
+                table
+                    .range(start.as_str()..end.as_str())
+                    .map_err(unavailable)?
+                    .map(|entry| {
+                        let (_, data) = entry.map_err(unavailable)?;
+                        serde_json::from_slice::<StoredModel>(data.value()).map_err(corrupt)
+                    })
+                    .collect::<StoreResult<Vec<_>>>()
+            })
+            .await?;
+        models.sort_by(|a, b| (a.added_at_ms, &a.model_name).cmp(&(b.added_at_ms, &b.model_name)));
+        Ok(models)
+    }
+}
+
+#[async_trait]
+impl SpendLogStore for EmbeddedStore {
+    async fn append_spend_log(&self, entry: &SpendLogEntry) -> StoreResult<()> {
+        let json = serde_json::to_vec(entry).map_err(corrupt)?;
+        self.transact(move |txn| {
+            let mut log = txn.open_table(SPEND_LOG).map_err(unavailable)?;
+            let next = log
+                .last()
+                .map_err(unavailable)?
+                .map_or(0, |(key, _)| key.value() + 1);
+            log.insert(next, json.as_slice()).map_err(unavailable)?;
+            while log.len().map_err(unavailable)? > SPEND_LOG_RETENTION as u64 {
+                log.pop_first().map_err(unavailable)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn spend_logs(&self, limit: usize) -> StoreResult<Vec<SpendLogEntry>> {
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let log = txn.open_table(SPEND_LOG).map_err(unavailable)?;
+            log.iter()
+                .map_err(unavailable)?
+                .rev()
+                .take(limit)
+                .map(|entry| {
+                    let (_, data) = entry.map_err(unavailable)?;
+                    serde_json::from_slice(data.value()).map_err(corrupt)
+                })
+                .collect()
+        })
+        .await
+    }
+}

@@ -1,0 +1,862 @@
+//! The built-in model gateway over REST (spec 4.2, 4.3; design.md), against a fake
+//! upstream on port 0 that records every request and answers JSON or SSE.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::Response;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use crate::common::{Backend, Sandgate};
+
+const MASTER_KEY: &str = "sk-master-key-for-tests";
+const UPSTREAM_KEY: &str = "sk-upstream-key";
+
+/// One request the fake upstream got.
+#[derive(Clone, Debug)]
+struct Recorded {
+    path: String,
+    headers: http::HeaderMap,
+    body: Value,
+}
+
+/// An OpenAI-compatible upstream: answers JSON, or SSE when asked to stream; `deny` gets
+/// 401, `hang` never answers, and a `gated` stream holds its second event until `release`
+/// is notified.
+struct FakeUpstream {
+    address: std::net::SocketAddr,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Clone)]
+struct UpstreamState {
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>) -> Response {
+    let requests = state.requests;
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.expect("body");
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    requests.lock().expect("requests").push(Recorded {
+        path: parts.uri.path().to_owned(),
+        headers: parts.headers,
+        body: body.clone(),
+    });
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    if model == "deny" {
+        return Response::builder()
+            .status(401)
+            .header("content-type", "application/json")
+            .body(Body::from(
+                r#"{"error":{"message":"invalid api key","type":"auth_error","param":null,"code":"401"}}"#,
+            ))
+            .expect("response");
+    }
+    if model == "hang" {
+        std::future::pending::<()>().await;
+    }
+    let usage = json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18});
+    if body["stream"] == true {
+        let events = vec![
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "lo"}}]}),
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}),
+        ];
+        let gate = (model == "gated").then_some(state.release);
+        let chunks = events
+            .into_iter()
+            .map(|event| format!("data: {event}\n\n"))
+            .chain(["data: [DONE]\n\n".to_owned()])
+            .enumerate()
+            .map(move |(index, chunk)| {
+                let gate = gate.clone();
+                async move {
+                    if let (1, Some(gate)) = (index, gate) {
+                        gate.notified().await;
+                    }
+                    Ok::<_, Infallible>(Bytes::from(chunk))
+                }
+            });
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(
+                futures::stream::iter(chunks).then(|chunk| chunk),
+            ))
+            .expect("response");
+    }
+    let content = if model == "test/big" {
+        "x".repeat(3 << 20)
+    } else {
+        "Hello".to_owned()
+    };
+    let reply = json!({
+        "id": "c1", "object": "chat.completion", "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+        "usage": usage,
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(reply.to_string()))
+        .expect("response")
+}
+
+impl FakeUpstream {
+    async fn start() -> Self {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address");
+        let release = Arc::new(tokio::sync::Notify::new());
+        let app = Router::new().fallback(answer).with_state(UpstreamState {
+            requests: requests.clone(),
+            release: release.clone(),
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            address,
+            requests,
+            release,
+        }
+    }
+
+    fn base(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    fn last(&self) -> Recorded {
+        self.requests
+            .lock()
+            .expect("requests")
+            .last()
+            .cloned()
+            .expect("the upstream got a request")
+    }
+
+    fn count(&self) -> usize {
+        self.requests.lock().expect("requests").len()
+    }
+}
+
+/// A port nothing listens on.
+async fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+async fn config_text(upstream: &FakeUpstream, forward: bool, wildcard: bool) -> String {
+    let base = upstream.base();
+    let closed = closed_port().await;
+    let mut text = format!(
+        r#"model_list:
+  - model_name: claude
+    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: "{base}/", api_key: {UPSTREAM_KEY}}}
+  - model_name: gpt
+    gateway_params: {{model: openai/azure/gpt-4o, api_base: "{base}/openai/v1", api_key: {UPSTREAM_KEY}}}
+  - model_name: denied
+    gateway_params: {{model: gateway_proxy/deny, api_base: "{base}", api_key: wrong}}
+  - model_name: slow
+    gateway_params: {{model: gateway_proxy/hang, api_base: "{base}", api_key: {UPSTREAM_KEY}}}
+  - model_name: gated
+    gateway_params: {{model: gateway_proxy/gated, api_base: "{base}", api_key: {UPSTREAM_KEY}}}
+  - model_name: broken
+    gateway_params: {{model: openai/x/y, api_base: "http://127.0.0.1:{closed}/v1", api_key: {UPSTREAM_KEY}}}
+"#
+    );
+    if wildcard {
+        text.push_str(&format!(
+            "  - model_name: \"*\"\n    gateway_params: {{model: \"openai/*\", api_base: \"{base}/any/v1\", api_key: sk-wild}}\n"
+        ));
+    }
+    text.push_str(&format!(
+        "general_settings:\n  forward_client_headers_to_llm_api: {forward}\nextra_headers:\n  x-static: fixed\n"
+    ));
+    text
+}
+
+struct Gateway {
+    sandgate: Sandgate,
+    upstream: FakeUpstream,
+    config: tempfile::NamedTempFile,
+}
+
+async fn start(backend: &Backend, forward: bool, wildcard: bool) -> Gateway {
+    let upstream = FakeUpstream::start().await;
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        config_text(&upstream, forward, wildcard).await,
+    )
+    .expect("write config");
+    let path = config.path().display().to_string();
+    let sandgate = Sandgate::start_with(
+        backend,
+        &[
+            "--gateway-config",
+            &path,
+            "--proxy-master-key",
+            MASTER_KEY,
+            "--gateway-read-timeout",
+            "0.5",
+        ],
+    )
+    .await;
+    Gateway {
+        sandgate,
+        upstream,
+        config,
+    }
+}
+
+impl Gateway {
+    fn post(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.sandgate
+            .client
+            .post(self.sandgate.url(path))
+            .bearer_auth(MASTER_KEY)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        json_of(
+            self.sandgate
+                .client
+                .get(self.sandgate.url(path))
+                .bearer_auth(MASTER_KEY)
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await
+    }
+
+    async fn chat(&self, body: &Value) -> (StatusCode, Value) {
+        json_of(
+            self.post("/v1/chat/completions", body)
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await
+    }
+
+    async fn spend_logs(&self) -> Vec<Value> {
+        let (status, body) = self.get("/spend/logs").await;
+        assert_eq!(status, 200, "{body}");
+        body.as_array().expect("an array").clone()
+    }
+}
+
+async fn json_of(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    (status, body)
+}
+
+fn assert_openai_error(body: &Value) {
+    let error = &body["error"];
+    assert!(error["message"].is_string(), "{body}");
+    assert!(error["type"].is_string(), "{body}");
+    assert!(error.get("param").is_some(), "{body}");
+    assert!(error["code"].is_string(), "{body}");
+}
+
+fn chat_body(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_prefixes_route_and_the_response_names_the_asked_model() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+
+    let (status, body) = gateway.chat(&chat_body("claude")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "claude");
+    assert_eq!(body["choices"][0]["message"]["content"], "Hello");
+    let sent = gateway.upstream.last();
+    assert_eq!(sent.path, "/v1/chat/completions");
+    assert_eq!(sent.body["model"], "claude-sonnet");
+    assert_eq!(sent.body["messages"][0]["content"], "hi");
+    assert_eq!(
+        sent.headers["authorization"],
+        format!("Bearer {UPSTREAM_KEY}")
+    );
+
+    let (status, body) = json_of(
+        gateway
+            .post("/chat/completions", &chat_body("gpt"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "gpt");
+    let sent = gateway.upstream.last();
+    assert_eq!(sent.path, "/openai/v1/chat/completions");
+    assert_eq!(sent.body["model"], "azure/gpt-4o");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_renamed_chunk_by_chunk_and_its_usage_logged() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let mut body = chat_body("gpt");
+    body["stream"] = true.into();
+    let response = gateway
+        .post("/v1/chat/completions", &body)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
+    }
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.len(), 4, "{text}");
+    for event in &events[..3] {
+        let event: Value = serde_json::from_str(event).expect("JSON event");
+        assert_eq!(event["model"], "gpt", "{event}");
+    }
+    assert_eq!(events[3], "[DONE]");
+
+    let logs = gateway.spend_logs().await;
+    assert_eq!(logs[0]["model"], "gpt");
+    assert_eq!(logs[0]["upstream_model"], "azure/gpt-4o");
+    assert_eq!(logs[0]["prompt_tokens"], 11);
+    assert_eq!(logs[0]["completion_tokens"], 7);
+    assert_eq!(logs[0]["total_tokens"], 18);
+    assert_eq!(logs[0]["status"], 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reaches_the_client_before_the_upstream_has_finished() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let mut body = chat_body("gated");
+    body["stream"] = true.into();
+    let response = gateway
+        .post("/v1/chat/completions", &body)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let mut chunks = response.bytes_stream();
+    let mut text = String::new();
+    // The upstream holds its second event until the client has the first: a gateway that
+    // buffered the stream would never deliver it.
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while !text.contains("\n\n") {
+            let chunk = chunks.next().await.expect("a chunk").expect("chunk");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(first.is_ok(), "the first event did not arrive on its own");
+    assert!(text.contains(r#""model":"gated""#), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    gateway.upstream.release.notify_one();
+    while let Some(chunk) = chunks.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
+    }
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_forwards_provider_names_and_refuses_bare_ones() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let (status, body) = gateway.chat(&chat_body("anthropic/claude-3-5")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "anthropic/claude-3-5");
+    let sent = gateway.upstream.last();
+    assert_eq!(sent.path, "/any/v1/chat/completions");
+    assert_eq!(sent.body["model"], "anthropic/claude-3-5");
+    assert_eq!(sent.headers["authorization"], "Bearer sk-wild");
+
+    let requests = gateway.upstream.count();
+    let (status, body) = gateway.chat(&chat_body("claude-3-5")).await;
+    assert_eq!(status, 400, "{body}");
+    assert_openai_error(&body);
+    assert_eq!(gateway.upstream.count(), requests, "nothing was forwarded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_arrives_whole() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let (status, body) = gateway.chat(&chat_body("test/big")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["model"], "test/big");
+    assert_eq!(
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::len),
+        Some(3 << 20)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_models_are_404_without_a_wildcard() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, false).await;
+    let (status, body) = gateway.chat(&chat_body("anthropic/claude-3-5")).await;
+    assert_eq!(status, 404, "{body}");
+    assert_openai_error(&body);
+    assert_eq!(body["error"]["code"], "404");
+    assert_eq!(gateway.upstream.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_needs_the_master_key() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let client = &gateway.sandgate.client;
+    for request in [
+        client.get(gateway.sandgate.url("/v1/models")),
+        client
+            .get(gateway.sandgate.url("/v1/models"))
+            .bearer_auth("wrong"),
+        client
+            .post(gateway.sandgate.url("/v1/chat/completions"))
+            .body(chat_body("claude").to_string()),
+        client
+            .post(gateway.sandgate.url("/v1/chat/completions"))
+            .header("authorization", format!("Basic {MASTER_KEY}"))
+            .body(chat_body("claude").to_string()),
+        client.get(gateway.sandgate.url("/spend/logs")),
+        client
+            .post(gateway.sandgate.url("/model/new"))
+            .bearer_auth("wrong")
+            .body("{}"),
+    ] {
+        let (status, body) = json_of(request.send().await.expect("request")).await;
+        assert_eq!(status, 401, "{body}");
+        assert_openai_error(&body);
+        assert!(!body.to_string().contains(MASTER_KEY));
+    }
+    assert_eq!(gateway.upstream.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_map_to_their_statuses() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+
+    let response = gateway
+        .post("/v1/chat/completions", &chat_body("denied"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 401);
+    assert_eq!(
+        response.text().await.expect("body"),
+        r#"{"error":{"message":"invalid api key","type":"auth_error","param":null,"code":"401"}}"#,
+        "the upstream's own body, untouched"
+    );
+
+    let (status, body) = gateway.chat(&chat_body("broken")).await;
+    assert_eq!(status, 502, "{body}");
+    assert_openai_error(&body);
+
+    let (status, body) = gateway.chat(&chat_body("slow")).await;
+    assert_eq!(status, 504, "{body}");
+    assert_openai_error(&body);
+    assert!(!body.to_string().contains(UPSTREAM_KEY));
+
+    let statuses: Vec<_> = gateway
+        .spend_logs()
+        .await
+        .iter()
+        .map(|entry| entry["status"].as_u64().unwrap_or_default())
+        .collect();
+    assert_eq!(statuses, [504, 502, 401]);
+    let (status, body) = gateway.get("/spend/logs?limit=1").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body.as_array().map(Vec::len), Some(1));
+    let (status, body) = gateway.get("/spend/logs?limit=lots").await;
+    assert_eq!(status, 400, "{body}");
+    assert_openai_error(&body);
+
+    let (status, body) = json_of(
+        gateway
+            .post("/v1/chat/completions", &json!("not an object"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_openai_error(&body);
+}
+
+fn with_client_headers(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    request
+        .header("x-team", "platform")
+        .header("x-gateway-session-id", "conv-123")
+        .header("x-stainless-os", "Linux")
+        .header("x-api-key", "client-credential")
+        .header("x-goog-api-key", "client-credential")
+        .header("anthropic-beta", "tools-2024")
+        .header("cookie", "session=secret")
+        .header("user-agent", "OpenAI/Python 1.0")
+        .header("traceparent", TRACEPARENT)
+}
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_forwarding_on_x_headers_pass_but_not_stainless_or_credentials() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, true, true).await;
+    let response = with_client_headers(gateway.post("/v1/chat/completions", &chat_body("claude")))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let headers = gateway.upstream.last().headers;
+    assert_eq!(headers["x-team"], "platform");
+    assert_eq!(headers["x-gateway-session-id"], "conv-123");
+    assert_eq!(headers["anthropic-beta"], "tools-2024");
+    assert_eq!(headers["x-static"], "fixed");
+    assert_eq!(headers["authorization"], format!("Bearer {UPSTREAM_KEY}"));
+    for name in ["x-stainless-os", "x-api-key", "x-goog-api-key", "cookie"] {
+        assert!(headers.get(name).is_none(), "{name} was forwarded");
+    }
+    assert_ne!(
+        headers.get("user-agent").map(|value| value.as_bytes()),
+        Some(&b"OpenAI/Python 1.0"[..])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_forwarding_off_only_the_static_headers_go() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let response = with_client_headers(gateway.post("/v1/chat/completions", &chat_body("claude")))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let headers = gateway.upstream.last().headers;
+    assert_eq!(headers["x-static"], "fixed");
+    assert_eq!(
+        headers["traceparent"], TRACEPARENT,
+        "trace context always travels"
+    );
+    for name in [
+        "x-team",
+        "x-gateway-session-id",
+        "anthropic-beta",
+        "x-stainless-os",
+        "cookie",
+    ] {
+        assert!(headers.get(name).is_none(), "{name} was forwarded");
+    }
+}
+
+async fn the_user_and_metadata_are_logged_not_forwarded(backend: Backend) {
+    let gateway = start(&backend, true, true).await;
+    let mut body = chat_body("claude");
+    body["user"] = "alice@example.com".into();
+    let response = gateway
+        .post("/v1/chat/completions", &body)
+        .header("x-gateway-session-id", "conv-9")
+        .header(
+            "x-gateway-spend-logs-metadata",
+            r#"{"team":"red","cost_center":7}"#,
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    // The spend log is written before the body ends.
+    response.bytes().await.expect("body");
+    assert!(gateway.upstream.last().body.get("user").is_none());
+
+    let response = gateway
+        .post("/v1/chat/completions", &chat_body("claude"))
+        .header("x-gateway-spend-logs-metadata", "{not json")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200, "a malformed header is ignored");
+    response.bytes().await.expect("body");
+
+    let logs = gateway.spend_logs().await;
+    assert_eq!(logs.len(), 2);
+    assert_eq!(logs[0]["metadata"], Value::Null);
+    assert_eq!(logs[1]["user"], "alice@example.com");
+    assert_eq!(logs[1]["session_id"], "conv-9");
+    assert_eq!(
+        logs[1]["metadata"],
+        json!({"team": "red", "cost_center": 7})
+    );
+    assert_eq!(logs[1]["prompt_tokens"], 11);
+    assert_eq!(logs[1]["model"], "claude");
+    let text = serde_json::to_string(&logs).expect("JSON");
+    assert!(!text.contains("\"hi\""), "no prompt content: {text}");
+    assert!(!text.contains("Hello"), "no response content: {text}");
+}
+
+async fn an_added_model_is_listed_and_routed_at_once(backend: Backend) {
+    let gateway = start(&backend, false, false).await;
+    let (status, body) = json_of(
+        gateway
+            .post(
+                "/model/new",
+                &json!({"model_name": "added", "gateway_params": {
+                    "model": "gateway_proxy/added-upstream",
+                    "api_base": gateway.upstream.base(),
+                    "api_key": "sk-added",
+                }}),
+            )
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model_name"], "added");
+    assert!(!body.to_string().contains("sk-added"), "{body}");
+
+    let (_, models) = gateway.get("/v1/models").await;
+    let ids: Vec<_> = models["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|model| model["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "claude", "gpt", "denied", "slow", "gated", "broken", "added"
+        ]
+    );
+
+    let (status, body) = gateway.chat(&chat_body("added")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "added");
+    let sent = gateway.upstream.last();
+    assert_eq!(sent.body["model"], "added-upstream");
+    assert_eq!(sent.headers["authorization"], "Bearer sk-added");
+
+    let (status, body) = json_of(
+        gateway
+            .post("/model/new", &json!({"model_name": "x", "gateway_params": {"model": "gpt-4o", "api_base": "http://g"}}))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_openai_error(&body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_list_has_configured_entries_first_then_the_registry() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    for path in ["/v1/models", "/models"] {
+        let (status, body) = gateway.get(path).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["object"], "list");
+        let data = body["data"].as_array().expect("data");
+        assert!(data.len() >= 200, "{} entries", data.len());
+        let ids: Vec<_> = data
+            .iter()
+            .map(|model| model["id"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            ids[..7],
+            ["claude", "gpt", "denied", "slow", "gated", "broken", "*"]
+        );
+        assert!(ids.contains(&"gpt-4o"));
+        assert_eq!(data[0]["object"], "model");
+        assert!(data[0]["created"].is_i64());
+        assert!(data[0]["owned_by"].is_string());
+    }
+    let (status, body) = gateway.get("/v1/models/claude").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], "claude");
+    let (status, body) = gateway.get("/v1/models/azure/gpt-4o").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["id"], "azure/gpt-4o");
+    let (status, body) = gateway.get("/v1/models/nope").await;
+    assert_eq!(status, 404, "{body}");
+    assert_openai_error(&body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_config_is_read_again_and_a_broken_one_ignored() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, false).await;
+    let text = format!(
+        "model_list:\n  - model_name: fresh\n    gateway_params: {{model: gateway_proxy/fresh-up, api_base: \"{}\", api_key: k}}\n",
+        gateway.upstream.base()
+    );
+    std::fs::write(gateway.config.path(), &text).expect("rewrite config");
+    let (_, models) = gateway.get("/v1/models").await;
+    assert_eq!(models["data"][0]["id"], "fresh");
+    assert_eq!(models["data"].as_array().map(Vec::len), Some(1));
+
+    std::fs::write(gateway.config.path(), "model_list: [this is: not valid").expect("break");
+    let (status, models) = gateway.get("/v1/models").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        models["data"][0]["id"], "fresh",
+        "the last good config stays"
+    );
+    let (status, body) = gateway.chat(&chat_body("fresh")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(gateway.upstream.last().body["model"], "fresh-up");
+}
+
+crate::on_both_backends!(
+    the_user_and_metadata_are_logged_not_forwarded,
+    an_added_model_is_listed_and_routed_at_once,
+);
+
+/// `sandgate model-gw` and `sandgate edge --model-gw`, as real processes, with the master
+/// key and an upstream key taken from the environment.
+#[tokio::test]
+async fn model_gw_and_edge_run_apart_with_keys_from_the_environment() {
+    let upstream = FakeUpstream::start().await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: os.environ/TEST_GATEWAY_KEY}}\n",
+            upstream.base()
+        ),
+    )
+    .expect("write config");
+    let gateway_args = [
+        "model-gw",
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &data.path().display().to_string(),
+        "--gateway-config",
+        &config.path().display().to_string(),
+    ]
+    .map(str::to_owned);
+    let model_gw = crate::common::SandgateProcess::spawn(
+        &gateway_args,
+        &[
+            ("PROXY_MASTER_KEY", MASTER_KEY),
+            ("TEST_GATEWAY_KEY", "sk-from-env"),
+        ],
+    )
+    .await;
+    let edge_args = [
+        "edge".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--runtime-api".to_owned(),
+        format!("http://{}", model_gw.address),
+        "--model-gw".to_owned(),
+        format!("http://{}", model_gw.address),
+    ];
+    let edge = crate::common::SandgateProcess::spawn(&edge_args, &[]).await;
+    let client = reqwest::Client::new();
+    let (status, body) = json_of(
+        client
+            .post(edge.url("/v1/chat/completions"))
+            .bearer_auth(MASTER_KEY)
+            .body(chat_body("claude").to_string())
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "claude");
+    assert_eq!(
+        upstream.last().headers["authorization"],
+        "Bearer sk-from-env"
+    );
+    assert!(!model_gw.log().contains("sk-from-env"));
+    assert!(!model_gw.log().contains(MASTER_KEY));
+}
+
+/// A configuration naming an unset variable stops the start, naming the entry.
+#[tokio::test]
+async fn an_unset_variable_is_a_start_error_naming_the_entry() {
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        "model_list:\n  - model_name: claude\n    gateway_params: {model: gateway_proxy/c, api_base: \"http://127.0.0.1:9\", api_key: os.environ/SANDGATE_TEST_NEVER_SET}\n",
+    )
+    .expect("write config");
+    let data = tempfile::tempdir().expect("temp dir");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandgate"))
+        .args(["model-gw", "--grpc-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .arg("--gateway-config")
+        .arg(config.path())
+        .env_remove("SANDGATE_TEST_NEVER_SET")
+        .output()
+        .await
+        .expect("run sandgate");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("model_list[0] (claude)"), "{stderr}");
+    assert!(stderr.contains("SANDGATE_TEST_NEVER_SET"), "{stderr}");
+}
+
+/// Two replicas on one Redis with one configuration: a model added through one is listed
+/// and routed by the other at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_added_model_is_seen_by_every_replica() {
+    let backend = Backend::redis().await;
+    let first = start(&backend, false, false).await;
+    let path = first.config.path().display().to_string();
+    let second = Sandgate::start_with(
+        &backend,
+        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+    )
+    .await;
+    let response = first
+        .post(
+            "/model/new",
+            &json!({"model_name": "shared", "gateway_params": {
+                "model": "gateway_proxy/shared-up", "api_base": first.upstream.base(), "api_key": "k",
+            }}),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let (status, body) = json_of(
+        second
+            .client
+            .post(second.url("/v1/chat/completions"))
+            .bearer_auth(MASTER_KEY)
+            .body(chat_body("shared").to_string())
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["model"], "shared");
+    assert_eq!(first.upstream.last().body["model"], "shared-up");
+}
