@@ -48,6 +48,13 @@ pub async fn serve(
         shutdown.await;
         trigger.cancel();
     });
+    // No Nagle: a streamed answer (an LLM's server-sent events) leaves in several writes,
+    // and Nagle would hold each after the first until the client's delayed ACK (≈ 40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+        }
+    });
     let server =
         axum::serve(listener, app).with_graceful_shutdown(stopping.clone().cancelled_owned());
     tokio::select! {

@@ -1,0 +1,209 @@
+//! The model gateway's cost: the same fake upstream called directly and through
+//! `sandgate serve` (edge → ModelGateway → upstream), side by side in one run. Reports
+//! the added latency at concurrency 1 and 16, requests per second at 64, and the added
+//! time to a stream's first chunk.
+//!
+//! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
+//! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
+//! `1,16,64`), `BENCH_STREAMS` (streams timed per target, default 2000).
+
+#![expect(
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a benchmark: it fails loudly and prints its table"
+)]
+
+mod harness;
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::Response;
+use axum::routing::post;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use serde_json::{Value, json};
+
+const MASTER_KEY: &str = "bench-master-key";
+
+/// What a provider answers: a small completion, or a three-event stream.
+async fn completion(body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let model = request["model"].as_str().unwrap_or_default().to_owned();
+    if request["stream"] == true {
+        let events = [
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "lo"}}]}),
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}),
+        ];
+        let chunks: Vec<Result<Bytes, std::convert::Infallible>> = events
+            .iter()
+            .map(|event| Ok(Bytes::from(format!("data: {event}\n\n"))))
+            .chain([Ok(Bytes::from_static(b"data: [DONE]\n\n"))])
+            .collect();
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(futures::stream::iter(chunks)))
+            .expect("response");
+    }
+    let reply = json!({
+        "id": "c1", "object": "chat.completion", "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(reply.to_string()))
+        .expect("response")
+}
+
+/// The fake provider, on port 0; its base URL.
+async fn upstream() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("addr");
+    let app = Router::new().route("/v1/chat/completions", post(completion));
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        stream.set_nodelay(true).expect("nodelay");
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+fn chat(model: &str, stream: bool) -> Bytes {
+    Bytes::from(
+        json!({
+            "model": model,
+            "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "Write a function that adds two numbers."}
+            ],
+            "stream": stream,
+            "user": "user-1",
+        })
+        .to_string(),
+    )
+}
+
+fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
+    http::Request::post("/v1/chat/completions")
+        .header("host", "bench")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {MASTER_KEY}"))
+        .header(
+            "x-gateway-session-id",
+            "0f0e0d0c-0b0a-4908-8706-050403020100",
+        )
+        .body(Full::new(body.clone()))
+        .expect("request")
+}
+
+/// Time to the first body chunk of `count` streamed requests, one at a time, in µs.
+async fn first_chunks(base: &str, body: &Bytes, count: usize) -> Histogram<u64> {
+    let stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(connection);
+    let mut times = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    for _ in 0..count {
+        sender.ready().await.expect("connection ready");
+        let sent = Instant::now();
+        let response = sender.send_request(request(body)).await.expect("send");
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let first = body.frame().await.expect("a first chunk").expect("frame");
+        times.saturating_record(sent.elapsed().as_micros() as u64);
+        assert!(first.is_data());
+        while let Some(frame) = body.frame().await {
+            frame.expect("frame");
+        }
+    }
+    times
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    let seconds = harness::env_number("BENCH_SECONDS", 5);
+    let streams = harness::env_number("BENCH_STREAMS", 2000) as usize;
+
+    let direct = upstream().await;
+    let config = tempfile::NamedTempFile::new().expect("config");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{direct}\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
+        ),
+    )
+    .expect("write config");
+    // Production's store: the spend log goes to Redis.
+    let (_redis, redis) = harness::redis().await;
+    let (_sandgate, gateway) = harness::sandgate(
+        env!("CARGO_BIN_EXE_sandgate"),
+        &[
+            "--log".into(),
+            "warn,sandgate=info".into(),
+            "--redis".into(),
+            redis,
+            "--gateway-config".into(),
+            config.path().display().to_string(),
+        ],
+        &[("PROXY_MASTER_KEY", MASTER_KEY)],
+    )
+    .await;
+
+    // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
+    let through = chat("claude", false);
+    let direct_body = chat("claude-sonnet", false);
+    println!("Non-streaming chat completions, closed loop\n");
+    println!("| target | concurrency | requests/s | p50 ms | p99 ms | errors |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for concurrency in harness::concurrency_levels() {
+        for (target, base, body) in [
+            ("direct to the fake upstream", &direct, &direct_body),
+            ("through sandgate serve", &gateway, &through),
+        ] {
+            let body = body.clone();
+            let next = move || request(&body);
+            harness::load(base, concurrency, 1, next.clone()).await;
+            let outcome = harness::load(base, concurrency, seconds, next).await;
+            println!(
+                "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
+                outcome.rate(),
+                outcome.ms(0.5),
+                outcome.ms(0.99),
+                outcome.errors
+            );
+        }
+    }
+
+    println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
+    println!("| target | p50 ms | p99 ms |");
+    println!("|---|---:|---:|");
+    for (target, base, body) in [
+        (
+            "direct to the fake upstream",
+            &direct,
+            chat("claude-sonnet", true),
+        ),
+        ("through sandgate serve", &gateway, chat("claude", true)),
+    ] {
+        first_chunks(base, &body, streams / 10).await;
+        let times = first_chunks(base, &body, streams).await;
+        println!(
+            "| {target} | {:.3} | {:.3} |",
+            times.value_at_quantile(0.5) as f64 / 1000.0,
+            times.value_at_quantile(0.99) as f64 / 1000.0
+        );
+    }
+}
