@@ -9,6 +9,7 @@ const PROTOS: &[&str] = &[
     "sandgate/conversations/v1/conversations.proto",
     "sandgate/settings/v1/settings.proto",
     "sandgate/models/v1/models.proto",
+    "sandgate/sandboxes/v1/sandboxes.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

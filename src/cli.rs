@@ -66,6 +66,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub admin: AdminArgs,
     #[command(flatten)]
+    pub sandboxes: SandboxArgs,
+    #[command(flatten)]
     pub gateway: GatewayArgs,
     #[command(flatten)]
     pub edge: EdgeLimits,
@@ -124,6 +126,8 @@ pub struct RuntimeApiArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub admin: AdminArgs,
+    #[command(flatten)]
+    pub sandboxes: SandboxArgs,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
 }
@@ -195,6 +199,64 @@ pub struct AdminArgs {
           default_value_t = sandgate_runtime_api::admin::login::DEFAULT_PBKDF2_ITERATIONS,
           value_parser = clap::value_parser!(u32).range(1_000..=10_000_000))]
     pub pbkdf2_iterations: u32,
+}
+
+/// Sandboxes and their warm pools.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Where sandboxes run: `local` (no containers: sandboxes live in the store, for
+    /// trying Sandgate out) or `kubernetes`.
+    #[arg(long, env = "SANDBOX_DRIVER", default_value = "local")]
+    pub sandbox_driver: SandboxDriverKind,
+    /// Namespace of the sandboxes' workloads (`kubernetes`).
+    #[arg(long, env = "SANDBOX_NAMESPACE", default_value = "sandgate-sandboxes")]
+    pub sandbox_namespace: String,
+    /// Storage class of the sandboxes' volume claims (`kubernetes`); without it the
+    /// cluster's default class.
+    #[arg(long, env = "STORAGE_CLASS")]
+    pub storage_class: Option<String>,
+    /// Ephemeral storage requested per sandbox (`kubernetes`).
+    #[arg(long, env = "EPHEMERAL_STORAGE_SIZE", default_value = "25Gi")]
+    pub ephemeral_storage_size: String,
+    /// The port the agent server listens on inside a sandbox (`kubernetes`).
+    #[arg(long, env = "SANDBOX_PORT", default_value_t = 8000)]
+    pub sandbox_port: u16,
+    /// Ingress class of the sandboxes' ingresses (`kubernetes`); without it the default.
+    #[arg(long, env = "SANDBOX_INGRESS_CLASS")]
+    pub sandbox_ingress_class: Option<String>,
+    /// TLS secret (in the sandbox namespace) of the sandboxes' ingresses, the wildcard
+    /// certificate (`kubernetes`, with SSL on).
+    #[arg(long, env = "SANDBOX_TLS_SECRET")]
+    pub sandbox_tls_secret: Option<String>,
+    /// A sandbox's host is `{runtime_id}{separator}{base}`.
+    #[arg(long, env = "RUNTIME_BASE_URL", default_value = "runtime.localhost")]
+    pub runtime_base_url: String,
+    #[arg(long, env = "RUNTIME_URL_SEPARATOR", default_value = "-")]
+    pub runtime_url_separator: String,
+    /// `http://` sandbox URLs instead of `https://` (`1|true|yes`).
+    #[arg(long, env = "RUNTIME_DISABLE_SSL", default_value = "true",
+          action = clap::ArgAction::Set, value_parser = flag)]
+    pub runtime_disable_ssl: bool,
+    /// Seconds between two passes of the warm-pool reconciler (it also acts at once when
+    /// a configuration changes or a claim empties a slot).
+    #[arg(long, env = "RECONCILE_INTERVAL", default_value = "60", value_parser = seconds)]
+    pub reconcile_interval: Duration,
+    /// Seconds a paused sandbox may idle before it is deleted.
+    #[arg(long, env = "RUNTIME_DEAD_SECONDS", default_value = "864000", value_parser = seconds)]
+    pub runtime_dead_seconds: Duration,
+    /// Key that sandboxes' session keys derive from (at least 32 bytes; the same on every
+    /// replica). Without it, one derived from JWT_SECRET.
+    #[arg(long, env = "SANDBOX_KEY_SECRET", hide_env_values = true, value_parser = strong_secret)]
+    pub sandbox_key_secret: Option<String>,
+    /// Seconds a `local` sandbox takes to go from starting to running.
+    #[arg(long, env = "LOCAL_SANDBOX_START_SECONDS", default_value = "2", value_parser = seconds)]
+    pub local_sandbox_start_seconds: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxDriverKind {
+    Local,
+    Kubernetes,
 }
 
 fn strong_secret(secret: &str) -> Result<String, String> {

@@ -7,6 +7,7 @@ mod shutdown;
 pub mod telemetry;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
@@ -14,18 +15,23 @@ use sandgate_model_gw::{ConfigFile, GatewayOptions, ModelGatewayService};
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
+use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
+use sandgate_runtime_api::admin::login::SystemClock;
+use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
+use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
 use sandgate_runtime_api::store::{Backend, Store, redact_url};
 use sandgate_runtime_api::{
-    AdminConfig, AuthConfig, ConversationsService, RuntimeAdminService, SettingsService,
+    AdminConfig, AuthConfig, ConversationsService, RuntimeAdminService, RuntimeApi, SandboxConfig,
+    SettingsService,
 };
 use sandgate_webhook_gw::{EdgeConfig, GrpcChannel};
 use tokio::net::TcpListener;
 use tonic::server::NamedService;
 
 use cli::{
-    AdminArgs, AuthArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs, RuntimeApiArgs, ServeArgs,
-    StoreArgs,
+    AdminArgs, AuthArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs, RuntimeApiArgs,
+    SandboxArgs, SandboxDriverKind, ServeArgs, StoreArgs,
 };
 pub use shutdown::signal;
 
@@ -34,6 +40,7 @@ const RUNTIME_API_SERVICES: &[&str] = &[
     <ConversationsServer<ConversationsService> as NamedService>::NAME,
     <SettingsServer<SettingsService> as NamedService>::NAME,
     <RuntimeAdminServer<RuntimeAdminService> as NamedService>::NAME,
+    <SandboxesServer<SandboxesService> as NamedService>::NAME,
     <ModelGatewayServer<ModelGatewayService> as NamedService>::NAME,
     "grpc.health.v1.Health",
 ];
@@ -60,12 +67,46 @@ fn auth_config(args: &AuthArgs) -> AuthConfig {
     }
 }
 
+/// The sandbox driver and options, configured from the command line.
+async fn sandbox_config(args: &SandboxArgs) -> anyhow::Result<SandboxConfig> {
+    let clock = Arc::new(SystemClock);
+    let driver: Arc<dyn SandboxDriver> = match args.sandbox_driver {
+        SandboxDriverKind::Local => {
+            tracing::info!("sandbox driver: local (no containers run)");
+            Arc::new(LocalDriver::new(
+                args.local_sandbox_start_seconds,
+                clock.clone(),
+            ))
+        }
+        SandboxDriverKind::Kubernetes => {
+            anyhow::bail!("the kubernetes sandbox driver is not built yet")
+        }
+    };
+    Ok(SandboxConfig {
+        driver,
+        options: SandboxOptions {
+            base_url: args.runtime_base_url.clone(),
+            separator: args.runtime_url_separator.clone(),
+            disable_ssl: args.runtime_disable_ssl,
+            dead_after: args.runtime_dead_seconds,
+            reconcile_interval: args.reconcile_interval,
+            ..SandboxOptions::default()
+        },
+        session_key_secret: args
+            .sandbox_key_secret
+            .as_ref()
+            .map(|secret| secret.as_bytes().to_vec()),
+        clock,
+    })
+}
+
 /// The runtime API's services, configured from the command line.
-fn grpc_routes(
+async fn runtime_api_services(
     store: Store,
     auth: &AuthArgs,
     admin: &AdminArgs,
-) -> anyhow::Result<tonic::service::Routes> {
+    sandboxes: &SandboxArgs,
+) -> anyhow::Result<RuntimeApi> {
     let admin = AdminConfig {
         admin_password: admin
             .admin_password
@@ -80,8 +121,22 @@ fn grpc_routes(
         overlay: admin.warm_runtime_config_overlay,
         pbkdf2_iterations: admin.pbkdf2_iterations,
     };
-    sandgate_runtime_api::grpc_routes(store, &auth_config(auth), admin)
+    let sandboxes = sandbox_config(sandboxes).await?;
+    sandgate_runtime_api::grpc_routes(store, &auth_config(auth), admin, sandboxes)
         .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))
+}
+
+/// Runs `serve_until_stopped` with the reconciler beside it, stopping the reconciler after.
+async fn with_reconciler(
+    reconciler: sandgate_runtime_api::sandboxes::Reconciler,
+    serve_until_stopped: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let reconciling = tokio::spawn(reconciler.run(stop.clone()));
+    let served = serve_until_stopped.await;
+    stop.cancel();
+    drop(reconciling.await);
+    served
 }
 
 /// The model gateway's service, configured from the command line.
@@ -133,14 +188,19 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
-    let grpc = grpc_routes(store, &args.auth, &args.admin)?.add_service(gateway);
+    let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
+    let grpc = runtime_api.routes.add_service(gateway);
     let channel = GrpcChannel::in_process(grpc.clone());
     let mut app =
         sandgate_webhook_gw::router(channel.clone(), edge_config(&args.edge, Some(channel)));
     for service in RUNTIME_API_SERVICES {
         app = app.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
     }
-    run_http(listener, app, shutdown, args.shutdown.grace).await
+    with_reconciler(
+        runtime_api.reconciler,
+        run_http(listener, app, shutdown, args.shutdown.grace),
+    )
+    .await
 }
 
 /// `sandgate runtime-api`: the runtime API's gRPC services alone.
@@ -150,12 +210,15 @@ pub async fn runtime_api(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let store = open_store(&args.store).await?;
-    let grpc = grpc_routes(store, &args.auth, &args.admin)?;
-    run_http(
-        listener,
-        grpc.into_axum_router(),
-        shutdown,
-        args.shutdown.grace,
+    let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
+    with_reconciler(
+        runtime_api.reconciler,
+        run_http(
+            listener,
+            runtime_api.routes.into_axum_router(),
+            shutdown,
+            args.shutdown.grace,
+        ),
     )
     .await
 }

@@ -27,6 +27,12 @@ pub mod models {
     }
 }
 
+pub mod sandboxes {
+    pub mod v1 {
+        tonic::include_proto!("sandgate.sandboxes.v1");
+    }
+}
+
 pub mod settings {
     pub mod v1 {
         tonic::include_proto!("sandgate.settings.v1");

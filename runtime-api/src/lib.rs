@@ -6,6 +6,7 @@ pub mod auth;
 pub mod conversations;
 mod health;
 pub mod model;
+pub mod sandboxes;
 pub mod settings;
 pub mod store;
 mod validation;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
+use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use tonic::service::Routes;
 use tonic_health::pb::health_server::HealthServer;
@@ -35,13 +37,71 @@ pub struct AuthConfig {
     pub runtime_api_keys: Vec<String>,
 }
 
+/// How sandboxes are run: the driver, and what the Sandboxes service needs beside it.
+pub struct SandboxConfig {
+    pub driver: Arc<dyn sandboxes::driver::SandboxDriver>,
+    pub options: sandboxes::SandboxOptions,
+    /// The key session keys are derived from (`SANDBOX_KEY_SECRET`); absent, one derived
+    /// from the admin token key, else a random one per process.
+    pub session_key_secret: Option<Vec<u8>>,
+    pub clock: Arc<dyn admin::login::Clock>,
+}
+
+/// The runtime API, ready to serve: its gRPC services, and the warm-pool reconciler to run
+/// beside them.
+pub struct RuntimeApi {
+    pub routes: Routes,
+    pub reconciler: sandboxes::Reconciler,
+}
+
+/// The key session keys derive from, when none is configured.
+fn session_key_secret(admin: &AdminConfig) -> Vec<u8> {
+    use hmac::Mac;
+    match &admin.jwt_secret {
+        Some(jwt_secret) => hmac::Hmac::<sha2::Sha256>::new_from_slice(jwt_secret)
+            .map(|mut mac| {
+                mac.update(b"sandgate session key secret");
+                mac.finalize().into_bytes().to_vec()
+            })
+            .unwrap_or_default(),
+        None => {
+            tracing::warn!(
+                "neither SANDBOX_KEY_SECRET nor JWT_SECRET is set: sandbox session keys are derived from a random key, valid only in this process; warm sandboxes are replaced after a restart"
+            );
+            rand::random::<[u8; 32]>().to_vec()
+        }
+    }
+}
+
 /// Every gRPC service of the runtime API, ready to serve. Fails, saying why, when the
 /// installer's warm runtimes file cannot be read.
-pub fn grpc_routes(store: Store, auth: &AuthConfig, admin: AdminConfig) -> Result<Routes, String> {
+pub fn grpc_routes(
+    store: Store,
+    auth: &AuthConfig,
+    admin: AdminConfig,
+    sandbox: SandboxConfig,
+) -> Result<RuntimeApi, String> {
     let authenticator = Arc::new(Authenticator::new(
         &auth.webhook_api_keys,
         &auth.runtime_api_keys,
         store.session_keys.clone(),
+    ));
+    let configs = Arc::new(admin::source::WarmConfigSource::new(
+        store.clone(),
+        admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())?,
+        admin.overlay,
+    ));
+    let secret = sandbox
+        .session_key_secret
+        .clone()
+        .unwrap_or_else(|| session_key_secret(&admin));
+    let pools = Arc::new(sandboxes::Sandboxes::new(
+        store.clone(),
+        sandbox.driver,
+        &secret,
+        sandbox.clock.clone(),
+        sandbox.options,
+        configs.clone(),
     ));
     let conversations = ConversationsServer::new(ConversationsService::new(
         store.clone(),
@@ -50,14 +110,24 @@ pub fn grpc_routes(store: Store, auth: &AuthConfig, admin: AdminConfig) -> Resul
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let settings = SettingsServer::new(SettingsService::new(store.clone(), authenticator.clone()));
-    let runtime_admin = RuntimeAdminServer::new(RuntimeAdminService::new(
+    let sandboxes_service = SandboxesServer::new(sandboxes::SandboxesService::new(
+        pools.clone(),
+        authenticator.clone(),
+    ));
+    let runtime_admin = RuntimeAdminServer::new(RuntimeAdminService::with_clock(
         store.clone(),
         authenticator,
         admin,
-    )?);
+        configs,
+        sandbox.clock,
+    ));
     let health = HealthServer::new(StoreHealthService::new(store));
-    Ok(Routes::new(conversations)
-        .add_service(settings)
-        .add_service(runtime_admin)
-        .add_service(health))
+    Ok(RuntimeApi {
+        routes: Routes::new(conversations)
+            .add_service(settings)
+            .add_service(runtime_admin)
+            .add_service(sandboxes_service)
+            .add_service(health),
+        reconciler: sandboxes::Reconciler::new(pools),
+    })
 }

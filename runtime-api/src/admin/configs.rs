@@ -245,7 +245,11 @@ impl InstallerFile {
     }
 }
 
-fn error(loc: &[&str], error_type: &'static str, msg: impl Into<String>) -> ValidationError {
+pub(crate) fn error(
+    loc: &[&str],
+    error_type: &'static str,
+    msg: impl Into<String>,
+) -> ValidationError {
     ValidationError {
         error_type,
         loc: loc

@@ -3,6 +3,7 @@
 
 pub mod configs;
 pub mod login;
+pub mod source;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,8 +27,9 @@ use tonic::{Request, Response, Status};
 use crate::auth::Authenticator;
 use crate::store::{PutWarmConfig, Store, StoredChallenge, StoredWarmConfig};
 use crate::validation;
-use configs::{Effective, InstallerFile, Source};
+use configs::{Effective, Source};
 use login::{CHALLENGE_LIFETIME, Clock, PasswordCheck, SystemClock, TokenError, Tokens};
+use source::{Generation, WarmConfigSource};
 
 /// Challenges and hashes longer than this are refused unread.
 const MAX_CREDENTIAL_LEN: usize = 256;
@@ -72,8 +74,7 @@ struct Admin {
 
 /// The last list answered, kept until the saved configurations or the file change.
 struct Cached {
-    version: u64,
-    file_generation: u64,
+    generation: Generation,
     /// A digest of the list's encoding: the same contents give the same tag on every
     /// replica, so a caller's cached copy stays valid whichever one it asks.
     etag: String,
@@ -86,8 +87,7 @@ pub struct RuntimeAdminService {
     admin: Option<Admin>,
     default_api_key: Option<String>,
     iterations: u32,
-    overlay: bool,
-    installer: InstallerFile,
+    configs: Arc<WarmConfigSource>,
     clock: Arc<dyn Clock>,
     cached: Mutex<Option<Arc<Cached>>>,
 }
@@ -216,21 +216,22 @@ fn entry(effective: &Effective) -> pb::WarmRuntimeConfigEntry {
 }
 
 impl RuntimeAdminService {
-    /// Fails when the installer file is given but cannot be read.
     pub fn new(
         store: Store,
         auth: Arc<Authenticator>,
         config: AdminConfig,
-    ) -> Result<Self, String> {
-        Self::with_clock(store, auth, config, Arc::new(SystemClock))
+        configs: Arc<WarmConfigSource>,
+    ) -> Self {
+        Self::with_clock(store, auth, config, configs, Arc::new(SystemClock))
     }
 
     pub fn with_clock(
         store: Store,
         auth: Arc<Authenticator>,
         config: AdminConfig,
+        configs: Arc<WarmConfigSource>,
         clock: Arc<dyn Clock>,
-    ) -> Result<Self, String> {
+    ) -> Self {
         let admin = config.admin_password.as_deref().map(|password| {
             let secret = config.jwt_secret.clone().unwrap_or_else(|| {
                 tracing::warn!(
@@ -243,17 +244,16 @@ impl RuntimeAdminService {
                 tokens: Tokens::new(&secret),
             }
         });
-        Ok(Self {
+        Self {
             store,
             auth,
             admin,
             default_api_key: config.default_api_key.filter(|key| !key.is_empty()),
             iterations: config.pbkdf2_iterations,
-            overlay: config.overlay,
-            installer: InstallerFile::open(config.warm_runtimes_file)?,
+            configs,
             clock,
             cached: Mutex::new(None),
-        })
+        }
     }
 
     fn admin(&self) -> Result<&Admin, Status> {
@@ -285,39 +285,22 @@ impl RuntimeAdminService {
     /// The effective configurations, answered from the last list while neither the saved
     /// configurations nor the installer's file changed.
     async fn effective(&self) -> Result<Arc<Cached>, Status> {
-        let (installer, file_generation) = self.installer.current();
-        let version = self
-            .store
-            .warm_configs
-            .warm_config_version()
-            .await
-            .map_err(store_failed)?;
+        let generation = self.configs.generation().await.map_err(store_failed)?;
         if let Ok(cached) = self.cached.lock()
             && let Some(cached) = cached.as_ref()
-            && cached.version == version
-            && cached.file_generation == file_generation
+            && cached.generation == generation
         {
             return Ok(cached.clone());
         }
-        let snapshot = self
-            .store
-            .warm_configs
-            .warm_configs()
-            .await
-            .map_err(store_failed)?;
-        let configs: Vec<_> = installer
-            .merge(&snapshot.configs, self.overlay)
-            .iter()
-            .map(entry)
-            .collect();
+        let (effective, generation) = self.configs.effective().await.map_err(store_failed)?;
+        let configs: Vec<_> = effective.iter().map(entry).collect();
         let encoded = ListWarmRuntimeConfigsResponse {
             configs: configs.clone(),
             ..Default::default()
         }
         .encode_to_vec();
         let fresh = Arc::new(Cached {
-            version: snapshot.version,
-            file_generation,
+            generation,
             etag: hex::encode(&Sha256::digest(&encoded)[..16]),
             configs,
         });
@@ -460,8 +443,8 @@ impl RuntimeAdmin for RuntimeAdminService {
         if !errors.is_empty() {
             return Err(validation::failure(errors).into());
         }
-        let (installer, _) = self.installer.current();
-        let taken_by = match installer.image_clash(&name, &config.image, self.overlay) {
+        let (installer, _) = self.configs.installer();
+        let taken_by = match installer.image_clash(&name, &config.image, self.configs.overlay()) {
             Some(other) => Some(other.to_owned()),
             None => match self
                 .store
@@ -485,6 +468,7 @@ impl RuntimeAdmin for RuntimeAdminService {
             .into());
         }
         tracing::info!(name = %name, image = %config.image, "warm runtime configuration saved");
+        self.configs.notify_changed();
         let warnings = installer.missing_defaults(&config);
         let saved = Effective {
             count: installer.count_of(&config),
@@ -518,6 +502,7 @@ impl RuntimeAdmin for RuntimeAdminService {
             .into());
         }
         tracing::info!(name = %name, "warm runtime configuration deleted");
+        self.configs.notify_changed();
         Ok(Response::new(DeleteWarmRuntimeConfigResponse {
             message: format!("Configuration \"{name}\" deleted successfully"),
         }))

@@ -7,6 +7,7 @@
 //! (generic transaction writes, which touch tables of their own, run first).
 
 mod models;
+mod sandboxes;
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -110,6 +111,7 @@ impl EmbeddedStore {
             txn.open_table(WARM_IMAGES).map_err(unavailable)?;
             txn.open_table(models::MODELS).map_err(unavailable)?;
             txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
+            sandboxes::create_tables(&txn)?;
             txn.commit().map_err(unavailable)?;
             Ok(db)
         })
@@ -444,6 +446,15 @@ impl SessionKeyStore for EmbeddedStore {
             key_sha256,
             sandbox_id,
             reply,
+        })
+        .await
+    }
+
+    async fn delete_session_key(&self, key_sha256: &str) -> StoreResult<()> {
+        let key = key_sha256.to_owned();
+        self.transact(move |txn| {
+            let mut table = txn.open_table(SESSION_KEYS).map_err(unavailable)?;
+            table.remove(key.as_str()).map(drop).map_err(unavailable)
         })
         .await
     }

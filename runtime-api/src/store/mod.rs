@@ -16,6 +16,7 @@ mod embedded;
 pub mod models;
 mod records;
 mod redis;
+pub mod sandboxes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub use embedded::EmbeddedStore;
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
+pub use sandboxes::{SandboxSpec, SandboxState, SandboxStore, StoredSandbox};
 
 /// Why the store could not serve a call.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +88,8 @@ pub trait SessionKeyStore: Send + Sync + 'static {
     /// The sandbox a key (given as its sha256 hex) was issued to.
     async fn sandbox_for_key(&self, key_sha256: &str) -> StoreResult<Option<String>>;
     async fn put_session_key(&self, key_sha256: &str, sandbox_id: &str) -> StoreResult<()>;
+    /// Revokes a key: a rotated one stops working.
+    async fn delete_session_key(&self, key_sha256: &str) -> StoreResult<()>;
 }
 
 /// LLM profiles saved through the settings endpoint, per owner.
@@ -120,6 +124,7 @@ pub struct Store {
     pub warm_configs: Arc<dyn WarmConfigStore>,
     pub models: Arc<dyn ModelStore>,
     pub spend_log: Arc<dyn SpendLogStore>,
+    pub sandboxes: Arc<dyn SandboxStore>,
     pub health: Arc<dyn StoreHealth>,
 }
 
@@ -145,6 +150,7 @@ impl Store {
             + WarmConfigStore
             + ModelStore
             + SpendLogStore
+            + SandboxStore
             + StoreHealth,
     {
         Self {
@@ -155,6 +161,7 @@ impl Store {
             warm_configs: backend.clone(),
             models: backend.clone(),
             spend_log: backend.clone(),
+            sandboxes: backend.clone(),
             health: backend,
         }
     }

@@ -6,10 +6,12 @@
 //! - `sandgate:idx:<index>`: a sorted set of ids, all with score 0, read in lexical order;
 //! - `sandgate:session-key:<sha256>`: the sandbox a session key was issued to;
 //! - `sandgate:profile:{<owner>}:<name>`: an LLM profile's JSON;
-//! - runtime management's keys: see [`admin`]; the model gateway's: see [`models`].
+//! - runtime management's keys: see [`admin`]; the model gateway's: see [`models`];
+//!   sandboxes and the reconciler's lease: see [`sandboxes`].
 
 mod admin;
 mod models;
+mod sandboxes;
 
 use std::time::Duration;
 
@@ -178,6 +180,14 @@ impl SessionKeyStore for RedisStore {
         let mut connection = self.connection.clone();
         connection
             .set::<_, _, ()>(format!("sandgate:session-key:{key_sha256}"), sandbox_id)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn delete_session_key(&self, key_sha256: &str) -> StoreResult<()> {
+        let mut connection = self.connection.clone();
+        connection
+            .del::<_, ()>(format!("sandgate:session-key:{key_sha256}"))
             .await
             .map_err(unavailable)
     }

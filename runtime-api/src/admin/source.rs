@@ -1,0 +1,75 @@
+//! The warm runtime configurations in effect, read by the admin service, the Sandboxes
+//! service and the reconciler alike: the installer's file merged with the saved ones.
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::configs::{Effective, Installer, InstallerFile};
+use crate::store::{Store, StoreResult};
+
+/// Identifies one state of the effective set: it changes when a configuration is saved
+/// or deleted (by any replica) or the installer's file changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Generation {
+    pub saved: u64,
+    pub file: u64,
+}
+
+pub struct WarmConfigSource {
+    store: Store,
+    installer: InstallerFile,
+    /// `WARM_RUNTIME_CONFIG_OVERLAY`.
+    overlay: bool,
+    /// Woken when this process saves or deletes a configuration, so the reconciler acts
+    /// at once rather than at its next interval.
+    changed: Notify,
+}
+
+impl WarmConfigSource {
+    pub fn new(store: Store, installer: InstallerFile, overlay: bool) -> Self {
+        Self {
+            store,
+            installer,
+            overlay,
+            changed: Notify::new(),
+        }
+    }
+
+    pub fn overlay(&self) -> bool {
+        self.overlay
+    }
+
+    /// The installer's entries in effect, re-reading a changed file, and its generation.
+    pub fn installer(&self) -> (Arc<Installer>, u64) {
+        self.installer.current()
+    }
+
+    /// The current generation: one store read (a version key) and a `stat`.
+    pub async fn generation(&self) -> StoreResult<Generation> {
+        let (_, file) = self.installer.current();
+        let saved = self.store.warm_configs.warm_config_version().await?;
+        Ok(Generation { saved, file })
+    }
+
+    /// The effective configurations, ordered by name, and the generation they are of.
+    pub async fn effective(&self) -> StoreResult<(Vec<Effective>, Generation)> {
+        let (installer, file) = self.installer.current();
+        let snapshot = self.store.warm_configs.warm_configs().await?;
+        let generation = Generation {
+            saved: snapshot.version,
+            file,
+        };
+        Ok((installer.merge(&snapshot.configs, self.overlay), generation))
+    }
+
+    /// Says that a configuration changed.
+    pub fn notify_changed(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves at the next [`Self::notify_changed`].
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}

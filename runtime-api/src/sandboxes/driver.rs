@@ -1,0 +1,105 @@
+//! Where sandboxes run. A driver turns the store's records into workloads on a platform
+//! and reports what the platform says of them; the store stays the source of truth for
+//! what should exist, so any replica can drive any sandbox.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::admin::login::Clock;
+use crate::store::{SandboxState, StoredSandbox};
+
+/// Why a platform call failed; the message is safe to show (it names no secret).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DriverError(pub String);
+
+/// What the platform says of one sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    pub state: SandboxState,
+    /// Why it is not running, when it is not: image pull failure, unschedulable…
+    pub detail: Option<String>,
+}
+
+#[async_trait]
+pub trait SandboxDriver: Send + Sync + 'static {
+    /// Creates the sandbox's workload and starts it with `session_key` in its environment
+    /// (`SESSION_API_KEY`).
+    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError>;
+
+    /// Stops the workload and keeps its storage.
+    async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError>;
+
+    /// Starts a paused workload again, on the image it was created with, with a new
+    /// session key.
+    async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError>;
+
+    /// Removes everything the sandbox has on the platform; nothing left is not an error.
+    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError>;
+
+    /// What the platform says of `sandboxes` that are starting or running, by runtime id.
+    /// A sandbox missing from the answer keeps its stored state.
+    async fn observe(
+        &self,
+        sandboxes: &[StoredSandbox],
+    ) -> Result<HashMap<String, Observed>, DriverError>;
+}
+
+/// The embedded driver: runs no containers. A sandbox exists as its record, and goes from
+/// starting to running once `start_delay` has passed on the service clock, so that
+/// `sandgate serve` shows pools, claims and pauses without a cluster.
+pub struct LocalDriver {
+    start_delay: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl LocalDriver {
+    pub fn new(start_delay: Duration, clock: Arc<dyn Clock>) -> Self {
+        Self { start_delay, clock }
+    }
+}
+
+#[async_trait]
+impl SandboxDriver for LocalDriver {
+    async fn create(&self, _: &StoredSandbox, _: &str) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    async fn pause(&self, _: &StoredSandbox) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    async fn resume(&self, _: &StoredSandbox, _: &str) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    async fn delete(&self, _: &StoredSandbox) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    async fn observe(
+        &self,
+        sandboxes: &[StoredSandbox],
+    ) -> Result<HashMap<String, Observed>, DriverError> {
+        let now = self.clock.now_ms();
+        let delay = self.start_delay.as_millis() as i64;
+        Ok(sandboxes
+            .iter()
+            .filter(|sandbox| {
+                sandbox.state == SandboxState::Starting && sandbox.changed_at_ms + delay <= now
+            })
+            .map(|sandbox| {
+                (
+                    sandbox.runtime_id.clone(),
+                    Observed {
+                        state: SandboxState::Running,
+                        detail: None,
+                    },
+                )
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,512 @@
+//! Sandboxes and their warm pools (spec 1, 2.1 rules 8–10): the lifecycle operations the
+//! Sandboxes service answers, the reconciler that keeps each pool full, and the drivers
+//! that run sandboxes on a platform.
+
+pub mod driver;
+pub mod reconciler;
+mod service;
+pub mod spec;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use tokio::sync::Notify;
+
+use crate::admin::login::{Clock, random_hex};
+use crate::admin::source::WarmConfigSource;
+use crate::auth::session_key_digest;
+use crate::store::{SandboxSpec, SandboxState, Store, StoreError, StoredSandbox};
+use driver::{DriverError, SandboxDriver};
+pub use reconciler::Reconciler;
+pub use service::SandboxesService;
+use spec::{SessionKeys, claim_key};
+
+/// How sandboxes are reached and how long they are kept.
+#[derive(Clone, Debug)]
+pub struct SandboxOptions {
+    /// `RUNTIME_BASE_URL`: a sandbox's host is `{runtime_id}{separator}{base_url}`.
+    pub base_url: String,
+    /// `RUNTIME_URL_SEPARATOR`.
+    pub separator: String,
+    /// `RUNTIME_DISABLE_SSL`: `http://` sandbox URLs instead of `https://`.
+    pub disable_ssl: bool,
+    /// `RUNTIME_DEAD_SECONDS`: a paused sandbox idle this long is deleted.
+    pub dead_after: Duration,
+    /// How long a stopped sandbox is still listed and answered.
+    pub stopped_retention: Duration,
+    /// `RECONCILE_INTERVAL`.
+    pub reconcile_interval: Duration,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        Self {
+            base_url: "runtime.localhost".into(),
+            separator: "-".into(),
+            disable_ssl: true,
+            dead_after: Duration::from_secs(864_000),
+            stopped_retention: Duration::from_secs(3600),
+            reconcile_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Attempts at a compare-and-swap before a call gives up with 503.
+const CAS_ATTEMPTS: usize = 8;
+
+/// Why a lifecycle operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the sandbox platform failed: {0}")]
+    Driver(#[from] DriverError),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the sandbox changed under too many concurrent calls; retry")]
+    Contention,
+}
+
+impl From<SandboxError> for ErrorDetail {
+    fn from(err: SandboxError) -> Self {
+        match err {
+            SandboxError::Store(err) => err.into(),
+            SandboxError::Driver(err) => {
+                tracing::warn!(error = %err, "sandbox platform call failed");
+                Self::new(
+                    ErrorCode::BadGateway,
+                    format!("The sandbox platform failed: {err}"),
+                )
+            }
+            SandboxError::NotFound(detail) => Self::new(ErrorCode::NotFound, detail),
+            SandboxError::Conflict(detail) => Self::new(ErrorCode::Conflict, detail),
+            SandboxError::Contention => Self::new(ErrorCode::Unavailable, err.to_string()),
+        }
+    }
+}
+
+pub type SandboxResult<T> = Result<T, SandboxError>;
+
+/// A sandbox as answered: its record, its URL and its current session key.
+pub struct SandboxView {
+    pub record: StoredSandbox,
+    pub url: String,
+    pub session_api_key: String,
+}
+
+/// The lifecycle of sandboxes, shared by the Sandboxes service and the reconciler.
+pub struct Sandboxes {
+    store: Store,
+    driver: Arc<dyn SandboxDriver>,
+    keys: SessionKeys,
+    clock: Arc<dyn Clock>,
+    options: SandboxOptions,
+    configs: Arc<WarmConfigSource>,
+    /// Woken when a claim empties a pool slot, so the local reconciler refills it at once.
+    claimed: Notify,
+}
+
+impl Sandboxes {
+    pub fn new(
+        store: Store,
+        driver: Arc<dyn SandboxDriver>,
+        session_key_secret: &[u8],
+        clock: Arc<dyn Clock>,
+        options: SandboxOptions,
+        configs: Arc<WarmConfigSource>,
+    ) -> Self {
+        Self {
+            store,
+            driver,
+            keys: SessionKeys::new(session_key_secret),
+            clock,
+            options,
+            configs,
+            claimed: Notify::new(),
+        }
+    }
+
+    pub fn options(&self) -> &SandboxOptions {
+        &self.options
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The sandbox as answered. Its key is derived anew; when the secret changed since
+    /// the key was issued (a restart without a configured secret), no key is answered
+    /// rather than a wrong one.
+    pub fn view(&self, record: StoredSandbox) -> SandboxView {
+        let session_api_key = self.current_key(&record).unwrap_or_default();
+        let scheme = if self.options.disable_ssl {
+            "http"
+        } else {
+            "https"
+        };
+        SandboxView {
+            url: format!(
+                "{scheme}://{}{}{}",
+                record.runtime_id, self.options.separator, self.options.base_url
+            ),
+            session_api_key,
+            record,
+        }
+    }
+
+    /// The sandbox's session key, when it still derives from the secret in use.
+    fn current_key(&self, record: &StoredSandbox) -> Option<String> {
+        let key = self.keys.key(&record.runtime_id, &record.key_nonce);
+        (session_key_digest(&key) == record.key_sha256).then_some(key)
+    }
+
+    /// A new sandbox record, starting now.
+    fn record(
+        &self,
+        spec: SandboxSpec,
+        pool: Option<String>,
+        session: Option<String>,
+    ) -> StoredSandbox {
+        let runtime_id = random_hex(10);
+        let key_nonce = random_hex(16);
+        let now = self.clock.now_ms();
+        StoredSandbox {
+            claim_key: claim_key(&spec),
+            key_sha256: session_key_digest(&self.keys.key(&runtime_id, &key_nonce)),
+            runtime_id,
+            version: 1,
+            session_id: session,
+            pool,
+            spec,
+            state: SandboxState::Starting,
+            status_detail: None,
+            key_nonce,
+            created_at_ms: now,
+            changed_at_ms: now,
+        }
+    }
+
+    /// Records a new sandbox, issues its key and asks the platform for it. A platform
+    /// failure leaves the record in error, saying why.
+    pub async fn launch(
+        &self,
+        spec: SandboxSpec,
+        pool: Option<String>,
+        session: Option<String>,
+    ) -> SandboxResult<StoredSandbox> {
+        let record = self.record(spec, pool, session);
+        self.store
+            .session_keys
+            .put_session_key(&record.key_sha256, &record.runtime_id)
+            .await?;
+        if !self.store.sandboxes.put_sandbox(None, &record).await? {
+            return Err(SandboxError::Contention);
+        }
+        let key = self.keys.key(&record.runtime_id, &record.key_nonce);
+        if let Err(err) = self.driver.create(&record, &key).await {
+            let detail = format!("cannot create the sandbox: {err}");
+            self.update(record, |record| {
+                record.state = SandboxState::Error;
+                record.status_detail = Some(detail.clone());
+            })
+            .await?;
+            return Err(err.into());
+        }
+        Ok(record)
+    }
+
+    /// Writes `change` applied to `record`, re-reading and re-applying it when another
+    /// writer got there first. `None`: the sandbox is gone.
+    async fn update(
+        &self,
+        mut record: StoredSandbox,
+        change: impl Fn(&mut StoredSandbox),
+    ) -> SandboxResult<Option<StoredSandbox>> {
+        for _ in 0..CAS_ATTEMPTS {
+            let mut next = record.clone();
+            change(&mut next);
+            if next.state != record.state {
+                next.changed_at_ms = self.clock.now_ms();
+            }
+            next.version = record.version + 1;
+            if self
+                .store
+                .sandboxes
+                .put_sandbox(Some(&record), &next)
+                .await?
+            {
+                return Ok(Some(next));
+            }
+            match self.store.sandboxes.sandbox(&record.runtime_id).await? {
+                Some(current) => record = current,
+                None => return Ok(None),
+            }
+        }
+        Err(SandboxError::Contention)
+    }
+
+    /// `records` with what the platform says of the live ones written back.
+    pub async fn refresh(&self, records: Vec<StoredSandbox>) -> SandboxResult<Vec<StoredSandbox>> {
+        let live: Vec<_> = records
+            .iter()
+            .filter(|record| record.state.is_live())
+            .cloned()
+            .collect();
+        if live.is_empty() {
+            return Ok(records);
+        }
+        let mut observed = self.driver.observe(&live).await?;
+        let mut refreshed = Vec::with_capacity(records.len());
+        for record in records {
+            match observed.remove(&record.runtime_id) {
+                Some(seen)
+                    if record.state.is_live()
+                        && (seen.state != record.state || seen.detail != record.status_detail) =>
+                {
+                    if let Some(updated) = self
+                        .update(record, |record| {
+                            record.state = seen.state;
+                            record.status_detail = seen.detail.clone();
+                        })
+                        .await?
+                    {
+                        refreshed.push(updated);
+                    }
+                }
+                _ => refreshed.push(record),
+            }
+        }
+        Ok(refreshed)
+    }
+
+    /// The sandbox of `session_id`, as the platform sees it now.
+    pub async fn session(&self, session_id: &str) -> SandboxResult<Option<StoredSandbox>> {
+        let Some(record) = self.store.sandboxes.sandbox_for_session(session_id).await? else {
+            return Ok(None);
+        };
+        Ok(self.refresh(vec![record]).await?.pop())
+    }
+
+    async fn by_id(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+        let record = self.store.sandboxes.sandbox(runtime_id).await?;
+        record
+            .filter(|record| record.session_id.is_some())
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+    }
+
+    /// Every claimed sandbox still known, newest first.
+    pub async fn list(&self) -> SandboxResult<Vec<StoredSandbox>> {
+        let claimed = self
+            .store
+            .sandboxes
+            .sandboxes()
+            .await?
+            .into_iter()
+            .filter(|record| record.session_id.is_some())
+            .collect();
+        let mut listed = self.refresh(claimed).await?;
+        listed.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms));
+        Ok(listed)
+    }
+
+    /// Claims a warm sandbox matching `spec`, else cold-starts one. `true`: claimed.
+    pub async fn start(
+        &self,
+        spec: SandboxSpec,
+        session_id: String,
+    ) -> SandboxResult<(StoredSandbox, bool)> {
+        if let Some(existing) = self.session(&session_id).await?
+            && existing.state != SandboxState::Stopped
+        {
+            return Ok((existing, false));
+        }
+        if let Some(claimed) = self.claim(&spec, &session_id).await? {
+            self.claimed.notify_waiters();
+            return Ok((claimed, true));
+        }
+        let started = self.launch(spec, None, Some(session_id)).await?;
+        Ok((started, false))
+    }
+
+    /// Takes a warm sandbox whose claim key matches, running ones first.
+    async fn claim(
+        &self,
+        spec: &SandboxSpec,
+        session_id: &str,
+    ) -> SandboxResult<Option<StoredSandbox>> {
+        let key = claim_key(spec);
+        for _ in 0..CAS_ATTEMPTS {
+            let mut candidates: Vec<_> = self
+                .store
+                .sandboxes
+                .warm_sandboxes(&key)
+                .await?
+                .into_iter()
+                .filter(|record| record.warm_index() == Some(key.as_str()))
+                .collect();
+            if candidates.is_empty() {
+                return Ok(None);
+            }
+            candidates.sort_by_key(|record| {
+                (record.state != SandboxState::Running, record.created_at_ms)
+            });
+            for candidate in candidates {
+                let mut next = candidate.clone();
+                next.session_id = Some(session_id.to_owned());
+                next.version += 1;
+                if self
+                    .store
+                    .sandboxes
+                    .put_sandbox(Some(&candidate), &next)
+                    .await?
+                {
+                    return Ok(Some(next));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub async fn pause(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+        let record = self.by_id(runtime_id).await?;
+        match record.state {
+            SandboxState::Paused => return Ok(record),
+            SandboxState::Stopped => {
+                return Err(SandboxError::Conflict(format!(
+                    "Runtime {runtime_id} is stopped"
+                )));
+            }
+            _ => {}
+        }
+        self.driver.pause(&record).await?;
+        self.update(record, |record| {
+            record.state = SandboxState::Paused;
+            record.status_detail = None;
+        })
+        .await?
+        .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+    }
+
+    /// Starts a paused (or failed) sandbox again, on its original image, with a new
+    /// session key; the old key stops working.
+    pub async fn resume(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+        let record = self.by_id(runtime_id).await?;
+        if !matches!(record.state, SandboxState::Paused | SandboxState::Error) {
+            return Err(SandboxError::Conflict(format!(
+                "Runtime {runtime_id} is {}, not paused or in error",
+                state_name(record.state)
+            )));
+        }
+        let nonce = random_hex(16);
+        let key = self.keys.key(runtime_id, &nonce);
+        let key_sha256 = session_key_digest(&key);
+        self.store
+            .session_keys
+            .put_session_key(&key_sha256, runtime_id)
+            .await?;
+        let mut resumed = record.clone();
+        resumed.key_nonce.clone_from(&nonce);
+        resumed.key_sha256.clone_from(&key_sha256);
+        self.driver.resume(&resumed, &key).await?;
+        let old_key = record.key_sha256.clone();
+        let updated = self
+            .update(record, |record| {
+                record.state = SandboxState::Starting;
+                record.status_detail = None;
+                record.key_nonce.clone_from(&nonce);
+                record.key_sha256.clone_from(&key_sha256);
+            })
+            .await?
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        self.store.session_keys.delete_session_key(&old_key).await?;
+        Ok(updated)
+    }
+
+    pub async fn stop(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+        let record = self.by_id(runtime_id).await?;
+        if record.state == SandboxState::Stopped {
+            return Ok(record);
+        }
+        self.retire(record)
+            .await?
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+    }
+
+    /// Deletes a claimed sandbox from the platform and marks it stopped; its key stops
+    /// working. The record stays listed for the stopped retention.
+    async fn retire(&self, record: StoredSandbox) -> SandboxResult<Option<StoredSandbox>> {
+        self.driver.delete(&record).await?;
+        let key = record.key_sha256.clone();
+        let stopped = self
+            .update(record, |record| {
+                record.state = SandboxState::Stopped;
+                record.status_detail = None;
+            })
+            .await?;
+        self.store.session_keys.delete_session_key(&key).await?;
+        Ok(stopped)
+    }
+
+    /// Deletes a warm sandbox from the platform and the store.
+    async fn cull(&self, record: &StoredSandbox) -> SandboxResult<()> {
+        self.driver.delete(record).await?;
+        if self.store.sandboxes.delete_sandbox(record).await? {
+            self.store
+                .session_keys
+                .delete_session_key(&record.key_sha256)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until a claim takes a warm sandbox in this process.
+    pub async fn claimed(&self) {
+        self.claimed.notified().await;
+    }
+}
+
+pub fn state_name(state: SandboxState) -> &'static str {
+    match state {
+        SandboxState::Starting => "starting",
+        SandboxState::Running => "running",
+        SandboxState::Paused => "paused",
+        SandboxState::Stopped => "stopped",
+        SandboxState::Error => "error",
+    }
+}
+
+/// Counts of one pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    pub ready: i64,
+    pub starting: i64,
+    pub failed: i64,
+    /// Why sandboxes are failed or stuck starting, deduplicated.
+    pub failures: Vec<String>,
+}
+
+/// The warm sandboxes of each pool, counted.
+pub fn pool_counts(records: &[StoredSandbox]) -> HashMap<String, PoolCounts> {
+    let mut pools: HashMap<String, PoolCounts> = HashMap::new();
+    for record in records.iter().filter(|record| record.session_id.is_none()) {
+        let Some(pool) = &record.pool else { continue };
+        let counts = pools.entry(pool.clone()).or_default();
+        match record.state {
+            SandboxState::Running => counts.ready += 1,
+            SandboxState::Starting => counts.starting += 1,
+            SandboxState::Error => counts.failed += 1,
+            SandboxState::Paused | SandboxState::Stopped => {}
+        }
+        // A pending sandbox's reason (unschedulable, insufficient resources) is shown too.
+        if let Some(detail) = &record.status_detail
+            && !counts.failures.contains(detail)
+        {
+            counts.failures.push(detail.clone());
+        }
+    }
+    pools
+}

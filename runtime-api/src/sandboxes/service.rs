@@ -1,0 +1,331 @@
+//! The Sandboxes gRPC service: the lifecycle API the platform's app server calls, with the
+//! runtime API key (`x-api-key`).
+
+use std::sync::Arc;
+
+use sandgate_proto::error::ErrorDetail;
+use sandgate_proto::sandboxes::v1::sandboxes_server::Sandboxes as SandboxesApi;
+use sandgate_proto::sandboxes::v1::{
+    self as pb, BatchGetSessionsRequest, BatchGetSessionsResponse, GetSessionRequest,
+    GetSessionResponse, ListPoolsRequest, ListPoolsResponse, ListSandboxesRequest,
+    ListSandboxesResponse, PauseRequest, PauseResponse, ResumeRequest, ResumeResponse,
+    StartRequest, StartResponse, StopRequest, StopResponse,
+};
+use tonic::{Request, Response, Status};
+
+use super::{SandboxError, SandboxView, Sandboxes, pool_counts};
+use crate::admin::configs;
+use crate::admin::login::random_hex;
+use crate::auth::Authenticator;
+use crate::store::{SandboxSpec, SandboxState, StoredWarmConfig};
+use crate::validation;
+
+/// Session ids and runtime ids longer than this are refused unread.
+const MAX_ID_LEN: usize = 128;
+/// Ids asked for in one batch, at most.
+const MAX_BATCH: usize = 1000;
+/// The largest `resource_factor` a start may ask for.
+const MAX_RESOURCE_FACTOR: f64 = 16.0;
+
+pub struct SandboxesService {
+    sandboxes: Arc<Sandboxes>,
+    auth: Arc<Authenticator>,
+}
+
+impl SandboxesService {
+    pub fn new(sandboxes: Arc<Sandboxes>, auth: Arc<Authenticator>) -> Self {
+        Self { sandboxes, auth }
+    }
+
+    fn proto(&self, view: SandboxView, with_key: bool) -> pb::Sandbox {
+        let record = view.record;
+        let spec = record.spec;
+        pb::Sandbox {
+            runtime_id: record.runtime_id,
+            session_id: record.session_id.unwrap_or_default(),
+            url: view.url,
+            status: status(record.state).into(),
+            status_detail: record.status_detail.unwrap_or_default(),
+            spec: Some(pb::SandboxSpec {
+                image: spec.image,
+                command: spec.command,
+                working_dir: spec.working_dir,
+                environment: spec.environment.into_iter().collect(),
+                run_as_user: spec.run_as_user,
+                run_as_group: spec.run_as_group,
+                fs_group: spec.fs_group,
+                fuse_s3_mount: spec.fuse_s3_mount,
+                resource_factor: spec.resource_factor,
+            }),
+            pool: record.pool.unwrap_or_default(),
+            created_at_ms: record.created_at_ms,
+            session_api_key: if with_key {
+                view.session_api_key
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    fn answer(&self, record: crate::store::StoredSandbox) -> pb::Sandbox {
+        // The caller holds the runtime API key, which may drive every sandbox: it gets the
+        // current session key, derived anew, never read from the store.
+        self.proto(self.sandboxes.view(record), true)
+    }
+}
+
+fn status(state: SandboxState) -> pb::SandboxStatus {
+    match state {
+        SandboxState::Starting => pb::SandboxStatus::Starting,
+        SandboxState::Running => pb::SandboxStatus::Running,
+        SandboxState::Paused => pb::SandboxStatus::Paused,
+        SandboxState::Stopped => pb::SandboxStatus::Stopped,
+        SandboxState::Error => pb::SandboxStatus::Error,
+    }
+}
+
+fn failed(err: SandboxError) -> Status {
+    ErrorDetail::from(err).into()
+}
+
+/// An id given by the caller: 1 to 128 letters, digits, `-` and `_`.
+fn is_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_'))
+}
+
+/// The start's spec, checked field by field with the rules of a warm configuration.
+fn start_spec(request: StartRequest) -> Result<(SandboxSpec, String), Status> {
+    let spec = request.spec.unwrap_or_default();
+    let environment = spec.environment.into_iter().collect();
+    let as_config = StoredWarmConfig {
+        image: spec.image,
+        working_dir: spec.working_dir,
+        command: spec.command,
+        environment,
+        count: None,
+        run_as_user: spec.run_as_user,
+        run_as_group: spec.run_as_group,
+        fs_group: spec.fs_group,
+        fuse_s3_mount: spec.fuse_s3_mount,
+    };
+    let mut errors = configs::check(&as_config);
+    if let Some(factor) = spec.resource_factor
+        && !(factor > 0.0 && factor <= MAX_RESOURCE_FACTOR)
+    {
+        errors.push(configs::error(
+            &["resource_factor"],
+            "value_error",
+            "Value error, resource_factor must be above 0 and at most 16",
+        ));
+    }
+    if !request.session_id.is_empty() && !is_id(&request.session_id) {
+        errors.push(configs::error(
+            &["session_id"],
+            "string_pattern_mismatch",
+            "A session id has 1 to 128 letters, digits, '-' and '_'",
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(validation::failure(errors).into());
+    }
+    let session_id = if request.session_id.is_empty() {
+        random_hex(16)
+    } else {
+        request.session_id
+    };
+    Ok((
+        SandboxSpec {
+            image: as_config.image,
+            command: as_config.command,
+            working_dir: as_config.working_dir,
+            environment: as_config.environment,
+            run_as_user: as_config.run_as_user,
+            run_as_group: as_config.run_as_group,
+            fs_group: as_config.fs_group,
+            fuse_s3_mount: as_config.fuse_s3_mount,
+            resource_factor: spec.resource_factor,
+        },
+        session_id,
+    ))
+}
+
+fn runtime_id(runtime_id: String) -> Result<String, Status> {
+    if is_id(&runtime_id) {
+        Ok(runtime_id)
+    } else {
+        Err(validation::failure(vec![configs::error(
+            &["runtime_id"],
+            "string_pattern_mismatch",
+            "A runtime id has 1 to 128 letters, digits, '-' and '_'",
+        )])
+        .into())
+    }
+}
+
+#[tonic::async_trait]
+impl SandboxesApi for SandboxesService {
+    async fn start(
+        &self,
+        request: Request<StartRequest>,
+    ) -> Result<Response<StartResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let (spec, session_id) = start_spec(request.into_inner())?;
+        let (record, claimed) = self
+            .sandboxes
+            .start(spec, session_id)
+            .await
+            .map_err(failed)?;
+        tracing::info!(
+            runtime_id = %record.runtime_id,
+            image = %record.spec.image,
+            claimed,
+            "sandbox started"
+        );
+        Ok(Response::new(StartResponse {
+            sandbox: Some(self.answer(record)),
+            claimed,
+        }))
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<GetSessionRequest>,
+    ) -> Result<Response<GetSessionResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let session_id = request.into_inner().session_id;
+        let found = if is_id(&session_id) {
+            self.sandboxes.session(&session_id).await.map_err(failed)?
+        } else {
+            None
+        };
+        let record = found.ok_or_else(|| {
+            Status::from(ErrorDetail::new(
+                sandgate_proto::error::ErrorCode::NotFound,
+                format!("Session {session_id} not found"),
+            ))
+        })?;
+        Ok(Response::new(GetSessionResponse {
+            sandbox: Some(self.answer(record)),
+        }))
+    }
+
+    async fn batch_get_sessions(
+        &self,
+        request: Request<BatchGetSessionsRequest>,
+    ) -> Result<Response<BatchGetSessionsResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let ids = request.into_inner().session_ids;
+        if ids.len() > MAX_BATCH {
+            return Err(validation::failure(vec![configs::error(
+                &["ids"],
+                "too_long",
+                "At most 1000 ids in one batch",
+            )])
+            .into());
+        }
+        let mut sessions = Vec::with_capacity(ids.len());
+        for id in ids {
+            let found = if is_id(&id) {
+                self.sandboxes.session(&id).await.map_err(failed)?
+            } else {
+                None
+            };
+            sessions.push(pb::SessionSlot {
+                sandbox: found.map(|record| self.answer(record)),
+            });
+        }
+        Ok(Response::new(BatchGetSessionsResponse { sessions }))
+    }
+
+    async fn list_sandboxes(
+        &self,
+        request: Request<ListSandboxesRequest>,
+    ) -> Result<Response<ListSandboxesResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let records = self.sandboxes.list().await.map_err(failed)?;
+        Ok(Response::new(ListSandboxesResponse {
+            sandboxes: records
+                .into_iter()
+                .map(|record| self.answer(record))
+                .collect(),
+        }))
+    }
+
+    async fn pause(
+        &self,
+        request: Request<PauseRequest>,
+    ) -> Result<Response<PauseResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let id = runtime_id(request.into_inner().runtime_id)?;
+        let record = self.sandboxes.pause(&id).await.map_err(failed)?;
+        tracing::info!(runtime_id = %id, "sandbox paused");
+        Ok(Response::new(PauseResponse {
+            sandbox: Some(self.answer(record)),
+        }))
+    }
+
+    async fn resume(
+        &self,
+        request: Request<ResumeRequest>,
+    ) -> Result<Response<ResumeResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let id = runtime_id(request.into_inner().runtime_id)?;
+        let record = self.sandboxes.resume(&id).await.map_err(failed)?;
+        tracing::info!(runtime_id = %id, image = %record.spec.image, "sandbox resumed");
+        Ok(Response::new(ResumeResponse {
+            sandbox: Some(self.answer(record)),
+        }))
+    }
+
+    async fn stop(&self, request: Request<StopRequest>) -> Result<Response<StopResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let id = runtime_id(request.into_inner().runtime_id)?;
+        let record = self.sandboxes.stop(&id).await.map_err(failed)?;
+        tracing::info!(runtime_id = %id, "sandbox stopped");
+        Ok(Response::new(StopResponse {
+            sandbox: Some(self.answer(record)),
+        }))
+    }
+
+    async fn list_pools(
+        &self,
+        request: Request<ListPoolsRequest>,
+    ) -> Result<Response<ListPoolsResponse>, Status> {
+        self.auth.runtime_api_key(request.metadata())?;
+        let (configs, _) = self
+            .sandboxes
+            .configs
+            .effective()
+            .await
+            .map_err(|err| Status::from(ErrorDetail::from(err)))?;
+        let records = self
+            .sandboxes
+            .store
+            .sandboxes
+            .sandboxes()
+            .await
+            .map_err(|err| Status::from(ErrorDetail::from(err)))?;
+        let records = self.sandboxes.refresh(records).await.map_err(failed)?;
+        let mut counts = pool_counts(&records);
+        let pools = configs
+            .into_iter()
+            .map(|config| {
+                let counts = counts.remove(&config.name).unwrap_or_default();
+                pb::PoolStatus {
+                    image: config.config.image,
+                    name: config.name,
+                    target: config.count,
+                    ready: counts.ready,
+                    starting: counts.starting,
+                    failed: counts.failed,
+                    failures: counts.failures,
+                }
+            })
+            .collect();
+        Ok(Response::new(ListPoolsResponse { pools }))
+    }
+}

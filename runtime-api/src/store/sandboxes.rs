@@ -1,0 +1,114 @@
+//! What the Sandboxes service and the warm-pool reconciler keep: one record per sandbox,
+//! indexed for claims (warm sandboxes by the spec they match) and for sessions, and the
+//! lease that lets one reconciler act at a time across replicas.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::StoreResult;
+
+/// What a sandbox runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    pub image: String,
+    pub command: Vec<String>,
+    pub working_dir: String,
+    pub environment: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_user: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_group: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_group: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse_s3_mount: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_factor: Option<f64>,
+}
+
+/// A sandbox's state, as the API reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    Starting,
+    Running,
+    Paused,
+    Stopped,
+    Error,
+}
+
+impl SandboxState {
+    /// Whether the sandbox exists on the platform and is (or will be) usable.
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Starting | Self::Running)
+    }
+}
+
+/// One sandbox. `version` grows by one with every write, for compare-and-swap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredSandbox {
+    pub runtime_id: String,
+    pub version: u64,
+    /// The session it runs; `None` while it waits, warm, in its pool.
+    pub session_id: Option<String>,
+    /// The warm runtime configuration it was started for; `None` for a cold start.
+    pub pool: Option<String>,
+    /// A digest of the parts of the spec a start must match to claim it.
+    pub claim_key: String,
+    pub spec: SandboxSpec,
+    pub state: SandboxState,
+    pub status_detail: Option<String>,
+    /// sha256 hex of its current session key.
+    pub key_sha256: String,
+    /// What its current session key is derived from (rotated by a resume).
+    pub key_nonce: String,
+    pub created_at_ms: i64,
+    /// When `state` last changed: a paused sandbox's idle time counts from here.
+    pub changed_at_ms: i64,
+}
+
+impl StoredSandbox {
+    /// The claim index it belongs to: warm, unclaimed and live sandboxes only.
+    pub fn warm_index(&self) -> Option<&str> {
+        (self.session_id.is_none() && self.state.is_live()).then_some(self.claim_key.as_str())
+    }
+}
+
+/// Sandboxes, and the reconciler's lease.
+#[async_trait]
+pub trait SandboxStore: Send + Sync + 'static {
+    /// Every sandbox the store knows.
+    async fn sandboxes(&self) -> StoreResult<Vec<StoredSandbox>>;
+
+    async fn sandbox(&self, runtime_id: &str) -> StoreResult<Option<StoredSandbox>>;
+
+    /// The sandbox running `session_id`.
+    async fn sandbox_for_session(&self, session_id: &str) -> StoreResult<Option<StoredSandbox>>;
+
+    /// Warm sandboxes that a start with this claim key may take. Hits may be stale: the
+    /// claim's compare-and-swap decides.
+    async fn warm_sandboxes(&self, claim_key: &str) -> StoreResult<Vec<StoredSandbox>>;
+
+    /// Writes `next` (whose version is one more than the stored one) when the stored
+    /// version is `next.version - 1` (0: none stored), moving its index entries from
+    /// `previous` (the record read at that version) to `next`. `Ok(false)`: another
+    /// writer got there first.
+    async fn put_sandbox(
+        &self,
+        previous: Option<&StoredSandbox>,
+        next: &StoredSandbox,
+    ) -> StoreResult<bool>;
+
+    /// Deletes `current` and its index entries when it is still at its version.
+    async fn delete_sandbox(&self, current: &StoredSandbox) -> StoreResult<bool>;
+
+    /// Takes the lease `name` for `holder`, or extends it when `holder` has it; `false`
+    /// when another holder has it. The lease lapses `ttl` after its last renewal.
+    async fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration) -> StoreResult<bool>;
+
+    /// Gives the lease up, when `holder` has it.
+    async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()>;
+}
