@@ -1,0 +1,1339 @@
+#!/usr/bin/env python3
+"""Render, validate and check Sandgate's Kubernetes install (k8s/overlays/*).
+
+For every overlay given on the command line it
+  1. renders it with `kubectl kustomize`;
+  2. validates every rendered object against the Kubernetes JSON schemas of
+     kubernetes-validate, strictly (unknown fields fail; an object with no schema fails);
+  3. checks the install's policy: security contexts, resources, probes, no secret values,
+     RBAC confined to the sandbox namespace, the gateway key given to model-gw alone,
+     network policies, the DNS layout of spec 2.9, and per profile the replicas,
+     disruption budgets and autoscalers of prod or the bundled Redis of dev;
+  4. proves that each policy check can fail: it breaks the rendered objects in memory, one
+     way per check, and expects that check to fail (the "self-test" lines).
+
+It prints one line per check and ends with `N passed, M failed`; it exits 1 when anything
+failed. Run through scripts/check-k8s, which installs kubectl, kubernetes-validate and
+PyYAML into .tools/k8s-venv and calls this file with that venv's python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import posixpath
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import yaml
+
+APP_NS = "sandgate"
+SANDBOX_NS = "sandgate-sandboxes"
+SERVICES = ("edge", "runtime-api", "model-gw")
+GATEWAY_SECRETS = ("gateway-api-key", "gateway-env-secrets")
+TLS_SECRET = "sandgate-wildcard-tls"
+# The secrets the install uses (spec 2.8 as it applies to Sandgate, plus the wildcard TLS
+# certificate); INSTALL.md tells how to create each one.
+KNOWN_SECRETS = {
+    "jwt-secret",
+    "admin-password",
+    "default-api-key",
+    "sandbox-api-key",
+    "gateway-api-key",
+    "gateway-env-secrets",
+    "gateway-master-key",
+    "cache",
+    TLS_SECRET,
+}
+# What runtime-api's Kubernetes sandbox driver manages in the sandbox namespace.
+SANDBOX_RESOURCES = {"deployments", "pods", "persistentvolumeclaims", "services", "ingresses"}
+RUNTIME_API_NEEDS = [
+    # (api group, resource, verbs that must all be granted)
+    ("apps", "deployments", {"get", "list", "watch", "create", "patch", "delete"}),
+    ("apps", "deployments/scale", {"get", "patch"}),
+    ("", "pods", {"get", "list", "watch"}),
+    ("", "pods/log", {"get"}),
+    ("", "persistentvolumeclaims", {"get", "list", "create", "delete"}),
+    ("", "services", {"get", "list", "create", "delete"}),
+    ("networking.k8s.io", "ingresses", {"get", "list", "create", "delete"}),
+    ("", "events", {"get", "list", "watch"}),
+]
+PLACEHOLDERS = ("SET_IN_VALUES", "BASE_DOMAIN")
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
+DEFAULT_VALUES = {"ingressControllerNamespace": "ingress-nginx", "monitoringNamespace": "monitoring"}
+
+
+# --------------------------------------------------------------------------------------
+# The rendered install and helpers over it
+
+
+@dataclass
+class Install:
+    name: str  # the overlay's directory name: dev, prod, ...
+    docs: list[dict]
+    values: dict[str, str]
+
+    def profile(self) -> str:
+        return self.name if self.name in ("dev", "prod") else "other"
+
+
+def ns_of(doc: dict) -> str | None:
+    return (doc.get("metadata") or {}).get("namespace")
+
+
+def name_of(doc: dict) -> str:
+    return (doc.get("metadata") or {}).get("name", "?")
+
+
+def ref(doc: dict) -> str:
+    ns = ns_of(doc)
+    return f"{doc.get('kind')}/{name_of(doc)}" + (f" ({ns})" if ns else "")
+
+
+def objects(docs: list[dict], kind: str, ns: str | None = None) -> list[dict]:
+    return [d for d in docs if d.get("kind") == kind and (ns is None or ns_of(d) == ns)]
+
+
+def find(docs: list[dict], kind: str, name: str, ns: str | None = APP_NS) -> dict | None:
+    for d in docs:
+        if d.get("kind") == kind and name_of(d) == name and (ns is None or ns_of(d) == ns):
+            return d
+    return None
+
+
+def pod_spec(doc: dict) -> dict | None:
+    kind = doc.get("kind")
+    if kind == "Pod":
+        return doc.get("spec") or {}
+    if kind == "CronJob":
+        return (((doc.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+    if kind in WORKLOAD_KINDS:
+        return ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return None
+
+
+def pod_labels(doc: dict) -> dict:
+    if doc.get("kind") == "Pod":
+        return (doc.get("metadata") or {}).get("labels") or {}
+    if doc.get("kind") == "CronJob":
+        return doc["spec"]["jobTemplate"]["spec"]["template"].get("metadata", {}).get("labels") or {}
+    return ((doc.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+
+
+def workloads(docs: list[dict]) -> list[dict]:
+    return [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
+
+
+def containers(spec: dict) -> list[dict]:
+    return list(spec.get("initContainers") or []) + list(spec.get("containers") or [])
+
+
+def each_container(docs: list[dict]) -> Iterable[tuple[dict, dict, dict]]:
+    for w in workloads(docs):
+        spec = pod_spec(w)
+        for c in containers(spec):
+            yield w, spec, c
+
+
+def env_value(container: dict, name: str) -> str | None:
+    for e in container.get("env") or []:
+        if e.get("name") == name:
+            return e.get("value")
+    return None
+
+
+def service_container(docs: list[dict], service: str) -> dict | None:
+    w = find(docs, "Deployment", service)
+    if w is None:
+        return None
+    for c in pod_spec(w).get("containers") or []:
+        if c.get("name") == service:
+            return c
+    return None
+
+
+def is_redis(w: dict) -> bool:
+    for c in containers(pod_spec(w)):
+        repo = c.get("image", "").split("@")[0].rsplit("/", 1)[-1].split(":")[0]
+        if repo.startswith("redis"):
+            return True
+    return False
+
+
+def selector_matches(selector: dict | None, labels: dict) -> bool:
+    """Kubernetes label selector semantics; an empty selector matches everything."""
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, vals = e.get("key"), e.get("operator"), e.get("values") or []
+        if op == "In" and labels.get(key) not in vals:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in vals:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def secret_refs(spec: dict) -> set[str]:
+    """Names of the secrets a pod spec pulls in (env, envFrom, volumes)."""
+    names: set[str] = set()
+    for c in containers(spec):
+        for e in c.get("env") or []:
+            ref_ = ((e.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+            if ref_:
+                names.add(ref_)
+        for ef in c.get("envFrom") or []:
+            ref_ = (ef.get("secretRef") or {}).get("name")
+            if ref_:
+                names.add(ref_)
+    for v in spec.get("volumes") or []:
+        if (v.get("secret") or {}).get("secretName"):
+            names.add(v["secret"]["secretName"])
+        for src in (v.get("projected") or {}).get("sources") or []:
+            if (src.get("secret") or {}).get("name"):
+                names.add(src["secret"]["name"])
+    return names
+
+
+def walk_strings(node: Any, path: str = "") -> Iterable[tuple[str, str]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from walk_strings(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from walk_strings(v, f"{path}[{i}]")
+    elif isinstance(node, str):
+        yield path, node
+
+
+def port_number(port: Any, container_ports: list[dict]) -> int | None:
+    if isinstance(port, int):
+        return port
+    for p in container_ports:
+        if p.get("name") == port:
+            return p.get("containerPort")
+    return None
+
+
+def listen_port(addr: str | None) -> int | None:
+    if not addr or ":" not in addr:
+        return None
+    try:
+        return int(addr.rsplit(":", 1)[1])
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Network policy evaluation: who may reach a workload's pods, on which ports
+
+
+@dataclass(frozen=True)
+class Peer:
+    kind: str  # "anyone" | "pods" (same namespace) | "namespaces" | "ipblock" | "unknown"
+    namespaces: frozenset[str] = frozenset()  # for "namespaces": explicit names
+    pod_selector: str = ""  # json of the pod selector, for "pods"
+    detail: str = ""
+
+
+def namespace_names(selector: dict) -> frozenset[str] | None:
+    """The explicit namespace names a namespaceSelector picks, or None when it picks by
+    anything but kubernetes.io/metadata.name (or picks every namespace)."""
+    names: set[str] | None = None
+    key = "kubernetes.io/metadata.name"
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if k != key:
+            return None
+        names = {v} if names is None else names & {v}
+    for e in selector.get("matchExpressions") or []:
+        if e.get("key") != key or e.get("operator") != "In":
+            return None
+        vals = set(e.get("values") or [])
+        names = vals if names is None else names & vals
+    return frozenset(names) if names is not None else None
+
+
+def ingress_allowed(docs: list[dict], w: dict) -> list[tuple[Peer, int | str]] | None:
+    """Every (peer, port) the network policies let reach the workload's pods; port "*" is
+    every port. None when no policy selects the pods (then anyone may connect)."""
+    labels = pod_labels(w)
+    ns = ns_of(w)
+    cports = [p for c in containers(pod_spec(w)) for p in c.get("ports") or []]
+    selected = False
+    allowed: list[tuple[Peer, int | str]] = []
+    for pol in objects(docs, "NetworkPolicy", ns):
+        spec = pol.get("spec") or {}
+        types = spec.get("policyTypes") or ["Ingress"]
+        if "Ingress" not in types or not selector_matches(spec.get("podSelector", {}), labels):
+            continue
+        selected = True
+        for rule in spec.get("ingress") or []:
+            ports: list[int | str] = []
+            for p in rule.get("ports") or []:
+                if "port" not in p:
+                    ports.append("*")
+                else:
+                    n = port_number(p["port"], cports)
+                    ports.append(n if n is not None else f"unknown port {p['port']}")
+            if not ports:
+                ports = ["*"]
+            peers: list[Peer] = []
+            for f in rule.get("from") or []:
+                if "ipBlock" in f:
+                    peers.append(Peer("ipblock", detail=str(f["ipBlock"].get("cidr"))))
+                elif "namespaceSelector" in f:
+                    names = namespace_names(f["namespaceSelector"])
+                    if names is None:
+                        peers.append(Peer("unknown", detail=f"namespaceSelector {f['namespaceSelector']}"))
+                    else:
+                        peers.append(Peer("namespaces", namespaces=names))
+                elif "podSelector" in f:
+                    peers.append(Peer("pods", pod_selector=json.dumps(f["podSelector"], sort_keys=True)))
+            if not rule.get("from"):
+                peers = [Peer("anyone")]
+            allowed.extend((peer, port) for peer in peers for port in ports)
+    return allowed if selected else None
+
+
+def pods_peer_matches(docs: list[dict], peer: Peer, ns: str) -> set[str]:
+    """Names of the workloads in ns whose pods a same-namespace pod peer selects."""
+    sel = json.loads(peer.pod_selector)
+    return {name_of(w) for w in workloads(docs) if ns_of(w) == ns and selector_matches(sel, pod_labels(w))}
+
+
+def describe(docs: list[dict], peer: Peer, ns: str) -> str:
+    if peer.kind == "pods":
+        return "pods of " + (", ".join(sorted(pods_peer_matches(docs, peer, ns))) or "nothing")
+    if peer.kind == "namespaces":
+        return "namespace " + ", ".join(sorted(peer.namespaces))
+    if peer.kind == "ipblock":
+        return "ipBlock " + peer.detail
+    if peer.kind == "anyone":
+        return "anyone"
+    return peer.detail
+
+
+# --------------------------------------------------------------------------------------
+# The checks. Each takes the rendered install and returns its problems (empty: passed).
+# `mutations` break the rendered objects so that the check must fail (the self-test).
+
+Mutation = tuple[str, Callable[[list[dict]], None]]
+
+
+@dataclass
+class Check:
+    title: str
+    fn: Callable[[Install], list[str]]
+    profiles: tuple[str, ...]  # which overlays it applies to
+    mutations: list[Mutation] = field(default_factory=list)
+
+
+CHECKS: list[Check] = []
+
+
+def check(title: str, profiles: tuple[str, ...] = ("dev", "prod", "other"), mutations: list[Mutation] | None = None):
+    def register(fn: Callable[[Install], list[str]]):
+        CHECKS.append(Check(title, fn, profiles, mutations or []))
+        return fn
+
+    return register
+
+
+def container_of(docs: list[dict], deployment: str, ns: str = APP_NS) -> dict:
+    w = find(docs, "Deployment", deployment, ns)
+    assert w is not None, f"self-test: no Deployment {deployment}"
+    return pod_spec(w)["containers"][0]
+
+
+def spec_of(docs: list[dict], deployment: str, ns: str = APP_NS) -> dict:
+    w = find(docs, "Deployment", deployment, ns)
+    assert w is not None, f"self-test: no Deployment {deployment}"
+    return pod_spec(w)
+
+
+def set_sc(docs, deployment, key, value):
+    container_of(docs, deployment).setdefault("securityContext", {})[key] = value
+
+
+@check(
+    "no install value is left unset (SET_IN_VALUES, BASE_DOMAIN)",
+    mutations=[("an env value still reads SET_IN_VALUES", lambda d: container_of(d, "runtime-api")["env"].append({"name": "X", "value": "SET_IN_VALUES"}))],
+)
+def no_placeholders(inst: Install) -> list[str]:
+    return [f"{ref(d)}: {path} = {s!r}" for d in inst.docs for path, s in walk_strings(d) if any(p in s for p in PLACEHOLDERS)]
+
+
+@check(
+    "every container runs as non-root, with a non-root uid",
+    mutations=[
+        ("edge runs as uid 0", lambda d: set_sc(d, "edge", "runAsUser", 0)),
+        ("model-gw drops runAsNonRoot", lambda d: (set_sc(d, "model-gw", "runAsNonRoot", False))),
+    ],
+)
+def non_root(inst: Install) -> list[str]:
+    out = []
+    for w, spec, c in each_container(inst.docs):
+        psc, csc = spec.get("securityContext") or {}, c.get("securityContext") or {}
+        non_root_ = csc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        uid = csc.get("runAsUser", psc.get("runAsUser"))
+        if non_root_ is not True:
+            out.append(f"{ref(w)} container {c['name']}: runAsNonRoot is not true")
+        if uid is None or uid == 0:
+            out.append(f"{ref(w)} container {c['name']}: runAsUser is {uid!r}, want a non-root uid")
+    return out
+
+
+@check(
+    "every container has a read-only root filesystem",
+    mutations=[("runtime-api's root filesystem is writable", lambda d: set_sc(d, "runtime-api", "readOnlyRootFilesystem", False))],
+)
+def read_only_root(inst: Install) -> list[str]:
+    return [
+        f"{ref(w)} container {c['name']}: readOnlyRootFilesystem is not true"
+        for w, _, c in each_container(inst.docs)
+        if (c.get("securityContext") or {}).get("readOnlyRootFilesystem") is not True
+    ]
+
+
+@check(
+    "every container drops ALL capabilities and cannot escalate privileges",
+    mutations=[
+        ("edge allows privilege escalation", lambda d: set_sc(d, "edge", "allowPrivilegeEscalation", True)),
+        ("model-gw keeps NET_RAW", lambda d: set_sc(d, "model-gw", "capabilities", {"add": ["NET_RAW"]})),
+    ],
+)
+def no_privileges(inst: Install) -> list[str]:
+    out = []
+    for w, _, c in each_container(inst.docs):
+        sc = c.get("securityContext") or {}
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{ref(w)} container {c['name']}: allowPrivilegeEscalation is not false")
+        if sc.get("privileged"):
+            out.append(f"{ref(w)} container {c['name']}: privileged")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{ref(w)} container {c['name']}: capabilities do not drop ALL")
+        if caps.get("add"):
+            out.append(f"{ref(w)} container {c['name']}: adds capabilities {caps['add']}")
+    return out
+
+
+@check(
+    "every container runs under the RuntimeDefault seccomp profile",
+    mutations=[("runtime-api's pod is Unconfined", lambda d: spec_of(d, "runtime-api")["securityContext"].update(seccompProfile={"type": "Unconfined"}))],
+)
+def seccomp(inst: Install) -> list[str]:
+    out = []
+    for w, spec, c in each_container(inst.docs):
+        prof = ((c.get("securityContext") or {}).get("seccompProfile") or (spec.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
+        if prof != "RuntimeDefault":
+            out.append(f"{ref(w)} container {c['name']}: seccomp profile is {prof!r}")
+    return out
+
+
+@check(
+    "every container has cpu and memory requests and limits",
+    mutations=[
+        ("edge has no memory limit", lambda d: container_of(d, "edge")["resources"]["limits"].pop("memory")),
+        ("model-gw has no requests", lambda d: container_of(d, "model-gw")["resources"].pop("requests")),
+    ],
+)
+def resources(inst: Install) -> list[str]:
+    out = []
+    for w, _, c in each_container(inst.docs):
+        res = c.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for r in ("cpu", "memory"):
+                if not (res.get(kind) or {}).get(r):
+                    out.append(f"{ref(w)} container {c['name']}: no {r} {kind[:-1]}")
+    return out
+
+
+@check(
+    "every container has readiness and liveness probes; Sandgate's run `sandgate health-check`",
+    mutations=[
+        ("runtime-api has no readiness probe", lambda d: container_of(d, "runtime-api").pop("readinessProbe")),
+        ("the edge probes with curl", lambda d: container_of(d, "edge")["livenessProbe"]["exec"].update(command=["curl", "-f", "http://127.0.0.1:8080/health"])),
+    ],
+)
+def probes(inst: Install) -> list[str]:
+    out = []
+    for w, spec, c in each_container(inst.docs):
+        if c in (spec.get("initContainers") or []):
+            continue
+        for probe in ("readinessProbe", "livenessProbe"):
+            if probe not in c:
+                out.append(f"{ref(w)} container {c['name']}: no {probe}")
+    for svc in SERVICES:
+        c = service_container(inst.docs, svc)
+        if c is None:
+            out.append(f"no Deployment {svc} with a container {svc}")
+            continue
+        flag = "--http" if svc == "edge" else "--grpc"
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            cmd = ((c.get(probe) or {}).get("exec") or {}).get("command") or []
+            if cmd[:3] != ["/sandgate", "health-check", flag]:
+                out.append(f"{svc}: {probe} runs {cmd!r}, want /sandgate health-check {flag} ...")
+    return out
+
+
+@check(
+    "no Secret object carries values (data or stringData)",
+    mutations=[("a Secret with data is rendered", lambda d: d.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "jwt-secret", "namespace": APP_NS}, "data": {"jwt-secret": "c2VjcmV0"}}))],
+)
+def no_secret_values(inst: Install) -> list[str]:
+    return [f"{ref(d)} carries {k}" for d in objects(inst.docs, "Secret") for k in ("data", "stringData") if d.get(k)]
+
+
+@check(
+    "secrets are referenced by the names the install documents",
+    mutations=[("runtime-api reads a secret named admin-pasword", lambda d: container_of(d, "runtime-api")["env"].append({"name": "Y", "valueFrom": {"secretKeyRef": {"name": "admin-pasword", "key": "admin-password"}}}))],
+)
+def known_secrets(inst: Install) -> list[str]:
+    out = []
+    for w in workloads(inst.docs):
+        for s in sorted(secret_refs(pod_spec(w)) - KNOWN_SECRETS):
+            out.append(f"{ref(w)} references secret {s!r}, not one of INSTALL.md's")
+    for ing in objects(inst.docs, "Ingress"):
+        for t in (ing.get("spec") or {}).get("tls") or []:
+            if t.get("secretName") not in KNOWN_SECRETS:
+                out.append(f"{ref(ing)} uses TLS secret {t.get('secretName')!r}")
+    return out
+
+
+@check(
+    "no ClusterRole or ClusterRoleBinding, and no RoleBinding to a ClusterRole",
+    mutations=[
+        ("a ClusterRole is rendered", lambda d: d.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "x"}, "rules": []})),
+        ("runtime-api is bound to ClusterRole edit", lambda d: find(d, "RoleBinding", "runtime-api-sandboxes", SANDBOX_NS)["roleRef"].update(kind="ClusterRole", name="edit")),
+    ],
+)
+def no_cluster_rbac(inst: Install) -> list[str]:
+    out = [ref(d) for d in inst.docs if d.get("kind") in ("ClusterRole", "ClusterRoleBinding")]
+    out += [f"{ref(b)} binds ClusterRole {b['roleRef'].get('name')}" for b in objects(inst.docs, "RoleBinding") if (b.get("roleRef") or {}).get("kind") != "Role"]
+    return out
+
+
+def grants(rule: dict, resources_: set[str]) -> set[str]:
+    res = set(rule.get("resources") or [])
+    if "*" in res:
+        return set(resources_)
+    return {r for r in res if r.split("/")[0] in resources_}
+
+
+@check(
+    "rights on sandbox resources are in the sandbox namespace, bound only to runtime-api",
+    mutations=[
+        ("the sandbox Role is in the app namespace", lambda d: find(d, "Role", "runtime-api-sandboxes", SANDBOX_NS)["metadata"].update(namespace=APP_NS)),
+        ("the edge is bound to the sandbox Role", lambda d: find(d, "RoleBinding", "runtime-api-sandboxes", SANDBOX_NS)["subjects"].append({"kind": "ServiceAccount", "name": "edge", "namespace": APP_NS})),
+    ],
+)
+def sandbox_rbac(inst: Install) -> list[str]:
+    out = []
+    want_subject = [{"kind": "ServiceAccount", "name": "runtime-api", "namespace": APP_NS}]
+    for role in objects(inst.docs, "Role"):
+        granted = set().union(*[grants(r, SANDBOX_RESOURCES) for r in role.get("rules") or []] or [set()])
+        if not granted:
+            continue
+        if ns_of(role) != SANDBOX_NS:
+            out.append(f"{ref(role)} grants {sorted(granted)} outside {SANDBOX_NS}")
+        for b in objects(inst.docs, "RoleBinding"):
+            if (b.get("roleRef") or {}).get("name") != name_of(role) or ns_of(b) != ns_of(role):
+                continue
+            subjects = [{k: s.get(k) for k in ("kind", "name", "namespace")} for s in b.get("subjects") or []]
+            if subjects != want_subject:
+                out.append(f"{ref(b)} binds {ref(role)} to {subjects}, want only runtime-api's ServiceAccount")
+    return out
+
+
+@check(
+    "runtime-api is granted what its sandbox driver needs in the sandbox namespace",
+    mutations=[("the Role lacks ingresses", lambda d: find(d, "Role", "runtime-api-sandboxes", SANDBOX_NS).update(rules=[r for r in find(d, "Role", "runtime-api-sandboxes", SANDBOX_NS)["rules"] if "ingresses" not in r["resources"]]))],
+)
+def runtime_api_rights(inst: Install) -> list[str]:
+    rules: list[dict] = []
+    for b in objects(inst.docs, "RoleBinding", SANDBOX_NS):
+        if any(s.get("kind") == "ServiceAccount" and s.get("name") == "runtime-api" and s.get("namespace") == APP_NS for s in b.get("subjects") or []):
+            role = find(inst.docs, "Role", (b.get("roleRef") or {}).get("name", ""), SANDBOX_NS)
+            if role:
+                rules += role.get("rules") or []
+    out = []
+    for group, resource, verbs in RUNTIME_API_NEEDS:
+        have: set[str] = set()
+        for r in rules:
+            if group in (r.get("apiGroups") or []) and resource in (r.get("resources") or []):
+                have |= set(r.get("verbs") or [])
+        if "*" not in have and not verbs <= have:
+            out.append(f"runtime-api lacks {sorted(verbs - have)} on {group or 'core'}/{resource} in {SANDBOX_NS}")
+    return out
+
+
+@check(
+    "no Role (or ClusterRole) grants access to secrets",
+    mutations=[("the sandbox Role can read secrets", lambda d: find(d, "Role", "runtime-api-sandboxes", SANDBOX_NS)["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}))],
+)
+def no_secret_rights(inst: Install) -> list[str]:
+    out = []
+    for role in objects(inst.docs, "Role") + objects(inst.docs, "ClusterRole"):
+        for r in role.get("rules") or []:
+            groups, res = set(r.get("apiGroups") or []), set(r.get("resources") or [])
+            if (groups & {"", "*"}) and (res & {"secrets", "*"}):
+                out.append(f"{ref(role)} grants {sorted(r.get('verbs') or [])} on {sorted(res)}")
+    return out
+
+
+@check(
+    "gateway-api-key and gateway-env-secrets are given to model-gw's pods only",
+    mutations=[
+        ("the edge reads gateway-api-key", lambda d: container_of(d, "edge")["env"].append({"name": "GATEWAY_API_KEY", "valueFrom": {"secretKeyRef": {"name": "gateway-api-key", "key": "gateway-api-key"}}})),
+        ("runtime-api mounts gateway-env-secrets", lambda d: spec_of(d, "runtime-api")["volumes"].append({"name": "s", "secret": {"secretName": "gateway-env-secrets"}})),
+        ("model-gw no longer loads gateway-env-secrets", lambda d: container_of(d, "model-gw").pop("envFrom")),
+    ],
+)
+def gateway_secrets_scoped(inst: Install) -> list[str]:
+    out = []
+    for secret in GATEWAY_SECRETS:
+        users = sorted(ref(w) for w in workloads(inst.docs) if secret in secret_refs(pod_spec(w)))
+        mgw = find(inst.docs, "Deployment", "model-gw")
+        want = [ref(mgw)] if mgw else []
+        if users != want:
+            out.append(f"{secret} is referenced by {users or 'nothing'}, want only {want or 'Deployment/model-gw'}")
+    return out
+
+
+@check(
+    "model-gw's ServiceAccount is its own; only runtime-api's pods get an API token",
+    mutations=[
+        ("the edge runs as model-gw's ServiceAccount", lambda d: spec_of(d, "edge").update(serviceAccountName="model-gw")),
+        ("model-gw's pods get a token", lambda d: spec_of(d, "model-gw").update(automountServiceAccountToken=True)),
+    ],
+)
+def service_accounts(inst: Install) -> list[str]:
+    out = []
+    sas = {(ns_of(s), name_of(s)): s for s in objects(inst.docs, "ServiceAccount")}
+    for w in workloads(inst.docs):
+        spec = pod_spec(w)
+        sa = spec.get("serviceAccountName") or "default"
+        if sa == "model-gw" and name_of(w) != "model-gw":
+            out.append(f"{ref(w)} runs as model-gw's ServiceAccount")
+        if name_of(w) in SERVICES and sa != name_of(w):
+            out.append(f"{ref(w)} runs as ServiceAccount {sa!r}, want {name_of(w)!r}")
+        token = spec.get("automountServiceAccountToken")
+        if token is None:
+            token = (sas.get((ns_of(w), sa)) or {}).get("automountServiceAccountToken", True)
+        if token and name_of(w) != "runtime-api":
+            out.append(f"{ref(w)}: its pods get a Kubernetes API token (automountServiceAccountToken)")
+    return out
+
+
+@check(
+    "the store: every service reads REDIS_URL with $(REDIS_PASSWORD) from secret cache",
+    mutations=[
+        ("model-gw's REDIS_URL carries the password inline", lambda d: [e.update(value="redis://:hunter2@redis:6379/0") for e in container_of(d, "model-gw")["env"] if e["name"] == "REDIS_URL"]),
+        ("REDIS_PASSWORD is declared after REDIS_URL", lambda d: container_of(d, "edge").update(env=[e for e in container_of(d, "edge")["env"] if e["name"] != "REDIS_PASSWORD"] + [e for e in container_of(d, "edge")["env"] if e["name"] == "REDIS_PASSWORD"])),
+    ],
+)
+def redis_url(inst: Install) -> list[str]:
+    out = []
+    urls = set()
+    for svc in SERVICES:
+        c = service_container(inst.docs, svc)
+        if c is None:
+            out.append(f"no Deployment {svc}")
+            continue
+        names = [e.get("name") for e in c.get("env") or []]
+        url = env_value(c, "REDIS_URL")
+        if not url or not re.match(r"^rediss?://", url):
+            out.append(f"{svc}: REDIS_URL is {url!r}")
+            continue
+        urls.add(url)
+        if "$(REDIS_PASSWORD)" not in url:
+            out.append(f"{svc}: REDIS_URL does not take its password from $(REDIS_PASSWORD)")
+        pw = next((e for e in c.get("env") or [] if e.get("name") == "REDIS_PASSWORD"), None)
+        kref = ((pw or {}).get("valueFrom") or {}).get("secretKeyRef") or {}
+        if (kref.get("name"), kref.get("key")) != ("cache", "redis-password"):
+            out.append(f"{svc}: REDIS_PASSWORD is not secret cache, key redis-password")
+        elif names.index("REDIS_PASSWORD") > names.index("REDIS_URL"):
+            out.append(f"{svc}: REDIS_PASSWORD is declared after REDIS_URL, so $(REDIS_PASSWORD) is not expanded")
+    if len(urls) > 1:
+        out.append(f"the services use different stores: {sorted(urls)}")
+    return out
+
+
+@check(
+    "runtime-api's sandbox settings: kubernetes driver, sandbox namespace, storage class",
+    mutations=[("SANDBOX_NAMESPACE is the app namespace", lambda d: [e.update(value=APP_NS) for e in container_of(d, "runtime-api")["env"] if e["name"] == "SANDBOX_NAMESPACE"])],
+)
+def runtime_api_settings(inst: Install) -> list[str]:
+    c = service_container(inst.docs, "runtime-api")
+    if c is None:
+        return ["no Deployment runtime-api"]
+    out = []
+    want = {"SANDBOX_DRIVER": "kubernetes", "SANDBOX_NAMESPACE": SANDBOX_NS}
+    for k, v in want.items():
+        if env_value(c, k) != v:
+            out.append(f"runtime-api: {k} is {env_value(c, k)!r}, want {v!r}")
+    for k in ("STORAGE_CLASS", "EPHEMERAL_STORAGE_SIZE", "RECONCILE_INTERVAL", "RUNTIME_DEAD_SECONDS", "WARM_RUNTIME_CONFIG_OVERLAY"):
+        if not env_value(c, k):
+            out.append(f"runtime-api: {k} is not set")
+    for k in ("RECONCILE_INTERVAL", "RUNTIME_DEAD_SECONDS"):
+        if env_value(c, k) and not str(env_value(c, k)).isdigit():
+            out.append(f"runtime-api: {k} is {env_value(c, k)!r}, want seconds")
+    for k in ("ADMIN_PASSWORD", "JWT_SECRET", "DEFAULT_API_KEY", "SANDGATE_WEBHOOK_API_KEYS"):
+        e = next((e for e in c.get("env") or [] if e.get("name") == k), None)
+        if not e or "secretKeyRef" not in (e.get("valueFrom") or {}):
+            out.append(f"runtime-api: {k} does not come from a secret")
+    return out
+
+
+@check(
+    "the DNS layout: https sandbox URLs one label under the base domain (spec 2.9)",
+    mutations=[
+        ("RUNTIME_URL_PATTERN names another domain", lambda d: [e.update(value="https://{runtime_id}-runtime.other.example") for e in container_of(d, "runtime-api")["env"] if e["name"] == "RUNTIME_URL_PATTERN"]),
+        ("RUNTIME_DISABLE_SSL is true", lambda d: [e.update(value="true") for e in container_of(d, "runtime-api")["env"] if e["name"] == "RUNTIME_DISABLE_SSL"]),
+        ("the app host is two labels down", lambda d: find(d, "Ingress", "app")["spec"]["rules"][0].update(host="www.app.sandgate.example.com")),
+    ],
+)
+def dns_layout(inst: Install) -> list[str]:
+    out = []
+    hosts = [r.get("host", "") for ing in objects(inst.docs, "Ingress", APP_NS) for r in (ing.get("spec") or {}).get("rules") or []]
+    app = find(inst.docs, "Ingress", "app")
+    if not app or not hosts:
+        return ["no Ingress app"]
+    base = app["spec"]["rules"][0]["host"].split(".", 1)[-1]
+    for h in hosts:
+        if h.split(".", 1)[-1] != base or "*" in h:
+            out.append(f"Ingress host {h!r} is not one label under {base!r}")
+    c = service_container(inst.docs, "runtime-api")
+    if c is None:
+        return out + ["no Deployment runtime-api"]
+    base_url, sep, pattern = env_value(c, "RUNTIME_BASE_URL"), env_value(c, "RUNTIME_URL_SEPARATOR"), env_value(c, "RUNTIME_URL_PATTERN")
+    if not base_url or base_url.split(".", 1)[-1] != base or base_url.count(".") != base.count(".") + 1:
+        out.append(f"RUNTIME_BASE_URL {base_url!r} is not <label>.{base}")
+    if sep is None or "." in sep:
+        out.append(f"RUNTIME_URL_SEPARATOR {sep!r} would put sandbox hosts more than one label under {base}")
+    want = f"https://{{runtime_id}}{sep}{base_url}"
+    if pattern != want:
+        out.append(f"RUNTIME_URL_PATTERN {pattern!r} does not match separator and base URL: want {want!r}")
+    if env_value(c, "RUNTIME_DISABLE_SSL") != "false":
+        out.append(f"RUNTIME_DISABLE_SSL is {env_value(c, 'RUNTIME_DISABLE_SSL')!r}: must be \"false\" for https sandbox URLs")
+    return out
+
+
+@check(
+    "ingresses: app and runtime-api hosts, TLS from sandgate-wildcard-tls, backends exist",
+    mutations=[
+        ("the runtime-api Ingress has no TLS", lambda d: find(d, "Ingress", "runtime-api")["spec"].pop("tls")),
+        ("the app Ingress routes to a missing Service", lambda d: find(d, "Ingress", "app")["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"].update(name="web")),
+    ],
+)
+def ingresses(inst: Install) -> list[str]:
+    out = []
+    for name in ("app", "runtime-api"):
+        if not find(inst.docs, "Ingress", name):
+            out.append(f"no Ingress {name}")
+    for ing in objects(inst.docs, "Ingress"):
+        spec = ing.get("spec") or {}
+        tls_hosts = {h for t in spec.get("tls") or [] if t.get("secretName") == TLS_SECRET for h in t.get("hosts") or []}
+        if not spec.get("ingressClassName"):
+            out.append(f"{ref(ing)}: no ingressClassName")
+        for rule in spec.get("rules") or []:
+            if rule.get("host") not in tls_hosts:
+                out.append(f"{ref(ing)}: host {rule.get('host')!r} is not served with TLS secret {TLS_SECRET}")
+            for p in (rule.get("http") or {}).get("paths") or []:
+                svc = (p.get("backend") or {}).get("service") or {}
+                s = find(inst.docs, "Service", svc.get("name", ""), ns_of(ing))
+                port = (svc.get("port") or {})
+                if s is None:
+                    out.append(f"{ref(ing)}: backend Service {svc.get('name')!r} does not exist")
+                elif not any(port.get("name") == sp.get("name") or port.get("number") == sp.get("port") for sp in s["spec"].get("ports") or []):
+                    out.append(f"{ref(ing)}: backend port {port} is not a port of {ref(s)}")
+    return out
+
+
+@check(
+    "every Service selects pods and targets ports they declare",
+    mutations=[("the model-gw Service targets a port named grcp", lambda d: find(d, "Service", "model-gw")["spec"]["ports"][0].update(targetPort="grcp"))],
+)
+def services_match(inst: Install) -> list[str]:
+    out = []
+    for s in objects(inst.docs, "Service"):
+        sel = (s.get("spec") or {}).get("selector")
+        pods = [w for w in workloads(inst.docs) if ns_of(w) == ns_of(s) and sel and all(pod_labels(w).get(k) == v for k, v in sel.items())]
+        if not pods:
+            out.append(f"{ref(s)} selects no pods")
+            continue
+        cports = [p for w in pods for c in containers(pod_spec(w)) for p in c.get("ports") or []]
+        for sp in s["spec"].get("ports") or []:
+            tp = sp.get("targetPort", sp.get("port"))
+            if port_number(tp, cports) is None or (isinstance(tp, int) and tp not in [p.get("containerPort") for p in cports]):
+                out.append(f"{ref(s)}: targetPort {tp!r} is not a port of its pods")
+    return out
+
+
+@check(
+    "the installer files: warm-runtimes.json with v1_current, gateway.yaml's model list, mounted where the env says",
+    mutations=[
+        ("warm-runtimes.json has no v1_current", lambda d: find(d, "ConfigMap", "warm-runtimes")["data"].update({"warm-runtimes.json": '{"count": 1, "configs": [{"name": "other", "image": "i", "working_dir": "/w", "command": [], "environment": {}}]}'})),
+        ("the warm-runtimes volume uses subPath (no live reload)", lambda d: [m.update(subPath="warm-runtimes.json") for m in container_of(d, "runtime-api")["volumeMounts"] if m["name"] == "warm-runtimes"]),
+        ("a model entry lacks api_base", lambda d: find(d, "ConfigMap", "gateway-config")["data"].update({"gateway.yaml": "model_list:\n  - model_name: m\n    gateway_params: {model: openai/x/y, api_key: k}\n"})),
+    ],
+)
+def installer_files(inst: Install) -> list[str]:
+    out = []
+
+    def mounted(svc: str, env: str, cm: str) -> str | None:
+        c = service_container(inst.docs, svc)
+        if c is None:
+            out.append(f"no Deployment {svc}")
+            return None
+        path = env_value(c, env)
+        if not path:
+            out.append(f"{svc}: {env} is not set")
+            return None
+        d, key = posixpath.split(path)
+        vols = {v["name"]: v for v in pod_spec(find(inst.docs, "Deployment", svc)).get("volumes") or []}
+        mounts = [m for m in c.get("volumeMounts") or [] if m.get("mountPath") == d and (vols.get(m.get("name")) or {}).get("configMap", {}).get("name") == cm]
+        if not mounts:
+            out.append(f"{svc}: no ConfigMap {cm} mounted at {d} ({env}={path})")
+        elif any("subPath" in m for m in mounts):
+            out.append(f"{svc}: ConfigMap {cm} is mounted with subPath: edits would never reach the pods")
+        obj = find(inst.docs, "ConfigMap", cm)
+        if obj is None or key not in (obj.get("data") or {}):
+            out.append(f"no ConfigMap {cm} with key {key}")
+            return None
+        return obj["data"][key]
+
+    warm = mounted("runtime-api", "WARM_RUNTIMES_FILE", "warm-runtimes")
+    if warm is not None:
+        try:
+            doc = json.loads(warm)
+            configs = doc.get("configs") or []
+            if not isinstance(doc.get("count", 1), int):
+                out.append("warm-runtimes.json: count is not an integer")
+            names = [c.get("name") for c in configs]
+            if "v1_current" not in names:
+                out.append("warm-runtimes.json: no default entry named v1_current")
+            for c in configs:
+                missing = [k for k in ("name", "image", "working_dir", "command", "environment") if k not in c]
+                if missing:
+                    out.append(f"warm-runtimes.json: {c.get('name')!r} lacks {missing}")
+                if "source" in c:
+                    out.append(f"warm-runtimes.json: {c.get('name')!r} has a source field")
+            images = [c.get("image") for c in configs]
+            if len(set(images)) != len(images):
+                out.append("warm-runtimes.json: two configurations share an image (spec 2.1 rule 3)")
+        except (ValueError, AttributeError) as e:
+            out.append(f"warm-runtimes.json does not parse: {e}")
+    gw = mounted("model-gw", "GATEWAY_CONFIG", "gateway-config")
+    if gw is not None:
+        try:
+            doc = yaml.safe_load(gw) or {}
+            entries = doc.get("model_list") or []
+            if not entries:
+                out.append("gateway.yaml: empty model_list")
+            for e in entries:
+                params = e.get("gateway_params") or {}
+                missing = [k for k in ("model", "api_base", "api_key") if not params.get(k)]
+                if not e.get("model_name") or missing:
+                    out.append(f"gateway.yaml: entry {e.get('model_name')!r} lacks {missing or ['model_name']}")
+                key = str(params.get("api_key", ""))
+                if key.startswith("os.environ/"):
+                    var = key.split("/", 1)[1]
+                    c = service_container(inst.docs, "model-gw") or {}
+                    has_env = any(x.get("name") == var for x in c.get("env") or [])
+                    has_from = any((x.get("secretRef") or {}).get("name") == "gateway-env-secrets" for x in c.get("envFrom") or [])
+                    if not has_env and not has_from:
+                        out.append(f"gateway.yaml: {var} (entry {e.get('model_name')!r}) is not in model-gw's environment")
+            fwd = (doc.get("general_settings") or {}).get("forward_client_headers_to_llm_api", False)
+            if not isinstance(fwd, bool):
+                out.append("gateway.yaml: forward_client_headers_to_llm_api is not a boolean")
+        except (yaml.YAMLError, AttributeError) as e:
+            out.append(f"gateway.yaml does not parse: {e}")
+    return out
+
+
+@check(
+    "network policy: ingress is denied by default in the app namespace",
+    mutations=[("the default-deny policy is gone", lambda d: d.remove(find(d, "NetworkPolicy", "default-deny-ingress")))],
+)
+def default_deny(inst: Install) -> list[str]:
+    for pol in objects(inst.docs, "NetworkPolicy", APP_NS):
+        spec = pol.get("spec") or {}
+        if spec.get("podSelector") == {} and "Ingress" in (spec.get("policyTypes") or []) and not spec.get("ingress"):
+            return []
+    return [f"no NetworkPolicy in {APP_NS} selects every pod and allows no ingress"]
+
+
+def service_policy_problems(inst: Install, svc: str, served: int, allowed_serving: Callable[[Peer], bool], serving_desc: str, positive: list[Peer]) -> list[str]:
+    """The pods of svc accept, on port `served`, only peers allowed_serving accepts; on its
+    metrics port only the monitoring namespace; nothing else."""
+    w = find(inst.docs, "Deployment", svc)
+    if w is None:
+        return [f"no Deployment {svc}"]
+    allowed = ingress_allowed(inst.docs, w)
+    if allowed is None:
+        return [f"{svc}: no NetworkPolicy selects its pods: anyone may connect"]
+    c = service_container(inst.docs, svc) or {}
+    metrics = listen_port(env_value(c, "SANDGATE_METRICS_LISTEN")) or served
+    monitoring = Peer("namespaces", namespaces=frozenset({inst.values["monitoringNamespace"]}))
+    out = []
+    for peer, port in allowed:
+        ports = [p.get("containerPort") for p in c.get("ports") or []] if port == "*" else [port]
+        for p in ports:
+            ok = (p == served and allowed_serving(peer)) or (p == metrics and peer == monitoring)
+            if not ok:
+                out.append(f"{svc}: {describe(inst.docs, peer, APP_NS)} may connect to port {p} (want {serving_desc} on {served}, {inst.values['monitoringNamespace']} on {metrics})")
+    for peer in positive:
+        if not any(pr == peer and pt in (served, "*") for pr, pt in allowed):
+            out.append(f"{svc}: {describe(inst.docs, peer, APP_NS)} may not connect to port {served}")
+    return out
+
+
+def edge_pods_only(inst: Install) -> Callable[[Peer], bool]:
+    return lambda peer: peer.kind == "pods" and pods_peer_matches(inst.docs, peer, APP_NS) == {"edge"}
+
+
+@check(
+    "network policy: runtime-api and model-gw accept gRPC from the edge only",
+    mutations=[
+        ("runtime-api accepts every pod of the namespace", lambda d: find(d, "NetworkPolicy", "runtime-api")["spec"]["ingress"][0].update({"from": [{"podSelector": {}}]})),
+        ("model-gw's gRPC rule has no from (anyone)", lambda d: find(d, "NetworkPolicy", "model-gw")["spec"]["ingress"][0].pop("from")),
+    ],
+)
+def grpc_from_edge(inst: Install) -> list[str]:
+    out = []
+    for svc in ("runtime-api", "model-gw"):
+        c = service_container(inst.docs, svc) or {}
+        grpc = listen_port(env_value(c, "SANDGATE_GRPC_LISTEN"))
+        if grpc is None:
+            out.append(f"{svc}: SANDGATE_GRPC_LISTEN has no port")
+            continue
+        out += service_policy_problems(inst, svc, grpc, edge_pods_only(inst), "the edge", [])
+        allowed = ingress_allowed(inst.docs, find(inst.docs, "Deployment", svc)) or []
+        if not any(p.kind == "pods" and "edge" in pods_peer_matches(inst.docs, p, APP_NS) and pt in (grpc, "*") for p, pt in allowed):
+            out.append(f"{svc}: the edge may not connect to port {grpc}")
+    return out
+
+
+@check(
+    "network policy: the edge accepts the ingress controller's namespace (and sandboxes, monitoring) only",
+    mutations=[("the edge accepts 0.0.0.0/0", lambda d: find(d, "NetworkPolicy", "edge")["spec"]["ingress"][0]["from"].append({"ipBlock": {"cidr": "0.0.0.0/0"}}))],
+)
+def edge_from_ingress(inst: Install) -> list[str]:
+    c = service_container(inst.docs, "edge") or {}
+    port = listen_port(env_value(c, "SANDGATE_LISTEN"))
+    if port is None:
+        return ["edge: SANDGATE_LISTEN has no port"]
+    ctrl = inst.values["ingressControllerNamespace"]
+    allowed_ns = {ctrl, SANDBOX_NS, inst.values["monitoringNamespace"]}
+    return service_policy_problems(
+        inst,
+        "edge",
+        port,
+        lambda peer: peer.kind == "namespaces" and peer.namespaces <= allowed_ns,
+        f"namespaces {sorted(allowed_ns)}",
+        [Peer("namespaces", namespaces=frozenset({ctrl}))],
+    )
+
+
+@check(
+    "network policy: every service's metrics port is open to the monitoring namespace",
+    mutations=[("model-gw's metrics rule is gone", lambda d: find(d, "NetworkPolicy", "model-gw")["spec"].update(ingress=find(d, "NetworkPolicy", "model-gw")["spec"]["ingress"][:1]))],
+)
+def metrics_reachable(inst: Install) -> list[str]:
+    out = []
+    mon = inst.values["monitoringNamespace"]
+    for svc in SERVICES:
+        w = find(inst.docs, "Deployment", svc)
+        c = service_container(inst.docs, svc) or {}
+        port = listen_port(env_value(c, "SANDGATE_METRICS_LISTEN") or env_value(c, "SANDGATE_LISTEN"))
+        if w is None or port is None:
+            out.append(f"{svc}: no metrics port")
+            continue
+        allowed = ingress_allowed(inst.docs, w) or []
+        if not any(p.kind == "namespaces" and mon in p.namespaces and pt in (port, "*") for p, pt in allowed):
+            out.append(f"{svc}: namespace {mon} may not reach /metrics on port {port}")
+    return out
+
+
+@check(
+    "network policy: the bundled Redis accepts the three services only",
+    profiles=("dev",),
+    mutations=[("redis accepts every pod", lambda d: find(d, "NetworkPolicy", "redis")["spec"]["ingress"][0].update({"from": [{"podSelector": {}}]}))],
+)
+def redis_policy(inst: Install) -> list[str]:
+    out = []
+    for w in [w for w in workloads(inst.docs) if is_redis(w)]:
+        allowed = ingress_allowed(inst.docs, w)
+        if allowed is None:
+            out.append(f"{ref(w)}: no NetworkPolicy selects its pods")
+            continue
+        reached: set[str] = set()
+        for peer, port in allowed:
+            if peer.kind != "pods":
+                out.append(f"{ref(w)}: {describe(inst.docs, peer, ns_of(w))} may connect")
+                continue
+            names = pods_peer_matches(inst.docs, peer, ns_of(w))
+            if not names <= set(SERVICES):
+                out.append(f"{ref(w)}: pods of {sorted(names - set(SERVICES))} may connect")
+            reached |= names
+        if reached != set(SERVICES):
+            out.append(f"{ref(w)}: {sorted(set(SERVICES) - reached)} may not connect")
+    return out
+
+
+@check(
+    "every image is pinned to a tag or digest (not latest)",
+    mutations=[("model-gw runs :latest", lambda d: container_of(d, "model-gw").update(image="registry.example.com/sandgate:latest"))],
+)
+def pinned_images(inst: Install) -> list[str]:
+    out = []
+    for w, _, c in each_container(inst.docs):
+        img = c.get("image", "")
+        tag = img.rsplit("/", 1)[-1].split(":", 1)[1] if ":" in img.rsplit("/", 1)[-1] else ""
+        if "@sha256:" not in img and tag in ("", "latest", "unset"):
+            out.append(f"{ref(w)} container {c['name']}: image {img!r} is not pinned")
+    return out
+
+
+def min_replicas(inst: Install, svc: str) -> int:
+    w = find(inst.docs, "Deployment", svc)
+    if w is None:
+        return 0
+    hpa = next((h for h in objects(inst.docs, "HorizontalPodAutoscaler", APP_NS) if (h["spec"].get("scaleTargetRef") or {}).get("name") == svc), None)
+    if hpa is not None:
+        return hpa["spec"].get("minReplicas", 1)
+    return w["spec"].get("replicas", 1)
+
+
+@check(
+    "edge, runtime-api and model-gw keep at least 2 replicas",
+    profiles=("prod",),
+    mutations=[("runtime-api has 1 replica", lambda d: find(d, "Deployment", "runtime-api")["spec"].update(replicas=1))],
+)
+def prod_replicas(inst: Install) -> list[str]:
+    return [f"{svc}: at least {min_replicas(inst, svc)} replica(s), want 2 or more" for svc in SERVICES if min_replicas(inst, svc) < 2]
+
+
+@check(
+    "a PodDisruptionBudget per service that selects its pods and allows a drain",
+    profiles=("prod",),
+    mutations=[
+        ("model-gw's PDB is gone", lambda d: d.remove(find(d, "PodDisruptionBudget", "model-gw"))),
+        ("the edge's PDB wants all replicas up", lambda d: find(d, "PodDisruptionBudget", "edge")["spec"].update(minAvailable=2)),
+    ],
+)
+def prod_pdbs(inst: Install) -> list[str]:
+    out = []
+    for svc in SERVICES:
+        w = find(inst.docs, "Deployment", svc)
+        pdbs = [p for p in objects(inst.docs, "PodDisruptionBudget", APP_NS) if w and selector_matches(p["spec"].get("selector"), pod_labels(w))]
+        if not pdbs:
+            out.append(f"{svc}: no PodDisruptionBudget selects its pods")
+        for p in pdbs:
+            ma, mu = p["spec"].get("minAvailable"), p["spec"].get("maxUnavailable")
+            if (isinstance(ma, int) and ma >= min_replicas(inst, svc)) or mu in (0, "0%") or ma == "100%":
+                out.append(f"{ref(p)}: blocks every eviction at {min_replicas(inst, svc)} replicas")
+    return out
+
+
+@check(
+    "autoscaling/v2 HPAs for the edge and model-gw, which own their replica counts",
+    profiles=("prod",),
+    mutations=[
+        ("the edge's HPA is gone", lambda d: d.remove(find(d, "HorizontalPodAutoscaler", "edge"))),
+        ("model-gw's Deployment sets replicas under its HPA", lambda d: find(d, "Deployment", "model-gw")["spec"].update(replicas=2)),
+    ],
+)
+def prod_hpas(inst: Install) -> list[str]:
+    out = []
+    for svc in ("edge", "model-gw"):
+        hpa = find(inst.docs, "HorizontalPodAutoscaler", svc)
+        if hpa is None or hpa.get("apiVersion") != "autoscaling/v2":
+            out.append(f"{svc}: no autoscaling/v2 HorizontalPodAutoscaler named {svc}")
+            continue
+        target = hpa["spec"].get("scaleTargetRef") or {}
+        if (target.get("kind"), target.get("name")) != ("Deployment", svc):
+            out.append(f"{ref(hpa)} scales {target}, want Deployment {svc}")
+        if hpa["spec"].get("minReplicas", 1) < 2 or hpa["spec"].get("maxReplicas", 0) < hpa["spec"].get("minReplicas", 1):
+            out.append(f"{ref(hpa)}: minReplicas {hpa['spec'].get('minReplicas')} / maxReplicas {hpa['spec'].get('maxReplicas')}")
+        w = find(inst.docs, "Deployment", svc)
+        if w and "replicas" in w["spec"]:
+            out.append(f"Deployment {svc} sets replicas: re-applying would reset what its HPA chose")
+    return out
+
+
+def add_redis(docs: list[dict]) -> None:
+    redis = copy.deepcopy(find(docs, "Deployment", "model-gw"))
+    redis["metadata"]["name"] = "redis"
+    pod_spec(redis)["containers"][0]["image"] = "docker.io/library/redis:7.4-alpine"
+    docs.append(redis)
+
+
+@check(
+    "no bundled Redis; the store is external",
+    profiles=("prod",),
+    mutations=[("a redis Deployment is rendered", lambda d: add_redis(d))],
+)
+def prod_no_redis(inst: Install) -> list[str]:
+    out = [f"{ref(w)} runs Redis" for w in workloads(inst.docs) if is_redis(w)]
+    for svc in SERVICES:
+        url = env_value(service_container(inst.docs, svc) or {}, "REDIS_URL") or ""
+        host = re.sub(r"^rediss?://([^@]*@)?", "", url).split(":")[0].split("/")[0]
+        if host in ("redis", f"redis.{APP_NS}", f"redis.{APP_NS}.svc", f"redis.{APP_NS}.svc.cluster.local", "localhost", "127.0.0.1"):
+            out.append(f"{svc}: REDIS_URL points at {host!r}, not an external Redis")
+    return out
+
+
+@check(
+    "a bundled Redis with its Service and volume, and the services use it",
+    profiles=("dev",),
+    mutations=[("the redis Deployment is gone", lambda d: d.remove(find(d, "Deployment", "redis")))],
+)
+def dev_redis(inst: Install) -> list[str]:
+    redis = [w for w in workloads(inst.docs) if is_redis(w)]
+    if not redis:
+        return ["no Redis workload"]
+    out = []
+    svc = find(inst.docs, "Service", "redis")
+    if svc is None or not selector_matches({"matchLabels": svc["spec"].get("selector") or {}}, pod_labels(redis[0])):
+        out.append("no Service redis selecting the Redis pods")
+    for s in SERVICES:
+        url = env_value(service_container(inst.docs, s) or {}, "REDIS_URL") or ""
+        if not re.match(r"^redis://:\$\(REDIS_PASSWORD\)@redis(\.[a-z.-]+)?:6379(/\d+)?$", url):
+            out.append(f"{s}: REDIS_URL {url!r} is not the bundled redis Service")
+    args = " ".join(str(a) for c in containers(pod_spec(redis[0])) for a in (c.get("args") or []) + (c.get("command") or []))
+    if "--requirepass" not in args or "$(REDIS_PASSWORD)" not in args:
+        out.append("the bundled Redis does not require the password of secret cache")
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Rendering, schema validation, and the run
+
+
+class Report:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def line(self, ok: bool, title: str, problems: Iterable[str] = ()) -> None:
+        print(f"{'ok  ' if ok else 'FAIL'} {title}", flush=True)
+        for p in problems:
+            print(f"       - {p}")
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+
+
+def render(kubectl: str, overlay: str) -> tuple[list[dict] | None, str]:
+    proc = subprocess.run([kubectl, "kustomize", overlay], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None, proc.stderr.strip() or f"exit {proc.returncode}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d], proc.stdout
+
+
+def schema_problems(docs: list[dict], versions: list[str]) -> list[str]:
+    from kubernetes_validate import utils as kv  # from the venv of scripts/check-k8s
+
+    out = []
+    for version in versions:
+        for d in docs:
+            try:
+                kv.validate(d, version, strict=True)
+            except kv.ValidationError as e:
+                path = ".".join(str(p) for p in e.path)
+                out.append(f"{ref(d)} ({version}): {path}: {e.message}")
+            except (kv.SchemaNotFoundError, kv.InvalidSchemaError, kv.VersionNotSupportedError) as e:
+                out.append(f"{ref(d)} ({version}): {getattr(e, 'message', e)}")
+    return out
+
+
+def namespace_problems(docs: list[dict]) -> list[str]:
+    out = [f"{ref(d)} is not a Namespace" for d in docs if d.get("kind") != "Namespace"]
+    names = {name_of(d): d for d in docs if d.get("kind") == "Namespace"}
+    for ns in (APP_NS, SANDBOX_NS):
+        if ns not in names:
+            out.append(f"no Namespace {ns}")
+    labels = ((names.get(APP_NS) or {}).get("metadata") or {}).get("labels") or {}
+    if labels.get("pod-security.kubernetes.io/enforce") != "restricted":
+        out.append(f"Namespace {APP_NS} does not enforce the restricted Pod Security Standard")
+    return out
+
+
+def overlay_values(overlay: str) -> dict[str, str]:
+    values = dict(DEFAULT_VALUES)
+    path = os.path.join(overlay, "values.yaml")
+    if os.path.exists(path):
+        with open(path) as f:
+            for d in yaml.safe_load_all(f):
+                if d and d.get("kind") == "ConfigMap" and name_of(d) == "install-values":
+                    values.update({k: str(v) for k, v in (d.get("data") or {}).items()})
+    return values
+
+
+def shell_quote(v: str) -> str:
+    return "'" + v.replace("'", "'\\''") + "'"
+
+
+def print_env(kubectl: str, overlay: str, service: str, config_dir: str) -> int:
+    """Print, as shell `export` lines, the environment the overlay gives one service: its
+    literal values, its secrets read from the cluster with kubectl when the lines are
+    evaluated, and its mounted ConfigMaps written under config_dir (the paths rewritten to
+    them). For running `sandgate check-config` with the install's settings before a deploy."""
+    docs, text = render(kubectl, overlay)
+    if docs is None:
+        print(text, file=sys.stderr)
+        return 1
+    w = find(docs, "Deployment", service)
+    c = service_container(docs, service)
+    if w is None or c is None:
+        print(f"no Deployment {service} in {overlay}", file=sys.stderr)
+        return 1
+    ns = ns_of(w)
+    spec = pod_spec(w)
+    vols = {v["name"]: v for v in spec.get("volumes") or []}
+    mounts: dict[str, str] = {}
+    for m in c.get("volumeMounts") or []:
+        cm = ((vols.get(m["name"]) or {}).get("configMap") or {}).get("name")
+        obj = find(docs, "ConfigMap", cm, ns) if cm else None
+        if obj is None:
+            continue
+        d = os.path.abspath(os.path.join(config_dir, os.path.basename(os.path.normpath(overlay)), cm))
+        os.makedirs(d, exist_ok=True)
+        for key, value in (obj.get("data") or {}).items():
+            with open(os.path.join(d, key), "w") as f:
+                f.write(value)
+        mounts[m["mountPath"].rstrip("/")] = d
+    lines = [f"# {service}'s environment in {overlay}; secrets are read from namespace {ns} when evaluated"]
+    for ef in c.get("envFrom") or []:
+        sec = (ef.get("secretRef") or {}).get("name")
+        if sec:
+            template = "{{range $k, $v := .data}}{{$k}}={{$v}}{{\"\\n\"}}{{end}}"
+            lines.append(
+                f"while IFS== read -r k v; do export \"$k=$(printf %s \"$v\" | base64 -d)\"; done "
+                f"< <(kubectl -n {ns} get secret {sec} -o go-template={shell_quote(template)})"
+            )
+    for e in c.get("env") or []:
+        name = e["name"]
+        kref = ((e.get("valueFrom") or {}).get("secretKeyRef") or {})
+        if kref:
+            template = f'{{{{index .data "{kref["key"]}"}}}}'
+            lines.append(f"export {name}=\"$(kubectl -n {ns} get secret {kref['name']} -o go-template={shell_quote(template)} | base64 -d)\"")
+        elif "value" in e:
+            v = str(e["value"])
+            for mp, d in mounts.items():
+                if v.startswith(mp + "/"):
+                    v = d + v[len(mp):]
+            if "$(" in v:
+                # Kubernetes' $(VAR) expansion, as the shell's ${VAR}.
+                esc = re.sub(r'([\\"`$])', r"\\\1", v)
+                esc = re.sub(r"\\\$\((\w+)\)", r"${\1}", esc)
+                lines.append(f'export {name}="{esc}"')
+            else:
+                lines.append(f"export {name}={shell_quote(v)}")
+    print("\n".join(lines))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kubectl", default="kubectl", help="the kubectl that renders the overlays")
+    ap.add_argument("--kubernetes-version", action="append", dest="versions", help="validate against this Kubernetes version's schemas (repeatable)")
+    ap.add_argument("--no-self-test", action="store_true", help="skip proving that each check can fail")
+    ap.add_argument("--write-rendered", metavar="DIR", help="also write each overlay's rendered YAML to DIR/<overlay>.yaml")
+    ap.add_argument("--print-env", metavar="SERVICE", help="print the environment one service (edge, runtime-api, model-gw) gets from the one overlay given, as shell export lines, and exit")
+    ap.add_argument("--namespaces", metavar="FILE", help="also validate and check the namespaces file (k8s/namespaces.yaml)")
+    ap.add_argument("--config-dir", default=".tools/k8s-config", help="where --print-env writes the service's ConfigMap files")
+    ap.add_argument("overlays", nargs="+", help="overlay directories, e.g. k8s/overlays/dev")
+    args = ap.parse_args()
+    if args.print_env:
+        if len(args.overlays) != 1:
+            ap.error("--print-env takes exactly one overlay")
+        return print_env(args.kubectl, args.overlays[0], args.print_env, args.config_dir)
+    versions = args.versions or ["1.37.0"]
+
+    report = Report()
+    installs: list[Install] = []
+    for overlay in args.overlays:
+        name = os.path.basename(os.path.normpath(overlay))
+        print(f"== {name} ({overlay})")
+        docs, text = render(args.kubectl, overlay)
+        report.line(docs is not None, f"{name}: renders with kubectl kustomize", [] if docs is not None else [text])
+        if docs is None:
+            continue
+        if args.write_rendered:
+            os.makedirs(args.write_rendered, exist_ok=True)
+            with open(os.path.join(args.write_rendered, f"{name}.yaml"), "w") as f:
+                f.write(text)
+        problems = schema_problems(docs, versions)
+        report.line(not problems, f"{name}: {len(docs)} objects validate against the Kubernetes {', '.join(versions)} schemas (strict)", problems)
+        inst = Install(name, docs, overlay_values(overlay))
+        installs.append(inst)
+        for chk in CHECKS:
+            if inst.profile() not in chk.profiles:
+                continue
+            try:
+                problems = chk.fn(inst)
+            except Exception as e:  # a check that crashes has failed, and says why
+                problems = [f"the check crashed: {type(e).__name__}: {e}"]
+            report.line(not problems, f"{name}: {chk.title}", problems)
+
+    if args.namespaces:
+        print(f"== namespaces ({args.namespaces})")
+        with open(args.namespaces) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        problems = schema_problems(docs, versions)
+        report.line(not problems, f"namespaces: {len(docs)} objects validate against the Kubernetes {', '.join(versions)} schemas (strict)", problems)
+        problems = namespace_problems(docs)
+        report.line(not problems, f"namespaces: {APP_NS} (enforcing the restricted Pod Security Standard) and {SANDBOX_NS}, nothing else", problems)
+        if not args.no_self_test:
+            broken = copy.deepcopy(docs)
+            for d in broken:
+                (d.get("metadata") or {}).get("labels", {}).pop("pod-security.kubernetes.io/enforce", None)
+            report.line(bool(namespace_problems(broken)), "namespaces: the check fails when the app namespace enforces no Pod Security Standard")
+
+    if not args.no_self_test:
+        print("== self-test: each check fails on objects broken for it")
+        for inst in installs:
+            for chk in CHECKS:
+                if inst.profile() not in chk.profiles:
+                    continue
+                if not chk.mutations:
+                    report.line(False, f"{inst.name}: \"{chk.title}\" has no self-test")
+                    continue
+                missed = []
+                for what, mutate in chk.mutations:
+                    broken = copy.deepcopy(inst.docs)
+                    try:
+                        mutate(broken)
+                        if not chk.fn(Install(inst.name, broken, inst.values)):
+                            missed.append(f"passed although {what}")
+                    except Exception as e:
+                        missed.append(f"{what}: {type(e).__name__}: {e}")
+                whats = "; ".join(what for what, _ in chk.mutations)
+                report.line(not missed, f"{inst.name}: \"{chk.title}\" fails when {whats}", missed)
+            # The schema check too: an unknown field must not pass strict validation.
+            broken = copy.deepcopy(inst.docs)
+            container_of(broken, "edge")["securityContext"]["readOnlyRootFileSystem"] = True
+            report.line(bool(schema_problems(broken, versions[-1:])), f"{inst.name}: the schema validation fails when a field is misspelt (readOnlyRootFileSystem)")
+
+    print(f"{report.passed} passed, {report.failed} failed")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
