@@ -15,4 +15,5 @@ mod ordering;
 mod process;
 mod redaction;
 mod store_conformance;
+mod warm_pools;
 mod webhook_fixtures;

@@ -10,6 +10,7 @@ mod error;
 mod metadata;
 mod models;
 pub mod openapi;
+mod sandboxes;
 mod settings;
 mod webhook;
 
@@ -24,6 +25,7 @@ use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::admin::v1::runtime_admin_client::RuntimeAdminClient;
 use sandgate_proto::conversations::v1::conversations_client::ConversationsClient;
 use sandgate_proto::models::v1::model_gateway_client::ModelGatewayClient;
+use sandgate_proto::sandboxes::v1::sandboxes_client::SandboxesClient;
 use sandgate_proto::settings::v1::settings_client::SettingsClient;
 use serde_json::{Value, json};
 use tonic_health::pb::HealthCheckRequest;
@@ -54,6 +56,7 @@ pub(crate) struct AppState {
     conversations: ConversationsClient<GrpcChannel>,
     settings: SettingsClient<GrpcChannel>,
     admin: RuntimeAdminClient<GrpcChannel>,
+    sandboxes: SandboxesClient<GrpcChannel>,
     models: Option<ModelGatewayClient<GrpcChannel>>,
     /// The warm runtime configuration list last rendered.
     config_list: std::sync::Arc<admin::ListCache>,
@@ -71,6 +74,7 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         settings: SettingsClient::new(runtime_api.clone()),
         admin: RuntimeAdminClient::new(runtime_api.clone()),
+        sandboxes: SandboxesClient::new(runtime_api.clone()),
         models: config.model_gw.map(|channel| {
             ModelGatewayClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -104,6 +108,14 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             "/api/admin/warm-runtime-configs/{name}",
             put(admin::put_config).delete(admin::delete_config),
         )
+        .route("/api/warm-runtime-pools", get(sandboxes::pools))
+        .route("/start", post(sandboxes::start))
+        .route("/sessions/batch", get(sandboxes::batch))
+        .route("/sessions/{session_id}", get(sandboxes::session))
+        .route("/list", get(sandboxes::list))
+        .route("/pause", post(sandboxes::pause))
+        .route("/resume", post(sandboxes::resume))
+        .route("/stop", post(sandboxes::stop))
         .route("/v1/models", get(models::list))
         .route("/models", get(models::list))
         .route("/v1/models/{*id}", get(models::get))

@@ -351,6 +351,9 @@ impl Sandboxes {
             if candidates.is_empty() {
                 return Ok(None);
             }
+            // Their current state, so that ready ones go first and the claimer is told.
+            candidates = self.refresh(candidates).await?;
+            candidates.retain(|record| record.warm_index() == Some(key.as_str()));
             candidates.sort_by_key(|record| {
                 (record.state != SandboxState::Running, record.created_at_ms)
             });

@@ -221,7 +221,7 @@ impl SandboxesApi for SandboxesService {
         let ids = request.into_inner().session_ids;
         if ids.len() > MAX_BATCH {
             return Err(validation::failure(vec![configs::error(
-                &["ids"],
+                &["query", "ids"],
                 "too_long",
                 "At most 1000 ids in one batch",
             )])

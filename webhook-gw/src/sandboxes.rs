@@ -1,0 +1,257 @@
+//! The sandbox lifecycle API (design.md) → the Sandboxes service: start (claim or cold
+//! start), sessions, list, pause, resume, stop, and the warm pools' status.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use bytes::Bytes;
+use http::HeaderMap;
+use sandgate_proto::sandboxes::v1::{
+    self as pb, BatchGetSessionsRequest, GetSessionRequest, ListPoolsRequest, ListSandboxesRequest,
+    PauseRequest, ResumeRequest, StartRequest, StopRequest,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::{AppState, body, metadata};
+
+/// `POST /start`'s body.
+#[derive(Deserialize)]
+struct StartBody {
+    image: String,
+    command: Vec<String>,
+    working_dir: String,
+    #[serde(default)]
+    environment: BTreeMap<String, String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    resource_factor: Option<f64>,
+    #[serde(default)]
+    run_as_user: Option<i64>,
+    #[serde(default)]
+    run_as_group: Option<i64>,
+    #[serde(default)]
+    fs_group: Option<i64>,
+    #[serde(default)]
+    fuse_s3_mount: Option<bool>,
+}
+
+/// `POST /pause|/resume|/stop`'s body.
+#[derive(Deserialize)]
+struct RuntimeBody {
+    runtime_id: String,
+}
+
+fn status_name(status: pb::SandboxStatus) -> &'static str {
+    match status {
+        pb::SandboxStatus::Starting | pb::SandboxStatus::Unspecified => "starting",
+        pb::SandboxStatus::Running => "running",
+        pb::SandboxStatus::Paused => "paused",
+        pb::SandboxStatus::Stopped => "stopped",
+        pb::SandboxStatus::Error => "error",
+    }
+}
+
+fn optional(text: String) -> Value {
+    if text.is_empty() {
+        Value::Null
+    } else {
+        Value::String(text)
+    }
+}
+
+/// A sandbox as the REST contract shows it.
+fn runtime(sandbox: pb::Sandbox) -> Value {
+    let status = status_name(sandbox.status());
+    let spec = sandbox.spec.unwrap_or_default();
+    json!({
+        "runtime_id": sandbox.runtime_id,
+        "session_id": sandbox.session_id,
+        "url": sandbox.url,
+        "session_api_key": optional(sandbox.session_api_key),
+        "status": status,
+        "status_detail": optional(sandbox.status_detail),
+        "image": spec.image,
+        "pool": optional(sandbox.pool),
+        "created_at_ms": sandbox.created_at_ms,
+    })
+}
+
+pub async fn start(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    payload: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let payload = body::buffered(payload, state.body_limit)?;
+    let body: StartBody = body::decode(&payload)?;
+    let request = StartRequest {
+        spec: Some(pb::SandboxSpec {
+            image: body.image,
+            command: body.command,
+            working_dir: body.working_dir,
+            environment: body.environment.into_iter().collect(),
+            run_as_user: body.run_as_user,
+            run_as_group: body.run_as_group,
+            fs_group: body.fs_group,
+            fuse_s3_mount: body.fuse_s3_mount,
+            resource_factor: body.resource_factor,
+        }),
+        session_id: body.session_id.unwrap_or_default(),
+    };
+    let response = state
+        .sandboxes
+        .clone()
+        .start(metadata::request(&headers, request))
+        .await?
+        .into_inner();
+    let mut answer = runtime(response.sandbox.unwrap_or_default());
+    answer["warm"] = Value::Bool(response.claimed);
+    Ok(Json(answer))
+}
+
+pub async fn session(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let response = state
+        .sandboxes
+        .clone()
+        .get_session(metadata::request(&headers, GetSessionRequest { session_id }))
+        .await?
+        .into_inner();
+    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+}
+
+/// `GET /sessions/batch?ids=a&ids=b` (or `ids=a,b`): a list, `null` for unknown ids.
+pub async fn batch(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let session_ids: Vec<String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .filter(|(name, _)| name == "ids")
+        .flat_map(|(_, value)| {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|id| !id.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let response = state
+        .sandboxes
+        .clone()
+        .batch_get_sessions(metadata::request(
+            &headers,
+            BatchGetSessionsRequest { session_ids },
+        ))
+        .await?
+        .into_inner();
+    Ok(Json(Value::Array(
+        response
+            .sessions
+            .into_iter()
+            .map(|slot| slot.sandbox.map_or(Value::Null, runtime))
+            .collect(),
+    )))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let response = state
+        .sandboxes
+        .clone()
+        .list_sandboxes(metadata::request(&headers, ListSandboxesRequest {}))
+        .await?
+        .into_inner();
+    let runtimes: Vec<Value> = response.sandboxes.into_iter().map(runtime).collect();
+    Ok(Json(json!({ "total": runtimes.len(), "runtimes": runtimes })))
+}
+
+async fn runtime_id(state: &AppState, payload: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
+    let payload = body::buffered(payload, state.body_limit)?;
+    let body: RuntimeBody = body::decode(&payload)?;
+    Ok(body.runtime_id)
+}
+
+pub async fn pause(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    payload: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let runtime_id = runtime_id(&state, payload).await?;
+    let response = state
+        .sandboxes
+        .clone()
+        .pause(metadata::request(&headers, PauseRequest { runtime_id }))
+        .await?
+        .into_inner();
+    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+}
+
+pub async fn resume(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    payload: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let runtime_id = runtime_id(&state, payload).await?;
+    let response = state
+        .sandboxes
+        .clone()
+        .resume(metadata::request(&headers, ResumeRequest { runtime_id }))
+        .await?
+        .into_inner();
+    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+}
+
+pub async fn stop(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    payload: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let runtime_id = runtime_id(&state, payload).await?;
+    let response = state
+        .sandboxes
+        .clone()
+        .stop(metadata::request(&headers, StopRequest { runtime_id }))
+        .await?
+        .into_inner();
+    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+}
+
+/// `GET /api/warm-runtime-pools`: each pool's target and counts.
+pub async fn pools(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let response = state
+        .sandboxes
+        .clone()
+        .list_pools(metadata::request(&headers, ListPoolsRequest {}))
+        .await?
+        .into_inner();
+    let pools: Vec<Value> = response
+        .pools
+        .into_iter()
+        .map(|pool| {
+            json!({
+                "name": pool.name,
+                "image": pool.image,
+                "target": pool.target,
+                "ready": pool.ready,
+                "starting": pool.starting,
+                "failed": pool.failed,
+                "failures": pool.failures,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "pools": pools })))
+}
