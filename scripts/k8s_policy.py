@@ -762,6 +762,28 @@ def ingresses(inst: Install) -> list[str]:
     return out
 
 
+def routes(path: str, path_type: str, target: str) -> bool:
+    """Whether an Ingress path of that type routes the request path target."""
+    if path_type == "Exact":
+        return path == target
+    prefix = path.rstrip("/")
+    return target == prefix or target.startswith(prefix + "/")
+
+
+@check(
+    "no Ingress exposes /metrics (scraped in-cluster only)",
+    mutations=[("the app Ingress routes every path", lambda d: find(d, "Ingress", "app")["spec"]["rules"][0]["http"]["paths"].append({"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "edge", "port": {"name": "http"}}}}))],
+)
+def metrics_private(inst: Install) -> list[str]:
+    out = []
+    for ing in objects(inst.docs, "Ingress"):
+        for rule in (ing.get("spec") or {}).get("rules") or []:
+            for p in (rule.get("http") or {}).get("paths") or []:
+                if routes(p.get("path", "/"), p.get("pathType", "Prefix"), "/metrics"):
+                    out.append(f"{ref(ing)}: {rule.get('host')}{p.get('path')} ({p.get('pathType')}) routes /metrics")
+    return out
+
+
 @check(
     "every Service selects pods and targets ports they declare",
     mutations=[("the model-gw Service targets a port named grcp", lambda d: find(d, "Service", "model-gw")["spec"]["ports"][0].update(targetPort="grcp"))],
