@@ -672,8 +672,11 @@ def redis_url(inst: Install) -> list[str]:
 
 
 @check(
-    "runtime-api's sandbox settings: kubernetes driver, sandbox namespace, storage class",
-    mutations=[("SANDBOX_NAMESPACE is the app namespace", lambda d: [e.update(value=APP_NS) for e in container_of(d, "runtime-api")["env"] if e["name"] == "SANDBOX_NAMESPACE"])],
+    "runtime-api's sandbox settings: kubernetes driver, sandbox namespace, storage class, sandbox ingress class and TLS",
+    mutations=[
+        ("SANDBOX_NAMESPACE is the app namespace", lambda d: [e.update(value=APP_NS) for e in container_of(d, "runtime-api")["env"] if e["name"] == "SANDBOX_NAMESPACE"]),
+        ("sandbox Ingresses use another TLS secret", lambda d: [e.update(value="other-tls") for e in container_of(d, "runtime-api")["env"] if e["name"] == "SANDBOX_TLS_SECRET"]),
+    ],
 )
 def runtime_api_settings(inst: Install) -> list[str]:
     c = service_container(inst.docs, "runtime-api")
@@ -687,6 +690,11 @@ def runtime_api_settings(inst: Install) -> list[str]:
     for k in ("STORAGE_CLASS", "EPHEMERAL_STORAGE_SIZE", "RECONCILE_INTERVAL", "RUNTIME_DEAD_SECONDS", "WARM_RUNTIME_CONFIG_OVERLAY"):
         if not env_value(c, k):
             out.append(f"runtime-api: {k} is not set")
+    if env_value(c, "SANDBOX_TLS_SECRET") != TLS_SECRET:
+        out.append(f"runtime-api: SANDBOX_TLS_SECRET is {env_value(c, 'SANDBOX_TLS_SECRET')!r}, want {TLS_SECRET!r} (the wildcard certificate)")
+    classes = {(i.get("spec") or {}).get("ingressClassName") for i in objects(inst.docs, "Ingress", APP_NS)}
+    if env_value(c, "SANDBOX_INGRESS_CLASS") not in classes:
+        out.append(f"runtime-api: SANDBOX_INGRESS_CLASS {env_value(c, 'SANDBOX_INGRESS_CLASS')!r} is not the app Ingresses' class {sorted(map(str, classes))}")
     for k in ("RECONCILE_INTERVAL", "RUNTIME_DEAD_SECONDS"):
         if env_value(c, k) and not str(env_value(c, k)).isdigit():
             out.append(f"runtime-api: {k} is {env_value(c, k)!r}, want seconds")
