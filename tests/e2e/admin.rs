@@ -721,9 +721,7 @@ crate::on_both_backends!(
 #[test]
 fn an_unreadable_installer_file_stops_the_start() {
     let missing = PathBuf::from("/nonexistent/warm-runtimes.json");
-    let err = InstallerFile::open(Some(missing))
-        .err()
-        .expect("refused");
+    let err = InstallerFile::open(Some(missing)).err().expect("refused");
     assert!(err.contains("/nonexistent/warm-runtimes.json"), "{err}");
 }
 

@@ -14,6 +14,7 @@ mod model_gateway;
 mod ordering;
 mod process;
 mod redaction;
+mod sandbox_api;
 mod store_conformance;
 mod warm_pools;
 mod webhook_fixtures;

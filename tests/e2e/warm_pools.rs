@@ -177,7 +177,13 @@ impl Replica {
     }
 }
 
-fn pool(name: &str, image: &str, target: i64, ready: i64, starting: i64) -> (String, String, i64, i64, i64, i64) {
+fn pool(
+    name: &str,
+    image: &str,
+    target: i64,
+    ready: i64,
+    starting: i64,
+) -> (String, String, i64, i64, i64, i64) {
     (name.into(), image.into(), target, ready, starting, 0)
 }
 
@@ -194,12 +200,19 @@ async fn pools_converge_within_one_pass(backend: Backend) {
     fixture.clock.advance(2_000);
     assert_eq!(replica.pools().await, [pool("v1_current", IMAGE, 2, 2, 0)]);
     let steady = replica.pass().await;
-    assert_eq!((steady.created, steady.culled), (0, 0), "a full pool is left alone");
+    assert_eq!(
+        (steady.created, steady.culled),
+        (0, 0),
+        "a full pool is left alone"
+    );
     let warm = replica.warm().await;
     assert_eq!(warm.len(), 2);
-    assert!(warm.iter().all(|record| record.state == SandboxState::Running
-        && record.pool.as_deref() == Some("v1_current")
-        && record.spec.image == IMAGE));
+    assert!(
+        warm.iter()
+            .all(|record| record.state == SandboxState::Running
+                && record.pool.as_deref() == Some("v1_current")
+                && record.spec.image == IMAGE)
+    );
 }
 
 async fn a_changed_image_replaces_warm_sandboxes_and_spares_claimed_ones(backend: Backend) {
@@ -214,7 +227,12 @@ async fn a_changed_image_replaces_warm_sandboxes_and_spares_claimed_ones(backend
         .expect("start");
     assert!(was_warm);
     replica.pass().await;
-    let before: Vec<_> = replica.warm().await.into_iter().map(|r| r.runtime_id).collect();
+    let before: Vec<_> = replica
+        .warm()
+        .await
+        .into_iter()
+        .map(|r| r.runtime_id)
+        .collect();
 
     // Saving a configuration takes pool management over (no overlay): `v1_current` is
     // now the saved one, on a new image.
@@ -227,8 +245,16 @@ async fn a_changed_image_replaces_warm_sandboxes_and_spares_claimed_ones(backend
     let pass = replica.pass().await;
     assert_eq!((pass.created, pass.culled), (2, 2));
     let after = replica.warm().await;
-    assert!(after.iter().all(|record| record.spec.image == "ghcr.io/acme/agent:2.0"));
-    assert!(after.iter().all(|record| !before.contains(&record.runtime_id)));
+    assert!(
+        after
+            .iter()
+            .all(|record| record.spec.image == "ghcr.io/acme/agent:2.0")
+    );
+    assert!(
+        after
+            .iter()
+            .all(|record| !before.contains(&record.runtime_id))
+    );
 
     let still = replica
         .store
@@ -251,10 +277,20 @@ async fn a_removed_configuration_culls_its_pool(backend: Backend) {
         .await
         .expect("save");
     replica.pass().await;
-    assert_eq!(replica.pools().await, [pool("custom", "ghcr.io/acme/custom:1", 2, 0, 2)]);
+    assert_eq!(
+        replica.pools().await,
+        [pool("custom", "ghcr.io/acme/custom:1", 2, 0, 2)]
+    );
 
     // Deleting the last saved configuration hands pools back to the installer's file.
-    assert!(replica.store.warm_configs.delete_warm_config("custom").await.expect("delete"));
+    assert!(
+        replica
+            .store
+            .warm_configs
+            .delete_warm_config("custom")
+            .await
+            .expect("delete")
+    );
     let pass = replica.pass().await;
     assert_eq!((pass.created, pass.culled), (1, 2));
     let warm = replica.warm().await;
@@ -268,12 +304,20 @@ async fn an_exhausted_pool_cold_starts_and_refills(backend: Backend) {
     replica.pass().await;
     fixture.clock.advance(2_000);
 
-    let (first, claimed) = replica.sandboxes.start(default_spec(), "conv-a".into()).await.expect("start");
+    let (first, claimed) = replica
+        .sandboxes
+        .start(default_spec(), "conv-a".into())
+        .await
+        .expect("start");
     assert!(claimed, "the warm sandbox is claimed");
     assert_eq!(first.state, SandboxState::Running);
     assert_eq!(first.pool.as_deref(), Some("v1_current"));
 
-    let (second, claimed) = replica.sandboxes.start(default_spec(), "conv-b".into()).await.expect("start");
+    let (second, claimed) = replica
+        .sandboxes
+        .start(default_spec(), "conv-b".into())
+        .await
+        .expect("start");
     assert!(!claimed, "the pool is empty: a cold start");
     assert_eq!(second.state, SandboxState::Starting);
     assert_eq!(second.pool, None);
@@ -283,7 +327,11 @@ async fn an_exhausted_pool_cold_starts_and_refills(backend: Backend) {
     assert_eq!(replica.pools().await, [pool("v1_current", IMAGE, 1, 0, 1)]);
 
     // A start for a session that already has a sandbox answers that sandbox.
-    let (again, claimed) = replica.sandboxes.start(default_spec(), "conv-a".into()).await.expect("start");
+    let (again, claimed) = replica
+        .sandboxes
+        .start(default_spec(), "conv-a".into())
+        .await
+        .expect("start");
     assert!(!claimed);
     assert_eq!(again.runtime_id, first.runtime_id);
 }
@@ -307,8 +355,16 @@ async fn a_claim_needs_an_exact_match_less_the_per_deployment_keys(backend: Back
     let mut other_dir = default_spec();
     other_dir.working_dir = "/home/agent".into();
 
-    for (session, spec) in [("c1", &extra_key), ("c2", &other_command), ("c3", &other_dir)] {
-        let (_, claimed) = replica.sandboxes.start(spec.clone(), session.into()).await.expect("start");
+    for (session, spec) in [
+        ("c1", &extra_key),
+        ("c2", &other_command),
+        ("c3", &other_dir),
+    ] {
+        let (_, claimed) = replica
+            .sandboxes
+            .start(spec.clone(), session.into())
+            .await
+            .expect("start");
         assert!(!claimed, "{session}: a different spec cold-starts");
     }
     // Still warm and starting: a starting sandbox is claimed rather than cold-starting.
@@ -324,12 +380,21 @@ async fn a_claim_needs_an_exact_match_less_the_per_deployment_keys(backend: Back
 async fn pause_resume_and_the_session_key(backend: Backend) {
     let fixture = Fixture::new(backend, 0);
     let replica = fixture.replica().await;
-    let (sandbox, _) = replica.sandboxes.start(default_spec(), "conv-p".into()).await.expect("start");
+    let (sandbox, _) = replica
+        .sandboxes
+        .start(default_spec(), "conv-p".into())
+        .await
+        .expect("start");
     let id = sandbox.runtime_id.clone();
     let first_key = replica.sandboxes.view(sandbox.clone()).session_api_key;
     assert_eq!(first_key.len(), 64);
     assert_eq!(
-        replica.store.session_keys.sandbox_for_key(&sandgate_runtime_api::auth::session_key_digest(&first_key)).await.expect("key"),
+        replica
+            .store
+            .session_keys
+            .sandbox_for_key(&sandgate_runtime_api::auth::session_key_digest(&first_key))
+            .await
+            .expect("key"),
         Some(id.clone())
     );
 
@@ -339,33 +404,74 @@ async fn pause_resume_and_the_session_key(backend: Backend) {
 
     let paused = replica.sandboxes.pause(&id).await.expect("pause");
     assert_eq!(paused.state, SandboxState::Paused);
-    assert_eq!(replica.sandboxes.pause(&id).await.expect("again").state, SandboxState::Paused);
+    assert_eq!(
+        replica.sandboxes.pause(&id).await.expect("again").state,
+        SandboxState::Paused
+    );
 
     let resumed = replica.sandboxes.resume(&id).await.expect("resume");
     assert_eq!(resumed.state, SandboxState::Starting);
     let second_key = replica.sandboxes.view(resumed).session_api_key;
     assert_ne!(second_key, first_key, "a resume rotates the key");
     let digest = sandgate_runtime_api::auth::session_key_digest;
-    assert_eq!(replica.store.session_keys.sandbox_for_key(&digest(&first_key)).await.expect("key"), None);
-    assert_eq!(replica.store.session_keys.sandbox_for_key(&digest(&second_key)).await.expect("key"), Some(id.clone()));
+    assert_eq!(
+        replica
+            .store
+            .session_keys
+            .sandbox_for_key(&digest(&first_key))
+            .await
+            .expect("key"),
+        None
+    );
+    assert_eq!(
+        replica
+            .store
+            .session_keys
+            .sandbox_for_key(&digest(&second_key))
+            .await
+            .expect("key"),
+        Some(id.clone())
+    );
 
     let refused = replica.sandboxes.resume(&id).await.expect_err("not paused");
     assert!(matches!(refused, SandboxError::Conflict(_)));
 
     let stopped = replica.sandboxes.stop(&id).await.expect("stop");
     assert_eq!(stopped.state, SandboxState::Stopped);
-    assert_eq!(replica.store.session_keys.sandbox_for_key(&digest(&second_key)).await.expect("key"), None);
-    assert!(matches!(replica.sandboxes.pause(&id).await, Err(SandboxError::Conflict(_))));
-    assert!(matches!(replica.sandboxes.pause("nope").await, Err(SandboxError::NotFound(_))));
+    assert_eq!(
+        replica
+            .store
+            .session_keys
+            .sandbox_for_key(&digest(&second_key))
+            .await
+            .expect("key"),
+        None
+    );
+    assert!(matches!(
+        replica.sandboxes.pause(&id).await,
+        Err(SandboxError::Conflict(_))
+    ));
+    assert!(matches!(
+        replica.sandboxes.pause("nope").await,
+        Err(SandboxError::NotFound(_))
+    ));
 }
 
 async fn a_paused_conversation_resumes_on_its_original_image(backend: Backend) {
     let fixture = Fixture::new(backend, 1);
     let replica = fixture.replica().await;
     replica.pass().await;
-    let (sandbox, claimed) = replica.sandboxes.start(default_spec(), "conv-r".into()).await.expect("start");
+    let (sandbox, claimed) = replica
+        .sandboxes
+        .start(default_spec(), "conv-r".into())
+        .await
+        .expect("start");
     assert!(claimed);
-    replica.sandboxes.pause(&sandbox.runtime_id).await.expect("pause");
+    replica
+        .sandboxes
+        .pause(&sandbox.runtime_id)
+        .await
+        .expect("pause");
 
     replica
         .store
@@ -374,9 +480,19 @@ async fn a_paused_conversation_resumes_on_its_original_image(backend: Backend) {
         .await
         .expect("save");
     replica.pass().await;
-    assert!(replica.warm().await.iter().all(|record| record.spec.image == "ghcr.io/acme/agent:3.0"));
+    assert!(
+        replica
+            .warm()
+            .await
+            .iter()
+            .all(|record| record.spec.image == "ghcr.io/acme/agent:3.0")
+    );
 
-    let resumed = replica.sandboxes.resume(&sandbox.runtime_id).await.expect("resume");
+    let resumed = replica
+        .sandboxes
+        .resume(&sandbox.runtime_id)
+        .await
+        .expect("resume");
     assert_eq!(resumed.spec.image, IMAGE);
     assert_eq!(resumed.runtime_id, sandbox.runtime_id);
 }
@@ -384,9 +500,21 @@ async fn a_paused_conversation_resumes_on_its_original_image(backend: Backend) {
 async fn idle_paused_sandboxes_are_deleted_and_stopped_ones_forgotten(backend: Backend) {
     let fixture = Fixture::new(backend, 0);
     let replica = fixture.replica().await;
-    let (idle, _) = replica.sandboxes.start(default_spec(), "idle".into()).await.expect("start");
-    let (busy, _) = replica.sandboxes.start(default_spec(), "busy".into()).await.expect("start");
-    replica.sandboxes.pause(&idle.runtime_id).await.expect("pause");
+    let (idle, _) = replica
+        .sandboxes
+        .start(default_spec(), "idle".into())
+        .await
+        .expect("start");
+    let (busy, _) = replica
+        .sandboxes
+        .start(default_spec(), "busy".into())
+        .await
+        .expect("start");
+    replica
+        .sandboxes
+        .pause(&idle.runtime_id)
+        .await
+        .expect("pause");
 
     fixture.clock.advance(10 * DAY_MS - 1);
     assert_eq!(replica.pass().await.retired, 0, "not yet ten days");
@@ -395,7 +523,11 @@ async fn idle_paused_sandboxes_are_deleted_and_stopped_ones_forgotten(backend: B
     let listed = replica.sandboxes.list().await.expect("list");
     let state_of = |id: &str| listed.iter().find(|r| r.runtime_id == id).map(|r| r.state);
     assert_eq!(state_of(&idle.runtime_id), Some(SandboxState::Stopped));
-    assert_eq!(state_of(&busy.runtime_id), Some(SandboxState::Running), "running ones stay");
+    assert_eq!(
+        state_of(&busy.runtime_id),
+        Some(SandboxState::Running),
+        "running ones stay"
+    );
 
     // Stopped sandboxes are listed for an hour, then forgotten.
     fixture.clock.advance(3_600_000);
@@ -403,7 +535,14 @@ async fn idle_paused_sandboxes_are_deleted_and_stopped_ones_forgotten(backend: B
     let listed = replica.sandboxes.list().await.expect("list");
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].runtime_id, busy.runtime_id);
-    assert!(replica.sandboxes.session("idle").await.expect("read").is_none());
+    assert!(
+        replica
+            .sandboxes
+            .session("idle")
+            .await
+            .expect("read")
+            .is_none()
+    );
 }
 
 async fn one_reconciler_acts_at_a_time(backend: Backend) {
@@ -420,7 +559,11 @@ async fn one_reconciler_acts_at_a_time(backend: Backend) {
         let (a, b) = tokio::join!(first.pass(), second.pass());
         assert!(a.acted ^ b.acted, "exactly one acts: {a:?} {b:?}");
         let acted = if a.acted { "first" } else { "second" };
-        assert_eq!(*holder.get_or_insert(acted), acted, "the holder keeps its lease");
+        assert_eq!(
+            *holder.get_or_insert(acted),
+            acted,
+            "the holder keeps its lease"
+        );
     }
     assert_eq!(first.warm().await.len(), 3, "never both filled the pool");
 }

@@ -1,0 +1,346 @@
+//! The sandbox lifecycle API over REST (design.md), on the local driver: statuses and
+//! bodies, and the session keys it issues as the webhook sees them.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::{Backend, RUNTIME_KEY, Sandgate, conversation, new_id};
+
+fn start_body(session_id: &str) -> Value {
+    json!({
+        "image": "ghcr.io/acme/agent:1.0",
+        "command": ["/usr/local/bin/agent-server", "--port", "8000"],
+        "working_dir": "/workspace",
+        "environment": {"LOG_LEVEL": "info"},
+        "session_id": session_id,
+        "resource_factor": 1,
+        "run_as_user": 1000, "run_as_group": 1000, "fs_group": 1000,
+    })
+}
+
+async fn call(
+    sandgate: &Sandgate,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut request = sandgate
+        .client
+        .request(method, sandgate.url(path))
+        .header("x-api-key", RUNTIME_KEY);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}")),
+    )
+}
+
+async fn action(sandgate: &Sandgate, verb: &str, runtime_id: &str) -> (StatusCode, Value) {
+    call(
+        sandgate,
+        reqwest::Method::POST,
+        &format!("/{verb}"),
+        Some(json!({ "runtime_id": runtime_id })),
+    )
+    .await
+}
+
+async fn deliver(
+    sandgate: &Sandgate,
+    key: &str,
+    id: &str,
+    updated_at: &str,
+) -> (StatusCode, Value) {
+    let response = sandgate
+        .deliver(key, conversation(id, updated_at, "running").to_string())
+        .await;
+    let status = response.status();
+    (status, response.json().await.expect("JSON"))
+}
+
+async fn the_lifecycle_and_its_session_keys(backend: Backend) {
+    let sandgate = Sandgate::start(&backend).await;
+    let session = "conv-0001";
+
+    let (status, started) = call(
+        &sandgate,
+        reqwest::Method::POST,
+        "/start",
+        Some(start_body(session)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{started}");
+    let runtime_id = started["runtime_id"]
+        .as_str()
+        .expect("runtime_id")
+        .to_owned();
+    assert_eq!(started["session_id"], session);
+    assert_eq!(started["status"], "starting");
+    assert_eq!(started["warm"], false, "no pool configured: a cold start");
+    assert_eq!(
+        started["url"],
+        format!("http://{runtime_id}-runtime.localhost")
+    );
+    assert_eq!(started["image"], "ghcr.io/acme/agent:1.0");
+    let first_key = started["session_api_key"].as_str().expect("key").to_owned();
+    assert_eq!(first_key.len(), 64);
+
+    let (status, got) = call(
+        &sandgate,
+        reqwest::Method::GET,
+        &format!("/sessions/{session}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(got["runtime_id"], runtime_id.as_str());
+    assert_eq!(got["session_api_key"], first_key.as_str());
+    let (status, batch) = call(
+        &sandgate,
+        reqwest::Method::GET,
+        &format!("/sessions/batch?ids={session}&ids=unknown-session"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(batch.as_array().map(Vec::len), Some(2));
+    assert_eq!(batch[0]["runtime_id"], runtime_id.as_str());
+    assert_eq!(batch[1], Value::Null);
+    let (_, listed) = call(&sandgate, reqwest::Method::GET, "/list", None).await;
+    assert_eq!(listed["total"], 1);
+    assert_eq!(listed["runtimes"][0]["runtime_id"], runtime_id.as_str());
+
+    // The sandbox's key is a webhook key; the conversation is attributed to it.
+    let conversation_id = new_id();
+    let (status, body) = deliver(
+        &sandgate,
+        &first_key,
+        &conversation_id,
+        "2026-03-01T12:00:00Z",
+    )
+    .await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"success": true})));
+    let (_, other) = call(
+        &sandgate,
+        reqwest::Method::POST,
+        "/start",
+        Some(start_body("conv-0002")),
+    )
+    .await;
+    let other_key = other["session_api_key"].as_str().expect("key");
+    let read_as = |key: String| {
+        let request = sandgate
+            .client
+            .get(sandgate.url(&format!("/api/v1/conversations/{conversation_id}")))
+            .header("x-session-api-key", key);
+        async move { request.send().await.expect("request").status() }
+    };
+    assert_eq!(
+        read_as(first_key.clone()).await,
+        StatusCode::OK,
+        "its sandbox reads it"
+    );
+    assert_eq!(
+        read_as(other_key.to_owned()).await,
+        StatusCode::NOT_FOUND,
+        "another does not"
+    );
+
+    // Another sandbox may not write it.
+    let (status, body) = deliver(
+        &sandgate,
+        other_key,
+        &conversation_id,
+        "2026-03-01T12:01:00Z",
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::UNAUTHORIZED, json!({"detail": "Unauthorized"}))
+    );
+
+    // Resume needs a paused sandbox; it rotates the key.
+    let (status, body) = action(&sandgate, "resume", &runtime_id).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, paused) = action(&sandgate, "pause", &runtime_id).await;
+    assert_eq!(
+        (status, paused["status"].as_str()),
+        (StatusCode::OK, Some("paused"))
+    );
+    let (status, resumed) = action(&sandgate, "resume", &runtime_id).await;
+    assert_eq!(
+        (status, resumed["status"].as_str()),
+        (StatusCode::OK, Some("starting"))
+    );
+    let second_key = resumed["session_api_key"].as_str().expect("key").to_owned();
+    assert_ne!(second_key, first_key);
+    let (status, body) = deliver(
+        &sandgate,
+        &first_key,
+        &conversation_id,
+        "2026-03-01T12:02:00Z",
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::UNAUTHORIZED,
+            json!({"detail": "Invalid session API key"})
+        )
+    );
+    let (status, _) = deliver(
+        &sandgate,
+        &second_key,
+        &conversation_id,
+        "2026-03-01T12:03:00Z",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "the new key is the same sandbox");
+
+    let (status, stopped) = action(&sandgate, "stop", &runtime_id).await;
+    assert_eq!(
+        (status, stopped["status"].as_str()),
+        (StatusCode::OK, Some("stopped"))
+    );
+    let (status, _) = deliver(
+        &sandgate,
+        &second_key,
+        &conversation_id,
+        "2026-03-01T12:04:00Z",
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a stopped sandbox's key is revoked"
+    );
+    let (status, body) = action(&sandgate, "pause", &runtime_id).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+}
+
+async fn errors_answer_with_the_contracts_statuses(backend: Backend) {
+    let sandgate = Sandgate::start(&backend).await;
+    // No key, a wrong key.
+    for key in [None, Some("wrong")] {
+        let mut request = sandgate
+            .client
+            .post(sandgate.url("/start"))
+            .json(&start_body("s"));
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        let response = request.send().await.expect("request");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body, json!({"detail": "provide a valid API key"}));
+    }
+    // A missing field, a wrong type, a bad value: 422 at the field.
+    let mut missing = start_body("s");
+    missing.as_object_mut().expect("object").remove("image");
+    let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(missing)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "image"]));
+    assert_eq!(body["detail"][0]["type"], "missing");
+    let mut relative = start_body("s");
+    relative["working_dir"] = json!("workspace");
+    let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(relative)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "working_dir"]));
+    let mut greedy = start_body("s");
+    greedy["resource_factor"] = json!(1000);
+    let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(greedy)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "resource_factor"]));
+    let (status, body) = call(
+        &sandgate,
+        reqwest::Method::POST,
+        "/start",
+        Some(start_body("not a/valid id")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "session_id"]));
+    let (status, body) = call(&sandgate, reqwest::Method::POST, "/pause", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "runtime_id"]));
+
+    // Unknown ids.
+    let (status, body) = call(&sandgate, reqwest::Method::GET, "/sessions/nobody", None).await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"detail": "Session nobody not found"})
+        )
+    );
+    let (status, body) = action(&sandgate, "pause", "nothing").await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"detail": "Runtime nothing not found"})
+        )
+    );
+    let (status, listed) = call(&sandgate, reqwest::Method::GET, "/list", None).await;
+    assert_eq!(
+        (status, listed),
+        (StatusCode::OK, json!({"total": 0, "runtimes": []}))
+    );
+}
+
+async fn the_pools_endpoint_lists_every_effective_configuration(backend: Backend) {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let text = json!({"count": 2, "configs": [
+        {"name": "v1_current", "image": "ghcr.io/acme/agent:1.0", "working_dir": "/workspace",
+         "command": ["/agent"], "environment": {}},
+        {"name": "big", "image": "ghcr.io/acme/big:1.0", "working_dir": "/workspace",
+         "command": ["/agent"], "environment": {}, "count": 0},
+    ]});
+    std::fs::write(file.path(), text.to_string()).expect("write");
+    let path = file.path().display().to_string();
+    let sandgate = Sandgate::start_with(&backend, &["--warm-runtimes-file", &path]).await;
+    let response = sandgate
+        .client
+        .get(sandgate.url("/api/warm-runtime-pools"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let (status, body) = call(
+        &sandgate,
+        reqwest::Method::GET,
+        "/api/warm-runtime-pools",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let pools = body["pools"].as_array().expect("pools");
+    let names: Vec<_> = pools
+        .iter()
+        .map(|pool| (pool["name"].clone(), pool["target"].clone()))
+        .collect();
+    assert_eq!(
+        names,
+        [(json!("big"), json!(0)), (json!("v1_current"), json!(2))]
+    );
+    for pool in pools {
+        let counted =
+            pool["ready"].as_i64().expect("ready") + pool["starting"].as_i64().expect("starting");
+        assert!(
+            counted <= pool["target"].as_i64().expect("target"),
+            "{pool}"
+        );
+        assert_eq!(pool["failed"], 0);
+    }
+}
+
+crate::on_both_backends!(
+    the_lifecycle_and_its_session_keys,
+    errors_answer_with_the_contracts_statuses,
+    the_pools_endpoint_lists_every_effective_configuration,
+);
