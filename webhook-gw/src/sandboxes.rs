@@ -121,7 +121,10 @@ pub async fn session(
     let response = state
         .sandboxes
         .clone()
-        .get_session(metadata::request(&headers, GetSessionRequest { session_id }))
+        .get_session(metadata::request(
+            &headers,
+            GetSessionRequest { session_id },
+        ))
         .await?
         .into_inner();
     Ok(Json(runtime(response.sandbox.unwrap_or_default())))
@@ -173,10 +176,15 @@ pub async fn list(
         .await?
         .into_inner();
     let runtimes: Vec<Value> = response.sandboxes.into_iter().map(runtime).collect();
-    Ok(Json(json!({ "total": runtimes.len(), "runtimes": runtimes })))
+    Ok(Json(
+        json!({ "total": runtimes.len(), "runtimes": runtimes }),
+    ))
 }
 
-async fn runtime_id(state: &AppState, payload: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
+async fn runtime_id(
+    state: &AppState,
+    payload: Result<Bytes, BytesRejection>,
+) -> Result<String, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
     let body: RuntimeBody = body::decode(&payload)?;
     Ok(body.runtime_id)
