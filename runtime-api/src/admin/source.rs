@@ -63,12 +63,14 @@ impl WarmConfigSource {
         Ok((installer.merge(&snapshot.configs, self.overlay), generation))
     }
 
-    /// Says that a configuration changed.
+    /// Says that a configuration changed. The one waiter (the reconciler) is woken, or
+    /// finds the wake-up waiting if it was busy: a change during a pass is not lost.
     pub fn notify_changed(&self) {
-        self.changed.notify_waiters();
+        self.changed.notify_one();
     }
 
-    /// Resolves at the next [`Self::notify_changed`].
+    /// Resolves at the next [`Self::notify_changed`], or at once for one made since the
+    /// last call.
     pub async fn changed(&self) {
         self.changed.notified().await;
     }

@@ -325,7 +325,7 @@ impl Sandboxes {
             return Ok((existing, false));
         }
         if let Some(claimed) = self.claim(&spec, &session_id).await? {
-            self.claimed.notify_waiters();
+            self.claimed.notify_one();
             return Ok((claimed, true));
         }
         let started = self.launch(spec, None, Some(session_id)).await?;
@@ -466,7 +466,8 @@ impl Sandboxes {
         Ok(())
     }
 
-    /// Waits until a claim takes a warm sandbox in this process.
+    /// Waits until a claim takes a warm sandbox in this process (or returns at once for a
+    /// claim made while nobody waited).
     pub async fn claimed(&self) {
         self.claimed.notified().await;
     }
