@@ -3,17 +3,18 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use reqwest::StatusCode;
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdmin;
 use sandgate_proto::admin::v1::{GetChallengeRequest, ListApiKeysRequest, LoginRequest};
-use sandgate_runtime_api::admin::login::{Clock, login_hash};
+use sandgate_runtime_api::admin::configs::InstallerFile;
+use sandgate_runtime_api::admin::login::login_hash;
+use sandgate_runtime_api::admin::source::WarmConfigSource;
 use sandgate_runtime_api::{AdminConfig, Authenticator, RuntimeAdminService};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use crate::common::{Backend, RUNTIME_KEY, Sandgate};
+use crate::common::{Backend, RUNTIME_KEY, Sandgate, TestClock};
 
 const PASSWORD: &str = "correct horse battery staple";
 const JWT_SECRET: &str = "an HMAC key of at least thirty-two bytes";
@@ -717,43 +718,29 @@ crate::on_both_backends!(
     challenges_and_tokens_expire_on_the_service_clock,
 );
 
-#[tokio::test]
-async fn an_unreadable_installer_file_stops_the_start() {
-    let backend = Backend::embedded();
+#[test]
+fn an_unreadable_installer_file_stops_the_start() {
     let missing = PathBuf::from("/nonexistent/warm-runtimes.json");
-    let store = crate::store_conformance::open(&backend).await;
-    let auth = Arc::new(Authenticator::new(&[], &[], store.session_keys.clone()));
-    let config = AdminConfig {
-        warm_runtimes_file: Some(missing),
-        ..AdminConfig::default()
-    };
-    let err = RuntimeAdminService::new(store, auth, config)
-        .err()
-        .expect("refused");
+    let err = InstallerFile::open(Some(missing)).err().expect("refused");
     assert!(err.contains("/nonexistent/warm-runtimes.json"), "{err}");
-}
-
-/// A clock the test moves.
-struct TestClock(AtomicI64);
-
-impl Clock for TestClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
 }
 
 async fn challenges_and_tokens_expire_on_the_service_clock(backend: Backend) {
     let store = crate::store_conformance::open(&backend).await;
     let auth = Arc::new(Authenticator::new(&[], &[], store.session_keys.clone()));
-    let clock = Arc::new(TestClock(AtomicI64::new(1_800_000_000_000)));
+    let clock = Arc::new(TestClock::at(1_800_000_000_000));
     let config = AdminConfig {
         admin_password: Some(PASSWORD.into()),
         jwt_secret: Some(JWT_SECRET.as_bytes().to_vec()),
         pbkdf2_iterations: 1000,
         ..AdminConfig::default()
     };
-    let service =
-        RuntimeAdminService::with_clock(store, auth, config, clock.clone()).expect("service");
+    let configs = Arc::new(WarmConfigSource::new(
+        store.clone(),
+        InstallerFile::open(None).expect("no file"),
+        false,
+    ));
+    let service = RuntimeAdminService::with_clock(store, auth, config, configs, clock.clone());
     let challenge = || async {
         service
             .get_challenge(tonic::Request::new(GetChallengeRequest {}))
@@ -772,12 +759,12 @@ async fn challenges_and_tokens_expire_on_the_service_clock(backend: Backend) {
 
     // Answered in its fifth minute: accepted.
     let issued = challenge().await;
-    clock.0.fetch_add(5 * minute - 1, Ordering::SeqCst);
+    clock.advance(5 * minute - 1);
     let token = login(issued).await.expect("in time").into_inner().token;
 
     // Answered after five minutes: refused.
     let issued = challenge().await;
-    clock.0.fetch_add(5 * minute, Ordering::SeqCst);
+    clock.advance(5 * minute);
     let late = login(issued).await.expect_err("too late");
     assert_eq!(late.code(), tonic::Code::Unauthenticated);
     assert_eq!(late.message(), "Invalid or expired challenge");
@@ -792,11 +779,9 @@ async fn challenges_and_tokens_expire_on_the_service_clock(backend: Backend) {
         service.list_api_keys(request)
     };
     api_keys().await.expect("fresh token");
-    clock
-        .0
-        .fetch_add(24 * 60 * minute - 5 * minute - 1000, Ordering::SeqCst);
+    clock.advance(24 * 60 * minute - 5 * minute - 1000);
     api_keys().await.expect("still within 24 hours");
-    clock.0.fetch_add(1000, Ordering::SeqCst);
+    clock.advance(1000);
     let expired = api_keys().await.expect_err("expired");
     assert_eq!(expired.code(), tonic::Code::Unauthenticated);
     assert_eq!(

@@ -309,7 +309,7 @@ impl Sandboxes {
             .filter(|record| record.session_id.is_some())
             .collect();
         let mut listed = self.refresh(claimed).await?;
-        listed.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms));
+        listed.sort_by_key(|record| std::cmp::Reverse(record.created_at_ms));
         Ok(listed)
     }
 

@@ -22,6 +22,25 @@ pub const OTHER_WEBHOOK_KEY: &str = "other-session-key";
 /// The runtime API key (`X-API-Key`), which reads everything.
 pub const RUNTIME_KEY: &str = "test-runtime-api-key";
 
+/// A clock the test moves: expiry and timings are tested without waiting.
+pub struct TestClock(std::sync::atomic::AtomicI64);
+
+impl TestClock {
+    pub fn at(now_ms: i64) -> Self {
+        Self(std::sync::atomic::AtomicI64::new(now_ms))
+    }
+
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl sandgate_runtime_api::admin::login::Clock for TestClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// Where a test server keeps its data.
 pub enum Backend {
     Embedded(tempfile::TempDir),
