@@ -3,6 +3,7 @@
 //! that run sandboxes on a platform.
 
 pub mod driver;
+pub mod kubernetes;
 pub mod reconciler;
 mod service;
 pub mod spec;

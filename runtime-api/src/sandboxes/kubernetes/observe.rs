@@ -1,0 +1,138 @@
+//! What a sandbox's pod says of it: running, still starting (and why, when the scheduler
+//! cannot place it), or failed (and why: the image, a crash loop, the pod itself).
+
+use std::collections::{HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+use super::objects::RUNTIME_ID;
+use crate::sandboxes::driver::Observed;
+use crate::store::{SandboxState, StoredSandbox};
+
+/// Waiting reasons that mean the image cannot be had: a retry will not fix them.
+const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "InvalidImageName"];
+
+/// Each of `sandboxes` that has a pod in `pods`, as its pod says. When a sandbox has
+/// several pods, the newest that is not terminating speaks for it (during a restart the
+/// old one is on its way out).
+pub fn observed(pods: &[Pod], sandboxes: &[StoredSandbox]) -> HashMap<String, Observed> {
+    let wanted: HashSet<&str> = sandboxes
+        .iter()
+        .map(|sandbox| sandbox.runtime_id.as_str())
+        .collect();
+    let mut newest: HashMap<&str, &Pod> = HashMap::new();
+    for pod in pods {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(id) = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(RUNTIME_ID))
+            .filter(|id| wanted.contains(id.as_str()))
+        else {
+            continue;
+        };
+        let slot = newest.entry(id.as_str()).or_insert(pod);
+        if pod.metadata.creation_timestamp > slot.metadata.creation_timestamp {
+            *slot = pod;
+        }
+    }
+    newest
+        .into_iter()
+        .map(|(id, pod)| (id.to_owned(), pod_state(pod)))
+        .collect()
+}
+
+fn observed_as(state: SandboxState, detail: Option<String>) -> Observed {
+    Observed { state, detail }
+}
+
+/// `reason: message`, or whichever of the two there is.
+fn reason_message(reason: Option<&str>, message: Option<&str>) -> String {
+    match (
+        reason.filter(|r| !r.is_empty()),
+        message.filter(|m| !m.is_empty()),
+    ) {
+        (Some(reason), Some(message)) => format!("{reason}: {message}"),
+        (Some(text), None) | (None, Some(text)) => text.to_owned(),
+        (None, None) => "no reason given".to_owned(),
+    }
+}
+
+/// What one pod says of its sandbox.
+pub fn pod_state(pod: &Pod) -> Observed {
+    let Some(status) = &pod.status else {
+        return observed_as(SandboxState::Starting, None);
+    };
+    if status.phase.as_deref() == Some("Failed") {
+        let why = reason_message(status.reason.as_deref(), status.message.as_deref());
+        return observed_as(SandboxState::Error, Some(format!("pod failed: {why}")));
+    }
+    let containers: Vec<&ContainerStatus> = status
+        .init_container_statuses
+        .iter()
+        .chain(&status.container_statuses)
+        .flatten()
+        .collect();
+    for container in &containers {
+        let Some(waiting) = container
+            .state
+            .as_ref()
+            .and_then(|state| state.waiting.as_ref())
+        else {
+            continue;
+        };
+        let reason = waiting.reason.as_deref().unwrap_or_default();
+        let why = reason_message(Some(reason), waiting.message.as_deref());
+        if IMAGE_PULL_FAILURES.contains(&reason) {
+            return observed_as(
+                SandboxState::Error,
+                Some(format!("image pull failed: {why}")),
+            );
+        }
+        if reason == "CrashLoopBackOff" {
+            return observed_as(
+                SandboxState::Error,
+                Some(format!(
+                    "container keeps crashing: {why}{}",
+                    last_exit(container)
+                )),
+            );
+        }
+    }
+    let ready = status
+        .container_statuses
+        .as_ref()
+        .is_some_and(|statuses| !statuses.is_empty() && statuses.iter().all(|c| c.ready));
+    if ready {
+        return observed_as(SandboxState::Running, None);
+    }
+    let unschedulable = status.conditions.iter().flatten().find(|condition| {
+        condition.type_ == "PodScheduled"
+            && condition.status == "False"
+            && condition.reason.as_deref() == Some("Unschedulable")
+    });
+    if let Some(condition) = unschedulable {
+        let message = condition.message.as_deref().unwrap_or("no node fits");
+        return observed_as(
+            SandboxState::Starting,
+            Some(format!("unschedulable: {message}")),
+        );
+    }
+    observed_as(SandboxState::Starting, None)
+}
+
+/// How the container's previous run ended, for a crash loop's detail.
+fn last_exit(container: &ContainerStatus) -> String {
+    container
+        .last_state
+        .as_ref()
+        .and_then(|state| state.terminated.as_ref())
+        .map(|ended| match ended.reason.as_deref() {
+            Some(reason) => format!(" (last exit code {}: {reason})", ended.exit_code),
+            None => format!(" (last exit code {})", ended.exit_code),
+        })
+        .unwrap_or_default()
+}

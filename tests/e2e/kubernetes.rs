@@ -1,0 +1,580 @@
+//! The `kubernetes` sandbox driver against a fake API server (one per test): the objects
+//! it creates, how it pauses, resumes and deletes them, and what it reads from pods.
+
+use std::collections::BTreeMap;
+
+use axum::http::Method;
+use sandgate_runtime_api::sandboxes::driver::{Observed, SandboxDriver};
+use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
+use sandgate_runtime_api::store::{SandboxSpec, SandboxState, StoredSandbox};
+use serde_json::{Value, json};
+
+use crate::common::fake_kube::{CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, SERVICES};
+
+const NAMESPACE: &str = "sandboxes";
+const KEY: &str = "session-key-of-the-first-run";
+
+fn options() -> KubernetesOptions {
+    KubernetesOptions {
+        namespace: NAMESPACE.into(),
+        storage_class: Some("fast-ssd".into()),
+        ephemeral_storage: "25Gi".into(),
+        port: 8000,
+        ingress_class: Some("nginx".into()),
+        tls_secret: Some("runtime-wildcard-tls".into()),
+        base_url: "runtime.example.com".into(),
+        separator: "-".into(),
+    }
+}
+
+fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
+    StoredSandbox {
+        runtime_id: runtime_id.into(),
+        version: 1,
+        session_id: None,
+        pool: pool.map(str::to_owned),
+        claim_key: "claim".into(),
+        spec: SandboxSpec {
+            image: "ghcr.io/acme/agent-server:1.4.2".into(),
+            command: vec!["/usr/local/bin/agent-server".into(), "--port=8000".into()],
+            working_dir: "/workspace".into(),
+            environment: BTreeMap::from([
+                ("LOG_LEVEL".into(), "debug".into()),
+                (
+                    "OH_WEBHOOKS_0_BASE_URL".into(),
+                    "https://app.example.com".into(),
+                ),
+            ]),
+            run_as_user: Some(1000),
+            run_as_group: Some(1001),
+            fs_group: Some(1002),
+            fuse_s3_mount: None,
+            resource_factor: None,
+        },
+        state: SandboxState::Starting,
+        status_detail: None,
+        key_sha256: "digest".into(),
+        key_nonce: "nonce".into(),
+        created_at_ms: 0,
+        changed_at_ms: 0,
+    }
+}
+
+async fn start() -> (FakeKube, KubernetesDriver) {
+    let fake = FakeKube::start().await;
+    let driver = KubernetesDriver::with_client(fake.client(), options());
+    (fake, driver)
+}
+
+fn object(fake: &FakeKube, resource: &str, name: &str) -> Value {
+    fake.object(resource, NAMESPACE, name)
+        .unwrap_or_else(|| panic!("{resource} {name} exists"))
+}
+
+/// The value of `name` in a container's `env`.
+fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
+    container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|entry| entry["name"] == name)
+        .and_then(|entry| entry["value"].as_str())
+}
+
+fn assert_labels(object: &Value, runtime_id: &str, pool: &str) {
+    let labels = &object["metadata"]["labels"];
+    assert_eq!(
+        labels["app.kubernetes.io/managed-by"], "sandgate",
+        "{object}"
+    );
+    assert_eq!(labels["sandgate.dev/runtime-id"], runtime_id, "{object}");
+    assert_eq!(labels["sandgate.dev/pool"], pool, "{object}");
+}
+
+/// Every object of the sandbox, by resource: `None` where it is missing.
+fn objects_of(fake: &FakeKube, runtime_id: &str) -> Vec<(&'static str, Option<Value>)> {
+    let name = format!("sandbox-{runtime_id}");
+    vec![
+        (DEPLOYMENTS, fake.object(DEPLOYMENTS, NAMESPACE, &name)),
+        (SERVICES, fake.object(SERVICES, NAMESPACE, &name)),
+        (INGRESSES, fake.object(INGRESSES, NAMESPACE, &name)),
+        (
+            CLAIMS,
+            fake.object(CLAIMS, NAMESPACE, &format!("{name}-workspace")),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn create_makes_the_deployment_service_ingress_and_claim() {
+    let (fake, driver) = start().await;
+    let record = sandbox("a1b2c3", Some("v1_current"));
+    driver.create(&record, KEY).await.expect("create");
+
+    let deployment = object(&fake, DEPLOYMENTS, "sandbox-a1b2c3");
+    assert_labels(&deployment, "a1b2c3", "v1_current");
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], 1);
+    assert_eq!(spec["strategy"]["type"], "Recreate");
+    assert_eq!(
+        spec["selector"]["matchLabels"]["sandgate.dev/runtime-id"],
+        "a1b2c3"
+    );
+    assert_labels(&spec["template"], "a1b2c3", "v1_current");
+    let pod = &spec["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsUser": 1000, "runAsGroup": 1001, "fsGroup": 1002})
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], "ghcr.io/acme/agent-server:1.4.2");
+    assert_eq!(
+        container["command"],
+        json!(["/usr/local/bin/agent-server", "--port=8000"])
+    );
+    assert_eq!(container["workingDir"], "/workspace");
+    assert_eq!(env_value(container, "SESSION_API_KEY"), Some(KEY));
+    assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
+    assert_eq!(
+        env_value(container, "OH_WEBHOOKS_0_BASE_URL"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(container["ports"][0]["containerPort"], 8000);
+    let resources = &container["resources"];
+    assert_eq!(resources["requests"]["ephemeral-storage"], "25Gi");
+    assert_eq!(resources["limits"]["ephemeral-storage"], "25Gi");
+    assert_eq!(resources["requests"]["cpu"], "1000m");
+    assert_eq!(resources["requests"]["memory"], "2048Mi");
+    assert_eq!(resources["limits"]["cpu"], "2000m");
+    assert_eq!(resources["limits"]["memory"], "4096Mi");
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "workspace",
+                "persistentVolumeClaim": {"claimName": "sandbox-a1b2c3-workspace"}}])
+    );
+    assert_eq!(
+        container["volumeMounts"],
+        json!([{"name": "workspace", "mountPath": "/workspace"}])
+    );
+    assert_eq!(pod["automountServiceAccountToken"], false);
+
+    let claim = object(&fake, CLAIMS, "sandbox-a1b2c3-workspace");
+    assert_labels(&claim, "a1b2c3", "v1_current");
+    assert_eq!(
+        claim["spec"],
+        json!({"accessModes": ["ReadWriteOnce"], "storageClassName": "fast-ssd",
+               "resources": {"requests": {"storage": "10Gi"}}})
+    );
+
+    let service = object(&fake, SERVICES, "sandbox-a1b2c3");
+    assert_labels(&service, "a1b2c3", "v1_current");
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "http", "port": 80, "targetPort": 8000}])
+    );
+    assert_eq!(
+        service["spec"]["selector"],
+        json!({"app.kubernetes.io/managed-by": "sandgate", "sandgate.dev/runtime-id": "a1b2c3"})
+    );
+
+    let ingress = object(&fake, INGRESSES, "sandbox-a1b2c3");
+    assert_labels(&ingress, "a1b2c3", "v1_current");
+    assert_eq!(ingress["spec"]["ingressClassName"], "nginx");
+    assert_eq!(
+        ingress["spec"]["tls"],
+        json!([{"hosts": ["a1b2c3-runtime.example.com"], "secretName": "runtime-wildcard-tls"}])
+    );
+    assert_eq!(
+        ingress["spec"]["rules"],
+        json!([{"host": "a1b2c3-runtime.example.com", "http": {"paths": [{
+            "path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "sandbox-a1b2c3", "port": {"number": 80}}}
+        }]}}])
+    );
+
+    // Four creates, each a JSON POST into the sandbox namespace.
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    for request in &requests {
+        assert_eq!(request.method, Method::POST);
+        assert!(
+            request.path.contains("/namespaces/sandboxes/"),
+            "{request:?}"
+        );
+        assert_eq!(request.content_type.as_deref(), Some("application/json"));
+    }
+}
+
+#[tokio::test]
+async fn a_cold_sandbox_is_labelled_cold_and_its_resources_scale_with_its_factor() {
+    let (fake, driver) = start().await;
+    let mut record = sandbox("c0ffee", None);
+    record.spec.resource_factor = Some(2.0);
+    record.spec.run_as_user = None;
+    record.spec.run_as_group = None;
+    record.spec.fs_group = None;
+    driver.create(&record, KEY).await.expect("create");
+
+    for (resource, found) in objects_of(&fake, "c0ffee") {
+        assert_labels(
+            &found.unwrap_or_else(|| panic!("{resource}")),
+            "c0ffee",
+            "cold",
+        );
+    }
+    let deployment = object(&fake, DEPLOYMENTS, "sandbox-c0ffee");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert!(pod.get("securityContext").is_none(), "{pod}");
+    let resources = &pod["containers"][0]["resources"];
+    assert_eq!(resources["requests"]["cpu"], "2000m");
+    assert_eq!(resources["requests"]["memory"], "4096Mi");
+    assert_eq!(resources["limits"]["cpu"], "4000m");
+    assert_eq!(resources["limits"]["memory"], "8192Mi");
+    // The scratch disk does not scale: it is the installation's setting.
+    assert_eq!(resources["requests"]["ephemeral-storage"], "25Gi");
+}
+
+#[tokio::test]
+async fn a_fuse_s3_sandbox_gets_an_empty_dir_and_no_claim() {
+    let (fake, driver) = start().await;
+    let mut record = sandbox("f05e", Some("s3"));
+    record.spec.fuse_s3_mount = Some(true);
+    driver.create(&record, KEY).await.expect("create");
+
+    assert!(fake.names(CLAIMS, NAMESPACE).is_empty());
+    let deployment = object(&fake, DEPLOYMENTS, "sandbox-f05e");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "workspace", "emptyDir": {}}])
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"][0]["mountPath"],
+        "/workspace"
+    );
+    assert!(fake.object(SERVICES, NAMESPACE, "sandbox-f05e").is_some());
+    assert!(fake.object(INGRESSES, NAMESPACE, "sandbox-f05e").is_some());
+}
+
+#[tokio::test]
+async fn pause_keeps_the_claim_and_resume_restarts_on_the_original_image_with_a_new_key() {
+    let (fake, driver) = start().await;
+    let record = sandbox("9a05e", Some("v1_current"));
+    driver.create(&record, KEY).await.expect("create");
+
+    driver.pause(&record).await.expect("pause");
+    let paused = object(&fake, DEPLOYMENTS, "sandbox-9a05e");
+    assert_eq!(paused["spec"]["replicas"], 0);
+    assert!(
+        fake.object(CLAIMS, NAMESPACE, "sandbox-9a05e-workspace")
+            .is_some()
+    );
+    let pause = fake.requests().pop().expect("the pause request");
+    assert_eq!(pause.method, Method::PATCH);
+    assert_eq!(
+        pause.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(pause.body, Some(json!({"spec": {"replicas": 0}})));
+
+    // The record a later start would carry may name another image: the workload keeps its own.
+    let mut resumed_record = record.clone();
+    resumed_record.spec.image = "ghcr.io/acme/agent-server:2.0.0".into();
+    driver
+        .resume(&resumed_record, "session-key-of-the-second-run")
+        .await
+        .expect("resume");
+    let resumed = object(&fake, DEPLOYMENTS, "sandbox-9a05e");
+    assert_eq!(resumed["spec"]["replicas"], 1);
+    let containers = resumed["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let container = &containers[0];
+    assert_eq!(container["image"], "ghcr.io/acme/agent-server:1.4.2");
+    assert_eq!(
+        env_value(container, "SESSION_API_KEY"),
+        Some("session-key-of-the-second-run")
+    );
+    assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
+    assert_eq!(container["env"].as_array().expect("env").len(), 3);
+    assert!(
+        fake.object(CLAIMS, NAMESPACE, "sandbox-9a05e-workspace")
+            .is_some()
+    );
+    let resume = fake.requests().pop().expect("the resume request");
+    assert_eq!(resume.method, Method::PATCH);
+    assert_eq!(
+        resume.content_type.as_deref(),
+        Some("application/strategic-merge-patch+json")
+    );
+    let body = resume.body.expect("a patch body").to_string();
+    assert!(!body.contains("image"), "{body}");
+}
+
+#[tokio::test]
+async fn delete_removes_that_sandboxs_objects_and_leaves_the_others() {
+    let (fake, driver) = start().await;
+    let doomed = sandbox("dead01", Some("v1_current"));
+    let kept = sandbox("a11ve", Some("v1_current"));
+    driver.create(&doomed, KEY).await.expect("create doomed");
+    driver
+        .create(&kept, "other-key")
+        .await
+        .expect("create kept");
+
+    driver.delete(&doomed).await.expect("delete");
+    for (resource, found) in objects_of(&fake, "dead01") {
+        assert!(found.is_none(), "{resource} of the deleted sandbox is left");
+    }
+    for (resource, found) in objects_of(&fake, "a11ve") {
+        assert!(found.is_some(), "{resource} of the other sandbox is gone");
+    }
+    let deletes: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|request| request.method == Method::DELETE)
+        .collect();
+    assert_eq!(deletes.len(), 4, "{deletes:?}");
+    for request in &deletes {
+        assert!(
+            request.path.ends_with("/sandbox-dead01")
+                || request.path.ends_with("/sandbox-dead01-workspace"),
+            "{request:?}"
+        );
+        // Dependents (the ReplicaSet, the pod) are deleted too, not orphaned.
+        assert_eq!(
+            request.body.as_ref().map(|body| &body["propagationPolicy"]),
+            Some(&json!("Background"))
+        );
+    }
+
+    // Deleting what is gone already is not an error.
+    driver.delete(&doomed).await.expect("delete again");
+}
+
+/// A pod of `runtime_id` with `status`, as the kubelet and the scheduler leave it.
+fn pod(name: &str, runtime_id: &str, status: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {
+                "app.kubernetes.io/managed-by": "sandgate",
+                "sandgate.dev/runtime-id": runtime_id,
+                "sandgate.dev/pool": "v1_current",
+            },
+        },
+        "spec": { "containers": [{ "name": "sandbox", "image": "ghcr.io/acme/agent-server:1.4.2" }] },
+        "status": status,
+    })
+}
+
+fn waiting(reason: &str, message: &str) -> Value {
+    json!({
+        "phase": "Pending",
+        "containerStatuses": [{
+            "name": "sandbox", "image": "ghcr.io/acme/agent-server:1.4.2", "imageID": "",
+            "ready": false, "restartCount": 0,
+            "state": { "waiting": { "reason": reason, "message": message } },
+        }],
+    })
+}
+
+#[tokio::test]
+async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
+    let (fake, driver) = start().await;
+    fake.put(
+        PODS,
+        pod(
+            "sandbox-pull-7d9f-x1",
+            "pull",
+            waiting(
+                "ImagePullBackOff",
+                "Back-off pulling image \"ghcr.io/acme/agent-server:nope\"",
+            ),
+        ),
+    );
+    fake.put(
+        PODS,
+        pod(
+            "sandbox-full-7d9f-x2",
+            "full",
+            json!({
+                "phase": "Pending",
+                "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.",
+                }],
+            }),
+        ),
+    );
+    fake.put(
+        PODS,
+        pod(
+            "sandbox-up-7d9f-x3",
+            "up",
+            json!({
+                "phase": "Running",
+                "conditions": [{ "type": "Ready", "status": "True" }],
+                "containerStatuses": [{
+                    "name": "sandbox", "image": "ghcr.io/acme/agent-server:1.4.2", "imageID": "sha256:1",
+                    "ready": true, "restartCount": 0, "started": true,
+                    "state": { "running": { "startedAt": "2026-01-01T00:00:05Z" } },
+                }],
+            }),
+        ),
+    );
+    fake.put(
+        PODS,
+        pod(
+            "sandbox-crash-7d9f-x4",
+            "crash",
+            json!({
+                "phase": "Running",
+                "containerStatuses": [{
+                    "name": "sandbox", "image": "ghcr.io/acme/agent-server:1.4.2", "imageID": "sha256:1",
+                    "ready": false, "restartCount": 5,
+                    "state": { "waiting": { "reason": "CrashLoopBackOff",
+                        "message": "back-off 2m40s restarting failed container=sandbox" } },
+                    "lastState": { "terminated": { "exitCode": 1, "reason": "Error" } },
+                }],
+            }),
+        ),
+    );
+    fake.put(
+        PODS,
+        pod(
+            "sandbox-new-7d9f-x5",
+            "new",
+            waiting("ContainerCreating", ""),
+        ),
+    );
+    // A sandbox the caller did not ask about.
+    fake.put(
+        PODS,
+        pod(
+            "sandbox-other-7d9f-x6",
+            "other",
+            waiting("ErrImagePull", "not found"),
+        ),
+    );
+    let records: Vec<_> = ["pull", "full", "up", "crash", "new", "gone"]
+        .into_iter()
+        .map(|id| sandbox(id, Some("v1_current")))
+        .collect();
+
+    let observed = driver.observe(&records).await.expect("observe");
+
+    assert_eq!(
+        observed["pull"],
+        Observed {
+            state: SandboxState::Error,
+            detail: Some(
+                "image pull failed: ImagePullBackOff: Back-off pulling image \"ghcr.io/acme/agent-server:nope\""
+                    .into()
+            ),
+        }
+    );
+    assert_eq!(observed["full"].state, SandboxState::Starting);
+    let detail = observed["full"].detail.as_deref().expect("a detail");
+    assert!(detail.starts_with("unschedulable: "), "{detail}");
+    assert!(detail.contains("Insufficient cpu"), "{detail}");
+    assert_eq!(
+        observed["up"],
+        Observed {
+            state: SandboxState::Running,
+            detail: None,
+        }
+    );
+    assert_eq!(observed["crash"].state, SandboxState::Error);
+    let detail = observed["crash"].detail.as_deref().expect("a detail");
+    assert!(detail.contains("CrashLoopBackOff"), "{detail}");
+    assert!(detail.contains("exit code 1"), "{detail}");
+    assert_eq!(
+        observed["new"],
+        Observed {
+            state: SandboxState::Starting,
+            detail: None,
+        }
+    );
+    // Only what was asked about, and nothing for a sandbox without a pod.
+    assert_eq!(observed.len(), 5, "{observed:?}");
+
+    // One list call, scoped to Sandgate's pods.
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].method, Method::GET);
+    assert_eq!(requests[0].path, "/api/v1/namespaces/sandboxes/pods");
+    let query = requests[0].query.as_deref().expect("a query");
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    assert!(
+        pairs.contains(&(
+            "labelSelector".into(),
+            "app.kubernetes.io/managed-by=sandgate".into()
+        )),
+        "{query}"
+    );
+
+    // Nothing live to ask about: no call at all.
+    assert!(driver.observe(&[]).await.expect("observe").is_empty());
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn create_completes_after_a_partial_create_and_errors_name_the_object() {
+    let (fake, driver) = start().await;
+    let record = sandbox("p4r71a1", Some("v1_current"));
+    fake.fail_next(
+        Method::POST,
+        INGRESSES,
+        500,
+        "InternalError",
+        "Internal error occurred: failed calling webhook \"validate.nginx.ingress.kubernetes.io\"",
+    );
+
+    let err = driver
+        .create(&record, KEY)
+        .await
+        .expect_err("the ingress fails");
+    let message = err.to_string();
+    assert!(
+        message.contains("Ingress sandboxes/sandbox-p4r71a1"),
+        "{message}"
+    );
+    assert!(message.contains("InternalError (500)"), "{message}");
+    assert!(message.contains("failed calling webhook"), "{message}");
+    assert!(!message.contains(KEY), "{message}");
+    assert!(
+        fake.object(DEPLOYMENTS, NAMESPACE, "sandbox-p4r71a1")
+            .is_some()
+    );
+    assert!(
+        fake.object(INGRESSES, NAMESPACE, "sandbox-p4r71a1")
+            .is_none()
+    );
+
+    // The retry finds three objects in place (409) and creates the fourth.
+    driver.create(&record, KEY).await.expect("retry");
+    for (resource, found) in objects_of(&fake, "p4r71a1") {
+        assert!(found.is_some(), "{resource} missing after the retry");
+    }
+    driver.create(&record, KEY).await.expect("a third create");
+    assert_eq!(fake.names(DEPLOYMENTS, NAMESPACE), ["sandbox-p4r71a1"]);
+
+    // A sandbox the cluster lost: the error names the object and the API's reason.
+    let err = driver
+        .pause(&sandbox("l057", None))
+        .await
+        .expect_err("nothing to pause");
+    assert_eq!(
+        err.to_string(),
+        "cannot patch Deployment sandboxes/sandbox-l057: NotFound (404): deployments.apps \"sandbox-l057\" not found"
+    );
+}
