@@ -19,6 +19,7 @@ use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::admin::login::SystemClock;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
+use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
 use sandgate_runtime_api::store::{Backend, Store, redact_url};
 use sandgate_runtime_api::{
@@ -79,7 +80,22 @@ async fn sandbox_config(args: &SandboxArgs) -> anyhow::Result<SandboxConfig> {
             ))
         }
         SandboxDriverKind::Kubernetes => {
-            anyhow::bail!("the kubernetes sandbox driver is not built yet")
+            let options = KubernetesOptions {
+                namespace: args.sandbox_namespace.clone(),
+                storage_class: args.storage_class.clone(),
+                ephemeral_storage: args.ephemeral_storage_size.clone(),
+                port: args.sandbox_port,
+                ingress_class: args.sandbox_ingress_class.clone(),
+                tls_secret: args.sandbox_tls_secret.clone(),
+                base_url: args.runtime_base_url.clone(),
+                separator: args.runtime_url_separator.clone(),
+            };
+            tracing::info!(namespace = %options.namespace, "sandbox driver: kubernetes");
+            Arc::new(
+                KubernetesDriver::connect(options)
+                    .await
+                    .map_err(|err| anyhow::anyhow!("--sandbox-driver kubernetes: {err}"))?,
+            )
         }
     };
     Ok(SandboxConfig {

@@ -578,3 +578,85 @@ async fn create_completes_after_a_partial_create_and_errors_name_the_object() {
         "cannot patch Deployment sandboxes/sandbox-l057: NotFound (404): deployments.apps \"sandbox-l057\" not found"
     );
 }
+
+/// The real binary with `--sandbox-driver kubernetes`, finding the (fake) cluster through
+/// its kubeconfig: a start creates the sandbox's objects before it answers, a pause scales
+/// it to zero, and the URL answered is the Ingress's host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_drives_the_cluster_its_kubeconfig_names() {
+    let kube = FakeKube::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"http://{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
+            kube.address
+        ),
+    )
+    .expect("kubeconfig");
+    let data = dir.path().join("data");
+    let args: Vec<String> = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+        "--default-api-key",
+        crate::common::RUNTIME_KEY,
+        "--sandbox-driver",
+        "kubernetes",
+        "--sandbox-namespace",
+        NAMESPACE,
+        "--storage-class",
+        "fast-ssd",
+        "--runtime-base-url",
+        "runtime.example.com",
+        "--runtime-disable-ssl",
+        "false",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let kubeconfig = kubeconfig.display().to_string();
+    let sandgate =
+        crate::common::SandgateProcess::spawn(&args, &[("KUBECONFIG", &kubeconfig)]).await;
+    let client = reqwest::Client::new();
+
+    let started: Value = client
+        .post(sandgate.url("/start"))
+        .header("x-api-key", crate::common::RUNTIME_KEY)
+        .json(&json!({
+            "image": "ghcr.io/acme/agent-server:2.0", "command": ["/agent"],
+            "working_dir": "/workspace", "environment": {}, "session_id": "conv-k8s",
+        }))
+        .send()
+        .await
+        .expect("start")
+        .json()
+        .await
+        .expect("JSON");
+    let id = started["runtime_id"].as_str().expect("runtime_id");
+    assert_eq!(started["url"], format!("https://{id}-runtime.example.com"));
+    let name = format!("sandbox-{id}");
+    let deployment = kube
+        .object(DEPLOYMENTS, NAMESPACE, &name)
+        .expect("deployment created");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/acme/agent-server:2.0"
+    );
+    assert!(kube.object(INGRESSES, NAMESPACE, &name).is_some());
+
+    let paused = client
+        .post(sandgate.url("/pause"))
+        .header("x-api-key", crate::common::RUNTIME_KEY)
+        .json(&json!({ "runtime_id": id }))
+        .send()
+        .await
+        .expect("pause");
+    assert_eq!(paused.status(), 200);
+    let deployment = kube
+        .object(DEPLOYMENTS, NAMESPACE, &name)
+        .expect("deployment kept");
+    assert_eq!(deployment["spec"]["replicas"], 0);
+}
