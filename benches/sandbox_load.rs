@@ -9,18 +9,22 @@
 //!
 //! `cargo bench --bench sandbox_load` (needs `redis-server`). Environment: `BENCH_STARTS`
 //! (starts timed per kind, default 200), `BENCH_POOL` (pool size, default 50),
-//! `BENCH_SAVES` (saves timed, default 10).
+//! `BENCH_SAVES` (saves timed, default 10), `BENCH_SECONDS` (each rate run, default 5), `BENCH_CONCURRENCY` (default `1,16,64`).
 
 #![expect(clippy::expect_used, reason = "a benchmark fails loudly")]
 #![expect(clippy::print_stdout, reason = "a benchmark prints its table")]
 
 mod harness;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::post;
+use bytes::Bytes;
 use hdrhistogram::Histogram;
+use http_body_util::Full;
 use sandgate_runtime_api::admin::login::login_hash;
 use serde_json::{Value, json};
 
@@ -195,6 +199,7 @@ async fn main() {
     );
 
     let mut save_rows = Vec::new();
+    let mut rate_rows = Vec::new();
     let (_redis, redis_url) = harness::redis().await;
     let data = tempfile::tempdir().expect("temp dir");
     for (store, store_args) in [
@@ -266,6 +271,37 @@ async fn main() {
             ms(&times, 0.5),
             ms(&times, 0.99)
         );
+        let sessions = Arc::new(AtomicU64::new(0));
+        for concurrency in harness::concurrency_levels() {
+            let sessions = sessions.clone();
+            let next = move || {
+                let n = sessions.fetch_add(1, Ordering::Relaxed);
+                http::Request::post("/start")
+                    .header("host", "bench")
+                    .header("content-type", "application/json")
+                    .header("x-api-key", API_KEY)
+                    .body(Full::new(Bytes::from(
+                        spec("ghcr.io/acme/unpooled:2", &format!("rate-{n}")).to_string(),
+                    )))
+                    .expect("request")
+            };
+            let seconds = harness::env_number("BENCH_SECONDS", 5);
+            let outcome = harness::load(&base, concurrency, seconds, next).await;
+            rate_rows.push(format!(
+                "| {store} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
+                outcome.rate(),
+                outcome.ms(0.5),
+                outcome.ms(0.99),
+                outcome.errors
+            ));
+        }
+    }
+
+    println!("\nCold starts per second, closed loop (each a new session)\n");
+    println!("| store | concurrency | starts/s | p50 ms | p99 ms | errors |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for row in rate_rows {
+        println!("{row}");
     }
 
     println!("\nConfiguration save → full pool (each save a new image: the old pool is culled)\n");
