@@ -44,7 +44,7 @@ fn write_installer(path: &std::path::Path, image: &str) {
 }
 
 /// Sandgate with an admin password, the installer file (if any) and `extra` flags.
-async fn start(
+pub async fn start(
     backend: &Backend,
     file: Option<&tempfile::NamedTempFile>,
     extra: &[&str],
@@ -109,14 +109,19 @@ async fn post_login(sandgate: &Sandgate, body: &Value) -> (StatusCode, Value) {
     .await
 }
 
-async fn login(sandgate: &Sandgate) -> String {
+pub async fn login(sandgate: &Sandgate) -> String {
     let challenge = challenge(sandgate).await;
     let (status, body) = post_login(sandgate, &answer(&challenge, PASSWORD)).await;
     assert_eq!(status, 200, "{body}");
     body["token"].as_str().expect("token").to_owned()
 }
 
-async fn put(sandgate: &Sandgate, token: &str, name: &str, body: &Value) -> (StatusCode, Value) {
+pub async fn put(
+    sandgate: &Sandgate,
+    token: &str,
+    name: &str,
+    body: &Value,
+) -> (StatusCode, Value) {
     json_of(
         sandgate
             .client

@@ -339,7 +339,62 @@ async fn the_pools_endpoint_lists_every_effective_configuration(backend: Backend
     }
 }
 
+/// A save wakes the reconciler at once: the pool fills long before the (hour-long)
+/// interval. Waits for the pool's status with a deadline, never a fixed sleep.
+async fn a_saved_configuration_fills_its_pool_at_once(backend: Backend) {
+    let sandgate = crate::admin::start(
+        &backend,
+        None,
+        &[
+            "--reconcile-interval",
+            "3600",
+            "--local-sandbox-start-seconds",
+            "0.01",
+        ],
+    )
+    .await;
+    let token = crate::admin::login(&sandgate).await;
+    let mut config = start_body("");
+    let object = config.as_object_mut().expect("object");
+    object.remove("session_id");
+    object.remove("resource_factor");
+    object.insert("count".into(), json!(3));
+    let (status, body) = crate::admin::put(&sandgate, &token, "custom", &config).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, pools) = call(
+            &sandgate,
+            reqwest::Method::GET,
+            "/api/warm-runtime-pools",
+            None,
+        )
+        .await;
+        if pools["pools"][0]["ready"] == 3 {
+            assert_eq!(pools["pools"][0]["name"], "custom");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pool never filled: {pools}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // A start with the saved spec now claims one of them.
+    let (_, started) = call(
+        &sandgate,
+        reqwest::Method::POST,
+        "/start",
+        Some(start_body("conv-claim")),
+    )
+    .await;
+    assert_eq!(started["warm"], true, "{started}");
+    assert_eq!(started["pool"], "custom");
+}
+
 crate::on_both_backends!(
+    a_saved_configuration_fills_its_pool_at_once,
     the_lifecycle_and_its_session_keys,
     errors_answer_with_the_contracts_statuses,
     the_pools_endpoint_lists_every_effective_configuration,
