@@ -31,6 +31,13 @@ pub enum Command {
     Edge(EdgeArgs),
     /// Manage warm runtime configurations of a running Sandgate (spec 4.1).
     Admin(AdminClientArgs),
+    /// Check an install's settings, environment and secrets before deploying; exits 1 on
+    /// an error.
+    CheckConfig(CheckConfigArgs),
+    /// Print Kubernetes Secret manifests with strong random values for the install.
+    GenSecrets(GenSecretsArgs),
+    /// Probe a running service (for container probes): exits 0 when it is healthy.
+    HealthCheck(HealthCheckArgs),
 }
 
 #[derive(Debug, Args)]
@@ -181,9 +188,9 @@ pub struct AdminArgs {
     /// The admin password; without it every admin endpoint answers 403.
     #[arg(long, env = "ADMIN_PASSWORD", hide_env_values = true)]
     pub admin_password: Option<String>,
-    /// HMAC key of admin tokens, at least 32 bytes; shared by every replica. Without it a
-    /// random key is used, valid only until this process restarts.
-    #[arg(long, env = "JWT_SECRET", hide_env_values = true, value_parser = strong_secret)]
+    /// HMAC key of admin tokens, at least 32 bytes (checked at start); shared by every
+    /// replica. Without it a random key is used, valid only until this process restarts.
+    #[arg(long, env = "JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
     /// The installer's warm runtime configurations (`{"count": N, "configs": [...]}`),
     /// re-read when it changes.
@@ -233,6 +240,10 @@ pub struct SandboxArgs {
     pub runtime_base_url: String,
     #[arg(long, env = "RUNTIME_URL_SEPARATOR", default_value = "-")]
     pub runtime_url_separator: String,
+    /// The sandbox URL pattern the application is given (`https://{runtime_id}-runtime.<base
+    /// domain>`); when set, it must match the URLs sandboxes get (checked at start).
+    #[arg(long, env = "RUNTIME_URL_PATTERN")]
+    pub runtime_url_pattern: Option<String>,
     /// `http://` sandbox URLs instead of `https://` (`1|true|yes`).
     #[arg(long, env = "RUNTIME_DISABLE_SSL", default_value = "true",
           action = clap::ArgAction::Set, value_parser = flag)]
@@ -244,29 +255,27 @@ pub struct SandboxArgs {
     /// Seconds a paused sandbox may idle before it is deleted.
     #[arg(long, env = "RUNTIME_DEAD_SECONDS", default_value = "864000", value_parser = seconds)]
     pub runtime_dead_seconds: Duration,
-    /// Key that sandboxes' session keys derive from (at least 32 bytes; the same on every
-    /// replica). Without it, one derived from JWT_SECRET.
-    #[arg(long, env = "SANDBOX_KEY_SECRET", hide_env_values = true, value_parser = strong_secret)]
+    /// Key that sandboxes' session keys derive from (at least 32 bytes, checked at start;
+    /// the same on every replica). Without it, one derived from JWT_SECRET.
+    #[arg(long, env = "SANDBOX_KEY_SECRET", hide_env_values = true)]
     pub sandbox_key_secret: Option<String>,
     /// Seconds a `local` sandbox takes to go from starting to running.
     #[arg(long, env = "LOCAL_SANDBOX_START_SECONDS", default_value = "2", value_parser = seconds)]
     pub local_sandbox_start_seconds: Duration,
+    /// Allocatable ephemeral storage of one sandbox node (a quantity, e.g. `200Gi`): when
+    /// given, the warm pools are checked to fit the nodes (spec 8).
+    #[arg(long, env = "NODE_EPHEMERAL_STORAGE")]
+    pub node_ephemeral_storage: Option<String>,
+    /// How many nodes run sandboxes, for the capacity check.
+    #[arg(long, env = "SANDBOX_NODES", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sandbox_nodes: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SandboxDriverKind {
     Local,
     Kubernetes,
-}
-
-fn strong_secret(secret: &str) -> Result<String, String> {
-    if secret.len() < 32 {
-        return Err(format!(
-            "is {} bytes; use at least 32 (e.g. `openssl rand -hex 32`)",
-            secret.len()
-        ));
-    }
-    Ok(secret.to_owned())
 }
 
 /// A boolean setting: `1|true|yes` or `0|false|no` (any case), or empty for false.
@@ -326,4 +335,59 @@ pub struct ShutdownArgs {
     #[arg(long = "shutdown-grace", env = "SANDGATE_SHUTDOWN_GRACE", default_value = "10",
           value_parser = |seconds: &str| seconds.parse::<u64>().map(Duration::from_secs))]
     pub grace: Duration,
+}
+
+/// Which service's settings `check-config` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckedService {
+    /// Everything `serve` runs: the runtime API and the model gateway.
+    Serve,
+    RuntimeApi,
+    ModelGw,
+    Edge,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The service whose settings these are; each is checked for what it runs.
+    #[arg(long, default_value = "serve")]
+    pub service: CheckedService,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(flatten)]
+    pub sandboxes: SandboxArgs,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    /// The edge's runtime API URL (`--service edge`).
+    #[arg(long, env = "SANDGATE_RUNTIME_API_URL")]
+    pub runtime_api: Option<String>,
+    /// The edge's model gateway URL (`--service edge`).
+    #[arg(long, env = "SANDGATE_MODEL_GW_URL")]
+    pub model_gw: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GenSecretsArgs {
+    /// Namespace of the Secrets: the application's.
+    #[arg(long, default_value = "sandgate")]
+    pub namespace: String,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["http", "grpc"])))]
+pub struct HealthCheckArgs {
+    /// GET this URL; healthy on a 2xx answer (e.g. `http://127.0.0.1:8080/health`).
+    #[arg(long)]
+    pub http: Option<String>,
+    /// Call grpc.health.v1 Check (service "") at this address; healthy on SERVING (e.g.
+    /// `http://127.0.0.1:50051`).
+    #[arg(long)]
+    pub grpc: Option<String>,
+    /// Seconds the whole check may take.
+    #[arg(long, default_value = "3", value_parser = seconds)]
+    pub timeout: Duration,
 }

@@ -1,8 +1,13 @@
 //! The `sandgate` binary's library: each subcommand as a function that takes an already
-//! bound listener and a shutdown future, so tests run the real thing on port 0.
+//! bound listener and a shutdown future, so tests run the real thing on port 0. Each
+//! service first checks its settings (`check_config`) and refuses to start on a fatal
+//! finding.
 
 pub mod admin_client;
+pub mod check_config;
 pub mod cli;
+pub mod gen_secrets;
+pub mod health_check;
 mod shutdown;
 pub mod telemetry;
 
@@ -11,6 +16,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
+use check_config::{Settings, refuse_on_fatal};
 use sandgate_model_gw::{ConfigFile, GatewayOptions, ModelGatewayService};
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
@@ -202,6 +208,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    refuse_on_fatal(&Settings::serve(&args))?;
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
@@ -225,6 +232,7 @@ pub async fn runtime_api(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    refuse_on_fatal(&Settings::runtime_api(&args))?;
     let store = open_store(&args.store).await?;
     let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
     with_reconciler(
@@ -245,6 +253,7 @@ pub async fn model_gw(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    refuse_on_fatal(&Settings::model_gw(&args))?;
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let health = tonic_health::pb::health_server::HealthServer::new(
@@ -266,6 +275,7 @@ pub async fn edge(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    refuse_on_fatal(&Settings::edge(&args))?;
     let runtime_api = GrpcChannel::remote(&args.runtime_api)
         .with_context(|| format!("invalid --runtime-api URL {}", args.runtime_api))?;
     let model_gw = args

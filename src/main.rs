@@ -35,12 +35,43 @@ async fn admin(args: sandgate::cli::AdminClientArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Ends a command that speaks through its own output (not log records): a failure is one
+/// line on stderr and exit status 1.
+fn finish(command: &str, outcome: Result<bool, String>) -> ! {
+    let code = match outcome {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(err) => {
+            use std::io::Write;
+            // Nothing more can be said if stderr is gone.
+            drop(writeln!(std::io::stderr(), "sandgate {command}: {err}"));
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let command = match cli.command {
-        // A client: it speaks through its own messages, not log records.
+        // Clients and tools: they speak through their own messages, not log records.
         Command::Admin(args) => return admin(args).await,
+        Command::CheckConfig(args) => {
+            let outcome = sandgate::check_config::run(&args, &mut std::io::stdout().lock());
+            finish("check-config", outcome.map_err(|err| err.to_string()))
+        }
+        Command::GenSecrets(args) => {
+            let outcome = sandgate::gen_secrets::run(&args, &mut std::io::stdout().lock());
+            finish(
+                "gen-secrets",
+                outcome.map(|()| true).map_err(|err| err.to_string()),
+            )
+        }
+        Command::HealthCheck(args) => {
+            let outcome = sandgate::health_check::run(&args).await;
+            finish("health-check", outcome.map(|()| true))
+        }
         server => server,
     };
     sandgate::telemetry::init(&cli.log)?;
@@ -61,7 +92,10 @@ async fn main() -> anyhow::Result<()> {
             let listener = bind(args.listen).await?;
             sandgate::edge(args, listener, sandgate::signal()).await
         }
-        Command::Admin(_) => Ok(()),
+        Command::Admin(_)
+        | Command::CheckConfig(_)
+        | Command::GenSecrets(_)
+        | Command::HealthCheck(_) => Ok(()),
     };
     if let Err(err) = &result {
         tracing::error!("{err:#}");

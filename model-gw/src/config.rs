@@ -91,6 +91,54 @@ struct FileParams {
     api_key: String,
 }
 
+/// How errors and findings name a model entry: `model_list[0] (claude)`.
+fn entry_label(index: usize, model_name: &str) -> String {
+    format!("model_list[{index}] ({model_name})")
+}
+
+/// One `os.environ/NAME` value of the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvironmentReference {
+    /// The entry or header that holds it, as errors name it: `model_list[0] (claude)`,
+    /// `extra_headers.x-team`.
+    pub holder: String,
+    /// The field: `model`, `api_base`, `api_key`, or `value` for a header.
+    pub field: &'static str,
+    /// The environment variable.
+    pub name: String,
+}
+
+/// Every `os.environ/NAME` value of the file's text, in file order, without resolving
+/// any: what `sandgate check-config` reports on all at once, where [`GatewayConfig::parse`]
+/// stops at the first one unset.
+pub fn environment_references(text: &str) -> Result<Vec<EnvironmentReference>, String> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let file: FileShape = serde_norway::from_str(text).map_err(|err| err.to_string())?;
+    let mut references = Vec::new();
+    let mut push = |holder: &str, field: &'static str, value: &str| {
+        if let Some(name) = value.strip_prefix("os.environ/") {
+            references.push(EnvironmentReference {
+                holder: holder.to_owned(),
+                field,
+                name: name.to_owned(),
+            });
+        }
+    };
+    for (index, entry) in file.model_list.iter().enumerate() {
+        let holder = entry_label(index, &entry.model_name);
+        let params = &entry.gateway_params;
+        push(&holder, "model", &params.model);
+        push(&holder, "api_base", &params.api_base);
+        push(&holder, "api_key", &params.api_key);
+    }
+    for (name, value) in &file.extra_headers {
+        push(&format!("extra_headers.{name}"), "value", value);
+    }
+    Ok(references)
+}
+
 /// Resolves `os.environ/NAME` through `env`; any other value is itself.
 fn resolve(
     value: &str,
@@ -143,7 +191,7 @@ impl GatewayConfig {
         };
         let mut models = Vec::with_capacity(file.model_list.len());
         for (index, entry) in file.model_list.into_iter().enumerate() {
-            let what = format!("model_list[{index}] ({})", entry.model_name);
+            let what = entry_label(index, &entry.model_name);
             let params = entry.gateway_params;
             let model = resolve(&params.model, &what, env)?;
             check_model(&model).map_err(|err| format!("{what}: {err}"))?;
@@ -323,6 +371,41 @@ model_list:
         .unwrap_or_default();
         assert!(err.contains("model_list[0] (claude)"), "{err}");
         assert!(err.contains("NOPE"), "{err}");
+    }
+
+    #[test]
+    fn every_environment_reference_is_listed_with_its_entry() {
+        let references = environment_references(
+            r"
+model_list:
+  - model_name: claude
+    gateway_params: {model: gateway_proxy/c, api_base: os.environ/BASE, api_key: os.environ/KEY_A}
+  - model_name: gpt
+    gateway_params: {model: openai/a/b, api_base: 'http://g/v1', api_key: literal}
+extra_headers:
+  x-team: os.environ/TEAM
+",
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        let listed: Vec<_> = references
+            .iter()
+            .map(|reference| {
+                (
+                    reference.holder.as_str(),
+                    reference.field,
+                    reference.name.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("model_list[0] (claude)", "api_base", "BASE"),
+                ("model_list[0] (claude)", "api_key", "KEY_A"),
+                ("extra_headers.x-team", "value", "TEAM"),
+            ]
+        );
+        assert!(environment_references("model_list: [{nope: 1}]").is_err());
     }
 
     #[test]

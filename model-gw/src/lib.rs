@@ -13,7 +13,9 @@ use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 use sandgate_runtime_api::store::Store;
 
-pub use config::{ConfigFile, GatewayConfig, ModelEntry};
+pub use config::{
+    ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
+};
 pub use service::{GatewayOptions, ModelGatewayService};
 
 /// The gRPC service, ready to mount.

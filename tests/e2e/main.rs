@@ -10,6 +10,7 @@ mod admin;
 
 mod catalog;
 mod http_cases;
+mod install_tools;
 mod kubernetes;
 mod model_gateway;
 mod ordering;

@@ -13,7 +13,7 @@ use sandgate::cli::{Cli, Command};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-pub use process::SandgateProcess;
+pub use process::{SandgateProcess, run_sandgate};
 pub use redis_server::RedisServer;
 
 /// A session key every test server accepts from external senders.

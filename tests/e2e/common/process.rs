@@ -115,3 +115,17 @@ impl SandgateProcess {
         self.log.lock().expect("log").clone()
     }
 }
+
+/// Runs `sandgate <args>` to its end with only `envs` in its environment (none of the
+/// machine's settings leak in), for commands that print and exit.
+pub async fn run_sandgate(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sandgate"))
+        .args(args)
+        .env_clear()
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run sandgate")
+}

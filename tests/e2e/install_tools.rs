@@ -1,0 +1,452 @@
+//! The install's tools as the operator and the kubelet run them: `check-config` (exit
+//! status and report), the services' own start checks, `gen-secrets` and `health-check`.
+
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use tokio::net::TcpListener;
+
+use crate::common::{Backend, Sandgate, SandgateProcess, run_sandgate, serve_args};
+
+/// A secret as strong as `gen-secrets` makes them.
+const STRONG: &str = "5f0c6a1d2b3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccdd";
+
+fn repository(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// runtime-api's environment in the prod overlay (k8s/base/runtime-api.yaml with
+/// k8s/overlays/prod/values.yaml), with strong secrets and the nodes' capacity.
+fn prod_runtime_api_env(warm_runtimes: &str) -> Vec<(&'static str, String)> {
+    [
+        (
+            "REDIS_URL",
+            "rediss://:secret@redis.sandgate.example.internal:6380/0",
+        ),
+        ("ADMIN_PASSWORD", STRONG),
+        ("JWT_SECRET", STRONG),
+        ("DEFAULT_API_KEY", STRONG),
+        ("SANDGATE_WEBHOOK_API_KEYS", STRONG),
+        ("WARM_RUNTIMES_FILE", warm_runtimes),
+        ("WARM_RUNTIME_CONFIG_OVERLAY", "true"),
+        ("SANDBOX_DRIVER", "kubernetes"),
+        ("SANDBOX_NAMESPACE", "sandgate-sandboxes"),
+        ("STORAGE_CLASS", "standard-rwo"),
+        ("EPHEMERAL_STORAGE_SIZE", "25Gi"),
+        ("RUNTIME_BASE_URL", "runtime.sandgate.example.com"),
+        ("RUNTIME_URL_SEPARATOR", "-"),
+        (
+            "RUNTIME_URL_PATTERN",
+            "https://{runtime_id}-runtime.sandgate.example.com",
+        ),
+        ("RUNTIME_DISABLE_SSL", "false"),
+        ("SANDBOX_INGRESS_CLASS", "nginx"),
+        ("SANDBOX_TLS_SECRET", "sandgate-wildcard-tls"),
+        ("RECONCILE_INTERVAL", "30"),
+        ("RUNTIME_DEAD_SECONDS", "864000"),
+        ("NODE_EPHEMERAL_STORAGE", "100Gi"),
+        ("SANDBOX_NODES", "2"),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name, value.to_owned()))
+    .collect()
+}
+
+/// `env` with some variables replaced (or added), and some removed.
+fn changed<'a>(
+    env: &'a [(&'static str, String)],
+    set: &'a [(&'static str, &'a str)],
+    unset: &[&str],
+) -> Vec<(&'a str, &'a str)> {
+    let mut out: Vec<(&str, &str)> = env
+        .iter()
+        .filter(|(name, _)| !unset.contains(name) && !set.iter().any(|(other, _)| other == name))
+        .map(|(name, value)| (*name, value.as_str()))
+        .collect();
+    out.extend(set.iter().copied());
+    out
+}
+
+fn as_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+    changed(env, &[], &[])
+}
+
+#[tokio::test]
+async fn check_config_passes_the_prod_overlays_settings() {
+    let warm = repository("k8s/overlays/prod/config/warm-runtimes.json");
+    let runtime_env = prod_runtime_api_env(&warm);
+    let output = run_sandgate(
+        &["check-config", "--service", "runtime-api"],
+        &as_refs(&runtime_env),
+    )
+    .await;
+    assert_eq!(
+        stdout(&output),
+        "check-config (runtime-api): 0 errors, 0 warnings: ok\n"
+    );
+    assert_eq!(output.status.code(), Some(0));
+
+    let gateway = repository("k8s/overlays/prod/config/gateway.yaml");
+    let output = run_sandgate(
+        &["check-config", "--service", "model-gw"],
+        &[
+            ("GATEWAY_CONFIG", &gateway),
+            ("PROXY_MASTER_KEY", STRONG),
+            ("GATEWAY_API_KEY", "sk-from-the-gateway-owner"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        stdout(&output),
+        "check-config (model-gw): 0 errors, 0 warnings: ok\n"
+    );
+    assert_eq!(output.status.code(), Some(0));
+
+    let output = run_sandgate(
+        &["check-config", "--service", "edge"],
+        &[
+            ("SANDGATE_RUNTIME_API_URL", "http://runtime-api:50051"),
+            ("SANDGATE_MODEL_GW_URL", "http://model-gw:50052"),
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+}
+
+#[tokio::test]
+async fn check_config_names_every_wrong_setting_never_a_secret_and_exits_1() {
+    let broken = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(broken.path(), r#"{"count": -1, "configs": []}"#).expect("write");
+    let runtime_env = prod_runtime_api_env(&broken.path().display().to_string());
+    let env = changed(
+        &runtime_env,
+        &[
+            ("SANDBOX_NAMESPACE", "Sandboxes"),
+            ("EPHEMERAL_STORAGE_SIZE", "25GB"),
+            ("RUNTIME_DISABLE_SSL", "true"),
+            ("ADMIN_PASSWORD", "hunter2"),
+            ("JWT_SECRET", "short-jwt"),
+            (
+                "SANDGATE_WEBHOOK_API_KEYS",
+                "webhook-key-one,webhook-key-two",
+            ),
+        ],
+        &["STORAGE_CLASS"],
+    );
+    let output = run_sandgate(&["check-config", "--service", "runtime-api"], &env).await;
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    for line in [
+        "error: STORAGE_CLASS: not set",
+        "error: SANDBOX_NAMESPACE: \"Sandboxes\" is not a DNS-1123 label",
+        "error: EPHEMERAL_STORAGE_SIZE: \"25GB\" is not a Kubernetes quantity",
+        "error: RUNTIME_DISABLE_SSL: is true",
+        "error: WARM_RUNTIMES_FILE: ",
+        "error: JWT_SECRET: is 9 bytes",
+        "error: ADMIN_PASSWORD: is 7 bytes",
+        "error: SANDGATE_WEBHOOK_API_KEYS: key 1 of 2: is 15 bytes",
+        "error: SANDGATE_WEBHOOK_API_KEYS: key 2 of 2: is 15 bytes",
+    ] {
+        assert!(
+            report.lines().any(|reported| reported.starts_with(line)),
+            "no line {line:?} in\n{report}"
+        );
+    }
+    assert!(
+        report
+            .lines()
+            .last()
+            .is_some_and(|summary| summary.starts_with("check-config (runtime-api): 9 errors")),
+        "{report}"
+    );
+    for secret in ["hunter2", "short-jwt", "webhook-key-one", "webhook-key-two"] {
+        assert!(!report.contains(secret), "{secret} printed:\n{report}");
+    }
+}
+
+#[tokio::test]
+async fn check_config_reports_the_gateway_entries_by_name() {
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        r#"model_list:
+  - model_name: claude
+    gateway_params: {model: gateway_proxy/claude-sonnet, api_base: "https://gw.example/v1", api_key: os.environ/CLAUDE_KEY}
+  - model_name: gpt
+    gateway_params: {model: openai/azure/gpt-4o, api_base: "https://other.example", api_key: os.environ/GATEWAY_API_KEY}
+  - model_name: "*"
+    gateway_params: {model: "openai/*", api_base: "https://other.example/v1", api_key: os.environ/GATEWAY_API_KEY}
+"#,
+    )
+    .expect("write");
+    let path = config.path().display().to_string();
+    let output = run_sandgate(
+        &["check-config", "--service", "model-gw"],
+        &[
+            ("GATEWAY_CONFIG", &path),
+            ("PROXY_MASTER_KEY", STRONG),
+            ("GATEWAY_API_KEY", "sk-present"),
+        ],
+    )
+    .await;
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    let lines: Vec<&str> = report.lines().collect();
+    assert!(
+        lines[0].starts_with(
+            "error: GATEWAY_CONFIG: model_list[0] (claude): api_key is os.environ/CLAUDE_KEY, but CLAUDE_KEY is not set"
+        ),
+        "{report}"
+    );
+    assert!(
+        lines[1].starts_with("error: GATEWAY_CONFIG: model_list[0] (claude): api_base \"https://gw.example/v1\" ends in /v1"),
+        "{report}"
+    );
+    assert!(
+        lines[2].starts_with("error: GATEWAY_CONFIG: model_list[1] (gpt): api_base \"https://other.example\" does not end in /v1"),
+        "{report}"
+    );
+    assert!(
+        lines[3].starts_with(
+            "warning: GATEWAY_CONFIG: model_list[2] (*): a wildcard entry is not recommended"
+        ),
+        "{report}"
+    );
+    assert_eq!(
+        lines[4],
+        "check-config (model-gw): 3 errors, 1 warning: fix the errors before deploying"
+    );
+    assert!(!report.contains("sk-present"));
+}
+
+#[tokio::test]
+async fn check_config_refuses_warm_pools_larger_than_the_nodes() {
+    let warm = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        warm.path(),
+        r#"{"count": 1, "configs": [
+            {"name": "v1_current", "image": "agent:1", "working_dir": "/w", "command": ["s"], "environment": {}, "count": 2},
+            {"name": "custom", "image": "agent:custom", "working_dir": "/w", "command": ["s"], "environment": {}}
+        ]}"#,
+    )
+    .expect("write");
+    let runtime_env = prod_runtime_api_env(&warm.path().display().to_string());
+    let env = changed(
+        &runtime_env,
+        &[("NODE_EPHEMERAL_STORAGE", "40Gi"), ("SANDBOX_NODES", "1")],
+        &[],
+    );
+    let output = run_sandgate(&["check-config", "--service", "runtime-api"], &env).await;
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    assert!(
+        report.starts_with(
+            "error: NODE_EPHEMERAL_STORAGE: the warm pools need 3 pod(s) (custom 1, v1_current 2) × 25Gi = 75Gi, \
+             but 1 node(s) × 40Gi = 40Gi is allocatable"
+        ),
+        "{report}"
+    );
+
+    let two_nodes = changed(&runtime_env, &[("NODE_EPHEMERAL_STORAGE", "40Gi")], &[]);
+    let output = run_sandgate(&["check-config", "--service", "runtime-api"], &two_nodes).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+}
+
+/// A setting that makes the service unusable stops its start, named; the same run of
+/// `serve` with only weak (test) keys starts and warns.
+#[tokio::test]
+async fn a_service_refuses_to_start_on_a_fatal_setting() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let data_dir = data.path().display().to_string();
+    let output = run_sandgate(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", &data_dir],
+        &[
+            (
+                "RUNTIME_URL_PATTERN",
+                "https://{runtime_id}-runtime.sandgate.example.com",
+            ),
+            ("RUNTIME_BASE_URL", "runtime.sandgate.example.com"),
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(1));
+    let log = stderr(&output);
+    assert!(log.contains("refusing to start"), "{log}");
+    assert!(
+        log.contains(
+            "RUNTIME_DISABLE_SSL: is true (the default), but RUNTIME_URL_PATTERN is https"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("listening on"), "{log}");
+
+    let output = run_sandgate(
+        &[
+            "runtime-api",
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data_dir,
+        ],
+        &[
+            ("SANDBOX_DRIVER", "kubernetes"),
+            ("JWT_SECRET", "too-short"),
+        ],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(1));
+    let log = stderr(&output);
+    assert!(log.contains("STORAGE_CLASS: not set"), "{log}");
+    assert!(log.contains("JWT_SECRET: is 9 bytes"), "{log}");
+    assert!(!log.contains("too-short"), "{log}");
+}
+
+#[tokio::test]
+async fn weak_test_keys_are_a_warning_at_start_not_a_refusal() {
+    let backend = Backend::embedded();
+    let server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
+    let log = server.log();
+    assert!(log.contains("setting=DEFAULT_API_KEY"), "{log}");
+    assert!(log.contains("is 20 bytes"), "{log}");
+    assert!(!log.contains(crate::common::RUNTIME_KEY), "{log}");
+}
+
+#[derive(Deserialize)]
+struct SecretManifest {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    metadata: Metadata,
+    #[serde(rename = "stringData")]
+    string_data: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    name: String,
+    namespace: String,
+}
+
+async fn gen_secrets(namespace: &str) -> Vec<SecretManifest> {
+    let output = run_sandgate(&["gen-secrets", "--namespace", namespace], &[]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    serde_norway::Deserializer::from_str(&text)
+        .map(|document| SecretManifest::deserialize(document).expect("a Secret manifest"))
+        .collect()
+}
+
+#[tokio::test]
+async fn gen_secrets_prints_the_installs_secrets_with_fresh_strong_values() {
+    let first = gen_secrets("sandgate").await;
+    let names: Vec<(&str, Vec<&str>)> = first
+        .iter()
+        .map(|secret| {
+            (
+                secret.metadata.name.as_str(),
+                secret.string_data.keys().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("jwt-secret", vec!["jwt-secret"]),
+            ("admin-password", vec!["admin-password"]),
+            ("default-api-key", vec!["default-api-key"]),
+            ("sandbox-api-key", vec!["sandbox-api-key"]),
+            ("gateway-master-key", vec!["master-key"]),
+            ("cache", vec!["redis-password"]),
+        ]
+    );
+    for secret in &first {
+        assert_eq!(
+            (secret.api_version.as_str(), secret.kind.as_str()),
+            ("v1", "Secret")
+        );
+        assert_eq!(secret.metadata.namespace, "sandgate");
+        for value in secret.string_data.values() {
+            assert_eq!(value.len(), 64, "{}", secret.metadata.name);
+            assert!(value.bytes().all(|b| b.is_ascii_hexdigit()));
+        }
+    }
+    let second = gen_secrets("elsewhere").await;
+    assert!(
+        second
+            .iter()
+            .all(|secret| secret.metadata.namespace == "elsewhere")
+    );
+    for (a, b) in first.iter().zip(&second) {
+        assert_ne!(a.string_data, b.string_data, "{}", a.metadata.name);
+    }
+}
+
+async fn health_check(args: &[&str]) -> std::process::Output {
+    let mut argv = vec!["health-check"];
+    argv.extend_from_slice(args);
+    run_sandgate(&argv, &[]).await
+}
+
+/// A port nothing listens on.
+async fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("address").port()
+}
+
+#[tokio::test]
+async fn health_check_passes_on_a_healthy_serve_over_http_and_grpc() {
+    let backend = Backend::embedded();
+    let sandgate = Sandgate::start(&backend).await;
+    let output = health_check(&["--http", &sandgate.url("/health")]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = health_check(&["--grpc", &format!("http://{}", sandgate.address)]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(output.stdout.is_empty() && output.stderr.is_empty());
+
+    let output = health_check(&["--http", &sandgate.url("/no-such-path")]).await;
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("404"), "{}", stderr(&output));
+    sandgate.stop().await;
+}
+
+#[tokio::test]
+async fn health_check_fails_in_one_line_on_a_closed_port() {
+    let port = closed_port().await;
+    for args in [
+        ["--http", &format!("http://127.0.0.1:{port}/health")],
+        ["--grpc", &format!("http://127.0.0.1:{port}")],
+    ] {
+        let output = health_check(&args).await;
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let message = stderr(&output);
+        assert_eq!(message.lines().count(), 1, "{message}");
+        assert!(message.starts_with("sandgate health-check: "), "{message}");
+        assert!(message.contains("refused"), "{message}");
+    }
+}
+
+/// A server that accepts connections and never answers: the probe gives up at its timeout.
+#[tokio::test]
+async fn health_check_gives_up_at_its_timeout() {
+    let silent = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = silent.local_addr().expect("address");
+    for args in [
+        ["--http", &format!("http://{address}/health")],
+        ["--grpc", &format!("http://{address}")],
+    ] {
+        let started = Instant::now();
+        let output = health_check(&[args[0], args[1], "--timeout", "0.5"]).await;
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+        assert!(started.elapsed() < Duration::from_secs(3), "{args:?}");
+    }
+    drop(silent);
+}
