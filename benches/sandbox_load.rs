@@ -211,7 +211,7 @@ async fn main() {
     ] {
         let mut args = vec![
             "--log".to_owned(),
-            "warn".to_owned(),
+            "warn,sandgate=info".to_owned(),
             "--reconcile-interval".to_owned(),
             "3600".to_owned(),
             "--local-sandbox-start-seconds".to_owned(),
