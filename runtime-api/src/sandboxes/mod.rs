@@ -54,6 +54,10 @@ impl Default for SandboxOptions {
     }
 }
 
+/// Warm sandboxes a claim considers at once: enough to find a ready one, few enough that
+/// a claim costs the same whatever the pool's size.
+const CLAIM_CANDIDATES: usize = 8;
+
 /// Attempts at a compare-and-swap before a call gives up with 503.
 const CAS_ATTEMPTS: usize = 8;
 
@@ -344,7 +348,7 @@ impl Sandboxes {
             let mut candidates: Vec<_> = self
                 .store
                 .sandboxes
-                .warm_sandboxes(&key)
+                .warm_sandboxes(&key, CLAIM_CANDIDATES)
                 .await?
                 .into_iter()
                 .filter(|record| record.warm_index() == Some(key.as_str()))

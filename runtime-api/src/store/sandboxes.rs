@@ -88,9 +88,14 @@ pub trait SandboxStore: Send + Sync + 'static {
     /// The sandbox running `session_id`.
     async fn sandbox_for_session(&self, session_id: &str) -> StoreResult<Option<StoredSandbox>>;
 
-    /// Warm sandboxes that a start with this claim key may take. Hits may be stale: the
+    /// Up to `limit` warm sandboxes that a start with this claim key may take, drawn at
+    /// random so that concurrent claims spread over the pool. Hits may be stale: the
     /// claim's compare-and-swap decides.
-    async fn warm_sandboxes(&self, claim_key: &str) -> StoreResult<Vec<StoredSandbox>>;
+    async fn warm_sandboxes(
+        &self,
+        claim_key: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredSandbox>>;
 
     /// Writes `next` (whose version is one more than the stored one) when the stored
     /// version is `next.version - 1` (0: none stored), moving its index entries from

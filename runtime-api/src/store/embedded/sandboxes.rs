@@ -117,17 +117,24 @@ impl SandboxStore for EmbeddedStore {
         }
     }
 
-    async fn warm_sandboxes(&self, claim_key: &str) -> StoreResult<Vec<StoredSandbox>> {
+    async fn warm_sandboxes(
+        &self,
+        claim_key: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredSandbox>> {
         let start = format!("{claim_key}\0");
         let end = format!("{claim_key}\u{1}");
         self.read(move |db| {
             let txn = db.begin_read().map_err(unavailable)?;
             let warm = txn.open_table(WARM).map_err(unavailable)?;
             let table = txn.open_table(SANDBOXES).map_err(unavailable)?;
+            // Claims in one process take turns through the writer: the first members
+            // serve as well as random ones.
             let mut found = Vec::new();
             for entry in warm
                 .range(start.as_str()..end.as_str())
                 .map_err(unavailable)?
+                .take(limit)
             {
                 let (key, ()) = entry.map(|(key, _)| (key, ())).map_err(unavailable)?;
                 let id = &key.value()[start.len()..];

@@ -148,10 +148,15 @@ impl SandboxStore for RedisStore {
         }
     }
 
-    async fn warm_sandboxes(&self, claim_key: &str) -> StoreResult<Vec<StoredSandbox>> {
+    async fn warm_sandboxes(
+        &self,
+        claim_key: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredSandbox>> {
         let mut connection = self.connection.clone();
-        let ids: Vec<String> = redis::cmd("SMEMBERS")
+        let ids: Vec<String> = redis::cmd("SRANDMEMBER")
             .arg(warm_key(claim_key))
+            .arg(limit)
             .query_async(&mut connection)
             .await
             .map_err(unavailable)?;
