@@ -4,6 +4,7 @@
 
 pub mod config;
 mod headers;
+mod metrics;
 mod registry;
 mod rewrite;
 mod routing;
@@ -14,6 +15,7 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 use sandgate_runtime_api::store::Store;
 
 pub use config::{ConfigFile, GatewayConfig, ModelEntry};
+pub use metrics::describe_metrics;
 pub use service::{GatewayOptions, ModelGatewayService};
 
 /// The gRPC service, ready to mount.
