@@ -11,6 +11,7 @@ mod admin;
 mod catalog;
 mod http_cases;
 mod model_gateway;
+mod observability;
 mod ordering;
 mod process;
 mod redaction;
