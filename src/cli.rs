@@ -40,6 +40,22 @@ pub enum Command {
     HealthCheck(HealthCheckArgs),
 }
 
+impl Command {
+    /// The process's default OpenTelemetry service name (`OTEL_SERVICE_NAME` wins).
+    pub fn service_name(&self) -> &'static str {
+        match self {
+            Self::Serve(_) => "sandgate-serve",
+            Self::RuntimeApi(_) => "sandgate-runtime-api",
+            Self::ModelGw(_) => "sandgate-model-gw",
+            Self::Edge(_) => "sandgate-edge",
+            Self::Admin(_) => "sandgate-admin",
+            Self::CheckConfig(_) => "sandgate-check-config",
+            Self::GenSecrets(_) => "sandgate-gen-secrets",
+            Self::HealthCheck(_) => "sandgate-health-check",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Log filter, in `tracing` syntax (e.g. `info`, `sandgate=debug`).
@@ -92,7 +108,18 @@ pub struct ModelGwArgs {
     #[command(flatten)]
     pub gateway: GatewayArgs,
     #[command(flatten)]
+    pub metrics: MetricsArgs,
+    #[command(flatten)]
     pub shutdown: ShutdownArgs,
+}
+
+/// Prometheus metrics of a gRPC service process (the edge serves them on its own port).
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// Address of a listener serving Prometheus metrics at `/metrics`, e.g.
+    /// `0.0.0.0:9090`; without it the process keeps no metrics.
+    #[arg(long, env = "SANDGATE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The built-in model gateway.
@@ -135,6 +162,8 @@ pub struct RuntimeApiArgs {
     pub admin: AdminArgs,
     #[command(flatten)]
     pub sandboxes: SandboxArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     #[command(flatten)]
     pub shutdown: ShutdownArgs,
 }

@@ -34,7 +34,9 @@ use sandgate_runtime_api::{
 };
 use sandgate_webhook_gw::{EdgeConfig, GrpcChannel};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
+use tonic::service::Routes;
 
 use cli::{
     AdminArgs, AuthArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs, RuntimeApiArgs,
@@ -201,6 +203,52 @@ async fn run_http(
     Ok(())
 }
 
+/// Everything a process serves over gRPC, each call in a server span that continues the
+/// caller's trace.
+fn grpc_router(routes: Routes) -> Router {
+    sandgate_proto::trace::traced(routes).into_axum_router()
+}
+
+/// Runs `serve_until_stopped` (handed the shutdown signal) with, when `metrics` is given,
+/// `/metrics` served on that listener beside it and stopped with it.
+async fn with_metrics_listener<F>(
+    metrics: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: std::time::Duration,
+    serve_until_stopped: impl FnOnce(tokio_util::sync::WaitForCancellationFutureOwned) -> F,
+) -> anyhow::Result<()>
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
+    let stopping = CancellationToken::new();
+    let trigger = stopping.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        trigger.cancel();
+    });
+    let metrics = match metrics {
+        Some(listener) => {
+            let address = listener.local_addr()?;
+            tracing::info!("metrics at http://{address}/metrics");
+            let routes = telemetry::metrics::routes(telemetry::metrics::recorder());
+            let stopped = stopping.clone().cancelled_owned();
+            Some(tokio::spawn(shutdown::serve(
+                listener, routes, stopped, grace,
+            )))
+        }
+        None => None,
+    };
+    let served = serve_until_stopped(stopping.clone().cancelled_owned()).await;
+    // The main server may also end on its own (an error): the metrics server with it.
+    stopping.cancel();
+    if let Some(metrics) = metrics
+        && let Ok(Err(err)) = metrics.await
+    {
+        tracing::warn!(error = %err, "the metrics listener failed");
+    }
+    served
+}
+
 /// `sandgate serve`: the edge and every gRPC service in one process. REST and gRPC share
 /// the listener; the edge calls the services in-process.
 pub async fn serve(
@@ -209,13 +257,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     refuse_on_fatal(&Settings::serve(&args))?;
+    // First: what the services record from their start is kept.
+    let metrics = telemetry::metrics::recorder();
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
-    let grpc = runtime_api.routes.add_service(gateway);
+    // Traced once, for both ways in: the edge's in-process calls and gRPC callers.
+    let grpc = sandgate_proto::trace::traced(runtime_api.routes.add_service(gateway));
     let channel = GrpcChannel::in_process(grpc.clone());
     let mut app =
-        sandgate_webhook_gw::router(channel.clone(), edge_config(&args.edge, Some(channel)));
+        sandgate_webhook_gw::router(channel.clone(), edge_config(&args.edge, Some(channel)))
+            .merge(telemetry::metrics::routes(metrics));
     for service in RUNTIME_API_SERVICES {
         app = app.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
     }
@@ -226,46 +278,54 @@ pub async fn serve(
     .await
 }
 
-/// `sandgate runtime-api`: the runtime API's gRPC services alone.
+/// `sandgate runtime-api`: the runtime API's gRPC services alone, and `/metrics` on
+/// `metrics` when given.
 pub async fn runtime_api(
     args: RuntimeApiArgs,
     listener: TcpListener,
+    metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     refuse_on_fatal(&Settings::runtime_api(&args))?;
+    if metrics.is_some() {
+        // Before the services exist: what they record from their start is kept.
+        telemetry::metrics::recorder();
+    }
     let store = open_store(&args.store).await?;
     let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
-    with_reconciler(
-        runtime_api.reconciler,
-        run_http(
-            listener,
-            runtime_api.routes.into_axum_router(),
-            shutdown,
-            args.shutdown.grace,
-        ),
-    )
+    let grace = args.shutdown.grace;
+    with_metrics_listener(metrics, shutdown, grace, |stopped| {
+        with_reconciler(
+            runtime_api.reconciler,
+            run_http(listener, grpc_router(runtime_api.routes), stopped, grace),
+        )
+    })
     .await
 }
 
-/// `sandgate model-gw`: the model gateway's gRPC service alone (with gRPC health).
+/// `sandgate model-gw`: the model gateway's gRPC service alone (with gRPC health), and
+/// `/metrics` on `metrics` when given.
 pub async fn model_gw(
     args: ModelGwArgs,
     listener: TcpListener,
+    metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     refuse_on_fatal(&Settings::model_gw(&args))?;
+    if metrics.is_some() {
+        // Before the services exist: what they record from their start is kept.
+        telemetry::metrics::recorder();
+    }
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let health = tonic_health::pb::health_server::HealthServer::new(
         sandgate_runtime_api::StoreHealthService::new(store),
     );
-    let grpc = tonic::service::Routes::new(gateway).add_service(health);
-    run_http(
-        listener,
-        grpc.into_axum_router(),
-        shutdown,
-        args.shutdown.grace,
-    )
+    let grpc = Routes::new(gateway).add_service(health);
+    let grace = args.shutdown.grace;
+    with_metrics_listener(metrics, shutdown, grace, |stopped| {
+        run_http(listener, grpc_router(grpc), stopped, grace)
+    })
     .await
 }
 
@@ -285,6 +345,8 @@ pub async fn edge(
             GrpcChannel::remote(url).with_context(|| format!("invalid --model-gw URL {url}"))
         })
         .transpose()?;
-    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw));
+    let metrics = telemetry::metrics::recorder();
+    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw))
+        .merge(telemetry::metrics::routes(metrics));
     run_http(listener, app, shutdown, args.shutdown.grace).await
 }

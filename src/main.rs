@@ -16,6 +16,14 @@ async fn bind(address: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
         .map_err(|err| anyhow::anyhow!("cannot listen on {address}: {err}"))
 }
 
+/// The metrics listener, when `--metrics-listen` names one.
+async fn bind_metrics(args: &sandgate::cli::MetricsArgs) -> anyhow::Result<Option<TcpListener>> {
+    match args.metrics_listen {
+        Some(address) => bind(address).await.map(Some),
+        None => Ok(None),
+    }
+}
+
 /// `sandgate admin`: a client, whose failures are the server's detail for a person to
 /// read, and exit status 1, rather than log records.
 async fn admin(args: sandgate::cli::AdminClientArgs) -> anyhow::Result<()> {
@@ -74,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
         }
         server => server,
     };
-    sandgate::telemetry::init(&cli.log)?;
+    let telemetry = sandgate::telemetry::init(&cli.log, command.service_name())?;
     let result = match command {
         Command::Serve(args) => {
             let listener = bind(args.listen).await?;
@@ -82,11 +90,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::RuntimeApi(args) => {
             let listener = bind(args.grpc_listen).await?;
-            sandgate::runtime_api(args, listener, sandgate::signal()).await
+            let metrics = bind_metrics(&args.metrics).await?;
+            sandgate::runtime_api(args, listener, metrics, sandgate::signal()).await
         }
         Command::ModelGw(args) => {
             let listener = bind(args.grpc_listen).await?;
-            sandgate::model_gw(args, listener, sandgate::signal()).await
+            let metrics = bind_metrics(&args.metrics).await?;
+            sandgate::model_gw(args, listener, metrics, sandgate::signal()).await
         }
         Command::Edge(args) => {
             let listener = bind(args.listen).await?;
@@ -100,5 +110,6 @@ async fn main() -> anyhow::Result<()> {
     if let Err(err) = &result {
         tracing::error!("{err:#}");
     }
+    telemetry.shutdown().await;
     result
 }

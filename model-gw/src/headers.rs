@@ -1,7 +1,8 @@
 //! Which client headers reach the upstream (spec 4.3, design.md): with forwarding on,
 //! every `x-*` header except `x-stainless-*` and credentials, plus provider headers such
 //! as `anthropic-beta`; `authorization`, `cookie` and `user-agent` never. With forwarding
-//! off, none.
+//! off, none. The trace context (`traceparent`) is not a client header here: the upstream
+//! always gets the gateway's own upstream span's, child of the client's.
 
 /// Prefixes of provider-specific headers that are forwarded.
 const PROVIDER_PREFIXES: &[&str] = &["anthropic-"];
@@ -27,10 +28,6 @@ pub fn forwardable(name: &str) -> bool {
         .iter()
         .any(|prefix| name.starts_with(prefix))
 }
-
-/// W3C trace context: carried to the upstream whether or not client headers are
-/// forwarded, so a trace spans edge → gateway → upstream (design.md, Observability).
-pub const TRACE_CONTEXT: &[&str] = &["traceparent", "tracestate"];
 
 /// The spend log's metadata header: a JSON string.
 pub const SPEND_LOGS_METADATA: &str = "x-gateway-spend-logs-metadata";

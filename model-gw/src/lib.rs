@@ -4,6 +4,7 @@
 
 pub mod config;
 mod headers;
+mod metrics;
 mod registry;
 mod rewrite;
 mod routing;
@@ -16,6 +17,7 @@ use sandgate_runtime_api::store::Store;
 pub use config::{
     ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };
+pub use metrics::describe_metrics;
 pub use service::{GatewayOptions, ModelGatewayService};
 
 /// The gRPC service, ready to mount.

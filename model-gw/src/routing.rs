@@ -11,6 +11,9 @@ use crate::config::ModelEntry;
 /// Where one chat completion goes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Upstream {
+    /// The `model_name` of the entry that routed it (`*` for the wildcard): a bounded
+    /// name for metrics, where the requested one is whatever a client sent.
+    pub entry: String,
     pub url: String,
     /// The `model` sent upstream.
     pub model: String,
@@ -20,6 +23,7 @@ pub struct Upstream {
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
+            .field("entry", &self.entry)
             .field("url", &self.url)
             .field("model", &self.model)
             .finish_non_exhaustive()
@@ -52,6 +56,7 @@ fn upstream(entry: &ModelEntry, model: &str) -> Option<Upstream> {
         return None;
     };
     Some(Upstream {
+        entry: entry.model_name.clone(),
         url,
         model: name.to_owned(),
         api_key: entry.api_key.clone(),
@@ -135,6 +140,7 @@ mod tests {
         let upstream = route(&entries, "anthropic/claude").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(upstream.url, "http://any/v1/chat/completions");
         assert_eq!(upstream.model, "anthropic/claude");
+        assert_eq!(upstream.entry, "*");
         assert_eq!(
             route(&entries, "claude"),
             Err(RouteError::BareNameOnWildcard("claude".into()))

@@ -22,9 +22,11 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+use tracing::{Instrument, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
-use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, TRACE_CONTEXT, forwardable};
+use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, forwardable};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
 use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
 use crate::routing::{RouteError, Upstream, WILDCARD, route};
@@ -190,13 +192,19 @@ impl Gateway {
 /// What the spend log learns from a request before it is forwarded.
 struct CallRecord {
     entry: SpendLogEntry,
+    /// The routing entry's name: the calls' metrics label.
+    model_entry: String,
     started: Instant,
 }
 
 impl CallRecord {
+    /// The call's spend log entry, once `status` is answered; its metrics are recorded.
     fn finish(mut self, status: u16, usage: Option<Usage>) -> SpendLogEntry {
+        let elapsed = self.started.elapsed();
+        crate::metrics::finished(&self.model_entry, status, elapsed, usage);
+        Span::current().set_attribute("http.response.status_code", i64::from(status));
         self.entry.status = status;
-        self.entry.latency_ms = self.started.elapsed().as_millis() as u64;
+        self.entry.latency_ms = elapsed.as_millis() as u64;
         if let Some(usage) = usage {
             self.entry.prompt_tokens = usage.prompt_tokens;
             self.entry.completion_tokens = usage.completion_tokens;
@@ -324,15 +332,76 @@ impl ModelGateway for ModelGatewayService {
         &self,
         request: Request<ChatCompletionRequest>,
     ) -> Result<Response<Self::ChatCompletionStream>, Status> {
+        let (metadata, _, message) = request.into_parts();
+        let body = message.body;
+        let (config, chat, upstream) = match self.route_chat(&metadata, &body).await {
+            Ok(routed) => routed,
+            Err(status) => {
+                let code = ErrorDetail::from_status(&status).code();
+                crate::metrics::refused(code.http_status().as_u16());
+                return Err(status);
+            }
+        };
+        // The upstream call's span: the parent the upstream sees in `traceparent`. It
+        // lasts until the answer is relayed whole.
+        let span = tracing::info_span!(
+            "upstream",
+            otel.name = "POST chat completion",
+            otel.kind = "client",
+        );
+        span.set_attribute("sandgate.model_entry", upstream.entry.clone());
+        self.forward_chat(metadata.into_headers(), &config, chat, upstream)
+            .instrument(span)
+            .await
+    }
+
+    async fn list_spend_logs(
+        &self,
+        request: Request<ListSpendLogsRequest>,
+    ) -> Result<Response<ListSpendLogsResponse>, Status> {
         self.authenticate(request.metadata())?;
-        let headers = request.metadata().clone().into_headers();
-        let body = request.into_inner().body;
-        let chat = ChatRequest::parse(&body).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        let limit = match request.get_ref().limit {
+            0 => DEFAULT_SPEND_LOG_LIMIT,
+            limit => limit as usize,
+        };
+        let entries = self
+            .store
+            .spend_log
+            .spend_logs(limit.min(sandgate_runtime_api::store::models::SPEND_LOG_RETENTION))
+            .await
+            .map_err(ErrorDetail::from)?;
+        Ok(Response::new(ListSpendLogsResponse {
+            entries: entries.into_iter().map(proto_entry).collect(),
+        }))
+    }
+}
+
+impl ModelGatewayService {
+    /// Who may call, what is asked, and where it goes: everything decided before the
+    /// upstream is called.
+    async fn route_chat<'a>(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        body: &'a [u8],
+    ) -> Result<(Arc<GatewayConfig>, ChatRequest<'a>, Upstream), Status> {
+        self.authenticate(metadata)?;
+        let chat = ChatRequest::parse(body).map_err(|err| error(ErrorCode::BadRequest, err))?;
         let (config, entries) = self.entries().await?;
-        let upstream: Upstream = route(&entries, &chat.model).map_err(|err| match err {
+        let upstream = route(&entries, &chat.model).map_err(|err| match err {
             RouteError::UnknownModel(_) => error(ErrorCode::NotFound, err.to_string()),
             RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
         })?;
+        Ok((config, chat, upstream))
+    }
+
+    /// Calls the upstream, in the current (upstream) span, and relays its answer.
+    async fn forward_chat(
+        &self,
+        headers: HeaderMap,
+        config: &GatewayConfig,
+        chat: ChatRequest<'_>,
+        upstream: Upstream,
+    ) -> Result<Response<ChatStream>, Status> {
         let record = CallRecord {
             entry: SpendLogEntry {
                 request_id: uuid::Uuid::new_v4().to_string(),
@@ -344,17 +413,13 @@ impl ModelGateway for ModelGatewayService {
                 metadata: spend_metadata(&headers),
                 ..SpendLogEntry::default()
             },
+            model_entry: upstream.entry.clone(),
             started: Instant::now(),
         };
         let mut outbound = self
             .client
             .post(&upstream.url)
             .header(http::header::CONTENT_TYPE, "application/json");
-        for name in TRACE_CONTEXT {
-            if let Some(value) = headers.get(*name) {
-                outbound = outbound.header(*name, value);
-            }
-        }
         if config.forward_client_headers {
             for (name, value) in &headers {
                 if forwardable(name.as_str()) {
@@ -368,6 +433,9 @@ impl ModelGateway for ModelGatewayService {
         if !upstream.api_key.is_empty() {
             outbound = outbound.bearer_auth(&upstream.api_key);
         }
+        let mut trace_context = HeaderMap::new();
+        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
+        outbound = outbound.headers(trace_context);
         let sent = tokio::time::timeout(
             self.read_timeout,
             outbound.body(chat.upstream_body(&upstream.model)).send(),
@@ -401,7 +469,7 @@ impl ModelGateway for ModelGatewayService {
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let service = self.0.clone();
         let asked = chat.model.clone();
-        tokio::spawn(async move {
+        let relay = async move {
             let first = ChatCompletionResponse {
                 status: u32::from(status),
                 content_type: content_type.clone(),
@@ -413,28 +481,9 @@ impl ModelGateway for ModelGatewayService {
                 relay_whole(response, first, &asked, &sender, record).await
             };
             service.log_spend(entry).await;
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
-    }
-
-    async fn list_spend_logs(
-        &self,
-        request: Request<ListSpendLogsRequest>,
-    ) -> Result<Response<ListSpendLogsResponse>, Status> {
-        self.authenticate(request.metadata())?;
-        let limit = match request.get_ref().limit {
-            0 => DEFAULT_SPEND_LOG_LIMIT,
-            limit => limit as usize,
         };
-        let entries = self
-            .store
-            .spend_log
-            .spend_logs(limit.min(sandgate_runtime_api::store::models::SPEND_LOG_RETENTION))
-            .await
-            .map_err(ErrorDetail::from)?;
-        Ok(Response::new(ListSpendLogsResponse {
-            entries: entries.into_iter().map(proto_entry).collect(),
-        }))
+        tokio::spawn(relay.instrument(Span::current()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
 }
 

@@ -1,7 +1,9 @@
-//! Sandgate's protobuf API: the generated messages and gRPC stubs of every service, and
-//! the one table of error codes with its gRPC and HTTP projections.
+//! Sandgate's protobuf API: the generated messages and gRPC stubs of every service, the
+//! one table of error codes with its gRPC and HTTP projections, and the trace context
+//! that travels in gRPC metadata.
 
 pub mod error;
+pub mod trace;
 
 pub mod errors {
     pub mod v1 {

@@ -25,6 +25,7 @@ pub use admin::{AdminConfig, RuntimeAdminService};
 pub use auth::Authenticator;
 pub use conversations::ConversationsService;
 pub use health::StoreHealthService;
+pub use sandboxes::reconciler::describe_metrics;
 pub use settings::SettingsService;
 pub use store::Store;
 

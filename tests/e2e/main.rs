@@ -13,6 +13,7 @@ mod http_cases;
 mod install_tools;
 mod kubernetes;
 mod model_gateway;
+mod observability;
 mod ordering;
 mod process;
 mod redaction;

@@ -20,16 +20,16 @@ const UPSTREAM_KEY: &str = "sk-upstream-key";
 
 /// One request the fake upstream got.
 #[derive(Clone, Debug)]
-struct Recorded {
-    path: String,
-    headers: http::HeaderMap,
-    body: Value,
+pub(crate) struct Recorded {
+    pub(crate) path: String,
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) body: Value,
 }
 
 /// An OpenAI-compatible upstream: answers JSON, or SSE when asked to stream; `deny` gets
 /// 401, `hang` never answers, and a `gated` stream holds its second event until `release`
 /// is notified.
-struct FakeUpstream {
+pub(crate) struct FakeUpstream {
     address: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
     release: Arc<tokio::sync::Notify>,
@@ -110,7 +110,7 @@ async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>
 }
 
 impl FakeUpstream {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address");
@@ -127,11 +127,11 @@ impl FakeUpstream {
         }
     }
 
-    fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         format!("http://{}", self.address)
     }
 
-    fn last(&self) -> Recorded {
+    pub(crate) fn last(&self) -> Recorded {
         self.requests
             .lock()
             .expect("requests")
@@ -556,10 +556,16 @@ async fn with_forwarding_off_only_the_static_headers_go() {
     assert_eq!(response.status(), 200);
     let headers = gateway.upstream.last().headers;
     assert_eq!(headers["x-static"], "fixed");
-    assert_eq!(
-        headers["traceparent"], TRACEPARENT,
-        "trace context always travels"
+    // Trace context always travels: the client's trace, under the gateway's own span.
+    let traceparent = headers["traceparent"].to_str().expect("ASCII");
+    let (version, rest) = TRACEPARENT.split_at(3);
+    let (trace_id, client_span) = rest.split_at(32);
+    assert!(
+        traceparent.starts_with(&format!("{version}{trace_id}-")),
+        "{traceparent}"
     );
+    assert!(!traceparent.contains(&client_span[1..17]), "{traceparent}");
+    assert!(traceparent.ends_with("-01"), "sampled, as the client said");
     for name in [
         "x-team",
         "x-gateway-session-id",

@@ -9,6 +9,7 @@ mod conversations;
 mod error;
 mod metadata;
 mod models;
+mod observe;
 pub mod openapi;
 mod sandboxes;
 mod settings;
@@ -34,6 +35,7 @@ use tonic_health::pb::health_client::HealthClient;
 
 pub use channel::GrpcChannel;
 pub use error::ApiError;
+pub use observe::describe_metrics;
 
 /// The largest request body the edge accepts by default: real webhook payloads with many
 /// skills reach hundreds of kilobytes.
@@ -126,6 +128,7 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(axum::middleware::from_fn(observe::observe))
         .with_state(state)
 }
 

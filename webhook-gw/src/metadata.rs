@@ -1,11 +1,13 @@
 //! What of an HTTP request travels to the services as gRPC metadata: the caller's
-//! credentials and the forwardable `x-*` headers. The services decide what they mean.
+//! credentials and the forwardable `x-*` headers, which the services decide the meaning
+//! of, and the trace context of the edge's request span (not the caller's `traceparent`:
+//! the edge's span is the gRPC call's parent, and the caller's is the edge span's).
 
 use http::HeaderMap;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 
-/// Headers that are credentials or context the services need.
-const FORWARDED: &[&str] = &["authorization", "traceparent", "tracestate"];
+/// Headers that are credentials the services need.
+const FORWARDED: &[&str] = &["authorization"];
 
 /// Prefixes of provider headers the model gateway's header policy may forward.
 const PROVIDER_PREFIXES: &[&str] = &["anthropic-"];
@@ -29,6 +31,7 @@ pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
             metadata.append(key, value);
         }
     }
+    sandgate_proto::trace::inject_metadata(&mut metadata);
     metadata
 }
 

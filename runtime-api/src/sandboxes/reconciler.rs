@@ -3,15 +3,19 @@
 //! pools whose configuration is gone, and deletes claimed sandboxes paused for longer than
 //! `RUNTIME_DEAD_SECONDS`. Claimed sandboxes are otherwise never touched. One reconciler
 //! acts at a time across replicas: each pass holds a lease in the store.
+//!
+//! Each pass that acts records its duration, its actions and the pools' counts as
+//! metrics; a replica that does not hold the lease reports its pools at 0, so that only
+//! the acting reconciler's counts add up.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::spec::pool_spec;
-use super::{SandboxResult, Sandboxes};
+use super::{PoolCounts, SandboxResult, Sandboxes, pool_counts};
 use crate::admin::login::random_hex;
 use crate::store::{SandboxState, StoredSandbox};
 
@@ -38,13 +42,42 @@ pub struct Reconciler {
     sandboxes: Arc<Sandboxes>,
     /// Who this reconciler is, in the lease.
     holder: String,
+    /// The pools whose gauges this reconciler set: set to 0 once they are gone (or the
+    /// lease is), rather than left at their last count.
+    reported: Mutex<HashSet<String>>,
+}
+
+/// The states a warm pool's gauge is labelled with.
+const POOL_STATES: [&str; 3] = ["ready", "starting", "failed"];
+
+/// Registers the reconciler's metrics with their help text (after the recorder is
+/// installed).
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        "sandgate_reconcile_duration_seconds",
+        metrics::Unit::Seconds,
+        "duration of the warm-pool reconciler's passes (those that held the lease)"
+    );
+    metrics::describe_counter!(
+        "sandgate_reconcile_actions_total",
+        "sandboxes the reconciler created, culled (warm, off spec or surplus) or retired (claimed, dead)"
+    );
+    metrics::describe_gauge!(
+        "sandgate_warm_pool_sandboxes",
+        "warm sandboxes of each pool by state after the last pass (0 on replicas without the lease)"
+    );
 }
 
 impl Reconciler {
     pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
+        // The action counters exist from the start, at 0.
+        for action in ["created", "culled", "retired"] {
+            metrics::counter!("sandgate_reconcile_actions_total", "action" => action).increment(0);
+        }
         Self {
             sandboxes,
             holder: random_hex(8),
+            reported: Mutex::default(),
         }
     }
 
@@ -96,15 +129,64 @@ impl Reconciler {
         }
     }
 
-    /// One pass, when this reconciler holds (or can take) the lease.
+    /// One pass, when this reconciler holds (or can take) the lease; its metrics.
     pub async fn pass(&self) -> SandboxResult<Pass> {
+        let started = Instant::now();
+        let result = self.reconcile().await;
+        match &result {
+            Ok((pass, _)) if !pass.acted => self.report_pools(&HashMap::new()),
+            Ok((pass, pools)) => {
+                for (action, count) in [
+                    ("created", pass.created),
+                    ("culled", pass.culled),
+                    ("retired", pass.retired),
+                ] {
+                    metrics::counter!("sandgate_reconcile_actions_total", "action" => action)
+                        .increment(count as u64);
+                }
+                self.report_pools(pools);
+                metrics::histogram!("sandgate_reconcile_duration_seconds")
+                    .record(started.elapsed());
+            }
+            Err(_) => {
+                metrics::histogram!("sandgate_reconcile_duration_seconds")
+                    .record(started.elapsed());
+            }
+        }
+        result.map(|(pass, _)| pass)
+    }
+
+    /// Sets each pool's gauges, and those of pools no longer reported to 0.
+    fn report_pools(&self, pools: &HashMap<String, PoolCounts>) {
+        let mut reported = self.reported.lock().unwrap_or_else(PoisonError::into_inner);
+        for gone in reported.iter().filter(|pool| !pools.contains_key(*pool)) {
+            for state in POOL_STATES {
+                metrics::gauge!("sandgate_warm_pool_sandboxes", "pool" => gone.clone(), "state" => state)
+                    .set(0.0);
+            }
+        }
+        for (pool, counts) in pools {
+            for (state, count) in
+                POOL_STATES
+                    .into_iter()
+                    .zip([counts.ready, counts.starting, counts.failed])
+            {
+                metrics::gauge!("sandgate_warm_pool_sandboxes", "pool" => pool.clone(), "state" => state)
+                    .set(count as f64);
+            }
+        }
+        *reported = pools.keys().cloned().collect();
+    }
+
+    /// The pass itself, and each configured pool's counts after it.
+    async fn reconcile(&self) -> SandboxResult<(Pass, HashMap<String, PoolCounts>)> {
         let store = &self.sandboxes.store;
         if !store
             .sandboxes
             .acquire_lease(LEASE, &self.holder, self.lease_ttl())
             .await?
         {
-            return Ok(Pass::default());
+            return Ok((Pass::default(), HashMap::new()));
         }
         let mut pass = Pass {
             acted: true,
@@ -159,6 +241,7 @@ impl Reconciler {
             }
         }
 
+        let mut pools = HashMap::with_capacity(specs.len());
         for (name, (spec, count)) in &specs {
             let mut pool = warm.remove(name).unwrap_or_default();
             let target = usize::try_from(*count).unwrap_or(0);
@@ -176,22 +259,30 @@ impl Reconciler {
                     pass.culled += 1;
                 }
             }
+            let mut failed_launches = 0;
             for _ in pool.len()..target {
                 match self
                     .sandboxes
                     .launch(spec.clone(), Some((*name).to_owned()), None)
                     .await
                 {
-                    Ok(_) => pass.created += 1,
+                    Ok(record) => {
+                        pool.push(record);
+                        pass.created += 1;
+                    }
                     // The record stays, in error with the reason, for the pool status.
                     Err(super::SandboxError::Driver(err)) => {
                         tracing::warn!(pool = %name, error = %err, "cannot start a warm sandbox");
+                        failed_launches += 1;
                         pass.created += 1;
                     }
                     Err(err) => return Err(err),
                 }
             }
+            let mut counts = pool_counts(&pool).remove(*name).unwrap_or_default();
+            counts.failed += failed_launches;
+            pools.insert((*name).to_owned(), counts);
         }
-        Ok(pass)
+        Ok((pass, pools))
     }
 }

@@ -89,6 +89,20 @@ pub fn serve_args(backend: &Backend) -> Vec<String> {
     args
 }
 
+/// The binary's logging and tracing, installed once in the test process: spans carry
+/// trace context (the gateway's `traceparent` comes from them), and no log is printed.
+fn init_telemetry() {
+    static TELEMETRY: std::sync::OnceLock<Option<sandgate::telemetry::Telemetry>> =
+        std::sync::OnceLock::new();
+    TELEMETRY.get_or_init(|| {
+        let args = sandgate::cli::LogArgs {
+            log: "off".to_owned(),
+            log_format: sandgate::cli::LogFormat::Text,
+        };
+        sandgate::telemetry::init(&args, "sandgate-test").ok()
+    });
+}
+
 /// `sandgate serve` running inside the test process; stops when dropped.
 pub struct Sandgate {
     pub address: SocketAddr,
@@ -103,6 +117,7 @@ impl Sandgate {
     }
 
     pub async fn start_with(backend: &Backend, extra: &[&str]) -> Self {
+        init_telemetry();
         let mut argv = vec![
             "sandgate".to_owned(),
             "serve".to_owned(),

@@ -2,15 +2,27 @@
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio::sync::watch;
 
 pub struct SandgateProcess {
     pub address: String,
     child: Child,
     log: Arc<Mutex<String>>,
+    /// Bumped at every line logged, for tests that wait for one.
+    lines: watch::Receiver<usize>,
     log_done: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The `host:port` at the start of `text` (a log line's rest, text or JSON).
+fn address_prefix(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']')))
+        .unwrap_or(text.len());
+    &text[..end]
 }
 
 impl SandgateProcess {
@@ -33,7 +45,7 @@ impl SandgateProcess {
         while let Ok(Some(line)) = lines.next_line().await {
             log.lock().expect("log").push_str(&format!("{line}\n"));
             if let Some((_, rest)) = line.split_once("listening on http://") {
-                address = Some(rest.trim().to_owned());
+                address = Some(address_prefix(rest).to_owned());
                 break;
             }
         }
@@ -44,17 +56,47 @@ impl SandgateProcess {
             );
         };
         let sink = log.clone();
+        let (seen, seen_lines) = watch::channel(0);
         let log_done = tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 sink.lock().expect("log").push_str(&format!("{line}\n"));
+                seen.send_modify(|count| *count += 1);
             }
         });
         Self {
             address,
             child,
             log,
+            lines: seen_lines,
             log_done: Some(log_done),
         }
+    }
+
+    /// Waits until the process has logged a line containing `needle`; panics, showing
+    /// the log, when it has not within `within`.
+    pub async fn wait_for_log(&self, needle: &str, within: Duration) {
+        let mut lines = self.lines.clone();
+        let waited = tokio::time::timeout(within, async {
+            while !self.log().contains(needle) {
+                if lines.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        assert!(
+            waited == Ok(true),
+            "no log line with {needle:?}:\n{}",
+            self.log()
+        );
+    }
+
+    /// The `host:port` a log line names after `prefix` (e.g. `metrics at http://`).
+    pub fn logged_address(&self, prefix: &str) -> Option<String> {
+        let log = self.log();
+        let (_, rest) = log.split_once(prefix)?;
+        Some(address_prefix(rest).to_owned())
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,0 +1,68 @@
+//! The gateway's metrics. `model` is always the `model_name` of the configured entry that
+//! routed the call (`*` for the wildcard), or `unrouted` for calls refused before routing:
+//! never a name a client made up, so that label values stay few.
+
+use std::time::Duration;
+
+use crate::rewrite::Usage;
+
+/// The `model` label of calls refused before an entry was found.
+pub const UNROUTED: &str = "unrouted";
+
+/// Registers the gateway's metrics with their help text (after the recorder is installed).
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "sandgate_gateway_requests_total",
+        "chat completions, by model entry and the status answered (counted when the call ends)"
+    );
+    metrics::describe_histogram!(
+        "sandgate_upstream_duration_seconds",
+        metrics::Unit::Seconds,
+        "upstream calls from request to the end of the answer, by model entry and status"
+    );
+    metrics::describe_counter!(
+        "sandgate_spend_tokens_total",
+        "tokens the upstreams reported, by model entry and kind (prompt or completion)"
+    );
+}
+
+/// A chat completion refused before routing (auth, body, unknown model).
+pub fn refused(status: u16) {
+    metrics::counter!(
+        "sandgate_gateway_requests_total",
+        "model" => UNROUTED,
+        "status" => status.to_string(),
+    )
+    .increment(1);
+}
+
+/// A routed chat completion, at its end: `status` is what the client got.
+pub fn finished(model: &str, status: u16, elapsed: Duration, usage: Option<Usage>) {
+    let status = status.to_string();
+    metrics::counter!(
+        "sandgate_gateway_requests_total",
+        "model" => model.to_owned(),
+        "status" => status.clone(),
+    )
+    .increment(1);
+    metrics::histogram!(
+        "sandgate_upstream_duration_seconds",
+        "model" => model.to_owned(),
+        "status" => status,
+    )
+    .record(elapsed);
+    let Some(usage) = usage else { return };
+    for (kind, tokens) in [
+        ("prompt", usage.prompt_tokens),
+        ("completion", usage.completion_tokens),
+    ] {
+        if let Some(tokens) = tokens {
+            metrics::counter!(
+                "sandgate_spend_tokens_total",
+                "model" => model.to_owned(),
+                "kind" => kind,
+            )
+            .increment(tokens);
+        }
+    }
+}

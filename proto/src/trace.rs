@@ -1,0 +1,243 @@
+//! W3C trace context (`traceparent`, `tracestate`) across Sandgate's hops, so that one
+//! request is one trace: the edge opens a server span per request, child of the caller's
+//! `traceparent`, and injects that span's context into the gRPC metadata; every gRPC
+//! service opens its span as the child of the metadata's context (one tower layer,
+//! [`traced`], around the services' routes, in-process calls included); the model gateway
+//! injects its upstream span's context into the upstream request.
+//!
+//! The spans are `tracing` spans. Their OpenTelemetry context exists when the process
+//! installed the `tracing-opentelemetry` layer (the `sandgate` binary always does; OTLP
+//! configuration only adds an exporter), else propagation quietly does nothing.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::service::Routes;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+struct HeaderExtractor<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(HeaderName::as_str).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            HeaderValue::try_from(value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+struct MetadataInjector<'a>(&'a mut MetadataMap);
+
+impl Injector for MetadataInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(key), Ok(value)) = (
+            MetadataKey::from_bytes(key.as_bytes()),
+            MetadataValue::try_from(value),
+        ) {
+            self.0.insert(key, value);
+        }
+    }
+}
+
+/// Makes `span` the child of the trace context that `headers` carry, if they carry one;
+/// then records the trace id in the span's `trace_id` field (log lines show it).
+///
+/// Spans keep few `tracing` fields (`otel.name`, `otel.kind`, `trace_id`): the log layer
+/// formats every field of every span it sees, so the rest of what a trace shows goes in
+/// as OpenTelemetry attributes, which only the trace layer handles.
+pub fn continue_trace(span: &Span, headers: &HeaderMap) {
+    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+    if parent.span().span_context().is_valid() {
+        // Fails only without the OpenTelemetry layer, or for a disabled span: no trace.
+        drop(span.set_parent(parent));
+    }
+    let context = span.context();
+    let span_context = context.span().span_context().clone();
+    if span_context.is_valid() {
+        span.record("trace_id", tracing::field::display(span_context.trace_id()));
+    }
+}
+
+/// Puts the current span's trace context into gRPC metadata.
+pub fn inject_metadata(metadata: &mut MetadataMap) {
+    let context = Span::current().context();
+    TraceContextPropagator::new().inject_context(&context, &mut MetadataInjector(metadata));
+}
+
+/// Puts `span`'s trace context into HTTP headers (an outbound request's).
+pub fn inject_headers(span: &Span, headers: &mut HeaderMap) {
+    let context = span.context();
+    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
+}
+
+/// `routes` with a server span around every call, child of the caller's trace context.
+/// Applied once to everything a process serves over gRPC, and to what the edge calls
+/// in-process, so every gRPC hop is one span whichever way it is reached.
+pub fn traced(routes: Routes) -> Routes {
+    Routes::from(routes.into_axum_router().layer(GrpcTraceLayer))
+}
+
+/// The tower layer of [`traced`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GrpcTraceLayer;
+
+impl<S> tower::Layer<S> for GrpcTraceLayer {
+    type Service = GrpcTrace<S>;
+
+    fn layer(&self, inner: S) -> GrpcTrace<S> {
+        GrpcTrace { inner }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct GrpcTrace<S> {
+    inner: S,
+}
+
+/// The path prefix of gRPC health checks.
+const HEALTH: &str = "/grpc.health.v1.Health/";
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, Infallible>> + Send>>;
+
+impl<S, B, R> tower::Service<http::Request<B>> for GrpcTrace<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>, Error = Infallible>,
+    S::Future: Send + 'static,
+    R: 'static,
+{
+    type Response = http::Response<R>;
+    type Error = Infallible;
+    type Future = BoxFuture<http::Response<R>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // `/package.Service/Method`: bounded by the routes, except for unknown paths, which
+        // are answered `unimplemented` at once.
+        let path = request.uri().path();
+        if path.starts_with(HEALTH) {
+            // Probes call it every few seconds; a trace of each is noise.
+            return Box::pin(self.inner.call(request));
+        }
+        let (service, method) = path
+            .trim_start_matches('/')
+            .split_once('/')
+            .unwrap_or((path, ""));
+        let span = tracing::info_span!(
+            "grpc",
+            otel.name = path.trim_start_matches('/'),
+            otel.kind = "server",
+            trace_id = tracing::field::Empty,
+        );
+        span.set_attribute("rpc.system", "grpc");
+        span.set_attribute("rpc.service", service.to_owned());
+        span.set_attribute("rpc.method", method.to_owned());
+        continue_trace(&span, request.headers());
+        let future = span.in_scope(|| self.inner.call(request));
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let response = future.await?;
+                // A failed call answers trailers-only, its status in the headers; a
+                // successful one's status comes in trailers, after this span's work.
+                let code = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|value| value.to_str().ok())
+                    .and_then(|value| value.parse::<i64>().ok())
+                    .unwrap_or(0);
+                Span::current().set_attribute("rpc.grpc.status_code", code);
+                Ok(response)
+            },
+            span,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn traceparent(headers: &HeaderMap) -> &str {
+        headers
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_span_continues_the_callers_trace_and_passes_on_its_own_id() {
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            let mut incoming = HeaderMap::new();
+            incoming.insert("traceparent", HeaderValue::from_static(CALLER));
+            let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
+            continue_trace(&span, &incoming);
+            let mut metadata = MetadataMap::new();
+            span.in_scope(|| inject_metadata(&mut metadata));
+            let passed = metadata.into_headers();
+            let sent = traceparent(&passed);
+            assert!(
+                sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+                "{sent}"
+            );
+            assert!(
+                sent.ends_with("-01"),
+                "the caller's sampling decision: {sent}"
+            );
+            assert_ne!(sent, CALLER, "the span's own id, not the caller's");
+
+            // The next hop's span is the child of the one that sent.
+            let child = tracing::info_span!(parent: None, "grpc", trace_id = tracing::field::Empty);
+            continue_trace(&child, &passed);
+            let mut outbound = HeaderMap::new();
+            inject_headers(&child, &mut outbound);
+            let next = traceparent(&outbound);
+            assert!(
+                next.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+                "{next}"
+            );
+            assert_ne!(next, sent);
+        });
+    }
+
+    #[test]
+    fn without_the_opentelemetry_layer_nothing_is_injected() {
+        let mut headers = HeaderMap::new();
+        inject_headers(&Span::current(), &mut headers);
+        assert!(headers.is_empty());
+        let mut metadata = MetadataMap::new();
+        inject_metadata(&mut metadata);
+        assert!(metadata.is_empty());
+    }
+}

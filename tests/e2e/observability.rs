@@ -1,0 +1,388 @@
+//! Metrics and traces of the real binary: `/metrics` counts requests by route template,
+//! the runtime API's `--metrics-listen` shows its reconciler's passes, and one chat
+//! completion is one trace across the edge, the gateway's gRPC service and the upstream,
+//! exported over OTLP/HTTP to a fake collector.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use prost::Message;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::common::{Backend, RUNTIME_KEY, SandgateProcess, base_args, serve_args};
+use crate::model_gateway::FakeUpstream;
+
+/// How long a test waits for what a process does on its own (a pass, an export).
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The value of the sample `name{labels…}` in a text exposition, when it is there.
+fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let rest = series.strip_prefix(name)?;
+        let wanted = rest.is_empty() && labels.is_empty()
+            || rest.starts_with('{')
+                && labels
+                    .iter()
+                    .all(|(key, value)| rest.contains(&format!("{key}=\"{value}\"")));
+        wanted.then(|| value.parse().ok()).flatten()
+    })
+}
+
+async fn scrape(client: &reqwest::Client, url: &str) -> String {
+    let response = client.get(url).send().await.expect("scrape");
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    response.text().await.expect("exposition")
+}
+
+#[tokio::test]
+async fn the_edge_counts_requests_by_route_template_never_by_path() {
+    let backend = Backend::embedded();
+    let server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
+    let client = reqwest::Client::new();
+    let conversation = client
+        .get(server.url("/api/v1/conversations/secret-looking-id-123"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(conversation.status(), 401);
+    for _ in 0..2 {
+        let unknown = client
+            .get(server.url("/no/such/path-456"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(unknown.status(), 404);
+    }
+
+    let metrics = scrape(&client, &server.url("/metrics")).await;
+    let route = [
+        ("route", "/api/v1/conversations/{id}"),
+        ("method", "GET"),
+        ("status", "401"),
+    ];
+    assert_eq!(
+        sample(&metrics, "sandgate_http_requests_total", &route),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "sandgate_http_request_duration_seconds_count",
+            &route[..2]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "sandgate_http_requests_total",
+            &[("route", "unmatched"), ("status", "404")]
+        ),
+        Some(2.0),
+        "{metrics}"
+    );
+    for raw in ["secret-looking-id-123", "path-456"] {
+        assert!(!metrics.contains(raw), "a raw path leaked into labels");
+    }
+    assert!(metrics.contains("# HELP sandgate_http_requests_total"));
+    // The gRPC services of `serve` record into the same registry.
+    assert!(metrics.contains("sandgate_reconcile_actions_total"));
+}
+
+#[tokio::test]
+async fn the_runtime_api_serves_its_reconciler_metrics_on_the_metrics_listener() {
+    let backend = Backend::embedded();
+    let installer = tempfile::NamedTempFile::new().expect("temp file");
+    let configs = json!({
+        "count": 2,
+        "configs": [{
+            "name": "v1_current", "image": "ghcr.io/acme/agent:1.0", "working_dir": "/workspace",
+            "command": ["/usr/local/bin/agent-server"], "environment": {},
+        }]
+    });
+    std::fs::write(installer.path(), configs.to_string()).expect("write installer file");
+    let mut args = [
+        "runtime-api",
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--warm-runtimes-file",
+        &installer.path().display().to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(base_args(&backend));
+    let mut runtime_api = SandgateProcess::spawn(&args, &[]).await;
+    runtime_api
+        .wait_for_log("warm pools reconciled", PATIENCE)
+        .await;
+    let metrics_address = runtime_api
+        .logged_address("metrics at http://")
+        .expect("the metrics listener's address is logged");
+    assert_ne!(metrics_address, runtime_api.address);
+
+    let client = reqwest::Client::new();
+    let metrics = scrape(&client, &format!("http://{metrics_address}/metrics")).await;
+    assert!(
+        sample(&metrics, "sandgate_reconcile_duration_seconds_count", &[])
+            .is_some_and(|passes| passes >= 1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "sandgate_reconcile_actions_total",
+            &[("action", "created")]
+        ),
+        Some(2.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "sandgate_reconcile_actions_total",
+            &[("action", "culled")]
+        ),
+        Some(0.0),
+        "{metrics}"
+    );
+    let warm: f64 = ["ready", "starting"]
+        .iter()
+        .filter_map(|state| {
+            sample(
+                &metrics,
+                "sandgate_warm_pool_sandboxes",
+                &[("pool", "v1_current"), ("state", state)],
+            )
+        })
+        .sum();
+    assert_eq!(warm, 2.0, "{metrics}");
+    assert!(metrics.contains("# TYPE sandgate_reconcile_duration_seconds histogram"));
+    assert_eq!(runtime_api.terminate().await, Some(0));
+}
+
+/// One exported span, as the test reads it.
+#[derive(Clone, Debug)]
+struct Exported {
+    service: String,
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: String,
+}
+
+/// An OTLP/HTTP collector on port 0: every span it is sent goes down `spans`.
+async fn collector(spans: mpsc::UnboundedSender<Exported>) -> String {
+    async fn export(
+        State(spans): State<mpsc::UnboundedSender<Exported>>,
+        body: Bytes,
+    ) -> ([(&'static str, &'static str); 1], Vec<u8>) {
+        let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf body");
+        for resource_spans in request.resource_spans {
+            let service = resource_spans
+                .resource
+                .iter()
+                .flat_map(|resource| &resource.attributes)
+                .find(|attribute| attribute.key == "service.name")
+                .and_then(
+                    |attribute| match attribute.value.as_ref()?.value.as_ref()? {
+                        AnyValue::StringValue(name) => Some(name.clone()),
+                        _ => None,
+                    },
+                )
+                .unwrap_or_default();
+            for span in resource_spans
+                .scope_spans
+                .into_iter()
+                .flat_map(|scope| scope.spans)
+            {
+                drop(spans.send(Exported {
+                    service: service.clone(),
+                    name: span.name,
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent_span_id: hex(&span.parent_span_id),
+                }));
+            }
+        }
+        ([("content-type", "application/x-protobuf")], Vec::new())
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let app = Router::new()
+        .route("/v1/traces", post(export))
+        .with_state(spans);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+const MASTER_KEY: &str = "sk-master-key-for-traces";
+const UPSTREAM_KEY: &str = "sk-upstream-key-for-traces";
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// `sandgate model-gw` and `sandgate edge` as processes exporting to `collector`: the
+/// client's trace continues through the edge's span, the gRPC call's and the upstream
+/// call's, and the upstream sees the last as its parent.
+#[tokio::test]
+async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
+    let (sent, mut spans) = mpsc::unbounded_channel();
+    let collector = collector(sent).await;
+    let upstream = FakeUpstream::start().await;
+    let data = tempfile::tempdir().expect("temp dir");
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: {UPSTREAM_KEY}}}\n",
+            upstream.base()
+        ),
+    )
+    .expect("write config");
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+        ("PROXY_MASTER_KEY", MASTER_KEY),
+    ];
+    let gateway_args = [
+        "model-gw",
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        "--data-dir",
+        &data.path().display().to_string(),
+        "--gateway-config",
+        &config.path().display().to_string(),
+    ]
+    .map(str::to_owned);
+    let model_gw = SandgateProcess::spawn(&gateway_args, &otel).await;
+    let edge_args = [
+        "edge".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--runtime-api".to_owned(),
+        format!("http://{}", model_gw.address),
+        "--model-gw".to_owned(),
+        format!("http://{}", model_gw.address),
+    ];
+    let edge = SandgateProcess::spawn(&edge_args, &otel).await;
+
+    let client = reqwest::Client::new();
+    let response = client
+        .post(edge.url("/v1/chat/completions"))
+        .bearer_auth(MASTER_KEY)
+        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .body(
+            json!({"model": "claude", "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    response.bytes().await.expect("body");
+
+    let sent = upstream.last().headers["traceparent"]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+    let parts: Vec<&str> = sent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{sent}");
+    assert_eq!(
+        parts[1], TRACE_ID,
+        "the upstream continues the client's trace"
+    );
+    let upstream_parent = parts[2].to_owned();
+    assert_ne!(upstream_parent, CLIENT_SPAN);
+
+    // Spans arrive as their processes export them; follow the chain from the client's.
+    let mut seen: Vec<Exported> = Vec::new();
+    let child_of = |seen: &[Exported], parent: &str, service: &str| {
+        seen.iter()
+            .find(|span| {
+                span.trace_id == TRACE_ID
+                    && span.parent_span_id == parent
+                    && span.service == service
+            })
+            .cloned()
+    };
+    let chain = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Some(edge_span) = child_of(&seen, CLIENT_SPAN, "sandgate-edge")
+                && let Some(grpc_span) = child_of(&seen, &edge_span.span_id, "sandgate-model-gw")
+                && let Some(upstream_span) =
+                    child_of(&seen, &grpc_span.span_id, "sandgate-model-gw")
+            {
+                return (edge_span, grpc_span, upstream_span);
+            }
+            seen.push(spans.recv().await.expect("the collector runs"));
+        }
+    })
+    .await;
+    let Ok((edge_span, grpc_span, upstream_span)) = chain else {
+        panic!("the trace is not whole; spans exported: {seen:#?}");
+    };
+    assert_eq!(edge_span.name, "POST /v1/chat/completions");
+    assert_eq!(
+        grpc_span.name,
+        "sandgate.models.v1.ModelGateway/ChatCompletion"
+    );
+    assert_eq!(
+        upstream_span.span_id, upstream_parent,
+        "the upstream's parent is the gateway's upstream span"
+    );
+
+    // A log line inside a request names its trace (JSON logs); no secret is logged.
+    let added = client
+        .post(edge.url("/model/new"))
+        .bearer_auth(MASTER_KEY)
+        .header(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        )
+        .body(
+            json!({"model_name": "added", "gateway_params": {
+                "model": "gateway_proxy/other", "api_base": upstream.base(), "api_key": "sk-added-secret",
+            }})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(added.status(), 200);
+    model_gw.wait_for_log("model added", PATIENCE).await;
+    let log = model_gw.log();
+    let line: Value = log
+        .lines()
+        .find(|line| line.contains("model added"))
+        .and_then(|line| serde_json::from_str(line).ok())
+        .expect("a JSON log line");
+    assert_eq!(
+        line["span"]["trace_id"], "0af7651916cd43dd8448eb211c80319c",
+        "{line}"
+    );
+    for secret in [MASTER_KEY, UPSTREAM_KEY, "sk-added-secret", RUNTIME_KEY] {
+        assert!(!log.contains(secret), "{secret} was logged");
+        assert!(!edge.log().contains(secret), "{secret} was logged");
+    }
+}
