@@ -11,7 +11,7 @@ use sandgate_proto::sandboxes::v1::sandboxes_server::Sandboxes as _;
 use sandgate_runtime_api::Authenticator;
 use sandgate_runtime_api::admin::configs::InstallerFile;
 use sandgate_runtime_api::admin::source::WarmConfigSource;
-use sandgate_runtime_api::sandboxes::driver::LocalDriver;
+use sandgate_runtime_api::sandboxes::driver::{DriverError, LocalDriver, Observed, SandboxDriver};
 use sandgate_runtime_api::sandboxes::reconciler::Pass;
 use sandgate_runtime_api::sandboxes::{
     Reconciler, SandboxError, SandboxOptions, Sandboxes, SandboxesService,
@@ -100,6 +100,11 @@ impl Fixture {
     }
 
     fn replica_on(&self, store: Store) -> Replica {
+        let driver = Arc::new(LocalDriver::new(Duration::from_secs(2), self.clock.clone()));
+        self.replica_with(store, driver)
+    }
+
+    fn replica_with(&self, store: Store, driver: Arc<dyn SandboxDriver>) -> Replica {
         let configs = Arc::new(WarmConfigSource::new(
             store.clone(),
             InstallerFile::open(Some(self.file.path().to_path_buf())).expect("installer"),
@@ -107,7 +112,7 @@ impl Fixture {
         ));
         let sandboxes = Arc::new(Sandboxes::new(
             store.clone(),
-            Arc::new(LocalDriver::new(Duration::from_secs(2), self.clock.clone())),
+            driver,
             b"a session key secret of 32 bytes",
             self.clock.clone(),
             SandboxOptions {
@@ -568,7 +573,92 @@ async fn one_reconciler_acts_at_a_time(backend: Backend) {
     assert_eq!(first.warm().await.len(), 3, "never both filled the pool");
 }
 
+/// A driver that, while the reconciler deletes a sandbox, writes that sandbox's record
+/// behind its back once (as a concurrent status read does), to show that a cull survives
+/// losing its compare-and-swap.
+struct MeddlingDriver {
+    local: LocalDriver,
+    store: Store,
+    meddled: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl SandboxDriver for MeddlingDriver {
+    async fn create(&self, sandbox: &StoredSandbox, key: &str) -> Result<(), DriverError> {
+        self.local.create(sandbox, key).await
+    }
+
+    async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
+        self.local.pause(sandbox).await
+    }
+
+    async fn resume(&self, sandbox: &StoredSandbox, key: &str) -> Result<(), DriverError> {
+        self.local.resume(sandbox, key).await
+    }
+
+    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
+        if !self.meddled.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let stored = self
+                .store
+                .sandboxes
+                .sandbox(&sandbox.runtime_id)
+                .await
+                .expect("read");
+            let stored = stored.expect("still stored");
+            let mut bumped = stored.clone();
+            bumped.status_detail = Some("seen by another reader".into());
+            bumped.version += 1;
+            assert!(
+                self.store
+                    .sandboxes
+                    .put_sandbox(Some(&stored), &bumped)
+                    .await
+                    .expect("write")
+            );
+        }
+        self.local.delete(sandbox).await
+    }
+
+    async fn observe(
+        &self,
+        sandboxes: &[StoredSandbox],
+    ) -> Result<std::collections::HashMap<String, Observed>, DriverError> {
+        self.local.observe(sandboxes).await
+    }
+}
+
+async fn a_cull_that_loses_a_race_still_culls(backend: Backend) {
+    let fixture = Fixture::new(backend, 2);
+    let store = crate::store_conformance::open(&fixture.backend).await;
+    let driver = Arc::new(MeddlingDriver {
+        local: LocalDriver::new(Duration::from_secs(2), fixture.clock.clone()),
+        store: store.clone(),
+        meddled: false.into(),
+    });
+    let replica = fixture.replica_with(store, driver);
+    replica.pass().await;
+    replica
+        .store
+        .warm_configs
+        .put_warm_config("v1_current", &saved("ghcr.io/acme/agent:2.0", 2))
+        .await
+        .expect("save");
+    let pass = replica.pass().await;
+    assert_eq!((pass.created, pass.culled), (2, 2));
+    let warm = replica.warm().await;
+    assert_eq!(
+        warm.len(),
+        2,
+        "no sandbox on the old image is left: {warm:?}"
+    );
+    assert!(
+        warm.iter()
+            .all(|record| record.spec.image == "ghcr.io/acme/agent:2.0")
+    );
+}
+
 crate::on_both_backends!(
+    a_cull_that_loses_a_race_still_culls,
     pools_converge_within_one_pass,
     a_changed_image_replaces_warm_sandboxes_and_spares_claimed_ones,
     a_removed_configuration_culls_its_pool,

@@ -459,16 +459,51 @@ impl Sandboxes {
         Ok(stopped)
     }
 
-    /// Deletes a warm sandbox from the platform and the store.
-    async fn cull(&self, record: &StoredSandbox) -> SandboxResult<()> {
-        self.driver.delete(record).await?;
-        if self.store.sandboxes.delete_sandbox(record).await? {
-            self.store
-                .session_keys
-                .delete_session_key(&record.key_sha256)
-                .await?;
+    /// Deletes a warm sandbox: marked stopped first, which takes it out of the claim index
+    /// atomically, so a claim racing with the cull either won (and the sandbox is left
+    /// alone) or can no longer take it; then the platform's workload goes, then the
+    /// record. A platform failure leaves the record stopped, culled again next pass.
+    /// `false`: a claim took it first, or it is gone.
+    async fn cull(&self, record: StoredSandbox) -> SandboxResult<bool> {
+        let mut current = record;
+        for _ in 0..CAS_ATTEMPTS {
+            if current.session_id.is_some() {
+                return Ok(false);
+            }
+            if current.state != SandboxState::Stopped {
+                let mut next = current.clone();
+                next.state = SandboxState::Stopped;
+                next.changed_at_ms = self.clock.now_ms();
+                next.version += 1;
+                if self
+                    .store
+                    .sandboxes
+                    .put_sandbox(Some(&current), &next)
+                    .await?
+                {
+                    current = next;
+                } else {
+                    match self.store.sandboxes.sandbox(&current.runtime_id).await? {
+                        Some(fresh) => current = fresh,
+                        None => return Ok(false),
+                    }
+                    continue;
+                }
+            }
+            self.driver.delete(&current).await?;
+            if self.store.sandboxes.delete_sandbox(&current).await? {
+                self.store
+                    .session_keys
+                    .delete_session_key(&current.key_sha256)
+                    .await?;
+                return Ok(true);
+            }
+            match self.store.sandboxes.sandbox(&current.runtime_id).await? {
+                Some(fresh) => current = fresh,
+                None => return Ok(false),
+            }
         }
-        Ok(())
+        Err(SandboxError::Contention)
     }
 
     /// Waits until a claim takes a warm sandbox in this process (or returns at once for a

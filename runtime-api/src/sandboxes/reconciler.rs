@@ -235,8 +235,9 @@ impl Reconciler {
             match current {
                 Some((pool, _)) => warm.entry(pool).or_default().push(record),
                 None => {
-                    self.sandboxes.cull(&record).await?;
-                    pass.culled += 1;
+                    if self.sandboxes.cull(record).await? {
+                        pass.culled += 1;
+                    }
                 }
             }
         }
@@ -255,8 +256,9 @@ impl Reconciler {
                     )
                 });
                 for record in pool.drain(target..) {
-                    self.sandboxes.cull(&record).await?;
-                    pass.culled += 1;
+                    if self.sandboxes.cull(record).await? {
+                        pass.culled += 1;
+                    }
                 }
             }
             let mut failed_launches = 0;

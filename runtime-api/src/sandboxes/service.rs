@@ -1,6 +1,7 @@
 //! The Sandboxes gRPC service: the lifecycle API the platform's app server calls, with the
 //! runtime API key (`x-api-key`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sandgate_proto::error::ErrorDetail;
@@ -13,6 +14,7 @@ use sandgate_proto::sandboxes::v1::{
 };
 use tonic::{Request, Response, Status};
 
+use super::spec::pool_spec;
 use super::{SandboxError, SandboxView, Sandboxes, pool_counts};
 use crate::admin::configs;
 use crate::admin::login::random_hex;
@@ -310,7 +312,22 @@ impl SandboxesApi for SandboxesService {
             .await
             .map_err(|err| Status::from(ErrorDetail::from(err)))?;
         let records = self.sandboxes.refresh(records).await.map_err(failed)?;
-        let mut counts = pool_counts(&records);
+        // Only sandboxes on their pool's current spec count: the others await their cull.
+        let specs: HashMap<&str, SandboxSpec> = configs
+            .iter()
+            .map(|config| (config.name.as_str(), pool_spec(config)))
+            .collect();
+        let current: Vec<_> = records
+            .into_iter()
+            .filter(|record| {
+                record
+                    .pool
+                    .as_deref()
+                    .and_then(|pool| specs.get(pool))
+                    .is_some_and(|spec| *spec == record.spec)
+            })
+            .collect();
+        let mut counts = pool_counts(&current);
         let pools = configs
             .into_iter()
             .map(|config| {
