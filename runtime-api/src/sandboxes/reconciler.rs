@@ -12,12 +12,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::spec::pool_spec;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_counts};
 use crate::admin::login::random_hex;
 use crate::store::{SandboxState, StoredSandbox};
+
+/// Warm sandboxes launched at once by a pass.
+const CONCURRENT_LAUNCHES: usize = 16;
 
 /// The lease's name in the store.
 const LEASE: &str = "reconciler";
@@ -262,12 +266,16 @@ impl Reconciler {
                 }
             }
             let mut failed_launches = 0;
-            for _ in pool.len()..target {
-                match self
-                    .sandboxes
+            // Launched a few at a time: each is a store write and a platform call, and a
+            // 50-sandbox pool should fill in one round trip's time, not fifty.
+            let launches = (pool.len()..target).map(|_| {
+                self.sandboxes
                     .launch(spec.clone(), Some((*name).to_owned()), None)
-                    .await
-                {
+            });
+            let mut launched =
+                futures::stream::iter(launches).buffer_unordered(CONCURRENT_LAUNCHES);
+            while let Some(outcome) = launched.next().await {
+                match outcome {
                     Ok(record) => {
                         pool.push(record);
                         pass.created += 1;
