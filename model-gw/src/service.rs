@@ -3,7 +3,7 @@
 //! log entry per call.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -62,7 +62,20 @@ pub struct Gateway {
     /// Pooled: connections to an upstream are reused across calls.
     client: reqwest::Client,
     read_timeout: Duration,
+    /// Spend log entries waiting for the write in flight.
+    spend_queue: Mutex<SpendQueue>,
 }
+
+#[derive(Default)]
+struct SpendQueue {
+    entries: Vec<SpendLogEntry>,
+    /// A call is writing the queue out.
+    writing: bool,
+}
+
+/// Spend log entries queued behind a slow store at most; past it new ones are dropped
+/// (and said so in the log) rather than growing memory.
+const MAX_QUEUED_SPEND_ENTRIES: usize = 10_000;
 
 /// Spend log entries listed when the caller names no limit.
 const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
@@ -104,6 +117,7 @@ impl Gateway {
             store,
             client,
             read_timeout: options.read_timeout,
+            spend_queue: Mutex::default(),
         })
     }
 
@@ -182,9 +196,38 @@ impl Gateway {
             .collect())
     }
 
+    /// Queues `entry` for the spend log. Whichever call finds no write in flight becomes
+    /// the writer and writes what has queued, in batches, until the queue is empty: under
+    /// load many calls share one store round trip, and no task runs in the background.
     async fn log_spend(&self, entry: SpendLogEntry) {
-        if let Err(err) = self.store.spend_log.append_spend_log(&entry).await {
-            tracing::warn!(error = %err, request_id = %entry.request_id, "spend log entry lost");
+        {
+            let Ok(mut pending) = self.spend_queue.lock() else {
+                return;
+            };
+            if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
+                tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
+                return;
+            }
+            pending.entries.push(entry);
+            if pending.writing {
+                return;
+            }
+            pending.writing = true;
+        }
+        loop {
+            let batch = match self.spend_queue.lock() {
+                Ok(mut pending) if !pending.entries.is_empty() => {
+                    std::mem::take(&mut pending.entries)
+                }
+                Ok(mut pending) => {
+                    pending.writing = false;
+                    return;
+                }
+                Err(_) => return,
+            };
+            if let Err(err) = self.store.spend_log.append_spend_logs(&batch).await {
+                tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
+            }
         }
     }
 }
@@ -242,13 +285,6 @@ fn upstream_failure(err: &reqwest::Error) -> (ErrorCode, u16, &'static str) {
     } else {
         (ErrorCode::BadGateway, 502, "the upstream's answer failed")
     }
-}
-
-fn is_event_stream(content_type: &str) -> bool {
-    content_type
-        .split(';')
-        .next()
-        .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("text/event-stream"))
 }
 
 type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatCompletionResponse, Status>> + Send>>;
@@ -475,11 +511,13 @@ impl ModelGatewayService {
                 content_type: content_type.clone(),
                 chunk: Bytes::new(),
             };
-            let entry = if is_event_stream(&content_type) && status < 300 {
+            let entry = if sandgate_proto::models::is_event_stream(&content_type) && status < 300 {
                 relay_stream(response, first, &asked, &sender, record).await
             } else {
                 relay_whole(response, first, &asked, &sender, record).await
             };
+            // The answer ends here: the client does not wait for the spend log's write.
+            drop(sender);
             service.log_spend(entry).await;
         };
         tokio::spawn(relay.instrument(Span::current()));

@@ -27,6 +27,15 @@ pub mod models {
     pub mod v1 {
         tonic::include_proto!("sandgate.models.v1");
     }
+
+    /// Whether a chat completion's `content_type` is `text/event-stream` (parameters
+    /// aside): an answer relayed event by event rather than whole.
+    pub fn is_event_stream(content_type: &str) -> bool {
+        content_type
+            .split(';')
+            .next()
+            .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("text/event-stream"))
+    }
 }
 
 pub mod sandboxes {

@@ -248,10 +248,23 @@ impl Gateway {
         .await
     }
 
-    async fn spend_logs(&self) -> Vec<Value> {
-        let (status, body) = self.get("/spend/logs").await;
-        assert_eq!(status, 200, "{body}");
-        body.as_array().expect("an array").clone()
+    /// The spend log once it holds `count` entries. An entry is written just after its
+    /// answer ends, so the test waits for it (with a deadline).
+    async fn spend_logs(&self, count: usize) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (status, body) = self.get("/spend/logs").await;
+            assert_eq!(status, 200, "{body}");
+            let entries = body.as_array().expect("an array").clone();
+            if entries.len() >= count {
+                return entries;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the spend log never reached {count} entries: {body}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
 }
 
@@ -336,7 +349,7 @@ async fn a_stream_is_renamed_chunk_by_chunk_and_its_usage_logged() {
     }
     assert_eq!(events[3], "[DONE]");
 
-    let logs = gateway.spend_logs().await;
+    let logs = gateway.spend_logs(1).await;
     assert_eq!(logs[0]["model"], "gpt");
     assert_eq!(logs[0]["upstream_model"], "azure/gpt-4o");
     assert_eq!(logs[0]["prompt_tokens"], 11);
@@ -481,7 +494,7 @@ async fn upstream_failures_map_to_their_statuses() {
     assert!(!body.to_string().contains(UPSTREAM_KEY));
 
     let statuses: Vec<_> = gateway
-        .spend_logs()
+        .spend_logs(3)
         .await
         .iter()
         .map(|entry| entry["status"].as_u64().unwrap_or_default())
@@ -592,7 +605,6 @@ async fn the_user_and_metadata_are_logged_not_forwarded(backend: Backend) {
         .await
         .expect("request");
     assert_eq!(response.status(), 200);
-    // The spend log is written before the body ends.
     response.bytes().await.expect("body");
     assert!(gateway.upstream.last().body.get("user").is_none());
 
@@ -605,7 +617,7 @@ async fn the_user_and_metadata_are_logged_not_forwarded(backend: Backend) {
     assert_eq!(response.status(), 200, "a malformed header is ignored");
     response.bytes().await.expect("body");
 
-    let logs = gateway.spend_logs().await;
+    let logs = gateway.spend_logs(2).await;
     assert_eq!(logs.len(), 2);
     assert_eq!(logs[0]["metadata"], Value::Null);
     assert_eq!(logs[1]["user"], "alice@example.com");

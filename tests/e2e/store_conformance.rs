@@ -452,20 +452,25 @@ async fn the_spend_log_lists_newest_first(backend: Backend) {
             .expect("list")
             .is_empty()
     );
-    for index in 0..5 {
-        store
-            .spend_log
-            .append_spend_log(&SpendLogEntry {
-                request_id: format!("r{index}"),
-                model: "m".into(),
-                prompt_tokens: Some(index),
-                metadata: Some(serde_json::json!({"team": index})),
-                status: 200,
-                ..SpendLogEntry::default()
-            })
-            .await
-            .expect("append");
-    }
+    let entry = |index: u64| SpendLogEntry {
+        request_id: format!("r{index}"),
+        model: "m".into(),
+        prompt_tokens: Some(index),
+        metadata: Some(serde_json::json!({"team": index})),
+        status: 200,
+        ..SpendLogEntry::default()
+    };
+    // One entry, then a batch: both keep their order.
+    store
+        .spend_log
+        .append_spend_logs(&[entry(0)])
+        .await
+        .expect("append");
+    store
+        .spend_log
+        .append_spend_logs(&(1..5).map(entry).collect::<Vec<_>>())
+        .await
+        .expect("append");
     let listed = store.spend_log.spend_logs(3).await.expect("list");
     let ids: Vec<_> = listed
         .iter()

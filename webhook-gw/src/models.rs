@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
@@ -209,11 +209,31 @@ pub async fn chat_completion(
         .ok()
         .and_then(|status| StatusCode::from_u16(status).ok())
         .unwrap_or(StatusCode::BAD_GATEWAY);
+    let streamed = sandgate_proto::models::is_event_stream(&first.content_type);
     let content_type = HeaderValue::try_from(first.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/json"));
-    let head = futures::stream::iter([Ok::<_, tonic::Status>(first.chunk)]);
-    let rest = stream.map(|message| message.map(|message| message.chunk));
-    let mut response = Response::new(Body::from_stream(head.chain(rest)));
+    let body = if streamed {
+        // Server-sent events leave as they arrive.
+        let head = futures::stream::iter([Ok::<_, tonic::Status>(first.chunk)]);
+        let rest = stream.map(|message| message.map(|message| message.chunk));
+        Body::from_stream(head.chain(rest))
+    } else {
+        // A whole answer (most often one message) leaves as one body with its length:
+        // one write instead of a chunked body and its terminator.
+        let mut whole = first.chunk;
+        while let Some(message) = stream.next().await {
+            let chunk = message?.chunk;
+            if whole.is_empty() {
+                whole = chunk;
+            } else {
+                let mut joined = BytesMut::from(whole);
+                joined.extend_from_slice(&chunk);
+                whole = joined.freeze();
+            }
+        }
+        Body::from(whole)
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     response
         .headers_mut()

@@ -73,7 +73,8 @@ pub const SPEND_LOG_RETENTION: usize = 100_000;
 /// The spend log: append-only, bounded, read newest first.
 #[async_trait]
 pub trait SpendLogStore: Send + Sync + 'static {
-    async fn append_spend_log(&self, entry: &SpendLogEntry) -> StoreResult<()>;
+    /// Appends `entries`, in order, in one round trip.
+    async fn append_spend_logs(&self, entries: &[SpendLogEntry]) -> StoreResult<()>;
 
     /// Up to `limit` entries, newest first.
     async fn spend_logs(&self, limit: usize) -> StoreResult<Vec<SpendLogEntry>>;

@@ -57,15 +57,20 @@ impl ModelStore for EmbeddedStore {
 
 #[async_trait]
 impl SpendLogStore for EmbeddedStore {
-    async fn append_spend_log(&self, entry: &SpendLogEntry) -> StoreResult<()> {
-        let json = serde_json::to_vec(entry).map_err(corrupt)?;
+    async fn append_spend_logs(&self, entries: &[SpendLogEntry]) -> StoreResult<()> {
+        let encoded = entries
+            .iter()
+            .map(|entry| serde_json::to_vec(entry).map_err(corrupt))
+            .collect::<StoreResult<Vec<_>>>()?;
         self.transact(move |txn| {
             let mut log = txn.open_table(SPEND_LOG).map_err(unavailable)?;
             let next = log
                 .last()
                 .map_err(unavailable)?
                 .map_or(0, |(key, _)| key.value() + 1);
-            log.insert(next, json.as_slice()).map_err(unavailable)?;
+            for (key, json) in (next..).zip(&encoded) {
+                log.insert(key, json.as_slice()).map_err(unavailable)?;
+            }
             while log.len().map_err(unavailable)? > SPEND_LOG_RETENTION as u64 {
                 log.pop_first().map_err(unavailable)?;
             }

@@ -50,20 +50,23 @@ impl ModelStore for RedisStore {
 
 #[async_trait]
 impl SpendLogStore for RedisStore {
-    async fn append_spend_log(&self, entry: &SpendLogEntry) -> StoreResult<()> {
-        let data = serde_json::to_vec(entry).map_err(corrupt)?;
+    async fn append_spend_logs(&self, entries: &[SpendLogEntry]) -> StoreResult<()> {
+        let mut pipe = redis::pipe();
+        for entry in entries {
+            let data = serde_json::to_vec(entry).map_err(corrupt)?;
+            pipe.cmd("XADD")
+                .arg(SPEND_LOG)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(SPEND_LOG_RETENTION)
+                .arg("*")
+                .arg("d")
+                .arg(data)
+                .ignore();
+        }
         let mut connection = self.connection.clone();
-        redis::cmd("XADD")
-            .arg(SPEND_LOG)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(SPEND_LOG_RETENTION)
-            .arg("*")
-            .arg("d")
-            .arg(data)
-            .query_async::<String>(&mut connection)
+        pipe.query_async::<()>(&mut connection)
             .await
-            .map(drop)
             .map_err(unavailable)
     }
 
