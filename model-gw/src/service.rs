@@ -28,6 +28,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
 use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, forwardable};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
+use crate::retry::{RetryPolicy, transient};
 use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
 use crate::routing::{RouteError, Upstream, WILDCARD, route};
 
@@ -41,6 +42,9 @@ pub struct GatewayOptions {
     /// How long an upstream may stay silent, before its headers or between two chunks
     /// (then 504).
     pub read_timeout: Duration,
+    /// How many times a call that failed before its answer began is tried again (429,
+    /// 500, 502, 503, a refused or reset connection); 0: never.
+    pub retries: u32,
 }
 
 /// The service; clones share one gateway.
@@ -62,6 +66,7 @@ pub struct Gateway {
     /// Pooled: connections to an upstream are reused across calls.
     client: reqwest::Client,
     read_timeout: Duration,
+    retry: RetryPolicy,
 }
 
 /// Spend log entries listed when the caller names no limit.
@@ -104,6 +109,9 @@ impl Gateway {
             store,
             client,
             read_timeout: options.read_timeout,
+            retry: RetryPolicy {
+                retries: options.retries,
+            },
         })
     }
 
@@ -189,7 +197,8 @@ impl Gateway {
     }
 }
 
-/// What the spend log learns from a request before it is forwarded.
+/// What the spend log learns from a request before it is forwarded: one entry per
+/// client request, however many attempts it took.
 struct CallRecord {
     entry: SpendLogEntry,
     /// The routing entry's name: the calls' metrics label.
@@ -394,7 +403,9 @@ impl ModelGatewayService {
         Ok((config, chat, upstream))
     }
 
-    /// Calls the upstream, in the current (upstream) span, and relays its answer.
+    /// Calls the upstream, in the current (upstream) span, retrying what the retry policy
+    /// allows, and relays the answer of the last attempt. Every retry happens before the
+    /// first byte of an answer is relayed: the client sees one answer, never two.
     async fn forward_chat(
         &self,
         headers: HeaderMap,
@@ -416,49 +427,51 @@ impl ModelGatewayService {
             model_entry: upstream.entry.clone(),
             started: Instant::now(),
         };
-        let mut outbound = self
-            .client
-            .post(&upstream.url)
-            .header(http::header::CONTENT_TYPE, "application/json");
-        if config.forward_client_headers {
-            for (name, value) in &headers {
-                if forwardable(name.as_str()) {
-                    outbound = outbound.header(name, value);
-                }
-            }
-        }
-        for (name, value) in &config.extra_headers {
-            outbound = outbound.header(name, value);
-        }
-        if !upstream.api_key.is_empty() {
-            outbound = outbound.bearer_auth(&upstream.api_key);
-        }
-        let mut trace_context = HeaderMap::new();
-        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
-        outbound = outbound.headers(trace_context);
-        let sent = tokio::time::timeout(
-            self.read_timeout,
-            outbound.body(chat.upstream_body(&upstream.model)).send(),
-        )
-        .await;
-        let response = match sent {
-            Ok(Ok(response)) => response,
-            Ok(Err(err)) => {
-                let (code, status, message) = upstream_failure(&err);
-                // Without the URL: a base URL may carry credentials in its query.
-                tracing::warn!(model = %upstream.model, error = %err.without_url(), "upstream call failed");
-                self.log_spend(record.finish(status, None)).await;
-                return Err(error(code, message));
-            }
-            Err(_) => {
-                tracing::warn!(model = %upstream.model, "upstream did not answer in time");
+        // Encoded once: a retry sends the same bytes again without copying them.
+        let body = Bytes::from(chat.upstream_body(&upstream.model));
+        let mut attempt = 0;
+        let response = loop {
+            let outbound = self
+                .outbound(&headers, config, &upstream)
+                .body(body.clone());
+            let Ok(sent) = tokio::time::timeout(self.read_timeout, outbound.send()).await else {
+                // Never retried: a second wait as long would double the client's.
+                tracing::warn!(model = %upstream.model, attempts = attempt + 1, "upstream did not answer in time");
                 self.log_spend(record.finish(504, None)).await;
                 return Err(error(
                     ErrorCode::GatewayTimeout,
                     "the upstream did not answer in time",
                 ));
+            };
+            let retry = transient(&sent).and_then(|(reason, retry_after)| {
+                Some((reason, self.retry.pause(attempt, retry_after)?))
+            });
+            let Some((reason, pause)) = retry else {
+                match sent {
+                    Ok(response) => break response,
+                    Err(err) => {
+                        let (code, status, message) = upstream_failure(&err);
+                        // Without the URL: a base URL may carry credentials in its query.
+                        tracing::warn!(model = %upstream.model, attempts = attempt + 1, error = %err.without_url(), "upstream call failed");
+                        self.log_spend(record.finish(status, None)).await;
+                        return Err(error(code, message));
+                    }
+                }
+            };
+            attempt += 1;
+            match sent {
+                Err(err) => {
+                    tracing::warn!(model = %upstream.model, attempt, error = %err.without_url(), ?pause, "upstream call failed; retrying");
+                }
+                // The failed answer's body is not read: its connection is closed.
+                Ok(response) => {
+                    tracing::warn!(model = %upstream.model, attempt, status = response.status().as_u16(), ?pause, "upstream answered a transient failure; retrying");
+                }
             }
+            crate::metrics::retried(&upstream.entry, reason.label());
+            tokio::time::sleep(pause).await;
         };
+        Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
         let status = response.status().as_u16();
         let content_type = response
             .headers()
@@ -484,6 +497,36 @@ impl ModelGatewayService {
         };
         tokio::spawn(relay.instrument(Span::current()));
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    /// One attempt's request, without its body: the header policy, the upstream's key and
+    /// the trace context (each attempt is in the same upstream span).
+    fn outbound(
+        &self,
+        headers: &HeaderMap,
+        config: &GatewayConfig,
+        upstream: &Upstream,
+    ) -> reqwest::RequestBuilder {
+        let mut outbound = self
+            .client
+            .post(&upstream.url)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if config.forward_client_headers {
+            for (name, value) in headers {
+                if forwardable(name.as_str()) {
+                    outbound = outbound.header(name, value);
+                }
+            }
+        }
+        for (name, value) in &config.extra_headers {
+            outbound = outbound.header(name, value);
+        }
+        if !upstream.api_key.is_empty() {
+            outbound = outbound.bearer_auth(&upstream.api_key);
+        }
+        let mut trace_context = HeaderMap::new();
+        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
+        outbound.headers(trace_context)
     }
 }
 
