@@ -488,12 +488,17 @@ impl ModelGatewayService {
                 content_type: content_type.clone(),
                 chunk: Bytes::new(),
             };
-            let entry = if is_event_stream(&content_type) && status < 300 {
+            let (entry, failure) = if is_event_stream(&content_type) && status < 300 {
                 relay_stream(response, first, &asked, &sender, record).await
             } else {
                 relay_whole(response, first, &asked, &sender, record).await
             };
+            // Logged before the answer ends (a failure ends it at once): a client that
+            // has its answer finds it in the spend log.
             service.log_spend(entry).await;
+            if let Some(failure) = failure {
+                drop(sender.send(Err(failure)).await);
+            }
         };
         tokio::spawn(relay.instrument(Span::current()));
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
@@ -532,6 +537,10 @@ impl ModelGatewayService {
 
 type Sender = mpsc::Sender<Result<ChatCompletionResponse, Status>>;
 
+/// How a relay ended: the call's spend log entry, and the failure that ends the answer,
+/// when it failed (sent once the entry is logged).
+type Relayed = (SpendLogEntry, Option<Status>);
+
 /// A body that is not streamed: read whole, `model` renamed on success, sent as one message.
 async fn relay_whole(
     response: reqwest::Response,
@@ -539,7 +548,7 @@ async fn relay_whole(
     asked: &str,
     sender: &Sender,
     record: CallRecord,
-) -> SpendLogEntry {
+) -> Relayed {
     let status = response.status();
     match response.bytes().await {
         Ok(body) => {
@@ -564,13 +573,12 @@ async fn relay_whole(
                     });
                 }
             }
-            record.finish(status.as_u16(), usage)
+            (record.finish(status.as_u16(), usage), None)
         }
         Err(err) => {
             let (code, status, message) = upstream_failure(&err);
             tracing::warn!(error = %err.without_url(), "upstream body failed");
-            drop(sender.send(Err(error(code, message))).await);
-            record.finish(status, None)
+            (record.finish(status, None), Some(error(code, message)))
         }
     }
 }
@@ -582,11 +590,11 @@ async fn relay_stream(
     asked: &str,
     sender: &Sender,
     record: CallRecord,
-) -> SpendLogEntry {
+) -> Relayed {
     let status = response.status().as_u16();
     let mut renamer = SseRenamer::new(asked);
     if sender.send(Ok(first)).await.is_err() {
-        return record.finish(status, None);
+        return (record.finish(status, None), None);
     }
     let mut chunks = response.bytes_stream();
     while let Some(chunk) = chunks.next().await {
@@ -595,14 +603,14 @@ async fn relay_stream(
                 let out = renamer.push(&chunk);
                 if !out.is_empty() && sender.send(Ok(message(out))).await.is_err() {
                     // The client went away; the upstream call ends with it.
-                    return record.finish(499, renamer.usage);
+                    return (record.finish(499, renamer.usage), None);
                 }
             }
             Err(err) => {
                 let (code, failed, message) = upstream_failure(&err);
                 tracing::warn!(error = %err.without_url(), "upstream stream failed");
-                drop(sender.send(Err(error(code, message))).await);
-                return record.finish(failed, renamer.usage);
+                let failure = error(code, message);
+                return (record.finish(failed, renamer.usage), Some(failure));
             }
         }
     }
@@ -610,7 +618,7 @@ async fn relay_stream(
     if !rest.is_empty() {
         drop(sender.send(Ok(message(rest))).await);
     }
-    record.finish(status, renamer.usage)
+    (record.finish(status, renamer.usage), None)
 }
 
 fn message(chunk: Vec<u8>) -> ChatCompletionResponse {

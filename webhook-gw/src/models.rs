@@ -211,14 +211,67 @@ pub async fn chat_completion(
         .unwrap_or(StatusCode::BAD_GATEWAY);
     let content_type = HeaderValue::try_from(first.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/json"));
+    let event_stream = content_type.to_str().is_ok_and(is_event_stream);
     let head = futures::stream::iter([Ok::<_, tonic::Status>(first.chunk)]);
-    let rest = stream.map(|message| message.map(|message| message.chunk));
-    let mut response = Response::new(Body::from_stream(head.chain(rest)));
+    let chunks = head.chain(stream.map(|message| message.map(|message| message.chunk)));
+    let body = if event_stream {
+        // A stream that fails once begun (the upstream reset, or the gateway went away)
+        // ends with an error event, as OpenAI's do, rather than a broken connection.
+        Body::from_stream(chunks.scan(false, |ended, chunk| {
+            let next = match chunk {
+                _ if *ended => None,
+                Ok(chunk) => Some(Ok::<_, std::convert::Infallible>(chunk)),
+                Err(status) => {
+                    *ended = true;
+                    Some(Ok(error_event(&status)))
+                }
+            };
+            std::future::ready(next)
+        }))
+    } else {
+        // A body that is not events has no way to say it failed midway: the connection
+        // breaks and the client sees a truncated answer as such.
+        Body::from_stream(chunks)
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, content_type);
     Ok(response)
+}
+
+fn is_event_stream(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|kind| kind.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// The last event of a stream that failed after it began: an OpenAI error object, with
+/// the gateway's status (502, or 504 for an upstream that went silent) as its code.
+fn error_event(status: &tonic::Status) -> Bytes {
+    let detail = ErrorDetail::from_status(status);
+    let (code, message) = match detail.code() {
+        code @ (ErrorCode::BadGateway | ErrorCode::GatewayTimeout) => (code, detail.detail),
+        // Not the upstream's failure reported by the gateway, but the gateway's own
+        // stream broken (it stopped, or the connection to it failed): its message is a
+        // transport's, not for the client.
+        _ => {
+            tracing::warn!(code = ?status.code(), message = status.message(), "the model gateway's stream failed");
+            (
+                ErrorCode::BadGateway,
+                "the model gateway's stream was interrupted".to_owned(),
+            )
+        }
+    };
+    let event = json!({ "error": {
+        "message": message,
+        "type": "upstream_error",
+        "param": Value::Null,
+        "code": code.http_status().as_u16().to_string(),
+    }});
+    Bytes::from(format!("data: {event}\n\n"))
 }
 
 #[derive(Deserialize)]
