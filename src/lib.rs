@@ -177,6 +177,7 @@ fn model_gateway(
             master_key: args.proxy_master_key.clone(),
             connect_timeout: args.gateway_connect_timeout,
             read_timeout: args.gateway_read_timeout,
+            retries: args.gateway_retries,
         },
     )
     .map_err(|err| anyhow::anyhow!("model gateway: {err}"))

@@ -35,7 +35,9 @@ pub async fn signal() {
 
 /// Serves until `shutdown`, then stops accepting and lets in-flight requests finish for
 /// at most `grace` (shorter than a pod's termination grace period, so the process exits
-/// on its own terms).
+/// on its own terms). A streamed answer (a chat completion's events) is in flight until
+/// its body ends: each connection's graceful shutdown waits for its response to finish,
+/// and only idle connections close at once. What still runs when `grace` ends is cut.
 pub async fn serve(
     listener: TcpListener,
     app: Router,

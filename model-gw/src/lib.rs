@@ -6,6 +6,7 @@ pub mod config;
 mod headers;
 mod metrics;
 mod registry;
+mod retry;
 mod rewrite;
 mod routing;
 mod service;

@@ -21,6 +21,10 @@ pub fn describe_metrics() {
         "upstream calls from request to the end of the answer, by model entry and status"
     );
     metrics::describe_counter!(
+        "sandgate_upstream_retries_total",
+        "upstream calls tried again, by model entry and reason (the status answered, or connect)"
+    );
+    metrics::describe_counter!(
         "sandgate_spend_tokens_total",
         "tokens the upstreams reported, by model entry and kind (prompt or completion)"
     );
@@ -32,6 +36,17 @@ pub fn refused(status: u16) {
         "sandgate_gateway_requests_total",
         "model" => UNROUTED,
         "status" => status.to_string(),
+    )
+    .increment(1);
+}
+
+/// An upstream call about to be tried again, because of `reason` (`429`, `503`,
+/// `connect`, …).
+pub fn retried(model: &str, reason: String) {
+    metrics::counter!(
+        "sandgate_upstream_retries_total",
+        "model" => model.to_owned(),
+        "reason" => reason,
     )
     .increment(1);
 }

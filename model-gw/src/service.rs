@@ -28,6 +28,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
 use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, forwardable};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
+use crate::retry::{RetryPolicy, transient};
 use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
 use crate::routing::{RouteError, Upstream, WILDCARD, route};
 
@@ -41,6 +42,9 @@ pub struct GatewayOptions {
     /// How long an upstream may stay silent, before its headers or between two chunks
     /// (then 504).
     pub read_timeout: Duration,
+    /// How many times a call that failed before its answer began is tried again (429,
+    /// 500, 502, 503, a refused or reset connection); 0: never.
+    pub retries: u32,
 }
 
 /// The service; clones share one gateway.
@@ -62,6 +66,7 @@ pub struct Gateway {
     /// Pooled: connections to an upstream are reused across calls.
     client: reqwest::Client,
     read_timeout: Duration,
+    retry: RetryPolicy,
     /// Spend log entries waiting for the write in flight.
     spend_queue: Mutex<SpendQueue>,
 }
@@ -117,6 +122,9 @@ impl Gateway {
             store,
             client,
             read_timeout: options.read_timeout,
+            retry: RetryPolicy {
+                retries: options.retries,
+            },
             spend_queue: Mutex::default(),
         })
     }
@@ -232,7 +240,8 @@ impl Gateway {
     }
 }
 
-/// What the spend log learns from a request before it is forwarded.
+/// What the spend log learns from a request before it is forwarded: one entry per
+/// client request, however many attempts it took.
 struct CallRecord {
     entry: SpendLogEntry,
     /// The routing entry's name: the calls' metrics label.
@@ -430,7 +439,9 @@ impl ModelGatewayService {
         Ok((config, chat, upstream))
     }
 
-    /// Calls the upstream, in the current (upstream) span, and relays its answer.
+    /// Calls the upstream, in the current (upstream) span, retrying what the retry policy
+    /// allows, and relays the answer of the last attempt. Every retry happens before the
+    /// first byte of an answer is relayed: the client sees one answer, never two.
     async fn forward_chat(
         &self,
         headers: HeaderMap,
@@ -452,49 +463,51 @@ impl ModelGatewayService {
             model_entry: upstream.entry.clone(),
             started: Instant::now(),
         };
-        let mut outbound = self
-            .client
-            .post(&upstream.url)
-            .header(http::header::CONTENT_TYPE, "application/json");
-        if config.forward_client_headers {
-            for (name, value) in &headers {
-                if forwardable(name.as_str()) {
-                    outbound = outbound.header(name, value);
-                }
-            }
-        }
-        for (name, value) in &config.extra_headers {
-            outbound = outbound.header(name, value);
-        }
-        if !upstream.api_key.is_empty() {
-            outbound = outbound.bearer_auth(&upstream.api_key);
-        }
-        let mut trace_context = HeaderMap::new();
-        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
-        outbound = outbound.headers(trace_context);
-        let sent = tokio::time::timeout(
-            self.read_timeout,
-            outbound.body(chat.upstream_body(&upstream.model)).send(),
-        )
-        .await;
-        let response = match sent {
-            Ok(Ok(response)) => response,
-            Ok(Err(err)) => {
-                let (code, status, message) = upstream_failure(&err);
-                // Without the URL: a base URL may carry credentials in its query.
-                tracing::warn!(model = %upstream.model, error = %err.without_url(), "upstream call failed");
-                self.log_spend(record.finish(status, None)).await;
-                return Err(error(code, message));
-            }
-            Err(_) => {
-                tracing::warn!(model = %upstream.model, "upstream did not answer in time");
+        // Encoded once: a retry sends the same bytes again without copying them.
+        let body = Bytes::from(chat.upstream_body(&upstream.model));
+        let mut attempt = 0;
+        let response = loop {
+            let outbound = self
+                .outbound(&headers, config, &upstream)
+                .body(body.clone());
+            let Ok(sent) = tokio::time::timeout(self.read_timeout, outbound.send()).await else {
+                // Never retried: a second wait as long would double the client's.
+                tracing::warn!(model = %upstream.model, attempts = attempt + 1, "upstream did not answer in time");
                 self.log_spend(record.finish(504, None)).await;
                 return Err(error(
                     ErrorCode::GatewayTimeout,
                     "the upstream did not answer in time",
                 ));
+            };
+            let retry = transient(&sent).and_then(|(reason, retry_after)| {
+                Some((reason, self.retry.pause(attempt, retry_after)?))
+            });
+            let Some((reason, pause)) = retry else {
+                match sent {
+                    Ok(response) => break response,
+                    Err(err) => {
+                        let (code, status, message) = upstream_failure(&err);
+                        // Without the URL: a base URL may carry credentials in its query.
+                        tracing::warn!(model = %upstream.model, attempts = attempt + 1, error = %err.without_url(), "upstream call failed");
+                        self.log_spend(record.finish(status, None)).await;
+                        return Err(error(code, message));
+                    }
+                }
+            };
+            attempt += 1;
+            match sent {
+                Err(err) => {
+                    tracing::warn!(model = %upstream.model, attempt, error = %err.without_url(), ?pause, "upstream call failed; retrying");
+                }
+                // The failed answer's body is not read: its connection is closed.
+                Ok(response) => {
+                    tracing::warn!(model = %upstream.model, attempt, status = response.status().as_u16(), ?pause, "upstream answered a transient failure; retrying");
+                }
             }
+            crate::metrics::retried(&upstream.entry, reason.label());
+            tokio::time::sleep(pause).await;
         };
+        Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
         let status = response.status().as_u16();
         let content_type = response
             .headers()
@@ -511,21 +524,66 @@ impl ModelGatewayService {
                 content_type: content_type.clone(),
                 chunk: Bytes::new(),
             };
-            let entry = if sandgate_proto::models::is_event_stream(&content_type) && status < 300 {
-                relay_stream(response, first, &asked, &sender, record).await
-            } else {
-                relay_whole(response, first, &asked, &sender, record).await
-            };
-            // The answer ends here: the client does not wait for the spend log's write.
-            drop(sender);
-            service.log_spend(entry).await;
+            let (entry, failure) =
+                if sandgate_proto::models::is_event_stream(&content_type) && status < 300 {
+                    relay_stream(response, first, &asked, &sender, record).await
+                } else {
+                    relay_whole(response, first, &asked, &sender, record).await
+                };
+            match failure {
+                // A whole answer ends here: the client does not wait for the spend log.
+                None => {
+                    drop(sender);
+                    service.log_spend(entry).await;
+                }
+                // A failure ends the answer at once: logged first, so that a client that
+                // has its (failed) answer finds the entry.
+                Some(failure) => {
+                    service.log_spend(entry).await;
+                    drop(sender.send(Err(failure)).await);
+                }
+            }
         };
         tokio::spawn(relay.instrument(Span::current()));
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
+
+    /// One attempt's request, without its body: the header policy, the upstream's key and
+    /// the trace context (each attempt is in the same upstream span).
+    fn outbound(
+        &self,
+        headers: &HeaderMap,
+        config: &GatewayConfig,
+        upstream: &Upstream,
+    ) -> reqwest::RequestBuilder {
+        let mut outbound = self
+            .client
+            .post(&upstream.url)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if config.forward_client_headers {
+            for (name, value) in headers {
+                if forwardable(name.as_str()) {
+                    outbound = outbound.header(name, value);
+                }
+            }
+        }
+        for (name, value) in &config.extra_headers {
+            outbound = outbound.header(name, value);
+        }
+        if !upstream.api_key.is_empty() {
+            outbound = outbound.bearer_auth(&upstream.api_key);
+        }
+        let mut trace_context = HeaderMap::new();
+        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
+        outbound.headers(trace_context)
+    }
 }
 
 type Sender = mpsc::Sender<Result<ChatCompletionResponse, Status>>;
+
+/// How a relay ended: the call's spend log entry, and the failure that ends the answer,
+/// when it failed (sent once the entry is logged).
+type Relayed = (SpendLogEntry, Option<Status>);
 
 /// A body that is not streamed: read whole, `model` renamed on success, sent as one message.
 async fn relay_whole(
@@ -534,7 +592,7 @@ async fn relay_whole(
     asked: &str,
     sender: &Sender,
     record: CallRecord,
-) -> SpendLogEntry {
+) -> Relayed {
     let status = response.status();
     match response.bytes().await {
         Ok(body) => {
@@ -559,13 +617,12 @@ async fn relay_whole(
                     });
                 }
             }
-            record.finish(status.as_u16(), usage)
+            (record.finish(status.as_u16(), usage), None)
         }
         Err(err) => {
             let (code, status, message) = upstream_failure(&err);
             tracing::warn!(error = %err.without_url(), "upstream body failed");
-            drop(sender.send(Err(error(code, message))).await);
-            record.finish(status, None)
+            (record.finish(status, None), Some(error(code, message)))
         }
     }
 }
@@ -577,11 +634,11 @@ async fn relay_stream(
     asked: &str,
     sender: &Sender,
     record: CallRecord,
-) -> SpendLogEntry {
+) -> Relayed {
     let status = response.status().as_u16();
     let mut renamer = SseRenamer::new(asked);
     if sender.send(Ok(first)).await.is_err() {
-        return record.finish(status, None);
+        return (record.finish(status, None), None);
     }
     let mut chunks = response.bytes_stream();
     while let Some(chunk) = chunks.next().await {
@@ -590,14 +647,14 @@ async fn relay_stream(
                 let out = renamer.push(&chunk);
                 if !out.is_empty() && sender.send(Ok(message(out))).await.is_err() {
                     // The client went away; the upstream call ends with it.
-                    return record.finish(499, renamer.usage);
+                    return (record.finish(499, renamer.usage), None);
                 }
             }
             Err(err) => {
                 let (code, failed, message) = upstream_failure(&err);
                 tracing::warn!(error = %err.without_url(), "upstream stream failed");
-                drop(sender.send(Err(error(code, message))).await);
-                return record.finish(failed, renamer.usage);
+                let failure = error(code, message);
+                return (record.finish(failed, renamer.usage), Some(failure));
             }
         }
     }
@@ -605,7 +662,7 @@ async fn relay_stream(
     if !rest.is_empty() {
         drop(sender.send(Ok(message(rest))).await);
     }
-    record.finish(status, renamer.usage)
+    (record.finish(status, renamer.usage), None)
 }
 
 fn message(chunk: Vec<u8>) -> ChatCompletionResponse {

@@ -19,5 +19,6 @@ mod process;
 mod redaction;
 mod sandbox_api;
 mod store_conformance;
+mod upstream_faults;
 mod warm_pools;
 mod webhook_fixtures;

@@ -213,13 +213,26 @@ pub async fn chat_completion(
     let content_type = HeaderValue::try_from(first.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/json"));
     let body = if streamed {
-        // Server-sent events leave as they arrive.
+        // Server-sent events leave as they arrive. A stream that fails once begun (the
+        // upstream reset, or the gateway went away) ends with an error event, as OpenAI's
+        // do, rather than a broken connection.
         let head = futures::stream::iter([Ok::<_, tonic::Status>(first.chunk)]);
-        let rest = stream.map(|message| message.map(|message| message.chunk));
-        Body::from_stream(head.chain(rest))
+        let chunks = head.chain(stream.map(|message| message.map(|message| message.chunk)));
+        Body::from_stream(chunks.scan(false, |ended, chunk| {
+            let next = match chunk {
+                _ if *ended => None,
+                Ok(chunk) => Some(Ok::<_, std::convert::Infallible>(chunk)),
+                Err(status) => {
+                    *ended = true;
+                    Some(Ok(error_event(&status)))
+                }
+            };
+            std::future::ready(next)
+        }))
     } else {
         // A whole answer (most often one message) leaves as one body with its length:
-        // one write instead of a chunked body and its terminator.
+        // one write instead of a chunked body and its terminator; a failure before its
+        // end is still an error answer (nothing has been sent).
         let mut whole = first.chunk;
         while let Some(message) = stream.next().await {
             let chunk = message?.chunk;
@@ -239,6 +252,32 @@ pub async fn chat_completion(
         .headers_mut()
         .insert(header::CONTENT_TYPE, content_type);
     Ok(response)
+}
+
+/// The last event of a stream that failed after it began: an OpenAI error object, with
+/// the gateway's status (502, or 504 for an upstream that went silent) as its code.
+fn error_event(status: &tonic::Status) -> Bytes {
+    let detail = ErrorDetail::from_status(status);
+    let (code, message) = match detail.code() {
+        code @ (ErrorCode::BadGateway | ErrorCode::GatewayTimeout) => (code, detail.detail),
+        // Not the upstream's failure reported by the gateway, but the gateway's own
+        // stream broken (it stopped, or the connection to it failed): its message is a
+        // transport's, not for the client.
+        _ => {
+            tracing::warn!(code = ?status.code(), message = status.message(), "the model gateway's stream failed");
+            (
+                ErrorCode::BadGateway,
+                "the model gateway's stream was interrupted".to_owned(),
+            )
+        }
+    };
+    let event = json!({ "error": {
+        "message": message,
+        "type": "upstream_error",
+        "param": Value::Null,
+        "code": code.http_status().as_u16().to_string(),
+    }});
+    Bytes::from(format!("data: {event}\n\n"))
 }
 
 #[derive(Deserialize)]

@@ -6,6 +6,7 @@ pub mod fake_kube;
 pub mod fixtures;
 mod process;
 mod redis_server;
+pub mod scripted_upstream;
 
 use std::net::SocketAddr;
 

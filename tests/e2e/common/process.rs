@@ -140,6 +140,27 @@ impl SandgateProcess {
         code
     }
 
+    /// Sends SIGTERM and returns at once, for tests that act while the process drains.
+    pub fn signal_terminate(&self) {
+        let pid = self.child.id().expect("running");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit, at most `within`, and returns its exit code.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let status = tokio::time::timeout(within, self.child.wait()).await;
+        let Ok(status) = status else {
+            panic!("sandgate did not exit within {within:?}:\n{}", self.log());
+        };
+        let code = status.expect("wait").code();
+        self.finish_log().await;
+        code
+    }
+
     /// Kills the process at once (SIGKILL): nothing gets a chance to flush.
     pub async fn kill(&mut self) {
         self.child.kill().await.expect("kill");
