@@ -515,33 +515,37 @@ impl ModelGatewayService {
             .and_then(|value| value.to_str().ok())
             .unwrap_or("application/json")
             .to_owned();
-        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let first = ChatCompletionResponse {
+            status: u32::from(status),
+            content_type: content_type.clone(),
+            chunk: Bytes::new(),
+        };
         let service = self.0.clone();
+        if !(sandgate_proto::models::is_event_stream(&content_type) && status < 300) {
+            // A whole answer is read here and answered at once: no relay task, no channel.
+            let (messages, entry, failure) =
+                whole_answer(response, first, &chat.model, record).await;
+            if let Some(failure) = failure {
+                // Logged first, so that a client that has its (failed) answer finds it.
+                service.log_spend(entry).await;
+                return Err(failure);
+            }
+            // The client does not wait for the spend log.
+            let log = async move { service.log_spend(entry).await };
+            tokio::spawn(log.instrument(Span::current()));
+            return Ok(Response::new(Box::pin(futures::stream::iter(
+                messages.into_iter().map(Ok),
+            ))));
+        }
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let asked = chat.model.clone();
         let relay = async move {
-            let first = ChatCompletionResponse {
-                status: u32::from(status),
-                content_type: content_type.clone(),
-                chunk: Bytes::new(),
-            };
-            let (entry, failure) =
-                if sandgate_proto::models::is_event_stream(&content_type) && status < 300 {
-                    relay_stream(response, first, &asked, &sender, record).await
-                } else {
-                    relay_whole(response, first, &asked, &sender, record).await
-                };
-            match failure {
-                // A whole answer ends here: the client does not wait for the spend log.
-                None => {
-                    drop(sender);
-                    service.log_spend(entry).await;
-                }
-                // A failure ends the answer at once: logged first, so that a client that
-                // has its (failed) answer finds the entry.
-                Some(failure) => {
-                    service.log_spend(entry).await;
-                    drop(sender.send(Err(failure)).await);
-                }
+            let (entry, failure) = relay_stream(response, first, &asked, &sender, record).await;
+            // A failure ends the answer at once: logged first, so that a client that has
+            // its (failed) answer finds the entry.
+            service.log_spend(entry).await;
+            if let Some(failure) = failure {
+                drop(sender.send(Err(failure)).await);
             }
         };
         tokio::spawn(relay.instrument(Span::current()));
@@ -585,44 +589,41 @@ type Sender = mpsc::Sender<Result<ChatCompletionResponse, Status>>;
 /// when it failed (sent once the entry is logged).
 type Relayed = (SpendLogEntry, Option<Status>);
 
-/// A body that is not streamed: read whole, `model` renamed on success, sent as one message.
-async fn relay_whole(
+/// A body that is not streamed: read whole, `model` renamed on success, answered in
+/// messages of at most [`MESSAGE_CHUNK`] bytes (no body is too large for one gRPC message).
+async fn whole_answer(
     response: reqwest::Response,
     mut first: ChatCompletionResponse,
     asked: &str,
-    sender: &Sender,
     record: CallRecord,
-) -> Relayed {
+) -> (Vec<ChatCompletionResponse>, SpendLogEntry, Option<Status>) {
     let status = response.status();
     match response.bytes().await {
         Ok(body) => {
-            let (body, usage) = if status.is_success() {
+            let (mut rest, usage) = if status.is_success() {
                 let (renamed, usage) = rename_model(&body, asked);
                 (Bytes::from(renamed.into_owned()), usage)
             } else {
                 (body, None)
             };
-            // In pieces, so no body is too large for one gRPC message.
-            let mut rest = body;
             first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
-            let mut next = Some(first);
-            while let Some(message) = next.take() {
-                if sender.send(Ok(message)).await.is_err() {
-                    break;
-                }
-                if !rest.is_empty() {
-                    next = Some(ChatCompletionResponse {
-                        chunk: rest.split_to(rest.len().min(MESSAGE_CHUNK)),
-                        ..ChatCompletionResponse::default()
-                    });
-                }
+            let mut messages = vec![first];
+            while !rest.is_empty() {
+                messages.push(ChatCompletionResponse {
+                    chunk: rest.split_to(rest.len().min(MESSAGE_CHUNK)),
+                    ..ChatCompletionResponse::default()
+                });
             }
-            (record.finish(status.as_u16(), usage), None)
+            (messages, record.finish(status.as_u16(), usage), None)
         }
         Err(err) => {
             let (code, status, message) = upstream_failure(&err);
             tracing::warn!(error = %err.without_url(), "upstream body failed");
-            (record.finish(status, None), Some(error(code, message)))
+            (
+                Vec::new(),
+                record.finish(status, None),
+                Some(error(code, message)),
+            )
         }
     }
 }

@@ -71,17 +71,28 @@ impl Gateway {
             .expect("request")
     }
 
+    /// The spend log once it holds an entry: an entry is written just after its answer
+    /// ends, so the test waits for it (with a deadline). A second entry for the same
+    /// request, were there one, would be written with the first.
     async fn spend_logs(&self) -> Vec<Value> {
-        let response = self
-            .sandgate
-            .client
-            .get(self.sandgate.url("/spend/logs"))
-            .bearer_auth(MASTER_KEY)
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(response.status(), 200);
-        response.json().await.expect("JSON")
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let response = self
+                .sandgate
+                .client
+                .get(self.sandgate.url("/spend/logs"))
+                .bearer_auth(MASTER_KEY)
+                .send()
+                .await
+                .expect("request");
+            assert_eq!(response.status(), 200);
+            let logs: Vec<Value> = response.json().await.expect("JSON");
+            if !logs.is_empty() {
+                return logs;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no spend log entry");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// A sample of this gateway's entry from `/metrics` (the recorder is the test
