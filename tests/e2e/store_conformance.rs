@@ -488,3 +488,49 @@ crate::on_both_backends!(
     indexes_list_members_in_id_order_and_page,
     session_keys_and_profiles_round_trip,
 );
+
+/// A Redis that forgot its scripts (restarted, failed over, `SCRIPT FLUSH`) still takes
+/// every scripted write: the store loads the script again instead of failing until it
+/// restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_writes_survive_a_flushed_script_cache() {
+    let backend = Backend::redis().await;
+    let store = open(&backend).await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let id = Uuid::new_v4();
+    let flush = || async {
+        let mut connection = redis.connection().await;
+        ::redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("SCRIPT FLUSH");
+    };
+    flush().await;
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(0, &record(id, 1, None, &[("team", "a")]))
+            .await
+            .expect("the swap after a flush")
+    );
+    flush().await;
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(1, &record(id, 2, None, &[]))
+            .await
+            .expect("the swap after another flush")
+    );
+    assert_eq!(
+        store
+            .conversations
+            .get(id)
+            .await
+            .expect("get")
+            .map(|record| record.version),
+        Some(2)
+    );
+}
