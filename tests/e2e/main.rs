@@ -9,6 +9,7 @@ mod common;
 mod admin;
 
 mod catalog;
+mod faults;
 mod http_cases;
 mod install_tools;
 mod kubernetes;

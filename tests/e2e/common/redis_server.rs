@@ -1,5 +1,6 @@
 //! A throwaway `redis-server` on a free port, stopped when dropped.
 
+use std::path::Path;
 use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -8,6 +9,9 @@ use tokio::process::{Child, Command};
 pub struct RedisServer {
     port: u16,
     child: Child,
+    /// For a durable server: its data directory (append-only file fsynced on every write),
+    /// kept across `stop` and `restart`.
+    durable: Option<tempfile::TempDir>,
 }
 
 /// A port nobody listens on right now (another process may take it before Redis does;
@@ -21,26 +25,48 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub async fn start() -> Self {
+        Self::start_on_free_port(None).await
+    }
+
+    /// A server that keeps what it acknowledged: `--appendonly yes --appendfsync always`
+    /// in a data directory of its own, so that after `stop` (a crash) and `restart` every
+    /// write it answered is still there.
+    pub async fn start_durable() -> Self {
+        Self::start_on_free_port(Some(tempfile::tempdir().expect("temp dir"))).await
+    }
+
+    async fn start_on_free_port(durable: Option<tempfile::TempDir>) -> Self {
         for _ in 0..10 {
-            if let Some(server) = Self::try_start(free_port()).await {
-                return server;
+            let port = free_port();
+            let data_dir = durable.as_ref().map(|dir| dir.path());
+            if let Some(child) = Self::spawn(port, data_dir).await {
+                return Self {
+                    port,
+                    child,
+                    durable,
+                };
             }
         }
         panic!("redis-server did not start; is it installed? (.ci/run installs it)");
     }
 
-    async fn try_start(port: u16) -> Option<Self> {
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+    async fn spawn(port: u16, data_dir: Option<&Path>) -> Option<Child> {
+        let mut command = Command::new("redis-server");
+        command.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ]);
+        match data_dir {
+            Some(dir) => command
+                .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+                .arg(dir),
+            None => command.args(["--appendonly", "no"]),
+        };
+        let mut child = command
             .args(["--logfile", "", "--loglevel", "notice"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -52,7 +78,7 @@ impl RedisServer {
             if line.contains("Ready to accept connections") {
                 // Keep draining its output so the server never blocks on a full pipe.
                 tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-                return Some(Self { port, child });
+                return Some(child);
             }
         }
         drop(child.kill().await);
@@ -75,5 +101,32 @@ impl RedisServer {
     /// Stops the server at once (a crash, as far as clients can tell).
     pub async fn kill(&mut self) {
         drop(self.child.kill().await);
+    }
+
+    /// Crashes a durable server (SIGKILL: nothing is flushed at exit, so only what it
+    /// fsynced before answering survives) and waits until it is gone.
+    pub async fn stop(&mut self) {
+        assert!(self.durable.is_some(), "only a durable server can restart");
+        drop(self.child.kill().await);
+        drop(self.child.wait().await);
+    }
+
+    /// Starts a stopped durable server again, on the same port and data directory. The
+    /// port was free while it was down: another process may take it meanwhile, so this
+    /// retries for a while before giving up.
+    pub async fn restart(&mut self) {
+        let data_dir = self
+            .durable
+            .as_ref()
+            .map(|dir| dir.path().to_owned())
+            .expect("only a durable server can restart");
+        for _ in 0..50 {
+            if let Some(child) = Self::spawn(self.port, Some(&data_dir)).await {
+                self.child = child;
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("redis-server did not restart on port {}", self.port);
     }
 }
