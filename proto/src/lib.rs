@@ -3,6 +3,7 @@
 //! that travels in gRPC metadata.
 
 pub mod error;
+pub mod json;
 pub mod trace;
 
 pub mod errors {

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::common::{
-    Backend, RUNTIME_KEY, RedisServer, SandgateProcess, WEBHOOK_KEY, conversation, new_id,
-    serve_args,
+    ADMIN_PASSWORD, Backend, RUNTIME_KEY, RedisServer, SandgateProcess, WEBHOOK_KEY, admin_args,
+    conversation, new_id, serve_args,
 };
 
 /// Polls `GET /health` until it answers `want`; the time it took. Panics past `within`.
@@ -223,55 +223,15 @@ fn report(line: &str) {
     eprintln!("[measured] {line}");
 }
 
-const PASSWORD: &str = "a long enough admin password for tests";
-const JWT_SECRET: &str = "an HMAC key of at least thirty-two bytes";
 const IMAGE: &str = "ghcr.io/acme/agent:1.0";
 
 /// The flags of a `serve` with admin login, a fixed key secret (session keys survive a
 /// restart) and `extra`.
 fn admin_serve_args(backend: &Backend, extra: &[&str]) -> Vec<String> {
     let mut args = serve_args(backend);
-    args.extend(
-        [
-            "--admin-password",
-            PASSWORD,
-            "--jwt-secret",
-            JWT_SECRET,
-            "--pbkdf2-iterations",
-            "1000",
-        ]
-        .map(str::to_owned),
-    );
+    args.extend(admin_args());
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     args
-}
-
-/// Logs in as admin; the token.
-async fn admin_token(client: &reqwest::Client, server: &SandgateProcess) -> String {
-    let challenge: Value = client
-        .get(server.url("/api/admin/challenge"))
-        .send()
-        .await
-        .expect("challenge")
-        .json()
-        .await
-        .expect("JSON");
-    let hash = sandgate_runtime_api::admin::login::login_hash(
-        PASSWORD,
-        challenge["salt"].as_str().expect("salt"),
-        challenge["challenge"].as_str().expect("challenge"),
-        challenge["iterations"].as_u64().expect("iterations") as u32,
-    );
-    let login: Value = client
-        .post(server.url("/api/admin/login"))
-        .json(&json!({ "challenge": challenge["challenge"], "hash": hash }))
-        .send()
-        .await
-        .expect("login")
-        .json()
-        .await
-        .expect("JSON");
-    login["token"].as_str().expect("token").to_owned()
 }
 
 /// A warm runtime configuration's body.
@@ -314,7 +274,7 @@ async fn a_killed_server_keeps_saved_configurations_and_started_sandboxes(backen
     let client = reqwest::Client::new();
     let args = admin_serve_args(&backend, &[]);
     let mut server = SandgateProcess::spawn(&args, &[]).await;
-    let token = admin_token(&client, &server).await;
+    let token = server.admin_token(&client, ADMIN_PASSWORD).await;
     let names: Vec<String> = (0..5).map(|index| format!("pool-{index}")).collect();
     for (index, name) in names.iter().enumerate() {
         let response = client

@@ -10,6 +10,7 @@ mod admin;
 
 mod catalog;
 mod faults;
+mod hostile;
 mod http_cases;
 mod install_tools;
 mod kubernetes;
