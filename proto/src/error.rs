@@ -64,7 +64,7 @@ impl ErrorDetail {
         Self {
             code: code.into(),
             detail: detail.into(),
-            validation_errors: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -74,6 +74,17 @@ impl ErrorDetail {
             code: ErrorCode::ValidationFailed.into(),
             detail: "validation failed".to_owned(),
             validation_errors: errors,
+            ..Self::default()
+        }
+    }
+
+    /// Too many requests: the caller may try again in `retry_after_seconds`.
+    pub fn rate_limited(detail: impl Into<String>, retry_after_seconds: u32) -> Self {
+        Self {
+            code: ErrorCode::RateLimited.into(),
+            detail: detail.into(),
+            retry_after_seconds,
+            ..Self::default()
         }
     }
 

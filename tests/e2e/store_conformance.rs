@@ -476,7 +476,39 @@ async fn the_spend_log_lists_newest_first(backend: Backend) {
     assert_eq!(listed[0].metadata, Some(serde_json::json!({"team": 4})));
 }
 
+async fn rate_limit_counts_restart_with_each_window(backend: Backend) {
+    let store = open(&backend).await;
+    let window = Duration::from_millis(400);
+    for expected in 1..=3 {
+        let hit = store
+            .rate_limits
+            .hit("login:10.0.0.1", window)
+            .await
+            .expect("hit");
+        assert_eq!(hit.count, expected);
+        assert!(
+            hit.resets_in <= window && hit.resets_in > Duration::ZERO,
+            "{hit:?}"
+        );
+    }
+    let other = store
+        .rate_limits
+        .hit("login:10.0.0.2", window)
+        .await
+        .expect("hit");
+    assert_eq!(other.count, 1, "each key counts apart");
+    // The window is the thing under test: it has to pass.
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    let hit = store
+        .rate_limits
+        .hit("login:10.0.0.1", window)
+        .await
+        .expect("hit");
+    assert_eq!(hit.count, 1, "a new window");
+}
+
 crate::on_both_backends!(
+    rate_limit_counts_restart_with_each_window,
     added_models_are_kept_per_scope_in_order,
     the_spend_log_lists_newest_first,
     a_challenge_is_taken_once,
