@@ -14,6 +14,7 @@ mod hostile;
 mod http_cases;
 mod install_tools;
 mod kubernetes;
+mod log_secrets;
 mod login_rate;
 mod model_gateway;
 mod observability;

@@ -12,6 +12,8 @@ pub struct RedisServer {
     /// For a durable server: its data directory (append-only file fsynced on every write),
     /// kept across `stop` and `restart`.
     durable: Option<tempfile::TempDir>,
+    /// The password clients must give (`requirepass`), if any.
+    password: Option<String>,
 }
 
 /// A port nobody listens on right now (another process may take it before Redis does;
@@ -25,32 +27,41 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub async fn start() -> Self {
-        Self::start_on_free_port(None).await
+        Self::start_on_free_port(None, None).await
     }
 
     /// A server that keeps what it acknowledged: `--appendonly yes --appendfsync always`
     /// in a data directory of its own, so that after `stop` (a crash) and `restart` every
     /// write it answered is still there.
     pub async fn start_durable() -> Self {
-        Self::start_on_free_port(Some(tempfile::tempdir().expect("temp dir"))).await
+        Self::start_on_free_port(Some(tempfile::tempdir().expect("temp dir")), None).await
     }
 
-    async fn start_on_free_port(durable: Option<tempfile::TempDir>) -> Self {
+    /// A server that refuses clients without `password` (its URL carries it).
+    pub async fn start_with_password(password: &str) -> Self {
+        Self::start_on_free_port(None, Some(password.to_owned())).await
+    }
+
+    async fn start_on_free_port(
+        durable: Option<tempfile::TempDir>,
+        password: Option<String>,
+    ) -> Self {
         for _ in 0..10 {
             let port = free_port();
             let data_dir = durable.as_ref().map(|dir| dir.path());
-            if let Some(child) = Self::spawn(port, data_dir).await {
+            if let Some(child) = Self::spawn(port, data_dir, password.as_deref()).await {
                 return Self {
                     port,
                     child,
                     durable,
+                    password,
                 };
             }
         }
         panic!("redis-server did not start; is it installed? (.ci/run installs it)");
     }
 
-    async fn spawn(port: u16, data_dir: Option<&Path>) -> Option<Child> {
+    async fn spawn(port: u16, data_dir: Option<&Path>, password: Option<&str>) -> Option<Child> {
         let mut command = Command::new("redis-server");
         command.args([
             "--port",
@@ -60,6 +71,9 @@ impl RedisServer {
             "--save",
             "",
         ]);
+        if let Some(password) = password {
+            command.args(["--requirepass", password]);
+        }
         match data_dir {
             Some(dir) => command
                 .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
@@ -86,7 +100,10 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
     }
 
     /// A plain connection, to look at what Sandgate stored.
@@ -121,7 +138,9 @@ impl RedisServer {
             .map(|dir| dir.path().to_owned())
             .expect("only a durable server can restart");
         for _ in 0..50 {
-            if let Some(child) = Self::spawn(self.port, Some(&data_dir)).await {
+            if let Some(child) =
+                Self::spawn(self.port, Some(&data_dir), self.password.as_deref()).await
+            {
                 self.child = child;
                 return;
             }
