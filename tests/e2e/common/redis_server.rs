@@ -8,7 +8,8 @@ use tokio::process::{Child, Command};
 
 pub struct RedisServer {
     port: u16,
-    child: Child,
+    /// Boxed: a `Backend` holds a server, and stays small.
+    child: Box<Child>,
     /// For a durable server: its data directory (append-only file fsynced on every write),
     /// kept across `stop` and `restart`.
     durable: Option<tempfile::TempDir>,
@@ -61,7 +62,11 @@ impl RedisServer {
         panic!("redis-server did not start; is it installed? (.ci/run installs it)");
     }
 
-    async fn spawn(port: u16, data_dir: Option<&Path>, password: Option<&str>) -> Option<Child> {
+    async fn spawn(
+        port: u16,
+        data_dir: Option<&Path>,
+        password: Option<&str>,
+    ) -> Option<Box<Child>> {
         let mut command = Command::new("redis-server");
         command.args([
             "--port",
@@ -92,7 +97,7 @@ impl RedisServer {
             if line.contains("Ready to accept connections") {
                 // Keep draining its output so the server never blocks on a full pipe.
                 tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-                return Some(child);
+                return Some(Box::new(child));
             }
         }
         drop(child.kill().await);
