@@ -241,6 +241,15 @@ pub struct AdminArgs {
           default_value_t = sandgate_runtime_api::admin::login::DEFAULT_PBKDF2_ITERATIONS,
           value_parser = clap::value_parser!(u32).range(1_000..=10_000_000))]
     pub pbkdf2_iterations: u32,
+    /// Admin challenges, and login attempts, each client address may make per window
+    /// (counted apart, across every replica); past it, 429 with `Retry-After`. 0 turns
+    /// the limit off.
+    #[arg(long, env = "ADMIN_LOGIN_RATE",
+          default_value_t = sandgate_runtime_api::admin::rate_limit::DEFAULT_LOGIN_RATE.attempts)]
+    pub admin_login_rate: u32,
+    /// Seconds of the login rate's window, which opens with a client's first attempt.
+    #[arg(long, env = "ADMIN_LOGIN_RATE_WINDOW", default_value = "60", value_parser = seconds)]
+    pub admin_login_rate_window: Duration,
 }
 
 /// Sandboxes and their warm pools.
@@ -362,6 +371,20 @@ pub struct EdgeLimits {
     #[arg(long, env = "SANDGATE_BODY_LIMIT", default_value_t = sandgate_webhook_gw::DEFAULT_BODY_LIMIT,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32 * 1024 * 1024))]
     pub body_limit: usize,
+    /// Proxies in front of the edge (comma-separated CIDRs or addresses) whose
+    /// `X-Forwarded-For` names the client, for per-client limits; from any other peer,
+    /// the peer is the client. Without it, behind a proxy every client has its address.
+    #[arg(long, env = "SANDGATE_TRUSTED_PROXIES", value_delimiter = ',', value_parser = trusted_proxy)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+/// A CIDR (`10.0.0.0/8`) or a single address.
+fn trusted_proxy(value: &str) -> Result<ipnet::IpNet, String> {
+    let value = value.trim();
+    value
+        .parse::<ipnet::IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{value:?} is neither a CIDR (10.0.0.0/8) nor an address"))
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@ pub mod admin_client;
 pub mod check_config;
 pub mod cli;
 pub mod gen_secrets;
+mod grpc_peer;
 pub mod health_check;
 mod shutdown;
 pub mod telemetry;
@@ -24,6 +25,7 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::admin::login::SystemClock;
+use sandgate_runtime_api::admin::rate_limit::LoginRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
@@ -144,6 +146,10 @@ async fn runtime_api_services(
         warm_runtimes_file: admin.warm_runtimes_file.clone(),
         overlay: admin.warm_runtime_config_overlay,
         pbkdf2_iterations: admin.pbkdf2_iterations,
+        login_rate: (admin.admin_login_rate > 0).then_some(LoginRate {
+            attempts: admin.admin_login_rate,
+            window: admin.admin_login_rate_window,
+        }),
     };
     let sandboxes = sandbox_config(sandboxes).await?;
     sandgate_runtime_api::grpc_routes(store, &auth_config(auth), admin, sandboxes)
@@ -187,6 +193,7 @@ fn edge_config(limits: &EdgeLimits, model_gw: Option<GrpcChannel>) -> EdgeConfig
     EdgeConfig {
         model_gw,
         body_limit: limits.body_limit,
+        trusted_proxies: limits.trusted_proxies.clone(),
         openapi: sandgate_webhook_gw::openapi::document(sandgate_runtime_api::model::schema()),
     }
 }
@@ -205,9 +212,13 @@ async fn run_http(
 }
 
 /// Everything a process serves over gRPC, each call in a server span that continues the
-/// caller's trace.
+/// caller's trace, and with the caller's TCP address (`Request::remote_addr`). The client
+/// address an edge names in the metadata is trusted: these ports are internal, the edge's
+/// callers.
 fn grpc_router(routes: Routes) -> Router {
-    sandgate_proto::trace::traced(routes).into_axum_router()
+    sandgate_proto::trace::traced(routes)
+        .into_axum_router()
+        .layer(axum::middleware::from_fn(grpc_peer::trusted))
 }
 
 /// Runs `serve_until_stopped` (handed the shutdown signal) with, when `metrics` is given,
@@ -269,9 +280,14 @@ pub async fn serve(
     let mut app =
         sandgate_webhook_gw::router(channel.clone(), edge_config(&args.edge, Some(channel)))
             .merge(telemetry::metrics::routes(metrics));
+    let mut direct_grpc = Router::new();
     for service in RUNTIME_API_SERVICES {
-        app = app.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
+        direct_grpc = direct_grpc.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
     }
+    // Direct gRPC callers share the public port: they are known by their TCP address,
+    // never by a client address they name themselves (only the edge, in-process, names
+    // one).
+    app = app.merge(direct_grpc.layer(axum::middleware::from_fn(grpc_peer::untrusted)));
     with_reconciler(
         runtime_api.reconciler,
         run_http(listener, app, shutdown, args.shutdown.grace),

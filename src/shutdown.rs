@@ -57,8 +57,12 @@ pub async fn serve(
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }
     });
-    let server =
-        axum::serve(listener, app).with_graceful_shutdown(stopping.clone().cancelled_owned());
+    // Each request carries its TCP peer (`ConnectInfo`): per-client limits are keyed by it.
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(stopping.clone().cancelled_owned());
     tokio::select! {
         result = server => result,
         () = async {

@@ -84,6 +84,11 @@ fn usage_of(members: &Members<'_>) -> Option<Usage> {
         .flatten()
 }
 
+/// How deep a chat completion body may nest: Python's `json` (the reference gateway's)
+/// gives up near 1000 levels; a real request (messages, content parts, tool schemas)
+/// stays within a few dozen.
+const MAX_NESTING: usize = 512;
+
 /// A chat completion request, read for what routing and the spend log need.
 pub struct ChatRequest<'a> {
     members: Members<'a>,
@@ -94,6 +99,14 @@ pub struct ChatRequest<'a> {
 impl<'a> ChatRequest<'a> {
     /// Reads the body; the error says, for the client, what is wrong with it.
     pub fn parse(body: &'a [u8]) -> Result<Self, String> {
+        // The members are kept raw and sent on as they came, so nothing here would stop a
+        // body nested thousands of levels deep from reaching the upstream, or the spend
+        // log's readers: refused first, as the webhook refuses it.
+        if sandgate_proto::json::nesting_exceeds(body, MAX_NESTING).is_some() {
+            return Err(format!(
+                "the request body is nested more than {MAX_NESTING} levels deep"
+            ));
+        }
         let members: Members<'a> = serde_json::from_slice(body)
             .map_err(|err| format!("the request body is not a JSON object: {err}"))?;
         let model = match members.get("model") {

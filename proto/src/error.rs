@@ -64,7 +64,7 @@ impl ErrorDetail {
         Self {
             code: code.into(),
             detail: detail.into(),
-            validation_errors: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -74,6 +74,17 @@ impl ErrorDetail {
             code: ErrorCode::ValidationFailed.into(),
             detail: "validation failed".to_owned(),
             validation_errors: errors,
+            ..Self::default()
+        }
+    }
+
+    /// Too many requests: the caller may try again in `retry_after_seconds`.
+    pub fn rate_limited(detail: impl Into<String>, retry_after_seconds: u32) -> Self {
+        Self {
+            code: ErrorCode::RateLimited.into(),
+            detail: detail.into(),
+            retry_after_seconds,
+            ..Self::default()
         }
     }
 
@@ -97,65 +108,84 @@ impl ErrorDetail {
 
 /// Decodes a JSON request body into `T`, or answers the validation failure at the
 /// offending field (`loc` relative to the body; FastAPI's error `type`).
+///
+/// Read strictly (see [`crate::json`]): a struct only from an object, at the top as in
+/// nested fields marked with `json::object`, and nothing after the value.
 pub fn decode_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorDetail> {
-    let deserializer = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(deserializer).map_err(|err| {
-        let mut loc: Vec<LocItem> = err
-            .path()
-            .iter()
-            .filter_map(|segment| match segment {
-                serde_path_to_error::Segment::Map { key } => Some(loc_item::Item::Key(key.clone())),
-                serde_path_to_error::Segment::Seq { index } => {
-                    Some(loc_item::Item::Index(*index as u64))
-                }
-                serde_path_to_error::Segment::Enum { variant } => {
-                    Some(loc_item::Item::Key(variant.clone()))
-                }
-                serde_path_to_error::Segment::Unknown => None,
-            })
-            .map(|item| LocItem { item: Some(item) })
-            .collect();
-        let inner = err.into_inner();
-        let mut message = inner.to_string();
-        let quoted = |prefix: &str| {
-            message
-                .strip_prefix(prefix)
-                .and_then(|rest| rest.split('`').next())
-                .map(str::to_owned)
-        };
-        let error_type = if inner.is_syntax() || inner.is_eof() {
-            "json_invalid"
-        } else if let Some(field) = quoted("missing field `") {
-            loc.push(LocItem {
-                item: Some(loc_item::Item::Key(field)),
-            });
-            message = "Field required".to_owned();
-            "missing"
-        } else if quoted("unknown field `").is_some() {
-            // The path already ends at the unknown key.
-            message = "Extra inputs are not permitted".to_owned();
-            "extra_forbidden"
-        } else if message.contains("expected a string") {
-            "string_type"
-        } else if message.contains("expected a boolean") {
-            "bool_type"
-        } else if message.contains("expected i64") || message.contains("expected u32") {
-            "int_type"
-        } else if message.contains("expected a sequence") {
-            "list_type"
-        } else if message.contains("expected a map") || message.contains("expected struct") {
-            "dict_type"
-        } else {
-            "value_error"
-        };
-        ErrorDetail::validation(vec![ValidationError {
-            r#type: error_type.to_owned(),
-            loc,
-            msg: message,
-            input_json: Default::default(),
-            ctx_json: Default::default(),
-        }])
-    })
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(crate::json::ObjectOnly(&mut deserializer))
+        .map_err(|err| {
+            let loc = err
+                .path()
+                .iter()
+                .filter_map(|segment| match segment {
+                    serde_path_to_error::Segment::Map { key } => {
+                        Some(loc_item::Item::Key(key.clone()))
+                    }
+                    serde_path_to_error::Segment::Seq { index } => {
+                        Some(loc_item::Item::Index(*index as u64))
+                    }
+                    serde_path_to_error::Segment::Enum { variant } => {
+                        Some(loc_item::Item::Key(variant.clone()))
+                    }
+                    serde_path_to_error::Segment::Unknown => None,
+                })
+                .map(|item| LocItem { item: Some(item) })
+                .collect();
+            validation_failure(loc, err.into_inner())
+        })?;
+    // Python's `json.loads` refuses what follows the value ("Extra data"): so do we.
+    deserializer
+        .end()
+        .map_err(|err| validation_failure(Vec::new(), err))?;
+    Ok(value)
+}
+
+/// A decoding failure at `loc` as a pydantic validation error.
+fn validation_failure(mut loc: Vec<LocItem>, inner: serde_json::Error) -> ErrorDetail {
+    let mut message = inner.to_string();
+    let quoted = |prefix: &str| {
+        message
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split('`').next())
+            .map(str::to_owned)
+    };
+    let error_type = if inner.is_syntax() || inner.is_eof() {
+        "json_invalid"
+    } else if let Some(field) = quoted("missing field `") {
+        loc.push(LocItem {
+            item: Some(loc_item::Item::Key(field)),
+        });
+        message = "Field required".to_owned();
+        "missing"
+    } else if quoted("unknown field `").is_some() {
+        // The path already ends at the unknown key.
+        message = "Extra inputs are not permitted".to_owned();
+        "extra_forbidden"
+    } else if message.contains("expected a string") {
+        "string_type"
+    } else if message.contains("expected a boolean") {
+        "bool_type"
+    } else if message.contains("expected i64") || message.contains("expected u32") {
+        "int_type"
+    } else if message.contains("expected a sequence") {
+        "list_type"
+    } else if message.contains("expected struct") {
+        // pydantic's words for a model given something other than an object.
+        message = "Input should be a valid dictionary or object to extract fields from".to_owned();
+        "model_attributes_type"
+    } else if message.contains("expected a map") {
+        "dict_type"
+    } else {
+        "value_error"
+    };
+    ErrorDetail::validation(vec![ValidationError {
+        r#type: error_type.to_owned(),
+        loc,
+        msg: message,
+        input_json: Default::default(),
+        ctx_json: Default::default(),
+    }])
 }
 
 impl From<ErrorDetail> for tonic::Status {

@@ -3,6 +3,12 @@
 //! that travels in gRPC metadata.
 
 pub mod error;
+pub mod json;
+
+/// The gRPC metadata in which the edge tells the services the address of the client it
+/// serves (the TCP peer, or the client a trusted proxy names). The edge never forwards a
+/// client's own header of this name; a caller without it is known by its remote address.
+pub const CLIENT_ADDRESS_METADATA: &str = "x-sandgate-client-address";
 pub mod trace;
 
 pub mod errors {

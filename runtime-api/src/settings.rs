@@ -38,6 +38,7 @@ impl SettingsService {
 struct ProfileBody {
     #[serde(default)]
     preserve_existing_api_key: bool,
+    #[serde(deserialize_with = "sandgate_proto::json::object")]
     llm: LlmBody,
 }
 

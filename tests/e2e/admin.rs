@@ -58,6 +58,11 @@ pub async fn start(
         "--pbkdf2-iterations",
         ITERATIONS,
     ];
+    // These tests log in many times from one address; the rate has tests of its own
+    // (login_rate.rs).
+    if !extra.contains(&"--admin-login-rate") {
+        args.extend(["--admin-login-rate", "0"]);
+    }
     if let Some(path) = &path {
         args.extend(["--warm-runtimes-file", path.as_str()]);
     }

@@ -9,9 +9,13 @@ mod common;
 mod admin;
 
 mod catalog;
+mod faults;
+mod hostile;
 mod http_cases;
 mod install_tools;
 mod kubernetes;
+mod log_secrets;
+mod login_rate;
 mod model_gateway;
 mod observability;
 mod ordering;

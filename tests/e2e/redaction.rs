@@ -6,7 +6,7 @@ use crate::common::{
     Backend, RUNTIME_KEY, Sandgate, SandgateProcess, WEBHOOK_KEY, conversation, new_id, serve_args,
 };
 
-const SECRETS: &[&str] = &[
+pub(crate) const SECRETS: &[&str] = &[
     "sk-llm-api-key-0001",
     "remote-workspace-key-0002",
     "static-secret-value-0003",
@@ -17,7 +17,7 @@ const SECRETS: &[&str] = &[
 ];
 
 /// Native-agent and ACP-agent bodies carrying every kind of secret a sender puts in clear.
-fn bodies_with_secrets() -> Vec<Value> {
+pub(crate) fn bodies_with_secrets() -> Vec<Value> {
     let mut native = conversation(&new_id(), "2026-03-01T12:00:00Z", "running");
     native["agent"]["llm"]["api_key"] = SECRETS[0].into();
     native["workspace"] = json!({"kind": "RemoteWorkspace", "working_dir": "/w", "host": "http://h", "api_key": SECRETS[1]});

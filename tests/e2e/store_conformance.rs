@@ -481,7 +481,39 @@ async fn the_spend_log_lists_newest_first(backend: Backend) {
     assert_eq!(listed[0].metadata, Some(serde_json::json!({"team": 4})));
 }
 
+async fn rate_limit_counts_restart_with_each_window(backend: Backend) {
+    let store = open(&backend).await;
+    let window = Duration::from_millis(400);
+    for expected in 1..=3 {
+        let hit = store
+            .rate_limits
+            .hit("login:10.0.0.1", window)
+            .await
+            .expect("hit");
+        assert_eq!(hit.count, expected);
+        assert!(
+            hit.resets_in <= window && hit.resets_in > Duration::ZERO,
+            "{hit:?}"
+        );
+    }
+    let other = store
+        .rate_limits
+        .hit("login:10.0.0.2", window)
+        .await
+        .expect("hit");
+    assert_eq!(other.count, 1, "each key counts apart");
+    // The window is the thing under test: it has to pass.
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    let hit = store
+        .rate_limits
+        .hit("login:10.0.0.1", window)
+        .await
+        .expect("hit");
+    assert_eq!(hit.count, 1, "a new window");
+}
+
 crate::on_both_backends!(
+    rate_limit_counts_restart_with_each_window,
     added_models_are_kept_per_scope_in_order,
     the_spend_log_lists_newest_first,
     a_challenge_is_taken_once,
@@ -493,3 +525,49 @@ crate::on_both_backends!(
     indexes_list_members_in_id_order_and_page,
     session_keys_and_profiles_round_trip,
 );
+
+/// A Redis that forgot its scripts (restarted, failed over, `SCRIPT FLUSH`) still takes
+/// every scripted write: the store loads the script again instead of failing until it
+/// restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_writes_survive_a_flushed_script_cache() {
+    let backend = Backend::redis().await;
+    let store = open(&backend).await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let id = Uuid::new_v4();
+    let flush = || async {
+        let mut connection = redis.connection().await;
+        ::redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("SCRIPT FLUSH");
+    };
+    flush().await;
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(0, &record(id, 1, None, &[("team", "a")]))
+            .await
+            .expect("the swap after a flush")
+    );
+    flush().await;
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(1, &record(id, 2, None, &[]))
+            .await
+            .expect("the swap after another flush")
+    );
+    assert_eq!(
+        store
+            .conversations
+            .get(id)
+            .await
+            .expect("get")
+            .map(|record| record.version),
+        Some(2)
+    );
+}

@@ -18,6 +18,7 @@ use sandgate_proto::admin::v1::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::client::ClientAddress;
 use crate::error::ApiError;
 use crate::{AppState, body, metadata};
 
@@ -73,12 +74,17 @@ fn rest_entry(entry: WarmRuntimeConfigEntry, warnings: Option<Vec<String>>) -> C
 
 pub async fn challenge(
     State(state): State<AppState>,
+    client: ClientAddress,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let challenge = state
         .admin
         .clone()
-        .get_challenge(metadata::request(&headers, GetChallengeRequest {}))
+        .get_challenge(metadata::request_for(
+            &headers,
+            client,
+            GetChallengeRequest {},
+        ))
         .await?
         .into_inner();
     Ok(Json(json!({
@@ -90,6 +96,7 @@ pub async fn challenge(
 
 pub async fn login(
     State(state): State<AppState>,
+    client: ClientAddress,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
@@ -98,8 +105,9 @@ pub async fn login(
     let login = state
         .admin
         .clone()
-        .login(metadata::request(
+        .login(metadata::request_for(
             &headers,
+            client,
             LoginRequest { challenge, hash },
         ))
         .await?

@@ -76,6 +76,12 @@ fn fastapi_item(error: &ValidationError) -> Value {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let retry_after = match &self {
+            Self::Service(detail) if detail.retry_after_seconds > 0 => {
+                Some(detail.retry_after_seconds)
+            }
+            _ => None,
+        };
         let (status, body) = match self {
             Self::Service(detail) if detail.code() == ErrorCode::ValidationFailed => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -90,6 +96,12 @@ impl IntoResponse for ApiError {
             }
             Self::Edge(status, detail) => (status, json!({ "detail": detail })),
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
+        }
+        response
     }
 }

@@ -5,6 +5,7 @@
 mod admin;
 mod body;
 pub mod channel;
+mod client;
 mod conversations;
 mod error;
 mod metadata;
@@ -51,6 +52,9 @@ pub struct EdgeConfig {
     pub openapi: Value,
     /// The model gateway's gRPC service; without it the gateway's routes answer 503.
     pub model_gw: Option<GrpcChannel>,
+    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxies`); from any
+    /// other peer the peer is the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 #[derive(Clone)]
@@ -66,6 +70,7 @@ pub(crate) struct AppState {
     /// The OpenAPI document, serialized once.
     openapi: bytes::Bytes,
     body_limit: usize,
+    trusted_proxies: std::sync::Arc<[ipnet::IpNet]>,
 }
 
 /// The edge's routes, calling the runtime API over `runtime_api`.
@@ -88,6 +93,7 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
             .unwrap_or_default()
             .into(),
         body_limit: config.body_limit,
+        trusted_proxies: config.trusted_proxies.into(),
     };
     Router::new()
         .route("/health", get(health))

@@ -3,8 +3,13 @@
 //! of, and the trace context of the edge's request span (not the caller's `traceparent`:
 //! the edge's span is the gRPC call's parent, and the caller's is the edge span's).
 
+use std::net::IpAddr;
+
 use http::HeaderMap;
+use sandgate_proto::CLIENT_ADDRESS_METADATA;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+
+use crate::client::ClientAddress;
 
 /// Headers that are credentials the services need.
 const FORWARDED: &[&str] = &["authorization"];
@@ -16,6 +21,10 @@ pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
     let mut metadata = MetadataMap::with_capacity(4);
     for (name, value) in headers {
         let name = name.as_str();
+        // Only the edge says who the client is (`request_for`): never the client.
+        if name == CLIENT_ADDRESS_METADATA {
+            continue;
+        }
         if !(name.starts_with("x-")
             || FORWARDED.contains(&name)
             || PROVIDER_PREFIXES
@@ -38,4 +47,22 @@ pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
 /// A gRPC request carrying `message` and the forwarded headers.
 pub fn request<T>(headers: &HeaderMap, message: T) -> tonic::Request<T> {
     tonic::Request::from_parts(from_headers(headers), Default::default(), message)
+}
+
+/// A gRPC request carrying `message`, the forwarded headers and the client's address, for
+/// the calls a service limits per client.
+pub fn request_for<T>(
+    headers: &HeaderMap,
+    ClientAddress(client): ClientAddress,
+    message: T,
+) -> tonic::Request<T> {
+    let mut metadata = from_headers(headers);
+    if let Some(value) = client
+        .as_ref()
+        .map(IpAddr::to_string)
+        .and_then(|address| MetadataValue::try_from(address).ok())
+    {
+        metadata.insert(CLIENT_ADDRESS_METADATA, value);
+    }
+    tonic::Request::from_parts(metadata, Default::default(), message)
 }

@@ -121,6 +121,7 @@ pub async fn get(
 #[derive(Deserialize)]
 struct NewModel {
     model_name: String,
+    #[serde(deserialize_with = "sandgate_proto::json::object")]
     gateway_params: NewParams,
 }
 
@@ -139,7 +140,7 @@ pub async fn add(
 ) -> Result<Json<Value>, GatewayError> {
     let mut client = client(&state)?;
     let payload = body(payload)?;
-    let new: NewModel = match serde_json::from_slice(&payload) {
+    let new: NewModel = match sandgate_proto::json::from_slice(&payload) {
         Ok(new) => new,
         Err(err) => {
             // Authentication is decided before the body: the service judges the caller on

@@ -3,6 +3,7 @@
 
 pub mod configs;
 pub mod login;
+pub mod rate_limit;
 pub mod source;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use crate::store::{PutWarmConfig, Store, StoredChallenge, StoredWarmConfig};
 use crate::validation;
 use configs::{Effective, Source};
 use login::{CHALLENGE_LIFETIME, Clock, PasswordCheck, SystemClock, TokenError, Tokens};
+use rate_limit::{Attempt, LoginRate};
 use source::{Generation, WarmConfigSource};
 
 /// Challenges and hashes longer than this are refused unread.
@@ -51,6 +53,9 @@ pub struct AdminConfig {
     pub overlay: bool,
     /// `PBKDF2_ITERATIONS` asked of login hashes.
     pub pbkdf2_iterations: u32,
+    /// `ADMIN_LOGIN_RATE`: challenges and login attempts per client and window; `None`,
+    /// unlimited.
+    pub login_rate: Option<LoginRate>,
 }
 
 impl Default for AdminConfig {
@@ -62,6 +67,7 @@ impl Default for AdminConfig {
             warm_runtimes_file: None,
             overlay: false,
             pbkdf2_iterations: login::DEFAULT_PBKDF2_ITERATIONS,
+            login_rate: Some(rate_limit::DEFAULT_LOGIN_RATE),
         }
     }
 }
@@ -87,6 +93,7 @@ pub struct RuntimeAdminService {
     admin: Option<Admin>,
     default_api_key: Option<String>,
     iterations: u32,
+    login_rate: Option<LoginRate>,
     configs: Arc<WarmConfigSource>,
     clock: Arc<dyn Clock>,
     cached: Mutex<Option<Arc<Cached>>>,
@@ -250,6 +257,7 @@ impl RuntimeAdminService {
             admin,
             default_api_key: config.default_api_key.filter(|key| !key.is_empty()),
             iterations: config.pbkdf2_iterations,
+            login_rate: config.login_rate,
             configs,
             clock,
             cached: Mutex::new(None),
@@ -258,6 +266,14 @@ impl RuntimeAdminService {
 
     fn admin(&self) -> Result<&Admin, Status> {
         self.admin.as_ref().ok_or_else(forbidden)
+    }
+
+    /// Counts an attempt of the calling client, refused past the login rate.
+    async fn limit<T>(&self, attempt: Attempt, request: &Request<T>) -> Result<(), Status> {
+        match self.login_rate {
+            Some(rate) => rate_limit::check(&self.store, rate, attempt, request).await,
+            None => Ok(()),
+        }
     }
 
     /// The admin behind `authorization: Bearer <JWT>`.
@@ -315,9 +331,10 @@ impl RuntimeAdminService {
 impl RuntimeAdmin for RuntimeAdminService {
     async fn get_challenge(
         &self,
-        _request: Request<GetChallengeRequest>,
+        request: Request<GetChallengeRequest>,
     ) -> Result<Response<GetChallengeResponse>, Status> {
         self.admin()?;
+        self.limit(Attempt::Challenge, &request).await?;
         let challenge = login::random_hex(32);
         let salt = login::random_hex(16);
         let record = StoredChallenge {
@@ -342,6 +359,7 @@ impl RuntimeAdmin for RuntimeAdminService {
         request: Request<LoginRequest>,
     ) -> Result<Response<LoginResponse>, Status> {
         let admin = self.admin()?;
+        self.limit(Attempt::Login, &request).await?;
         let LoginRequest { challenge, hash } = request.into_inner();
         let invalid_challenge = || unauthenticated("Invalid or expired challenge");
         if challenge.is_empty() || challenge.len() > MAX_CREDENTIAL_LEN {

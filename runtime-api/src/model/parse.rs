@@ -20,7 +20,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ValidationError> {
     let text = prepare(body)?;
     let mut de = serde_json::Deserializer::from_slice(&text);
-    // Depth is bounded by `too_deep` above; serde_json's own limit (128) is shallower
+    // Depth is bounded by `prepare` above; serde_json's own limit (128) is shallower
     // than what the reference accepts.
     de.disable_recursion_limit();
     let value = ValueSeed
@@ -47,7 +47,7 @@ pub(crate) fn prepare(body: &[u8]) -> Result<Cow<'_, [u8]>, ValidationError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(json_invalid(body.len(), "Expecting value"));
     }
-    if let Some(offset) = too_deep(body) {
+    if let Some(offset) = sandgate_proto::json::nesting_exceeds(body, MAX_NESTING) {
         return Err(json_invalid(offset, "Nesting too deep"));
     }
     Ok(replace_lone_surrogates(body))
@@ -88,40 +88,6 @@ fn byte_offset(text: &[u8], line: usize, column: usize) -> usize {
         }
     }
     (line_start + column.saturating_sub(1)).min(text.len())
-}
-
-/// Offset of the first bracket that opens a level beyond `MAX_NESTING`. Counting every
-/// bracket (inside strings too) bounds the depth from above, so only a body with that
-/// many brackets needs the exact, string-aware scan.
-fn too_deep(body: &[u8]) -> Option<usize> {
-    let opens = body.iter().filter(|b| matches!(b, b'{' | b'[')).count();
-    if opens <= MAX_NESTING {
-        return None;
-    }
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, &b) in body.iter().enumerate() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => {
-                depth += 1;
-                if depth > MAX_NESTING {
-                    return Some(i);
-                }
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    None
 }
 
 fn hex4(b: &[u8]) -> Option<u16> {

@@ -26,6 +26,10 @@ const CONCURRENT_LAUNCHES: usize = 16;
 /// The lease's name in the store.
 const LEASE: &str = "reconciler";
 
+/// Bounds of the lease's time to live, which is twice the reconcile interval.
+const LEASE_TTL_MIN: Duration = Duration::from_secs(3);
+const LEASE_TTL_MAX: Duration = Duration::from_secs(300);
+
 /// How often a waiting reconciler checks whether the configurations changed through
 /// another replica (one read of a version key).
 const CHANGE_POLL: Duration = Duration::from_secs(1);
@@ -87,9 +91,11 @@ impl Reconciler {
 
     fn lease_ttl(&self) -> Duration {
         // Long enough to outlive one pass and the wait to the next, short enough that
-        // another replica takes over soon after this one dies.
-        (self.sandboxes.options().reconcile_interval * 2)
-            .clamp(Duration::from_secs(10), Duration::from_secs(300))
+        // another replica takes over soon after this one dies. The floor only matters for
+        // intervals under 1.5 s (development, tests; the default 60 s gives 120 s): 3 s
+        // still outlasts a pass on the local driver many times over, and lets a test watch
+        // a takeover without waiting 10 s.
+        (self.sandboxes.options().reconcile_interval * 2).clamp(LEASE_TTL_MIN, LEASE_TTL_MAX)
     }
 
     /// Runs passes until `stop` is cancelled: every interval, and at once when a

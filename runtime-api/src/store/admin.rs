@@ -1,5 +1,5 @@
-//! What runtime management keeps: login challenges and the warm runtime configurations
-//! saved through the API.
+//! What runtime management keeps: login challenges, the warm runtime configurations
+//! saved through the API, and the counters that limit login attempts per client.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -93,4 +93,22 @@ pub trait WarmConfigStore: Send + Sync + 'static {
 
     /// `false` when there was no saved configuration of that name.
     async fn delete_warm_config(&self, name: &str) -> StoreResult<bool>;
+}
+
+/// A hit counted by [`RateLimitStore::hit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateCount {
+    /// Hits in the current window, this one included.
+    pub count: u64,
+    /// Until the window ends and the count starts again.
+    pub resets_in: Duration,
+}
+
+/// Counters of attempts per key (e.g. a client's logins) in fixed windows that open with
+/// a key's first hit. Kept in the store so that every replica counts together.
+#[async_trait]
+pub trait RateLimitStore: Send + Sync + 'static {
+    /// Counts one hit on `key`. The first hit opens a window of `window`; once it has
+    /// passed, the next hit opens a new one.
+    async fn hit(&self, key: &str, window: Duration) -> StoreResult<RateCount>;
 }

@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::admin::{
-    ChallengeStore, PutWarmConfig, StoredChallenge, StoredWarmConfig, WarmConfigSnapshot,
-    WarmConfigStore,
+    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
+    WarmConfigSnapshot, WarmConfigStore,
 };
 use super::{
     ConversationStore, IndexKey, ProfileStore, SessionKeyStore, StoreError, StoreHealth,
@@ -57,6 +57,9 @@ pub struct EmbeddedStore {
     challenges: Mutex<HashMap<String, (StoredChallenge, Instant)>>,
     /// Bumped after every committed change of the saved warm configurations.
     warm_version: AtomicU64,
+    /// Rate limit counters, in memory for the same reason as challenges: key → the count
+    /// and when its window ends.
+    rate_limits: Mutex<HashMap<String, (u64, Instant)>>,
 }
 
 /// A write run inside a batch's transaction. It returns what to answer its caller once the
@@ -131,6 +134,7 @@ impl EmbeddedStore {
             writes,
             challenges: Mutex::new(HashMap::new()),
             warm_version: AtomicU64::new(1),
+            rate_limits: Mutex::new(HashMap::new()),
         })
     }
 
@@ -533,6 +537,37 @@ impl ChallengeStore for EmbeddedStore {
             .remove(challenge)
             .filter(|(_, forget_at)| *forget_at > Instant::now())
             .map(|(record, _)| record))
+    }
+}
+
+/// Rate limit counters kept at once before the ended windows are swept out: clients
+/// arriving from many addresses cannot grow the table for long.
+const RATE_LIMITS_SWEEP_AT: usize = 10_000;
+
+#[async_trait]
+impl RateLimitStore for EmbeddedStore {
+    async fn hit(&self, key: &str, window: Duration) -> StoreResult<RateCount> {
+        let now = Instant::now();
+        let mut counters = self
+            .rate_limits
+            .lock()
+            .map_err(|_| StoreError::Unavailable("the rate limit table is poisoned".into()))?;
+        if counters.len() >= RATE_LIMITS_SWEEP_AT {
+            counters.retain(|_, (_, ends_at)| *ends_at > now);
+        }
+        let (count, ends_at) = counters
+            .entry(key.to_owned())
+            .and_modify(|(count, ends_at)| {
+                if *ends_at <= now {
+                    (*count, *ends_at) = (0, now + window);
+                }
+            })
+            .or_insert((0, now + window));
+        *count += 1;
+        Ok(RateCount {
+            count: *count,
+            resets_in: ends_at.saturating_duration_since(now),
+        })
     }
 }
 

@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use admin::{
-    ChallengeStore, PutWarmConfig, StoredChallenge, StoredWarmConfig, WarmConfigSnapshot,
-    WarmConfigStore,
+    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
+    WarmConfigSnapshot, WarmConfigStore,
 };
 pub use embedded::EmbeddedStore;
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
@@ -121,6 +121,7 @@ pub struct Store {
     pub session_keys: Arc<dyn SessionKeyStore>,
     pub profiles: Arc<dyn ProfileStore>,
     pub challenges: Arc<dyn ChallengeStore>,
+    pub rate_limits: Arc<dyn RateLimitStore>,
     pub warm_configs: Arc<dyn WarmConfigStore>,
     pub models: Arc<dyn ModelStore>,
     pub spend_log: Arc<dyn SpendLogStore>,
@@ -147,6 +148,7 @@ impl Store {
             + SessionKeyStore
             + ProfileStore
             + ChallengeStore
+            + RateLimitStore
             + WarmConfigStore
             + ModelStore
             + SpendLogStore
@@ -158,6 +160,7 @@ impl Store {
             session_keys: backend.clone(),
             profiles: backend.clone(),
             challenges: backend.clone(),
+            rate_limits: backend.clone(),
             warm_configs: backend.clone(),
             models: backend.clone(),
             spend_log: backend.clone(),

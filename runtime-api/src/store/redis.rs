@@ -120,10 +120,26 @@ impl ConversationStore for RedisStore {
                 .arg(data),
         );
         let mut connection = self.connection.clone();
-        let (swapped,): (bool,) = pipe
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let (swapped,): (bool,) = match pipe.query_async(&mut connection).await {
+            // A pipeline sends the script by its hash only, and a restarted (or failed
+            // over, or flushed) server has forgotten it: load it again and retry once, or
+            // every delivery would be refused until Sandgate restarts. The index entries
+            // the first attempt may have added are idempotent.
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                tracing::info!("Redis lost the compare-and-swap script; loading it again");
+                self.swap
+                    .prepare_invoke()
+                    .load_async(&mut connection)
+                    .await
+                    .map_err(unavailable)?;
+                pipe.query_async(&mut connection)
+                    .await
+                    .map_err(unavailable)?
+            }
+            answer => answer.map_err(unavailable)?,
+        };
         Ok(swapped)
     }
 

@@ -23,6 +23,24 @@ pub const WEBHOOK_KEY: &str = "test-session-key";
 pub const OTHER_WEBHOOK_KEY: &str = "other-session-key";
 /// The runtime API key (`X-API-Key`), which reads everything.
 pub const RUNTIME_KEY: &str = "test-runtime-api-key";
+/// The admin password of servers started with [`admin_args`].
+pub const ADMIN_PASSWORD: &str = "a long enough admin password for tests";
+/// Their admin token key: fixed, so tokens and sandbox session keys outlive a restart.
+pub const JWT_SECRET: &str = "an HMAC key of at least thirty-two bytes";
+
+/// The flags that enable admin login (cheap hashes: the tests exercise the protocol).
+pub fn admin_args() -> Vec<String> {
+    [
+        "--admin-password",
+        ADMIN_PASSWORD,
+        "--jwt-secret",
+        JWT_SECRET,
+        "--pbkdf2-iterations",
+        "1000",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
 
 /// A clock the test moves: expiry and timings are tested without waiting.
 pub struct TestClock(std::sync::atomic::AtomicI64);

@@ -127,6 +127,34 @@ impl SandgateProcess {
             .expect("get")
     }
 
+    /// Logs in as admin with `password` (a challenge, then its answer); the token.
+    pub async fn admin_token(&self, client: &reqwest::Client, password: &str) -> String {
+        let challenge: serde_json::Value = client
+            .get(self.url("/api/admin/challenge"))
+            .send()
+            .await
+            .expect("challenge")
+            .json()
+            .await
+            .expect("JSON");
+        let hash = sandgate_runtime_api::admin::login::login_hash(
+            password,
+            challenge["salt"].as_str().expect("salt"),
+            challenge["challenge"].as_str().expect("challenge"),
+            challenge["iterations"].as_u64().expect("iterations") as u32,
+        );
+        let login: serde_json::Value = client
+            .post(self.url("/api/admin/login"))
+            .json(&serde_json::json!({ "challenge": challenge["challenge"], "hash": hash }))
+            .send()
+            .await
+            .expect("login")
+            .json()
+            .await
+            .expect("JSON");
+        login["token"].as_str().expect("token").to_owned()
+    }
+
     /// Sends SIGTERM and returns the exit code.
     pub async fn terminate(&mut self) -> Option<i32> {
         let pid = self.child.id().expect("running");

@@ -1,6 +1,8 @@
 //! Runtime management in Redis.
 //!
 //! - `sandgate:challenge:<challenge>`: a challenge's JSON, with a TTL; taken with `GETDEL`.
+//! - `sandgate:rate:<key>`: a rate limit's count in its current window, which expires with
+//!   the window (`INCR`, and `PEXPIRE` on the window's first hit).
 //! - `sandgate:{warm}:configs`: a hash, name → saved configuration's JSON;
 //!   `sandgate:{warm}:images`: a hash, image → the name using it;
 //!   `sandgate:{warm}:version`: a random number replaced on every change. The three share a
@@ -15,8 +17,8 @@ use redis::{AsyncCommands, Script};
 use super::{RedisStore, corrupt, unavailable};
 use crate::store::StoreResult;
 use crate::store::admin::{
-    ChallengeStore, PutWarmConfig, StoredChallenge, StoredWarmConfig, WarmConfigSnapshot,
-    WarmConfigStore,
+    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
+    WarmConfigSnapshot, WarmConfigStore,
 };
 
 const CONFIGS: &str = "sandgate:{warm}:configs";
@@ -56,6 +58,24 @@ if redis.call('HGET', KEYS[2], image) == ARGV[1] then redis.call('HDEL', KEYS[2]
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2])
 return 1
+",
+    )
+});
+
+/// KEYS: the counter. ARGV: the window in milliseconds. Returns the count and the
+/// milliseconds until the window ends. A counter left without an expiry (it cannot
+/// happen inside this script, but a foreign write could) gets one, rather than counting
+/// forever.
+static HIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local count = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if count == 1 or ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {count, ttl}
 ",
     )
 });
@@ -165,5 +185,22 @@ impl WarmConfigStore for RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)
+    }
+}
+
+#[async_trait]
+impl RateLimitStore for RedisStore {
+    async fn hit(&self, key: &str, window: Duration) -> StoreResult<RateCount> {
+        let mut connection = self.connection.clone();
+        let (count, resets_in_ms): (u64, i64) = HIT
+            .key(format!("sandgate:rate:{key}"))
+            .arg(window.as_millis().max(1) as u64)
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(RateCount {
+            count,
+            resets_in: Duration::from_millis(resets_in_ms.max(0) as u64),
+        })
     }
 }

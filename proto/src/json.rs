@@ -1,0 +1,193 @@
+//! JSON request bodies, read strictly: an object wherever a struct is expected, nothing
+//! after the value, and a bound on nesting that can be checked before parsing.
+
+use serde::de::{DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer};
+
+/// Deserializes `T`, requiring a JSON object wherever `T` itself is a struct. serde's
+/// derive also accepts an array of the fields' values in declaration order (`["c", "h"]`
+/// for `{challenge, hash}`): a shape no client means, which would slip a body past the
+/// field names it is checked by. Use it as `#[serde(deserialize_with = "...")]` on fields
+/// that hold a struct; [`from_slice`] and `error::decode_json` apply it to the body.
+pub fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(ObjectOnly(deserializer))
+}
+
+/// `T` from a whole body: an object at the top, nothing but whitespace after it.
+pub fn from_slice<T: DeserializeOwned>(body: &[u8]) -> serde_json::Result<T> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let value = object(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// Offset of the first bracket that opens a level beyond `max`, if any. Strings are
+/// skipped, so brackets inside them do not count. Every bracket is counted first, an
+/// upper bound on the depth, so a body with few brackets is cleared in one cheap pass.
+pub fn nesting_exceeds(body: &[u8], max: usize) -> Option<usize> {
+    let opens = body.iter().filter(|b| matches!(b, b'{' | b'[')).count();
+    if opens <= max {
+        return None;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in body.iter().enumerate() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return Some(i);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A deserializer that reads a struct only from a map: everything else passes through.
+pub(crate) struct ObjectOnly<D>(pub(crate) D);
+
+/// Forwards `deserialize_<kind>(visitor)` to the wrapped deserializer.
+macro_rules! forward {
+    ($($method:ident)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+                self.0.$method(visitor)
+            }
+        )*
+    };
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for ObjectOnly<D> {
+    type Error = D::Error;
+
+    forward! {
+        deserialize_any deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32
+        deserialize_i64 deserialize_i128 deserialize_u8 deserialize_u16 deserialize_u32
+        deserialize_u64 deserialize_u128 deserialize_f32 deserialize_f64 deserialize_char
+        deserialize_str deserialize_string deserialize_bytes deserialize_byte_buf
+        deserialize_option deserialize_unit deserialize_seq deserialize_map
+        deserialize_identifier deserialize_ignored_any
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_unit_struct(name, visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_newtype_struct(name, visitor)
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_tuple(len, visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_tuple_struct(name, len, visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_enum(name, variants, visitor)
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.0.is_human_readable()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Login {
+        challenge: String,
+        hash: String,
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Outer {
+        #[serde(deserialize_with = "object")]
+        inner: Login,
+    }
+
+    #[test]
+    fn structs_come_only_from_objects() {
+        assert_eq!(
+            from_slice::<Login>(br#"{"challenge": "c", "hash": "h"}"#).ok(),
+            Some(Login {
+                challenge: "c".into(),
+                hash: "h".into()
+            })
+        );
+        // serde_json alone takes the positional form.
+        assert!(serde_json::from_slice::<Login>(br#"["c", "h"]"#).is_ok());
+        assert!(from_slice::<Login>(br#"["c", "h"]"#).is_err());
+        assert!(from_slice::<Outer>(br#"{"inner": ["c", "h"]}"#).is_err());
+        assert!(from_slice::<Outer>(br#"{"inner": {"challenge": "c", "hash": "h"}}"#).is_ok());
+        // Nothing may follow the value.
+        assert!(from_slice::<Login>(br#"{"challenge": "c", "hash": "h"} x"#).is_err());
+        // Other shapes pass through unchanged.
+        assert_eq!(
+            from_slice::<std::collections::BTreeMap<String, Option<u8>>>(br#"{"a": null}"#)
+                .ok()
+                .and_then(|map| map.get("a").copied()),
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn nesting_is_bounded_outside_strings() {
+        let deep = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        assert_eq!(nesting_exceeds(deep(5).as_bytes(), 5), None);
+        assert_eq!(nesting_exceeds(deep(6).as_bytes(), 5), Some(5));
+        let in_string = format!("[\"{}\\\"{}\"]", "[".repeat(10), "{".repeat(10));
+        assert_eq!(nesting_exceeds(in_string.as_bytes(), 5), None);
+    }
+}

@@ -1,0 +1,235 @@
+//! Admin login attempts limited per client address: the 11th attempt in a window gets 429
+//! with `Retry-After`, other addresses are not affected, the limit holds across replicas
+//! and cannot be dodged with a forged header, and the client logs in once its window has
+//! passed. Clients come from distinct loopback addresses (Linux routes all of 127/8 to
+//! the loopback interface, so a socket may bind any of them).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use sandgate_proto::CLIENT_ADDRESS_METADATA;
+use sandgate_proto::admin::v1::GetChallengeRequest;
+use sandgate_proto::admin::v1::runtime_admin_client::RuntimeAdminClient;
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_runtime_api::admin::login::login_hash;
+use serde_json::{Value, json};
+
+use crate::common::{ADMIN_PASSWORD, Backend, JWT_SECRET, Sandgate};
+
+const RATE: u32 = 10;
+/// Long enough for a test's attempts to fall into one window, short enough to wait out.
+const WINDOW_SECONDS: u64 = 3;
+
+async fn start(backend: &Backend, extra: &[&str]) -> Sandgate {
+    let window = WINDOW_SECONDS.to_string();
+    let rate = RATE.to_string();
+    let mut args = vec![
+        "--admin-password",
+        ADMIN_PASSWORD,
+        "--jwt-secret",
+        JWT_SECRET,
+        "--pbkdf2-iterations",
+        "1000",
+        "--admin-login-rate",
+        &rate,
+        "--admin-login-rate-window",
+        &window,
+    ];
+    args.extend(extra);
+    Sandgate::start_with(backend, &args).await
+}
+
+/// A client whose connections come from `address`.
+fn client_from(address: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(address.parse::<IpAddr>().expect("address"))
+        .build()
+        .expect("client")
+}
+
+/// An answer: its status, `Retry-After` (seconds) and body.
+struct Answer {
+    status: StatusCode,
+    retry_after: Option<u64>,
+    body: Value,
+}
+
+async fn answer(request: reqwest::RequestBuilder) -> Answer {
+    let response = request.send().await.expect("request");
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|value| value.to_str().expect("ASCII").parse().expect("seconds"));
+    Answer {
+        status: response.status(),
+        retry_after,
+        body: response.json().await.expect("JSON"),
+    }
+}
+
+async fn challenge(client: &reqwest::Client, sandgate: &Sandgate) -> Answer {
+    answer(
+        client
+            .get(sandgate.url("/api/admin/challenge"))
+            // Forged: the edge must key the client by its TCP address regardless.
+            .header(CLIENT_ADDRESS_METADATA, uuid_address())
+            .header("x-forwarded-for", uuid_address()),
+    )
+    .await
+}
+
+async fn login(client: &reqwest::Client, sandgate: &Sandgate, body: &Value) -> Answer {
+    answer(
+        client
+            .post(sandgate.url("/api/admin/login"))
+            .header(CLIENT_ADDRESS_METADATA, uuid_address())
+            .header("x-forwarded-for", uuid_address())
+            .json(body),
+    )
+    .await
+}
+
+/// A different made-up address each time.
+fn uuid_address() -> String {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    format!("10.{}.{}.{}", bytes[0], bytes[1], bytes[2])
+}
+
+/// The answer to `challenge`, with `password`.
+fn answered(challenge: &Value, password: &str) -> Value {
+    let hash = login_hash(
+        password,
+        challenge["salt"].as_str().expect("salt"),
+        challenge["challenge"].as_str().expect("challenge"),
+        challenge["iterations"].as_u64().expect("iterations") as u32,
+    );
+    json!({ "challenge": challenge["challenge"], "hash": hash })
+}
+
+/// A 429 as the contract says: `Retry-After` within the window, and the same seconds in
+/// the detail. Returns them.
+fn assert_limited(answer: &Answer, what: &str) -> u64 {
+    assert_eq!(answer.status, 429, "{what}: {}", answer.body);
+    let seconds = answer.retry_after.expect("Retry-After");
+    assert!(
+        (1..=WINDOW_SECONDS).contains(&seconds),
+        "{what}: Retry-After {seconds}"
+    );
+    assert_eq!(
+        answer.body,
+        json!({ "detail": format!("Too many login attempts; retry in {seconds} seconds") }),
+        "{what}"
+    );
+    seconds
+}
+
+async fn ten_attempts_then_429_per_client_address(backend: Backend) {
+    let sandgate = start(&backend, &[]).await;
+    let first = client_from("127.0.0.1");
+    let second = client_from("127.0.0.2");
+    for attempt in 1..=RATE {
+        let issued = challenge(&first, &sandgate).await;
+        assert_eq!(issued.status, 200, "challenge {attempt}: {}", issued.body);
+        let refused = login(&first, &sandgate, &answered(&issued.body, "wrong password")).await;
+        assert_eq!(refused.status, 401, "login {attempt}: {}", refused.body);
+        assert_eq!(refused.retry_after, None);
+    }
+    // The 11th login, even with a good answer (to a challenge the other client got), and
+    // the 11th challenge.
+    let issued = challenge(&second, &sandgate).await;
+    assert_eq!(issued.status, 200);
+    let good = answered(&issued.body, ADMIN_PASSWORD);
+    let login_wait = assert_limited(&login(&first, &sandgate, &good).await, "11th login");
+    let challenge_wait = assert_limited(&challenge(&first, &sandgate).await, "11th challenge");
+
+    // Another address is not affected: the challenge the 11th login did not spend works.
+    let logged_in = login(&second, &sandgate, &good).await;
+    assert_eq!(logged_in.status, 200, "{}", logged_in.body);
+
+    // Once its windows have passed, the first client logs in.
+    tokio::time::sleep(Duration::from_secs(login_wait.max(challenge_wait))).await;
+    let issued = challenge(&first, &sandgate).await;
+    assert_eq!(issued.status, 200, "{}", issued.body);
+    let logged_in = login(&first, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await;
+    assert_eq!(logged_in.status, 200, "{}", logged_in.body);
+    assert!(logged_in.body["token"].is_string());
+}
+
+crate::on_both_backends!(ten_attempts_then_429_per_client_address);
+
+/// Attempts against two replicas on one Redis count together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_holds_across_replicas() {
+    let backend = Backend::redis().await;
+    let replicas = [start(&backend, &[]).await, start(&backend, &[]).await];
+    let client = client_from("127.0.0.3");
+    let unknown = json!({"challenge": "feed", "hash": "00"});
+    for attempt in 0..RATE as usize {
+        let refused = login(&client, &replicas[attempt % 2], &unknown).await;
+        assert_eq!(refused.status, 401, "attempt {attempt}: {}", refused.body);
+    }
+    for replica in &replicas {
+        assert_limited(&login(&client, replica, &unknown).await, "past the limit");
+    }
+}
+
+/// A gRPC caller on `serve`'s public port is known by its TCP address: naming another
+/// client in the metadata does not reset its count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_grpc_caller_cannot_name_another_client() {
+    let backend = Backend::embedded();
+    let sandgate = start(&backend, &[]).await;
+    let mut grpc = RuntimeAdminClient::connect(sandgate.url(""))
+        .await
+        .expect("gRPC connection");
+    let call = |grpc: &mut RuntimeAdminClient<tonic::transport::Channel>| {
+        let mut request = tonic::Request::new(GetChallengeRequest {});
+        request.metadata_mut().insert(
+            CLIENT_ADDRESS_METADATA,
+            uuid_address().parse().expect("metadata"),
+        );
+        let mut grpc = grpc.clone();
+        async move { grpc.get_challenge(request).await }
+    };
+    for attempt in 1..=RATE {
+        assert!(call(&mut grpc).await.is_ok(), "challenge {attempt}");
+    }
+    let refused = call(&mut grpc).await.expect_err("past the limit");
+    let detail = ErrorDetail::from_status(&refused);
+    assert_eq!(detail.code(), ErrorCode::RateLimited);
+    assert!((1..=WINDOW_SECONDS as u32).contains(&detail.retry_after_seconds));
+    // The REST edge's clients have their own counts.
+    assert_eq!(
+        challenge(&client_from("127.0.0.4"), &sandgate).await.status,
+        200
+    );
+}
+
+/// Behind a trusted proxy, each client the proxy names has its own count; an untrusted
+/// peer's `X-Forwarded-For` is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_proxies_name_the_client() {
+    let backend = Backend::embedded();
+    let sandgate = start(&backend, &["--trusted-proxies", "127.0.0.5/32"]).await;
+    let proxy = client_from("127.0.0.5");
+    let untrusted = client_from("127.0.0.6");
+    let unknown = json!({"challenge": "feed", "hash": "00"});
+    let via = |client: &reqwest::Client, forwarded: &str| {
+        answer(
+            client
+                .post(sandgate.url("/api/admin/login"))
+                .header("x-forwarded-for", forwarded)
+                .json(&unknown),
+        )
+    };
+    for attempt in 1..=RATE {
+        // A client's own forged entry comes first; the proxy appends what it saw.
+        let refused = via(&proxy, &format!("{}, 203.0.113.1", uuid_address())).await;
+        assert_eq!(refused.status, 401, "attempt {attempt}");
+    }
+    assert_limited(&via(&proxy, "203.0.113.1").await, "the proxied client");
+    assert_eq!(via(&proxy, "203.0.113.2").await.status, 401, "another one");
+    // From an untrusted peer, the header names nobody: the peer has its own count.
+    assert_eq!(via(&untrusted, "203.0.113.1").await.status, 401);
+}
