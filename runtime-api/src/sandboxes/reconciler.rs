@@ -20,6 +20,9 @@ use super::{PoolCounts, SandboxResult, Sandboxes, pool_counts};
 use crate::admin::login::random_hex;
 use crate::store::{SandboxState, StoredSandbox};
 
+/// How long a claim's wake-up waits for more claims before the refilling pass.
+const CLAIM_COALESCE: Duration = Duration::from_millis(20);
+
 /// Warm sandboxes launched at once by a pass.
 const CONCURRENT_LAUNCHES: usize = 16;
 
@@ -127,7 +130,12 @@ impl Reconciler {
                     }
                     () = tokio::time::sleep_until(deadline) => break,
                     () = self.sandboxes.configs.changed() => break,
-                    () = self.sandboxes.claimed() => break,
+                    () = self.sandboxes.claimed() => {
+                        // Claims come in bursts: one pass refills after a few of them
+                        // rather than a pass per claim, each competing with the next.
+                        tokio::time::sleep(CLAIM_COALESCE).await;
+                        break;
+                    }
                     () = tokio::time::sleep(CHANGE_POLL) => {
                         let now = self.sandboxes.configs.generation().await.ok();
                         if now.is_some() && now != seen {
