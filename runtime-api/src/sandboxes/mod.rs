@@ -345,7 +345,7 @@ impl Sandboxes {
     ) -> SandboxResult<Option<StoredSandbox>> {
         let key = claim_key(spec);
         for _ in 0..CAS_ATTEMPTS {
-            let mut candidates: Vec<_> = self
+            let candidates: Vec<_> = self
                 .store
                 .sandboxes
                 .warm_sandboxes(&key, CLAIM_CANDIDATES)
@@ -356,14 +356,27 @@ impl Sandboxes {
             if candidates.is_empty() {
                 return Ok(None);
             }
-            // Their current state, so that ready ones go first and the claimer is told.
-            candidates = self.refresh(candidates).await?;
-            candidates.retain(|record| record.warm_index() == Some(key.as_str()));
-            candidates.sort_by_key(|record| {
-                (record.state != SandboxState::Running, record.created_at_ms)
-            });
-            for candidate in candidates {
-                let mut next = candidate.clone();
+            // Their current state, so that ready ones go first and the claimer is told;
+            // written by the claim itself, in its one compare-and-swap.
+            let mut observed = self.driver.observe(&candidates).await?;
+            let mut claims: Vec<_> = candidates
+                .into_iter()
+                .filter_map(|candidate| {
+                    let mut next = candidate.clone();
+                    if let Some(seen) = observed.remove(&candidate.runtime_id) {
+                        if seen.state != next.state {
+                            next.changed_at_ms = self.clock.now_ms();
+                        }
+                        next.state = seen.state;
+                        next.status_detail = seen.detail;
+                    }
+                    // One that failed since it was indexed is no claim.
+                    next.state.is_live().then_some((candidate, next))
+                })
+                .collect();
+            claims
+                .sort_by_key(|(_, next)| (next.state != SandboxState::Running, next.created_at_ms));
+            for (candidate, mut next) in claims {
                 next.session_id = Some(session_id.to_owned());
                 next.version += 1;
                 if self
