@@ -525,6 +525,23 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
     // Nothing live to ask about: no call at all.
     assert!(driver.observe(&[]).await.expect("observe").is_empty());
     assert_eq!(fake.requests().len(), 1);
+
+    // One sandbox (a session's status read): only its pods are listed.
+    let one = driver.observe(&records[..1]).await.expect("observe one");
+    assert_eq!(one.len(), 1);
+    assert_eq!(one["pull"].state, SandboxState::Error);
+    let requests = fake.requests();
+    let query = requests[1].query.as_deref().expect("a query");
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    assert!(
+        pairs.contains(&(
+            "labelSelector".into(),
+            "app.kubernetes.io/managed-by=sandgate,sandgate.dev/runtime-id=pull".into()
+        )),
+        "{query}"
+    );
 }
 
 #[tokio::test]

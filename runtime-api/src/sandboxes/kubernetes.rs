@@ -190,8 +190,13 @@ impl KubernetesDriver {
     }
 
     /// Every pod of every sandbox in the namespace, in one call.
-    async fn pods(&self) -> Result<Vec<Pod>, DriverError> {
-        let selector = format!("{}={}", objects::MANAGED_BY, objects::MANAGER);
+    /// Sandgate's pods in the namespace; only `runtime_id`'s when given, so that reading
+    /// one sandbox's status does not list (and decode) every sandbox's pod.
+    async fn pods(&self, runtime_id: Option<&str>) -> Result<Vec<Pod>, DriverError> {
+        let mut selector = format!("{}={}", objects::MANAGED_BY, objects::MANAGER);
+        if let Some(runtime_id) = runtime_id {
+            selector = format!("{selector},{}={runtime_id}", objects::RUNTIME_ID);
+        }
         let request = self
             .request::<Pod>()
             .list(&ListParams::default().labels(&selector))
@@ -305,6 +310,10 @@ impl SandboxDriver for KubernetesDriver {
         if sandboxes.is_empty() {
             return Ok(HashMap::new());
         }
-        Ok(observe::observed(&self.pods().await?, sandboxes))
+        let only = match sandboxes {
+            [one] => Some(one.runtime_id.as_str()),
+            _ => None,
+        };
+        Ok(observe::observed(&self.pods(only).await?, sandboxes))
     }
 }
