@@ -181,7 +181,7 @@ pub async fn list(
     ))
 }
 
-async fn runtime_id(
+fn runtime_id(
     state: &AppState,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<String, ApiError> {
@@ -195,7 +195,7 @@ pub async fn pause(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, payload).await?;
+    let runtime_id = runtime_id(&state, payload)?;
     let response = state
         .sandboxes
         .clone()
@@ -210,7 +210,7 @@ pub async fn resume(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, payload).await?;
+    let runtime_id = runtime_id(&state, payload)?;
     let response = state
         .sandboxes
         .clone()
@@ -225,7 +225,7 @@ pub async fn stop(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, payload).await?;
+    let runtime_id = runtime_id(&state, payload)?;
     let response = state
         .sandboxes
         .clone()
