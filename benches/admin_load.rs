@@ -8,6 +8,10 @@
 #![expect(clippy::expect_used, reason = "a benchmark fails loudly")]
 #![expect(clippy::print_stdout, reason = "a benchmark prints its table")]
 
+#[path = "harness/admin.rs"]
+mod admin;
+#[path = "harness/closed_loop.rs"]
+mod closed_loop;
 mod harness;
 
 use std::time::{Duration, Instant};
@@ -38,41 +42,6 @@ async fn sandgate(store_args: &[String]) -> (Child, String) {
     .await
 }
 
-/// One admin login, end to end: challenge, the client's PBKDF2, the server's check.
-async fn login(client: &reqwest::Client, base: &str) -> String {
-    let challenge: Value = client
-        .get(format!("{base}/api/admin/challenge"))
-        .send()
-        .await
-        .expect("challenge")
-        .json()
-        .await
-        .expect("challenge JSON");
-    let nonce = challenge["challenge"]
-        .as_str()
-        .expect("challenge")
-        .to_owned();
-    let hash = tokio::task::spawn_blocking(move || {
-        login_hash(
-            PASSWORD,
-            challenge["salt"].as_str().expect("salt"),
-            challenge["challenge"].as_str().expect("challenge"),
-            challenge["iterations"].as_u64().expect("iterations") as u32,
-        )
-    })
-    .await
-    .expect("hash");
-    let response = client
-        .post(format!("{base}/api/admin/login"))
-        .json(&json!({ "challenge": nonce, "hash": hash }))
-        .send()
-        .await
-        .expect("login");
-    assert_eq!(response.status(), 200, "login failed");
-    let body: Value = response.json().await.expect("token JSON");
-    body["token"].as_str().expect("token").to_owned()
-}
-
 /// A realistic configuration: the installer default's shape, with its environment.
 fn config(n: usize) -> Value {
     json!({
@@ -94,7 +63,7 @@ fn config(n: usize) -> Value {
 }
 
 async fn fill(client: &reqwest::Client, base: &str) -> usize {
-    let token = login(client, base).await;
+    let token = admin::login(client, base, PASSWORD).await;
     for n in 0..CONFIGS {
         let response = client
             .put(format!("{base}/api/admin/warm-runtime-configs/config-{n}"))
@@ -155,7 +124,7 @@ async fn logins(base: &str, concurrency: usize, seconds: u64) -> (f64, f64) {
                 let mut times = Vec::new();
                 while Instant::now() < deadline {
                     let sent = Instant::now();
-                    login(&client, &base).await;
+                    admin::login(&client, &base, PASSWORD).await;
                     times.push(sent.elapsed().as_secs_f64());
                 }
                 times
@@ -207,7 +176,7 @@ async fn main() {
     }
     let seconds = harness::env_number("BENCH_SECONDS", 5);
     let login_seconds = harness::env_number("BENCH_LOGIN_SECONDS", 10);
-    let levels = harness::concurrency_levels();
+    let levels = closed_loop::concurrency_levels();
 
     let data = tempfile::tempdir().expect("temp dir");
     let (_redis, redis) = harness::redis().await;
@@ -228,8 +197,8 @@ async fn main() {
             ("sandgate serve, Redis", &redis_backed),
             ("sandgate serve, embedded", &embedded),
         ] {
-            harness::load(base, concurrency, 1, list_request).await;
-            let outcome = harness::load(base, concurrency, seconds, list_request).await;
+            closed_loop::load(base, concurrency, 1, list_request).await;
+            let outcome = closed_loop::load(base, concurrency, seconds, list_request).await;
             println!(
                 "| {target} | {concurrency} | {:.0} | {:.2} | {:.2} | {} |",
                 outcome.rate(),

@@ -13,80 +13,19 @@
     reason = "a benchmark: it fails loudly and prints its table"
 )]
 
+#[path = "harness/closed_loop.rs"]
+mod closed_loop;
 mod harness;
+#[path = "harness/upstream.rs"]
+mod upstream;
 
 use std::time::Instant;
 
-use axum::Router;
-use axum::body::Body;
-use axum::response::Response;
-use axum::routing::post;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
-use serde_json::{Value, json};
 
 const MASTER_KEY: &str = "bench-master-key";
-
-/// What a provider answers: a small completion, or a three-event stream.
-async fn completion(body: Bytes) -> Response {
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let model = request["model"].as_str().unwrap_or_default().to_owned();
-    if request["stream"] == true {
-        let events = [
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "lo"}}]}),
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}),
-        ];
-        let chunks: Vec<Result<Bytes, std::convert::Infallible>> = events
-            .iter()
-            .map(|event| Ok(Bytes::from(format!("data: {event}\n\n"))))
-            .chain([Ok(Bytes::from_static(b"data: [DONE]\n\n"))])
-            .collect();
-        return Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(Body::from_stream(futures::stream::iter(chunks)))
-            .expect("response");
-    }
-    let reply = json!({
-        "id": "c1", "object": "chat.completion", "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
-    });
-    Response::builder()
-        .header("content-type", "application/json")
-        .body(Body::from(reply.to_string()))
-        .expect("response")
-}
-
-/// The fake provider, on port 0; its base URL.
-async fn upstream() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("addr");
-    let app = Router::new().route("/v1/chat/completions", post(completion));
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-        stream.set_nodelay(true).expect("nodelay");
-    });
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}")
-}
-
-fn chat(model: &str, stream: bool) -> Bytes {
-    Bytes::from(
-        json!({
-            "model": model,
-            "messages": [
-                {"role": "system", "content": "You are a coding agent."},
-                {"role": "user", "content": "Write a function that adds two numbers."}
-            ],
-            "stream": stream,
-            "user": "user-1",
-        })
-        .to_string(),
-    )
-}
 
 fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
     http::Request::post("/v1/chat/completions")
@@ -137,15 +76,8 @@ async fn main() {
     let seconds = harness::env_number("BENCH_SECONDS", 5);
     let streams = harness::env_number("BENCH_STREAMS", 2000) as usize;
 
-    let direct = upstream().await;
-    let config = tempfile::NamedTempFile::new().expect("config");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{direct}\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
-        ),
-    )
-    .expect("write config");
+    let direct = upstream::start().await;
+    let config = upstream::gateway_config(&direct);
     // Production's store: the spend log goes to Redis.
     let (_redis, redis) = harness::redis().await;
     let (_sandgate, gateway) = harness::sandgate(
@@ -163,20 +95,20 @@ async fn main() {
     .await;
 
     // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
-    let through = chat("claude", false);
-    let direct_body = chat("claude-sonnet", false);
+    let through = upstream::chat("claude", false);
+    let direct_body = upstream::chat("claude-sonnet", false);
     println!("Non-streaming chat completions, closed loop\n");
     println!("| target | concurrency | requests/s | p50 ms | p99 ms | errors |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for concurrency in harness::concurrency_levels() {
+    for concurrency in closed_loop::concurrency_levels() {
         for (target, base, body) in [
             ("direct to the fake upstream", &direct, &direct_body),
             ("through sandgate serve", &gateway, &through),
         ] {
             let body = body.clone();
             let next = move || request(&body);
-            harness::load(base, concurrency, 1, next.clone()).await;
-            let outcome = harness::load(base, concurrency, seconds, next).await;
+            closed_loop::load(base, concurrency, 1, next.clone()).await;
+            let outcome = closed_loop::load(base, concurrency, seconds, next).await;
             println!(
                 "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
                 outcome.rate(),
@@ -194,9 +126,13 @@ async fn main() {
         (
             "direct to the fake upstream",
             &direct,
-            chat("claude-sonnet", true),
+            upstream::chat("claude-sonnet", true),
         ),
-        ("through sandgate serve", &gateway, chat("claude", true)),
+        (
+            "through sandgate serve",
+            &gateway,
+            upstream::chat("claude", true),
+        ),
     ] {
         first_chunks(base, &body, streams / 10).await;
         let times = first_chunks(base, &body, streams).await;

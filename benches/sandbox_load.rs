@@ -14,6 +14,10 @@
 #![expect(clippy::expect_used, reason = "a benchmark fails loudly")]
 #![expect(clippy::print_stdout, reason = "a benchmark prints its table")]
 
+#[path = "harness/admin.rs"]
+mod admin;
+#[path = "harness/closed_loop.rs"]
+mod closed_loop;
 mod harness;
 
 use std::sync::Arc;
@@ -25,7 +29,6 @@ use axum::routing::post;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http_body_util::Full;
-use sandgate_runtime_api::admin::login::login_hash;
 use serde_json::{Value, json};
 
 const API_KEY: &str = "bench-api-key";
@@ -48,33 +51,6 @@ fn config(image: &str, count: u64) -> Value {
     object.remove("session_id");
     object.insert("count".into(), count.into());
     body
-}
-
-async fn login(client: &reqwest::Client, base: &str) -> String {
-    let challenge: Value = client
-        .get(format!("{base}/api/admin/challenge"))
-        .send()
-        .await
-        .expect("challenge")
-        .json()
-        .await
-        .expect("JSON");
-    let hash = login_hash(
-        PASSWORD,
-        challenge["salt"].as_str().expect("salt"),
-        challenge["challenge"].as_str().expect("challenge"),
-        ITERATIONS,
-    );
-    let body: Value = client
-        .post(format!("{base}/api/admin/login"))
-        .json(&json!({"challenge": challenge["challenge"], "hash": hash}))
-        .send()
-        .await
-        .expect("login")
-        .json()
-        .await
-        .expect("JSON");
-    body["token"].as_str().expect("token").to_owned()
 }
 
 /// `(ready, target)` of the pool `name`.
@@ -229,7 +205,7 @@ async fn main() {
             ],
         )
         .await;
-        let token = login(&client, &base).await;
+        let token = admin::login(&client, &base, PASSWORD).await;
 
         // Save to full pool: every save changes the image, so the pool is replaced whole.
         let mut times = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
@@ -272,7 +248,7 @@ async fn main() {
             ms(&times, 0.99)
         );
         let sessions = Arc::new(AtomicU64::new(0));
-        for concurrency in harness::concurrency_levels() {
+        for concurrency in closed_loop::concurrency_levels() {
             let sessions = sessions.clone();
             let next = move || {
                 let n = sessions.fetch_add(1, Ordering::Relaxed);
@@ -286,7 +262,7 @@ async fn main() {
                     .expect("request")
             };
             let seconds = harness::env_number("BENCH_SECONDS", 5);
-            let outcome = harness::load(&base, concurrency, seconds, next).await;
+            let outcome = closed_loop::load(&base, concurrency, seconds, next).await;
             rate_rows.push(format!(
                 "| {store} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
                 outcome.rate(),

@@ -16,13 +16,15 @@
     reason = "a benchmark: it fails loudly and prints its table"
 )]
 
+#[path = "harness/closed_loop.rs"]
+mod closed_loop;
 mod harness;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::post;
-use harness::Outcome;
+use closed_loop::Outcome;
 use serde_json::Value;
 
 const PATH: &str = "/api/v1/webhooks/conversations";
@@ -127,7 +129,7 @@ fn delivery(deliveries: &Arc<Deliveries>) -> http::Request<http_body_util::Full<
 
 async fn load(base: &str, template: &Value, concurrency: usize, seconds: u64) -> Outcome {
     let deliveries = Arc::new(Deliveries::new(template));
-    harness::load(base, concurrency, seconds, move || delivery(&deliveries)).await
+    closed_loop::load(base, concurrency, seconds, move || delivery(&deliveries)).await
 }
 
 async fn sandgate(binary: &str, store_args: &[String]) -> (tokio::process::Child, String) {
@@ -170,7 +172,7 @@ async fn main() {
         return;
     }
     let seconds = harness::env_number("BENCH_SECONDS", 5);
-    let levels = harness::concurrency_levels();
+    let levels = closed_loop::concurrency_levels();
 
     let bodies_wanted = std::env::var("BENCH_BODIES").unwrap_or_else(|_| "small,large".into());
     let backends = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "redis,embedded".into());

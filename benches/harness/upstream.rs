@@ -1,0 +1,84 @@
+//! A fake LLM provider for the gateway benchmarks: an OpenAI-compatible
+//! `/v1/chat/completions` answering at once, with a small completion or a three-event stream.
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::Response;
+use axum::routing::post;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+/// What a provider answers: a small completion, or a three-event stream.
+async fn completion(body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let model = request["model"].as_str().unwrap_or_default().to_owned();
+    if request["stream"] == true {
+        let events = [
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "lo"}}]}),
+            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}),
+        ];
+        let chunks: Vec<Result<Bytes, std::convert::Infallible>> = events
+            .iter()
+            .map(|event| Ok(Bytes::from(format!("data: {event}\n\n"))))
+            .chain([Ok(Bytes::from_static(b"data: [DONE]\n\n"))])
+            .collect();
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(futures::stream::iter(chunks)))
+            .expect("response");
+    }
+    let reply = json!({
+        "id": "c1", "object": "chat.completion", "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(reply.to_string()))
+        .expect("response")
+}
+
+/// The fake provider, on port 0; its base URL.
+pub async fn start() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("addr");
+    let app = Router::new().route("/v1/chat/completions", post(completion));
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        stream.set_nodelay(true).expect("nodelay");
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// A chat completion request for `model`, streamed or not, as agents send them.
+pub fn chat(model: &str, stream: bool) -> Bytes {
+    Bytes::from(
+        json!({
+            "model": model,
+            "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "Write a function that adds two numbers."}
+            ],
+            "stream": stream,
+            "user": "user-1",
+        })
+        .to_string(),
+    )
+}
+
+/// A gateway configuration file with one model, `claude`, served by `api_base` as
+/// `claude-sonnet`, client headers forwarded.
+pub fn gateway_config(api_base: &str) -> tempfile::NamedTempFile {
+    let config = tempfile::NamedTempFile::new().expect("config");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{api_base}\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
+        ),
+    )
+    .expect("write config");
+    config
+}
