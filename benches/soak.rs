@@ -1,0 +1,509 @@
+//! The soak: webhook, admin and gateway traffic at fixed rates, for minutes, against one
+//! `sandgate serve` on Redis, over loopback. Open loop: each traffic sends on its own
+//! clock whatever the answers take, so a slowdown shows as latency, not as a lower rate.
+//!
+//! Every window prints each traffic's p99 and errors and the resident memory of Sandgate
+//! and of its Redis; the end prints each traffic's p50/p99 after the warm-up and compares
+//! Sandgate's RSS after the warm-up with its last reading. It fails (exit 1) on any error
+//! or on RSS growth above `SOAK_MAX_GROWTH`.
+//!
+//! `scripts/soak` (or `cargo bench --bench soak`). Environment: `SOAK_SECONDS` (default
+//! 300), `SOAK_WARMUP` (seconds, default 60), `SOAK_WINDOW` (seconds a row, default 15),
+//! `SOAK_SCALE` (percent of the default rates, default 100), `SOAK_MAX_GROWTH` (percent,
+//! default 10).
+
+#![expect(
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a benchmark: it fails loudly and prints its table"
+)]
+
+#[path = "harness/admin.rs"]
+mod admin;
+mod harness;
+#[path = "harness/upstream.rs"]
+mod upstream;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+
+const API_KEY: &str = "soak-api-key";
+const SESSION_KEY: &str = "soak-session-key";
+const MASTER_KEY: &str = "soak-master-key";
+const PASSWORD: &str = "soak admin password";
+/// Conversations the webhook traffic cycles through: each delivery updates one of them,
+/// so the store stays the same size however long the soak runs.
+const CONVERSATIONS: u64 = 1000;
+/// Requests of one traffic still unanswered past which the next are not sent (and count
+/// as errors): an open loop must not pile up without bound when the server stalls.
+const MAX_IN_FLIGHT: u64 = 2000;
+
+type Outcome = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// One kind of request, sent `per_second` times a second; `call(n)` makes the n-th.
+struct Traffic {
+    name: &'static str,
+    per_second: f64,
+    call: Box<dyn Fn(u64) -> Outcome + Send + Sync>,
+    stats: Mutex<Stats>,
+    in_flight: AtomicU64,
+}
+
+struct Stats {
+    /// Latencies of the current window, in µs.
+    window: Histogram<u64>,
+    window_errors: u64,
+    /// Latencies after the warm-up.
+    steady: Histogram<u64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram")
+}
+
+impl Traffic {
+    fn new(
+        name: &'static str,
+        per_second: f64,
+        call: impl Fn(u64) -> Outcome + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            per_second,
+            call: Box::new(call),
+            stats: Mutex::new(Stats {
+                window: histogram(),
+                window_errors: 0,
+                steady: histogram(),
+                errors: 0,
+                first_error: None,
+            }),
+            in_flight: AtomicU64::new(0),
+        })
+    }
+
+    fn record(&self, took: Duration, outcome: Result<(), String>) {
+        let mut stats = self.stats.lock().expect("stats");
+        stats.window.saturating_record(took.as_micros() as u64);
+        if let Err(error) = outcome {
+            stats.window_errors += 1;
+            stats.errors += 1;
+            stats.first_error.get_or_insert(error);
+        }
+    }
+
+    /// Sends on a fixed clock until `until`, each request on a task of its own.
+    async fn run(self: Arc<Self>, until: Instant) {
+        let mut clock = tokio::time::interval(Duration::from_secs_f64(1.0 / self.per_second));
+        let mut n = 0;
+        loop {
+            clock.tick().await;
+            if Instant::now() >= until {
+                return;
+            }
+            if self.in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+                self.record(Duration::ZERO, Err("too many requests in flight".into()));
+                continue;
+            }
+            self.in_flight.fetch_add(1, Ordering::Relaxed);
+            let traffic = self.clone();
+            let request = (self.call)(n);
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                let outcome = request.await;
+                traffic.record(sent.elapsed(), outcome);
+                traffic.in_flight.fetch_sub(1, Ordering::Relaxed);
+            });
+            n += 1;
+        }
+    }
+
+    /// The window's (requests, errors, p99 ms), and starts the next; the window's
+    /// latencies join the steady ones when `steady`.
+    fn close_window(&self, steady: bool) -> (u64, u64, f64) {
+        let mut stats = self.stats.lock().expect("stats");
+        let window = std::mem::replace(&mut stats.window, histogram());
+        let errors = std::mem::take(&mut stats.window_errors);
+        if steady {
+            stats.steady.add(&window).expect("same bounds");
+        }
+        (window.len(), errors, ms(&window, 0.99))
+    }
+}
+
+fn ms(latency: &Histogram<u64>, quantile: f64) -> f64 {
+    latency.value_at_quantile(quantile) as f64 / 1000.0
+}
+
+/// What an answer must be: `expected`, and a body that reads to its end.
+async fn answer(sent: reqwest::Result<reqwest::Response>, expected: u16) -> Result<Value, String> {
+    let response = sent.map_err(|error| error.to_string())?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(|error| error.to_string())?;
+    if status != expected {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
+    }
+    Ok(serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// The resident set of process `pid`, in MiB (0 when it cannot be read).
+fn rss_mib(pid: Option<u32>) -> f64 {
+    let status = pid
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| {
+            value
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn conversation_id(n: u64) -> String {
+    format!("50a50a50-0000-4000-8000-{:012}", n % CONVERSATIONS)
+}
+
+/// The n-th webhook delivery: conversation `n % CONVERSATIONS`, one status further
+/// through running → paused → idle than its last delivery, and `n` ms newer than the first.
+fn delivery(template: &Value, n: u64) -> Vec<u8> {
+    let mut record = template.clone();
+    let status = ["running", "paused", "idle"][(n / CONVERSATIONS % 3) as usize];
+    let (seconds, millis) = (n / 1000, n % 1000);
+    record["id"] = conversation_id(n).into();
+    record["execution_status"] = status.into();
+    record["updated_at"] = format!(
+        "2026-03-02T{:02}:{:02}:{:02}.{millis:03}Z",
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+    .into();
+    serde_json::to_vec(&record).expect("record")
+}
+
+fn pool_config(n: u64) -> Value {
+    json!({
+        "image": format!("ghcr.io/acme/agent:{}", n % 2),
+        "command": ["/usr/local/bin/agent-server", "--port", "8000"],
+        "working_dir": "/workspace",
+        "environment": {"LOG_LEVEL": "info"},
+        "count": 4,
+    })
+}
+
+struct Soak {
+    client: reqwest::Client,
+    base: String,
+    token: Mutex<String>,
+    template: Value,
+}
+
+impl Soak {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn traffics(self: &Arc<Self>, scale: f64) -> Vec<Arc<Traffic>> {
+        let soak = self.clone();
+        let webhook = Traffic::new("webhook delivery", 150.0 * scale, move |n| {
+            let soak = soak.clone();
+            Box::pin(async move {
+                let body = delivery(&soak.template, CONVERSATIONS + n);
+                let sent = soak
+                    .client
+                    .post(soak.url("/api/v1/webhooks/conversations"))
+                    .header("x-session-api-key", SESSION_KEY)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
+                answer(sent, 200).await.map(drop)
+            })
+        });
+        let soak = self.clone();
+        let read = Traffic::new("conversation read", 40.0 * scale, move |n| {
+            let soak = soak.clone();
+            Box::pin(async move {
+                let path = format!("/api/v1/conversations/{}", conversation_id(n * 7));
+                let sent = soak
+                    .client
+                    .get(soak.url(&path))
+                    .header("x-session-api-key", SESSION_KEY)
+                    .send()
+                    .await;
+                answer(sent, 200).await.map(drop)
+            })
+        });
+        let soak = self.clone();
+        let configs = Traffic::new("config list", 20.0 * scale, move |_| {
+            let soak = soak.clone();
+            Box::pin(async move {
+                let sent = soak
+                    .client
+                    .get(soak.url("/api/warm-runtime-configs"))
+                    .header("x-api-key", API_KEY)
+                    .send()
+                    .await;
+                answer(sent, 200).await.map(drop)
+            })
+        });
+        let soak = self.clone();
+        let save = Traffic::new("config save", 0.5 * scale, move |n| {
+            let soak = soak.clone();
+            Box::pin(async move {
+                let token = soak.token.lock().expect("token").clone();
+                let sent = soak
+                    .client
+                    .put(soak.url("/api/admin/warm-runtime-configs/soak"))
+                    .bearer_auth(token)
+                    .json(&pool_config(n))
+                    .send()
+                    .await;
+                answer(sent, 200).await.map(drop)
+            })
+        });
+        let soak = self.clone();
+        // Below the default login rate limit (10 a minute per client).
+        let login = Traffic::new("admin login", 0.1 * scale.min(1.0), move |_| {
+            let soak = soak.clone();
+            Box::pin(async move {
+                let token = admin::try_login(&soak.client, &soak.base, PASSWORD).await?;
+                *soak.token.lock().expect("token") = token;
+                Ok(())
+            })
+        });
+        let soak = self.clone();
+        let sandbox = Traffic::new("sandbox start + stop", 2.0 * scale, move |n| {
+            let soak = soak.clone();
+            Box::pin(async move {
+                let mut spec = pool_config(n);
+                spec["session_id"] = format!("soak-{n}").into();
+                let sent = soak
+                    .client
+                    .post(soak.url("/start"))
+                    .header("x-api-key", API_KEY)
+                    .json(&spec)
+                    .send()
+                    .await;
+                let runtime = answer(sent, 200).await?;
+                let sent = soak
+                    .client
+                    .post(soak.url("/stop"))
+                    .header("x-api-key", API_KEY)
+                    .json(&json!({"runtime_id": runtime["runtime_id"]}))
+                    .send()
+                    .await;
+                answer(sent, 200).await.map(drop)
+            })
+        });
+        let soak = self.clone();
+        let chat = Traffic::new("chat completion", 150.0 * scale, move |n| {
+            let soak = soak.clone();
+            Box::pin(async move { soak.chat(n, false).await })
+        });
+        let soak = self.clone();
+        let stream = Traffic::new("chat stream", 15.0 * scale, move |n| {
+            let soak = soak.clone();
+            Box::pin(async move { soak.chat(n, true).await })
+        });
+        vec![webhook, read, configs, save, login, sandbox, chat, stream]
+    }
+
+    async fn chat(&self, n: u64, stream: bool) -> Result<(), String> {
+        let response = self
+            .client
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(MASTER_KEY)
+            .header("content-type", "application/json")
+            .header(
+                "x-gateway-session-id",
+                conversation_id(n).replace("50a50a50", "5e551011"),
+            )
+            .body(upstream::chat("claude", stream))
+            .send()
+            .await
+            .map_err(|error| error.to_string())?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|error| error.to_string())?;
+        let complete = if stream {
+            body.ends_with(b"data: [DONE]\n\n")
+        } else {
+            body.starts_with(b"{")
+        };
+        if status != 200 || !complete {
+            return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    let seconds = harness::env_number("SOAK_SECONDS", 300);
+    let warmup = harness::env_number("SOAK_WARMUP", 60).min(seconds);
+    let window = harness::env_number("SOAK_WINDOW", 15).max(1);
+    let scale = harness::env_number("SOAK_SCALE", 100) as f64 / 100.0;
+    let max_growth = harness::env_number("SOAK_MAX_GROWTH", 10) as f64;
+
+    let provider = upstream::start().await;
+    let config = upstream::gateway_config(&provider);
+    let (redis_process, redis) = harness::redis().await;
+    let (sandgate_process, base) = harness::sandgate(
+        env!("CARGO_BIN_EXE_sandgate"),
+        &[
+            "--log".into(),
+            "warn,sandgate=info".into(),
+            "--redis".into(),
+            redis,
+            "--gateway-config".into(),
+            config.path().display().to_string(),
+        ],
+        &[
+            ("SANDGATE_WEBHOOK_API_KEYS", SESSION_KEY),
+            ("DEFAULT_API_KEY", API_KEY),
+            ("ADMIN_PASSWORD", PASSWORD),
+            ("JWT_SECRET", "soak JWT secret, at least 32 bytes long"),
+            ("PROXY_MASTER_KEY", MASTER_KEY),
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let token = admin::login(&client, &base, PASSWORD).await;
+    let soak = Arc::new(Soak {
+        client,
+        base,
+        token: Mutex::new(token),
+        template: serde_json::from_slice(include_bytes!(
+            "../../shared/fixtures/webhook/accept/sdk158_stats_metrics.json"
+        ))
+        .expect("fixture"),
+    });
+    // Every conversation exists before the soak, so every read finds one.
+    for n in 0..CONVERSATIONS {
+        let sent = soak
+            .client
+            .post(soak.url("/api/v1/webhooks/conversations"))
+            .header("x-session-api-key", SESSION_KEY)
+            .header("content-type", "application/json")
+            .body(delivery(&soak.template, n))
+            .send()
+            .await;
+        answer(sent, 200).await.expect("seed delivery");
+    }
+
+    let traffics = soak.traffics(scale);
+    let total: f64 = traffics.iter().map(|traffic| traffic.per_second).sum();
+    println!(
+        "Soak: {seconds} s, {total:.0} requests/s over {} traffics, warm-up {warmup} s\n",
+        traffics.len()
+    );
+    for traffic in &traffics {
+        println!("- {}: {} /s", traffic.name, traffic.per_second);
+    }
+    let names: Vec<_> = traffics.iter().map(|traffic| traffic.name).collect();
+    println!(
+        "\n| t s | requests | errors | {} | Sandgate RSS MiB | Redis RSS MiB |",
+        names.join(" p99 ms | ") + " p99 ms"
+    );
+    println!("|---:|---:|---:|{}---:|---:|", "---:|".repeat(names.len()));
+
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let senders: Vec<_> = traffics
+        .iter()
+        .map(|traffic| tokio::spawn(traffic.clone().run(until)))
+        .collect();
+    let (sandgate_pid, redis_pid) = (sandgate_process.id(), redis_process.id());
+    let mut rss_after_warmup = None;
+    let mut peak: f64 = 0.0;
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(window),
+        Duration::from_secs(window),
+    );
+    let rss = loop {
+        tick.tick().await;
+        let elapsed = started.elapsed().as_secs();
+        let steady = elapsed > warmup;
+        let (mut requests, mut errors, mut p99s) = (0, 0, Vec::new());
+        for traffic in &traffics {
+            let (sent, failed, p99) = traffic.close_window(steady);
+            requests += sent;
+            errors += failed;
+            p99s.push(format!("{p99:.2}"));
+        }
+        let rss = (rss_mib(sandgate_pid), rss_mib(redis_pid));
+        if steady {
+            rss_after_warmup.get_or_insert(rss.0);
+            peak = peak.max(rss.0);
+        }
+        println!(
+            "| {elapsed} | {requests} | {errors} | {} | {:.1} | {:.1} |",
+            p99s.join(" | "),
+            rss.0,
+            rss.1
+        );
+        if elapsed >= seconds {
+            break rss;
+        }
+    };
+    for sender in senders {
+        sender.await.expect("sender");
+    }
+
+    println!("\nAfter the warm-up\n");
+    println!("| traffic | requests | errors | p50 ms | p99 ms | max ms |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut errors = 0;
+    for traffic in &traffics {
+        let stats = traffic.stats.lock().expect("stats");
+        errors += stats.errors;
+        println!(
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            traffic.name,
+            stats.steady.len(),
+            stats.errors,
+            ms(&stats.steady, 0.5),
+            ms(&stats.steady, 0.99),
+            stats.steady.max() as f64 / 1000.0
+        );
+        if let Some(error) = &stats.first_error {
+            println!("  first error of {}: {error}", traffic.name);
+        }
+    }
+    let baseline = rss_after_warmup.unwrap_or(rss.0);
+    let growth = (rss.0 - baseline) / baseline * 100.0;
+    println!(
+        "\nSandgate RSS: {baseline:.1} MiB after the warm-up, {:.1} MiB at the end \
+         ({growth:+.1} %), peak {peak:.1} MiB; Redis {:.1} MiB at the end",
+        rss.0, rss.1
+    );
+    let failed = errors > 0 || growth > max_growth;
+    println!(
+        "{}",
+        if failed {
+            format!("FAILED: {errors} errors, RSS growth {growth:+.1} % (limit {max_growth} %)")
+        } else {
+            format!("passed: no errors, RSS growth {growth:+.1} % (limit {max_growth} %)")
+        }
+    );
+    if failed {
+        std::process::exit(1);
+    }
+}
