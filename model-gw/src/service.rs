@@ -26,7 +26,7 @@ use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
-use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, forwardable};
+use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, outbound_headers};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
 use crate::retry::{RetryPolicy, transient};
 use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
@@ -564,14 +564,7 @@ impl ModelGatewayService {
             .client
             .post(&upstream.url)
             .header(http::header::CONTENT_TYPE, "application/json");
-        if config.forward_client_headers {
-            for (name, value) in headers {
-                if forwardable(name.as_str()) {
-                    outbound = outbound.header(name, value);
-                }
-            }
-        }
-        for (name, value) in &config.extra_headers {
+        for (name, value) in &outbound_headers(headers, config) {
             outbound = outbound.header(name, value);
         }
         if !upstream.api_key.is_empty() {
