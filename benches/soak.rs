@@ -3,14 +3,15 @@
 //! clock whatever the answers take, so a slowdown shows as latency, not as a lower rate.
 //!
 //! Every window prints each traffic's p99 and errors and the resident memory of Sandgate
-//! and of its Redis; the end prints each traffic's p50/p99 after the warm-up and compares
-//! Sandgate's RSS after the warm-up with its last reading. It fails (exit 1) on any error
-//! or on RSS growth above `SOAK_MAX_GROWTH`.
+//! (its highest reading, read every second) and of its Redis; the end prints each
+//! traffic's p50/p99 after the warm-up and compares Sandgate's median RSS early and late
+//! in the steady part. It fails (exit 1) on any error or on RSS growth above
+//! `SOAK_MAX_GROWTH`.
 //!
 //! `scripts/soak` (or `cargo bench --bench soak`). Environment: `SOAK_SECONDS` (default
 //! 300), `SOAK_WARMUP` (seconds, default 60), `SOAK_WINDOW` (seconds a row, default 15),
 //! `SOAK_SCALE` (percent of the default rates, default 100), `SOAK_MAX_GROWTH` (percent,
-//! default 10).
+//! default 10), `SOAK_SKIP` (traffics left out, by name, comma-separated).
 
 #![expect(
     clippy::expect_used,
@@ -171,6 +172,12 @@ fn rss_mib(pid: Option<u32>) -> f64 {
                 .ok()
         })
         .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn median(readings: &[f64]) -> f64 {
+    let mut sorted = readings.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn conversation_id(n: u64) -> String {
@@ -408,7 +415,12 @@ async fn main() {
         answer(sent, 200).await.expect("seed delivery");
     }
 
-    let traffics = soak.traffics(scale);
+    let skipped = std::env::var("SOAK_SKIP").unwrap_or_default();
+    let traffics: Vec<_> = soak
+        .traffics(scale)
+        .into_iter()
+        .filter(|traffic| !skipped.split(',').any(|name| name.trim() == traffic.name))
+        .collect();
     let total: f64 = traffics.iter().map(|traffic| traffic.per_second).sum();
     println!(
         "Soak: {seconds} s, {total:.0} requests/s over {} traffics, warm-up {warmup} s\n",
@@ -431,16 +443,29 @@ async fn main() {
         .map(|traffic| tokio::spawn(traffic.clone().run(until)))
         .collect();
     let (sandgate_pid, redis_pid) = (sandgate_process.id(), redis_process.id());
-    let mut rss_after_warmup = None;
-    let mut peak: f64 = 0.0;
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + Duration::from_secs(window),
-        Duration::from_secs(window),
+    // Sandgate's RSS, read every second: a window reports its highest reading, and the
+    // growth compares the medians of the first and the last fifth of the steady readings
+    // (an allocator's momentary peaks would make any two single readings disagree).
+    let mut steady_rss = Vec::new();
+    let mut window_rss: f64 = 0.0;
+    let mut redis_rss;
+    let mut every_second = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
     );
-    let rss = loop {
-        tick.tick().await;
+    loop {
+        every_second.tick().await;
         let elapsed = started.elapsed().as_secs();
         let steady = elapsed > warmup;
+        let rss = rss_mib(sandgate_pid);
+        window_rss = window_rss.max(rss);
+        redis_rss = rss_mib(redis_pid);
+        if steady {
+            steady_rss.push(rss);
+        }
+        if !elapsed.is_multiple_of(window) && elapsed < seconds {
+            continue;
+        }
         let (mut requests, mut errors, mut p99s) = (0, 0, Vec::new());
         for traffic in &traffics {
             let (sent, failed, p99) = traffic.close_window(steady);
@@ -448,21 +473,15 @@ async fn main() {
             errors += failed;
             p99s.push(format!("{p99:.2}"));
         }
-        let rss = (rss_mib(sandgate_pid), rss_mib(redis_pid));
-        if steady {
-            rss_after_warmup.get_or_insert(rss.0);
-            peak = peak.max(rss.0);
-        }
         println!(
-            "| {elapsed} | {requests} | {errors} | {} | {:.1} | {:.1} |",
+            "| {elapsed} | {requests} | {errors} | {} | {window_rss:.1} | {redis_rss:.1} |",
             p99s.join(" | "),
-            rss.0,
-            rss.1
         );
+        window_rss = 0.0;
         if elapsed >= seconds {
-            break rss;
+            break;
         }
-    };
+    }
     for sender in senders {
         sender.await.expect("sender");
     }
@@ -487,12 +506,15 @@ async fn main() {
             println!("  first error of {}: {error}", traffic.name);
         }
     }
-    let baseline = rss_after_warmup.unwrap_or(rss.0);
-    let growth = (rss.0 - baseline) / baseline * 100.0;
+    let fifth = (steady_rss.len() / 5).max(1);
+    let baseline = median(&steady_rss[..fifth.min(steady_rss.len())]);
+    let end = median(&steady_rss[steady_rss.len().saturating_sub(fifth)..]);
+    let peak = steady_rss.iter().copied().fold(0.0, f64::max);
+    let growth = (end - baseline) / baseline * 100.0;
     println!(
-        "\nSandgate RSS: {baseline:.1} MiB after the warm-up, {:.1} MiB at the end \
-         ({growth:+.1} %), peak {peak:.1} MiB; Redis {:.1} MiB at the end",
-        rss.0, rss.1
+        "\nSandgate RSS (median of the first and the last fifth of the steady readings): \
+         {baseline:.1} MiB → {end:.1} MiB ({growth:+.1} %), peak {peak:.1} MiB; Redis \
+         {redis_rss:.1} MiB at the end"
     );
     let failed = errors > 0 || growth > max_growth;
     println!(
