@@ -525,6 +525,10 @@ async fn main() {
             format!("passed: no errors, RSS growth {growth:+.1} % (limit {max_growth} %)")
         }
     );
+    // `exit` runs no destructors: the children are stopped here, not left running.
+    for mut child in [sandgate_process, redis_process] {
+        drop(child.kill().await);
+    }
     if failed {
         std::process::exit(1);
     }
