@@ -108,14 +108,97 @@ pub struct EnvironmentReference {
     pub name: String,
 }
 
+/// How deep the file may nest flow collections (`[…]`, `{…}`). The YAML scanner's work per
+/// token grows with the flow depth, so a file of 20,000 nested `[` (40 KB) held a core for
+/// tens of seconds, with the gateway's configuration lock taken on a reload; serde_norway's
+/// own depth limit (128) applies only after the whole file was scanned.
+const MAX_FLOW_NESTING: usize = 128;
+
+/// The flow depth of `text` exceeds `max`, by a scan of its brackets that skips quoted
+/// scalars and comments: an approximation of the YAML scanner's view (a quote starts a
+/// quoted scalar only where a token may start, a `#` a comment only after a space), which
+/// errs towards counting a bracket. Text in a block scalar (`|`, `>`) is scanned as if it
+/// were YAML: a file could be written to hide deep brackets from this scan there, but it
+/// is the operator's own file; what the limit is for is a file nested by mistake, or
+/// generated.
+fn flow_nesting_exceeds(text: &str, max: usize) -> bool {
+    enum State {
+        Plain,
+        Double {
+            escaped: bool,
+        },
+        Single,
+        /// A `'` in a single-quoted scalar: its end, unless another `'` follows.
+        SingleQuote,
+        Comment,
+    }
+    let mut state = State::Plain;
+    let (mut depth, mut previous) = (0usize, b'\n');
+    for &byte in text.as_bytes() {
+        state = match state {
+            State::Double { escaped: true } => State::Double { escaped: false },
+            State::Double { escaped: false } => match byte {
+                b'\\' => State::Double { escaped: true },
+                b'"' => State::Plain,
+                _ => State::Double { escaped: false },
+            },
+            State::Single => match byte {
+                b'\'' => State::SingleQuote,
+                _ => State::Single,
+            },
+            State::SingleQuote if byte == b'\'' => State::Single,
+            State::Comment if byte != b'\n' => State::Comment,
+            State::Plain | State::SingleQuote | State::Comment => {
+                // In doubt a quote is taken as text: brackets are then over-counted,
+                // never hidden.
+                let token_start =
+                    matches!(previous, b' ' | b'\t' | b'\n' | b'\r' | b'[' | b'{' | b',');
+                match byte {
+                    b'"' if token_start => State::Double { escaped: false },
+                    b'\'' if token_start => State::Single,
+                    b'#' if matches!(previous, b' ' | b'\t' | b'\n' | b'\r') => State::Comment,
+                    b'[' | b'{' => {
+                        depth += 1;
+                        if depth > max {
+                            return true;
+                        }
+                        State::Plain
+                    }
+                    b']' | b'}' => {
+                        depth = depth.saturating_sub(1);
+                        State::Plain
+                    }
+                    _ => State::Plain,
+                }
+            }
+        };
+        previous = byte;
+    }
+    false
+}
+
+/// The file's text as its shape; an empty file is an empty configuration.
+fn file_shape(text: &str) -> Result<FileShape, String> {
+    if text.trim().is_empty() {
+        return Ok(FileShape {
+            model_list: Vec::new(),
+            general_settings: GeneralSettings::default(),
+            extra_headers: BTreeMap::new(),
+        });
+    }
+    if flow_nesting_exceeds(text, MAX_FLOW_NESTING) {
+        return Err(format!(
+            "the file nests [ ] or {{ }} more than {MAX_FLOW_NESTING} levels deep"
+        ));
+    }
+    serde_norway::from_str(text).map_err(|err| err.to_string())
+}
+
 /// Every `os.environ/NAME` value of the file's text, in file order, without resolving
 /// any: what `sandgate check-config` reports on all at once, where [`GatewayConfig::parse`]
 /// stops at the first one unset.
 pub fn environment_references(text: &str) -> Result<Vec<EnvironmentReference>, String> {
-    if text.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    let file: FileShape = serde_norway::from_str(text).map_err(|err| err.to_string())?;
+    let file = file_shape(text)?;
     let mut references = Vec::new();
     let mut push = |holder: &str, field: &'static str, value: &str| {
         if let Some(name) = value.strip_prefix("os.environ/") {
@@ -180,15 +263,7 @@ pub fn check_api_base(api_base: &str) -> Result<(), String> {
 impl GatewayConfig {
     /// Parses the file's text, resolving environment references through `env`.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let file: FileShape = if text.trim().is_empty() {
-            FileShape {
-                model_list: Vec::new(),
-                general_settings: GeneralSettings::default(),
-                extra_headers: BTreeMap::new(),
-            }
-        } else {
-            serde_norway::from_str(text).map_err(|err| err.to_string())?
-        };
+        let file = file_shape(text)?;
         let mut models = Vec::with_capacity(file.model_list.len());
         for (index, entry) in file.model_list.into_iter().enumerate() {
             let what = entry_label(index, &entry.model_name);
@@ -406,6 +481,30 @@ extra_headers:
             ]
         );
         assert!(environment_references("model_list: [{nope: 1}]").is_err());
+    }
+
+    /// The YAML scanner's work grows with the flow depth: 20,000 nested `[` took tens of
+    /// seconds (fuzz/regressions/gateway_config/). Refused before it is scanned.
+    #[test]
+    fn deep_flow_nesting_is_refused_before_it_is_scanned() {
+        let deep = format!("model_list: {}{}", "[".repeat(20_000), "]".repeat(20_000));
+        let err = GatewayConfig::parse(&deep, &env).err().unwrap_or_default();
+        assert!(err.contains("more than 128 levels deep"), "{err}");
+        assert_eq!(environment_references(&deep).err(), Some(err));
+        // Brackets in quoted scalars and comments are not nesting.
+        let quoted = format!(
+            "extra_headers: {{x-a: \"{open}\", x-b: '{open}''{open}'}} # {open}\n",
+            open = "[".repeat(200)
+        );
+        assert_eq!(
+            GatewayConfig::parse(&quoted, &env).map(|config| config.extra_headers.len()),
+            Ok(2)
+        );
+        let shallow = format!("model_list: {}{}", "[".repeat(100), "]".repeat(100));
+        let err = GatewayConfig::parse(&shallow, &env)
+            .err()
+            .unwrap_or_default();
+        assert!(!err.contains("levels deep"), "{err}");
     }
 
     #[test]

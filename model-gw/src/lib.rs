@@ -19,6 +19,10 @@ pub use config::{
     ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };
 pub use metrics::describe_metrics;
+/// The body rewriting, for the fuzz targets (`fuzz/`) and their regression test; not an
+/// API of the crate.
+#[doc(hidden)]
+pub use rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
 pub use service::{GatewayOptions, ModelGatewayService};
 
 /// The gRPC service, ready to mount.
