@@ -224,6 +224,17 @@ impl Soak {
         format!("{}{path}", self.base)
     }
 
+    /// A GET with the credential `key: value` that must answer 200.
+    async fn get(&self, path: &str, key: &str, value: &str) -> Result<(), String> {
+        let sent = self
+            .client
+            .get(self.url(path))
+            .header(key, value)
+            .send()
+            .await;
+        answer(sent, 200).await.map(drop)
+    }
+
     fn traffics(self: &Arc<Self>, scale: f64) -> Vec<Arc<Traffic>> {
         let soak = self.clone();
         let webhook = Traffic::new("webhook delivery", 150.0 * scale, move |n| {
@@ -246,26 +257,15 @@ impl Soak {
             let soak = soak.clone();
             Box::pin(async move {
                 let path = format!("/api/v1/conversations/{}", conversation_id(n * 7));
-                let sent = soak
-                    .client
-                    .get(soak.url(&path))
-                    .header("x-session-api-key", SESSION_KEY)
-                    .send()
-                    .await;
-                answer(sent, 200).await.map(drop)
+                soak.get(&path, "x-session-api-key", SESSION_KEY).await
             })
         });
         let soak = self.clone();
         let configs = Traffic::new("config list", 20.0 * scale, move |_| {
             let soak = soak.clone();
             Box::pin(async move {
-                let sent = soak
-                    .client
-                    .get(soak.url("/api/warm-runtime-configs"))
-                    .header("x-api-key", API_KEY)
-                    .send()
-                    .await;
-                answer(sent, 200).await.map(drop)
+                soak.get("/api/warm-runtime-configs", "x-api-key", API_KEY)
+                    .await
             })
         });
         let soak = self.clone();
