@@ -42,16 +42,8 @@ fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
 
 /// Time to the first body chunk of `count` streamed requests, one at a time, in µs.
 async fn first_chunks(base: &str, body: &Bytes, count: usize) -> Histogram<u64> {
-    let stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
-        .await
-        .expect("connect");
-    stream.set_nodelay(true).expect("nodelay");
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .expect("handshake");
-    tokio::spawn(connection);
-    let mut times = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    let mut sender = closed_loop::connect(base).await;
+    let mut times = closed_loop::histogram();
     for _ in 0..count {
         sender.ready().await.expect("connection ready");
         let sent = Instant::now();

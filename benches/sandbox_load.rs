@@ -114,7 +114,7 @@ async fn starts(
     count: u64,
     body: impl Fn(u64) -> Value,
 ) -> (Histogram<u64>, u64) {
-    let mut times = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    let mut times = closed_loop::histogram();
     let mut claims = 0;
     for i in 0..count {
         let request = client
@@ -208,7 +208,7 @@ async fn main() {
         let token = admin::login(&client, &base, PASSWORD).await;
 
         // Save to full pool: every save changes the image, so the pool is replaced whole.
-        let mut times = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+        let mut times = closed_loop::histogram();
         for round in 0..saves {
             let took = save_until_full(
                 &client,

@@ -224,6 +224,19 @@ impl Soak {
         format!("{}{path}", self.base)
     }
 
+    /// The n-th webhook delivery (see [`delivery`]), which must answer 200.
+    async fn deliver(&self, n: u64) -> Result<(), String> {
+        let sent = self
+            .client
+            .post(self.url("/api/v1/webhooks/conversations"))
+            .header("x-session-api-key", SESSION_KEY)
+            .header("content-type", "application/json")
+            .body(delivery(&self.template, n))
+            .send()
+            .await;
+        answer(sent, 200).await.map(drop)
+    }
+
     /// A GET with the credential `key: value` that must answer 200.
     async fn get(&self, path: &str, key: &str, value: &str) -> Result<(), String> {
         let sent = self
@@ -239,18 +252,7 @@ impl Soak {
         let soak = self.clone();
         let webhook = Traffic::new("webhook delivery", 150.0 * scale, move |n| {
             let soak = soak.clone();
-            Box::pin(async move {
-                let body = delivery(&soak.template, CONVERSATIONS + n);
-                let sent = soak
-                    .client
-                    .post(soak.url("/api/v1/webhooks/conversations"))
-                    .header("x-session-api-key", SESSION_KEY)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await;
-                answer(sent, 200).await.map(drop)
-            })
+            Box::pin(async move { soak.deliver(CONVERSATIONS + n).await })
         });
         let soak = self.clone();
         let read = Traffic::new("conversation read", 40.0 * scale, move |n| {
@@ -404,15 +406,7 @@ async fn main() {
     });
     // Every conversation exists before the soak, so every read finds one.
     for n in 0..CONVERSATIONS {
-        let sent = soak
-            .client
-            .post(soak.url("/api/v1/webhooks/conversations"))
-            .header("x-session-api-key", SESSION_KEY)
-            .header("content-type", "application/json")
-            .body(delivery(&soak.template, n))
-            .send()
-            .await;
-        answer(sent, 200).await.expect("seed delivery");
+        soak.deliver(n).await.expect("seed delivery");
     }
 
     let skipped = std::env::var("SOAK_SKIP").unwrap_or_default();

@@ -27,32 +27,23 @@ impl Outcome {
     }
 }
 
-fn histogram() -> Histogram<u64> {
+/// A latency histogram in µs, from 1 µs to a minute.
+pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram")
 }
 
 /// Closed-loop load on `base` (`http://host:port`): `concurrency` workers, each on its
-/// own keep-alive HTTP/1.1 connection (hyper's bare client, so the generator costs the
-/// machine little), sending the request `next` makes as soon as the previous answer (a
+/// own connection ([`connect`]), sending the request `next` makes as soon as the previous answer (a
 /// 200 counts as success) arrived, for `seconds`.
 pub async fn load<F>(base: &str, concurrency: usize, seconds: u64, next: F) -> Outcome
 where
     F: Fn() -> http::Request<Full<Bytes>> + Clone + Send + 'static,
 {
-    let address = base.trim_start_matches("http://").to_owned();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        let stream = tokio::net::TcpStream::connect(&address)
-            .await
-            .expect("connect");
-        stream.set_nodelay(true).expect("nodelay");
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .expect("handshake");
-        tokio::spawn(connection);
+        let mut sender = connect(base).await;
         let (stop, next) = (stop.clone(), next.clone());
         workers.push(tokio::spawn(async move {
             let mut latency = histogram();
@@ -92,6 +83,21 @@ where
     }
     outcome.elapsed = started.elapsed();
     outcome
+}
+
+/// A keep-alive HTTP/1.1 connection to `base` (`http://host:port`), without Nagle's delay,
+/// on hyper's bare client: the generator costs the machine little.
+pub async fn connect(base: &str) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(connection);
+    sender
 }
 
 /// `BENCH_CONCURRENCY`: the concurrency levels to run, default `1,16,64`.

@@ -40,17 +40,7 @@ pub fn chat_request(data: &[u8]) {
             let mut expected = input.clone();
             expected.shift_remove("user");
             expected.insert("model".to_owned(), Value::from(upstream));
-            let forwarded = json_object(&body).unwrap_or_else(|| {
-                panic!(
-                    "the upstream body is not a JSON object: {}",
-                    String::from_utf8_lossy(&body)
-                )
-            });
-            assert_eq!(
-                Value::Object(forwarded).to_string(),
-                Value::Object(expected).to_string(),
-                "the upstream body changed more than model and user"
-            );
+            assert_object(&body, expected, "the upstream body", "model and user");
         }
     }
 }
@@ -95,17 +85,7 @@ fn whole_answer(answer: &[u8]) {
     if let Some(input) = json_object(answer) {
         let mut expected = input;
         expected.insert("model".to_owned(), Value::from(ASKED_MODEL));
-        let output = json_object(&renamed).unwrap_or_else(|| {
-            panic!(
-                "the renamed answer is not a JSON object: {}",
-                String::from_utf8_lossy(&renamed)
-            )
-        });
-        assert_eq!(
-            Value::Object(output).to_string(),
-            Value::Object(expected).to_string(),
-            "renaming changed more than model"
-        );
+        assert_object(&renamed, expected, "the renamed answer", "model");
     }
 }
 
@@ -122,6 +102,22 @@ fn renamed_stream(chunks: &[&[u8]]) -> (Vec<u8>, Option<sandgate_model_gw::Usage
 
 /// `data` as a JSON object, if it is one (and nests at most serde_json's 128 levels: the
 /// comparisons skip deeper bodies rather than recurse without bound).
+/// `output` is the JSON object `expected`, member order included: the rewrite called
+/// `what` changed nothing but `allowed`.
+fn assert_object(output: &[u8], expected: Map<String, Value>, what: &str, allowed: &str) {
+    let output_object = json_object(output).unwrap_or_else(|| {
+        panic!(
+            "{what} is not a JSON object: {}",
+            String::from_utf8_lossy(output)
+        )
+    });
+    assert_eq!(
+        Value::Object(output_object).to_string(),
+        Value::Object(expected).to_string(),
+        "{what} changed more than {allowed}"
+    );
+}
+
 fn json_object(data: &[u8]) -> Option<Map<String, Value>> {
     match serde_json::from_slice(data).ok()? {
         Value::Object(map) => Some(map),
