@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandgate_runtime_api::store::{
-    self, IndexKey, PutWarmConfig, SpendLogEntry, Store, StoredChallenge, StoredConversation,
-    StoredModel, StoredProfile, StoredWarmConfig,
+    self, IndexKey, PutWarmConfig, SandboxSpec, SandboxState, SpendLogEntry, Store,
+    StoredChallenge, StoredConversation, StoredModel, StoredProfile, StoredSandbox,
+    StoredWarmConfig, SweepIndex,
 };
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -512,7 +513,153 @@ async fn rate_limit_counts_restart_with_each_window(backend: Backend) {
     assert_eq!(hit.count, 1, "a new window");
 }
 
+fn sandbox(id: &str, session: Option<&str>, state: SandboxState) -> StoredSandbox {
+    StoredSandbox {
+        runtime_id: id.into(),
+        version: 1,
+        session_id: session.map(Into::into),
+        pool: Some("v1_current".into()),
+        claim_key: "claim".into(),
+        spec: SandboxSpec::default(),
+        state,
+        status_detail: None,
+        key_sha256: "00".into(),
+        key_nonce: "nonce".into(),
+        created_at_ms: 100,
+        changed_at_ms: 100,
+    }
+}
+
+/// `record` changed by `change`, as the next version.
+fn next(record: &StoredSandbox, change: impl FnOnce(&mut StoredSandbox)) -> StoredSandbox {
+    let mut next = record.clone();
+    change(&mut next);
+    next.version += 1;
+    next
+}
+
+async fn put(store: &Store, previous: Option<&StoredSandbox>, next: &StoredSandbox) {
+    assert!(
+        store
+            .sandboxes
+            .put_sandbox(previous, next)
+            .await
+            .expect("put"),
+        "{} written",
+        next.runtime_id
+    );
+}
+
+/// The ids a sweep index lists up to `until_ms`, at most `limit`.
+async fn swept(store: &Store, index: SweepIndex, until_ms: i64, limit: usize) -> Vec<String> {
+    store
+        .sandboxes
+        .swept_sandboxes(index, until_ms, limit)
+        .await
+        .expect("swept")
+        .into_iter()
+        .map(|record| record.runtime_id)
+        .collect()
+}
+
+async fn sweep_indexes_follow_each_record(backend: Backend) {
+    let store = open(&backend).await;
+    let warm = sandbox("warm", None, SandboxState::Starting);
+    let busy = sandbox("busy", Some("session-1"), SandboxState::Running);
+    put(&store, None, &warm).await;
+    put(&store, None, &busy).await;
+    assert_eq!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,
+        ["warm"]
+    );
+    assert!(
+        swept(&store, SweepIndex::Paused, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+    assert!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+
+    let paused = next(&busy, |record| {
+        record.state = SandboxState::Paused;
+        record.changed_at_ms = 200;
+    });
+    put(&store, Some(&busy), &paused).await;
+    assert!(
+        swept(&store, SweepIndex::Paused, 199, 10).await.is_empty(),
+        "listed only once paused for long enough"
+    );
+    assert_eq!(swept(&store, SweepIndex::Paused, 200, 10).await, ["busy"]);
+
+    let stopped = next(&paused, |record| {
+        record.state = SandboxState::Stopped;
+        record.changed_at_ms = 300;
+    });
+    put(&store, Some(&paused), &stopped).await;
+    assert!(
+        swept(&store, SweepIndex::Paused, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+    assert_eq!(swept(&store, SweepIndex::Stopped, 300, 10).await, ["busy"]);
+
+    let claimed = next(&warm, |record| {
+        record.session_id = Some("session-2".into());
+        record.state = SandboxState::Running;
+    });
+    put(&store, Some(&warm), &claimed).await;
+    assert!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10)
+            .await
+            .is_empty(),
+        "a claim leaves the pool"
+    );
+
+    // Oldest first, at most the limit.
+    for (id, at) in [("c", 600), ("a", 400), ("b", 500)] {
+        let record = sandbox(id, Some(id), SandboxState::Stopped);
+        put(
+            &store,
+            None,
+            &StoredSandbox {
+                changed_at_ms: at,
+                ..record
+            },
+        )
+        .await;
+    }
+    assert_eq!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 3).await,
+        ["busy", "a", "b"]
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Stopped, 500, 10).await,
+        ["busy", "a", "b"]
+    );
+
+    assert!(
+        store
+            .sandboxes
+            .delete_sandbox(&stopped)
+            .await
+            .expect("delete")
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 10).await,
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        store.sandboxes.reindex_sandboxes().await.expect("reindex"),
+        0,
+        "nothing to repair where every write kept the indexes"
+    );
+}
+
 crate::on_both_backends!(
+    sweep_indexes_follow_each_record,
     rate_limit_counts_restart_with_each_window,
     added_models_are_kept_per_scope_in_order,
     the_spend_log_lists_newest_first,
@@ -569,5 +716,80 @@ async fn redis_writes_survive_a_flushed_script_cache() {
             .expect("get")
             .map(|record| record.version),
         Some(2)
+    );
+}
+
+/// Records written by a release without the sweep indexes (during a rolling upgrade, its
+/// replicas beside this one's) are put in place by a reindex, and members left behind by
+/// such writers are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_reindex_repairs_what_older_writers_left() {
+    let backend = Backend::redis().await;
+    let store = open(&backend).await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let mut connection = redis.connection().await;
+    // As a writer without the indexes leaves them: a warm sandbox and a paused one in no
+    // index, a claimed one still in the pool's, and a deleted one still listed.
+    let unindexed = [
+        sandbox("warm", None, SandboxState::Running),
+        StoredSandbox {
+            changed_at_ms: 700,
+            ..sandbox("paused", Some("session-1"), SandboxState::Paused)
+        },
+        sandbox("claimed", Some("session-2"), SandboxState::Running),
+    ];
+    for record in &unindexed {
+        ::redis::pipe()
+            .hset(
+                "sandgate:{sandboxes}:records",
+                &record.runtime_id,
+                serde_json::to_vec(record).expect("json"),
+            )
+            .hset("sandgate:{sandboxes}:versions", &record.runtime_id, 1)
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("raw write");
+    }
+    ::redis::pipe()
+        .zadd("sandgate:{sandboxes}:sweep:pooled", "claimed", 100)
+        .zadd("sandgate:{sandboxes}:sweep:stopped", "deleted", 100)
+        .query_async::<()>(&mut connection)
+        .await
+        .expect("raw write");
+
+    assert_eq!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,
+        ["claimed"],
+        "a stale member, which its reader skips"
+    );
+    assert_eq!(
+        store.sandboxes.reindex_sandboxes().await.expect("reindex"),
+        3,
+        "two added, one dropped"
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,
+        ["warm"]
+    );
+    assert_eq!(swept(&store, SweepIndex::Paused, 700, 10).await, ["paused"]);
+    assert!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+    let left: usize = ::redis::cmd("ZCARD")
+        .arg("sandgate:{sandboxes}:sweep:stopped")
+        .query_async(&mut connection)
+        .await
+        .expect("ZCARD");
+    assert_eq!(
+        left, 0,
+        "a member whose record is gone is dropped by its reader"
+    );
+    assert_eq!(
+        store.sandboxes.reindex_sandboxes().await.expect("reindex"),
+        0
     );
 }

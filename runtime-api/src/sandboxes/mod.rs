@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use crate::admin::login::{Clock, random_hex};
 use crate::admin::source::WarmConfigSource;
 use crate::auth::session_key_digest;
-use crate::store::{SandboxSpec, SandboxState, Store, StoreError, StoredSandbox};
+use crate::store::{SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex};
 use driver::{DriverError, SandboxDriver};
 pub use reconciler::Reconciler;
 pub use service::SandboxesService;
@@ -286,6 +286,34 @@ impl Sandboxes {
             }
         }
         Ok(refreshed)
+    }
+
+    /// Up to `limit` sandboxes of a sweep index placed there at or before `until_ms`,
+    /// less the stale hits.
+    async fn swept(
+        &self,
+        index: SweepIndex,
+        until_ms: i64,
+        limit: usize,
+    ) -> SandboxResult<Vec<StoredSandbox>> {
+        let hits = self
+            .store
+            .sandboxes
+            .swept_sandboxes(index, until_ms, limit)
+            .await?;
+        Ok(hits
+            .into_iter()
+            .filter(|record| {
+                record
+                    .sweep_index()
+                    .is_some_and(|(belongs, _)| belongs == index)
+            })
+            .collect())
+    }
+
+    /// Every unclaimed sandbox, in any state: the pools' members and the culls under way.
+    pub async fn pooled(&self) -> SandboxResult<Vec<StoredSandbox>> {
+        self.swept(SweepIndex::Pooled, i64::MAX, usize::MAX).await
     }
 
     /// The sandbox of `session_id`, as the platform sees it now.

@@ -4,6 +4,12 @@
 //! `RUNTIME_DEAD_SECONDS`. Claimed sandboxes are otherwise never touched. One reconciler
 //! acts at a time across replicas: each pass holds a lease in the store.
 //!
+//! A pass reads what it may act on, from the store's sweep indexes: the unclaimed
+//! sandboxes, and the claimed ones paused or stopped for longer than they are kept. Its
+//! cost follows the pools' size, not the number of sandboxes ever started. A reconciler
+//! that takes the lease, and the holder once an hour, first repairs those indexes (records
+//! written by a release without them, during an upgrade).
+//!
 //! Each pass that acts records its duration, its actions and the pools' counts as
 //! metrics; a replica that does not hold the lease reports its pools at 0, so that only
 //! the acting reconciler's counts add up.
@@ -18,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::spec::pool_spec;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_counts};
 use crate::admin::login::random_hex;
-use crate::store::{SandboxState, StoredSandbox};
+use crate::store::{SandboxState, StoredSandbox, SweepIndex};
 
 /// How long a claim's wake-up waits for more claims before the refilling pass.
 const CLAIM_COALESCE: Duration = Duration::from_millis(20);
@@ -32,6 +38,13 @@ const LEASE: &str = "reconciler";
 /// Bounds of the lease's time to live, which is twice the reconcile interval.
 const LEASE_TTL_MIN: Duration = Duration::from_secs(3);
 const LEASE_TTL_MAX: Duration = Duration::from_secs(300);
+
+/// Claimed sandboxes a pass retires (paused too long) or forgets (stopped), at most, of
+/// each kind; the rest wait for the next pass.
+const SWEEP_BATCH: usize = 1000;
+
+/// How often the lease's holder repairs the sweep indexes, besides when it takes the lease.
+const REINDEX_EVERY_MS: i64 = 3_600_000;
 
 /// How often a waiting reconciler checks whether the configurations changed through
 /// another replica (one read of a version key).
@@ -56,6 +69,9 @@ pub struct Reconciler {
     /// The pools whose gauges this reconciler set: set to 0 once they are gone (or the
     /// lease is), rather than left at their last count.
     reported: Mutex<HashSet<String>>,
+    /// When (clock milliseconds) this reconciler last repaired the sweep indexes while it
+    /// held the lease; `None` when it does not hold it.
+    reindexed_at: Mutex<Option<i64>>,
 }
 
 /// The states a warm pool's gauge is labelled with.
@@ -89,6 +105,7 @@ impl Reconciler {
             sandboxes,
             holder: random_hex(8),
             reported: Mutex::default(),
+            reindexed_at: Mutex::default(),
         }
     }
 
@@ -204,17 +221,42 @@ impl Reconciler {
             .acquire_lease(LEASE, &self.holder, self.lease_ttl())
             .await?
         {
+            *self.lock_reindexed_at() = None;
             return Ok((Pass::default(), HashMap::new()));
         }
+        self.reindex_when_due().await?;
         let mut pass = Pass {
             acted: true,
             ..Pass::default()
         };
-        let (configs, _) = self.sandboxes.configs.effective().await?;
-        let records = store.sandboxes.sandboxes().await?;
-        let records = self.sandboxes.refresh(records).await?;
         let now = self.sandboxes.now_ms();
         let options = self.sandboxes.options();
+        let dead_since = now.saturating_sub(options.dead_after.as_millis() as i64);
+        for record in self
+            .sandboxes
+            .swept(SweepIndex::Paused, dead_since, SWEEP_BATCH)
+            .await?
+        {
+            tracing::info!(runtime_id = %record.runtime_id, "deleting a sandbox paused for too long");
+            self.sandboxes.retire(record).await?;
+            pass.retired += 1;
+        }
+        let kept_since = now.saturating_sub(options.stopped_retention.as_millis() as i64);
+        for record in self
+            .sandboxes
+            .swept(SweepIndex::Stopped, kept_since, SWEEP_BATCH)
+            .await?
+        {
+            if store.sandboxes.delete_sandbox(&record).await? {
+                pass.retired += 1;
+            }
+        }
+
+        let (configs, _) = self.sandboxes.configs.effective().await?;
+        let records = self
+            .sandboxes
+            .refresh(self.sandboxes.pooled().await?)
+            .await?;
         let specs: HashMap<_, _> = configs
             .iter()
             .map(|config| (config.name.as_str(), (pool_spec(config), config.count)))
@@ -223,21 +265,7 @@ impl Reconciler {
         let mut warm: HashMap<&str, Vec<StoredSandbox>> = HashMap::new();
         for record in records {
             if record.session_id.is_some() {
-                let idle_ms = now - record.changed_at_ms;
-                match record.state {
-                    SandboxState::Paused if idle_ms >= options.dead_after.as_millis() as i64 => {
-                        tracing::info!(runtime_id = %record.runtime_id, "deleting a sandbox paused for too long");
-                        self.sandboxes.retire(record).await?;
-                        pass.retired += 1;
-                    }
-                    SandboxState::Stopped
-                        if idle_ms >= options.stopped_retention.as_millis() as i64 =>
-                    {
-                        store.sandboxes.delete_sandbox(&record).await?;
-                        pass.retired += 1;
-                    }
-                    _ => {}
-                }
+                // Claimed while the pass read it.
                 continue;
             }
             let current = record
@@ -308,5 +336,29 @@ impl Reconciler {
             pools.insert((*name).to_owned(), counts);
         }
         Ok((pass, pools))
+    }
+
+    fn lock_reindexed_at(&self) -> std::sync::MutexGuard<'_, Option<i64>> {
+        self.reindexed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Repairs the sweep indexes when this reconciler has just taken the lease, or last
+    /// did an hour ago.
+    async fn reindex_when_due(&self) -> SandboxResult<()> {
+        let now = self.sandboxes.now_ms();
+        let due = self
+            .lock_reindexed_at()
+            .is_none_or(|at| now.saturating_sub(at) >= REINDEX_EVERY_MS);
+        if !due {
+            return Ok(());
+        }
+        let repaired = self.sandboxes.store.sandboxes.reindex_sandboxes().await?;
+        if repaired > 0 {
+            tracing::info!(entries = repaired, "sandbox sweep indexes repaired");
+        }
+        *self.lock_reindexed_at() = Some(now);
+        Ok(())
     }
 }

@@ -32,7 +32,7 @@ pub use embedded::EmbeddedStore;
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
-pub use sandboxes::{SandboxSpec, SandboxState, SandboxStore, StoredSandbox};
+pub use sandboxes::{SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex};
 
 /// Why the store could not serve a call.
 #[derive(Debug, thiserror::Error)]

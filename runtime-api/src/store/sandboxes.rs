@@ -1,6 +1,7 @@
 //! What the Sandboxes service and the warm-pool reconciler keep: one record per sandbox,
-//! indexed for claims (warm sandboxes by the spec they match) and for sessions, and the
-//! lease that lets one reconciler act at a time across replicas.
+//! indexed for claims (warm sandboxes by the spec they match), for sessions and for the
+//! reconciler's sweeps, and the lease that lets one reconciler act at a time across
+//! replicas.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -70,10 +71,55 @@ pub struct StoredSandbox {
     pub changed_at_ms: i64,
 }
 
+/// What the reconciler sweeps, each kept as an index of its own, so that a pass reads
+/// the sandboxes it may act on rather than every one still remembered: claimed sandboxes
+/// that run are not in any, and stopped ones are read only once their retention is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SweepIndex {
+    /// Unclaimed sandboxes in any state, by creation: the pools' members, and culls
+    /// still under way.
+    Pooled,
+    /// Claimed sandboxes that are paused, by when they paused: deleted after
+    /// `RUNTIME_DEAD_SECONDS`.
+    Paused,
+    /// Claimed sandboxes that are stopped, by when they stopped: forgotten after the
+    /// stopped retention.
+    Stopped,
+}
+
+impl SweepIndex {
+    pub const ALL: [Self; 3] = [Self::Pooled, Self::Paused, Self::Stopped];
+
+    /// Its place in [`Self::ALL`], which the backends store in place of its name.
+    pub(crate) fn ordinal(self) -> u8 {
+        self as u8
+    }
+
+    /// Its name in store keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pooled => "pooled",
+            Self::Paused => "paused",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
 impl StoredSandbox {
     /// The claim index it belongs to: warm, unclaimed and live sandboxes only.
     pub fn warm_index(&self) -> Option<&str> {
         (self.session_id.is_none() && self.state.is_live()).then_some(self.claim_key.as_str())
+    }
+
+    /// The sweep index it belongs to, and its position there (milliseconds since the
+    /// epoch); `None` for a claimed sandbox that is starting, running or failed.
+    pub fn sweep_index(&self) -> Option<(SweepIndex, i64)> {
+        match (&self.session_id, self.state) {
+            (None, _) => Some((SweepIndex::Pooled, self.created_at_ms)),
+            (Some(_), SandboxState::Paused) => Some((SweepIndex::Paused, self.changed_at_ms)),
+            (Some(_), SandboxState::Stopped) => Some((SweepIndex::Stopped, self.changed_at_ms)),
+            (Some(_), SandboxState::Starting | SandboxState::Running | SandboxState::Error) => None,
+        }
     }
 }
 
@@ -87,6 +133,21 @@ pub trait SandboxStore: Send + Sync + 'static {
 
     /// The sandbox running `session_id`.
     async fn sandbox_for_session(&self, session_id: &str) -> StoreResult<Option<StoredSandbox>>;
+
+    /// Up to `limit` sandboxes of `index` placed there at or before `until_ms`, first
+    /// placed first. Hits may be stale: callers check `sweep_index` of what they get.
+    async fn swept_sandboxes(
+        &self,
+        index: SweepIndex,
+        until_ms: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredSandbox>>;
+
+    /// Puts every record in the sweep index it belongs to, and drops members that do not
+    /// belong: a repair for records written without the indexes (by a release before
+    /// them, still running beside this one during an upgrade). Returns the entries it
+    /// had to add or drop. Memory stays bounded whatever the number of records.
+    async fn reindex_sandboxes(&self) -> StoreResult<usize>;
 
     /// Up to `limit` warm sandboxes that a start with this claim key may take, drawn at
     /// random so that concurrent claims spread over the pool. Hits may be stale: the

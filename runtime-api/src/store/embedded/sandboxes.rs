@@ -4,10 +4,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableHandle, WriteTransaction};
 
 use super::{EmbeddedStore, unavailable};
-use crate::store::sandboxes::{SandboxStore, StoredSandbox};
+use crate::store::sandboxes::{SandboxStore, StoredSandbox, SweepIndex};
 use crate::store::{StoreError, StoreResult};
 
 /// runtime id → the record's JSON.
@@ -18,13 +18,64 @@ const WARM: TableDefinition<&str, ()> = TableDefinition::new("sandbox_warm_index
 const SESSIONS: TableDefinition<&str, &str> = TableDefinition::new("sandbox_sessions");
 /// lease name → its holder and the milliseconds since the epoch when it lapses.
 const LEASES: TableDefinition<&str, (&str, u64)> = TableDefinition::new("leases");
+/// (sweep index ordinal, position, runtime id) → nothing: the sweep indexes.
+const SWEEP: TableDefinition<(u8, i64, &str), ()> = TableDefinition::new("sandbox_sweep_index");
 
 pub(super) fn create_tables(txn: &WriteTransaction) -> StoreResult<()> {
+    let has_sweep_index = txn
+        .list_tables()
+        .map_err(unavailable)?
+        .any(|table| table.name() == SWEEP.name());
     txn.open_table(SANDBOXES).map_err(unavailable)?;
     txn.open_table(WARM).map_err(unavailable)?;
     txn.open_table(SESSIONS).map_err(unavailable)?;
     txn.open_table(LEASES).map_err(unavailable)?;
+    txn.open_table(SWEEP).map_err(unavailable)?;
+    if !has_sweep_index {
+        // A database from before the sweep indexes: its records are indexed once, here.
+        // The store is this process's alone, so no writer can miss them afterwards.
+        reindex(txn)?;
+    }
     Ok(())
+}
+
+/// `record`'s sweep index entry, if it has one.
+fn sweep_entry(record: &StoredSandbox) -> Option<(u8, i64, &str)> {
+    record
+        .sweep_index()
+        .map(|(index, position)| (index.ordinal(), position, record.runtime_id.as_str()))
+}
+
+/// Puts every record in its sweep index and drops the entries that belong to no record;
+/// returns how many entries it added or dropped.
+fn reindex(txn: &WriteTransaction) -> StoreResult<usize> {
+    let table = txn.open_table(SANDBOXES).map_err(unavailable)?;
+    let mut sweep = txn.open_table(SWEEP).map_err(unavailable)?;
+    let mut changed = 0;
+    for entry in table.iter().map_err(unavailable)? {
+        let record = decode(entry.map_err(unavailable)?.1.value())?;
+        if let Some(entry) = sweep_entry(&record)
+            && sweep.insert(entry, ()).map_err(unavailable)?.is_none()
+        {
+            changed += 1;
+        }
+    }
+    let mut strays = Vec::new();
+    for entry in sweep.iter().map_err(unavailable)? {
+        let key = entry.map_err(unavailable)?.0;
+        let (index, position, id) = key.value();
+        let stored = table.get(id).map_err(unavailable)?;
+        let record = stored.map(|bytes| decode(bytes.value())).transpose()?;
+        if record.as_ref().and_then(sweep_entry) != Some((index, position, id)) {
+            strays.push((index, position, id.to_owned()));
+        }
+    }
+    for (index, position, id) in &strays {
+        sweep
+            .remove((*index, *position, id.as_str()))
+            .map_err(unavailable)?;
+    }
+    Ok(changed + strays.len())
 }
 
 fn decode(bytes: &[u8]) -> StoreResult<StoredSandbox> {
@@ -56,6 +107,10 @@ fn unindex(txn: &WriteTransaction, record: &StoredSandbox) -> StoreResult<()> {
         let mut warm = txn.open_table(WARM).map_err(unavailable)?;
         warm.remove(warm_entry(claim_key, &record.runtime_id).as_str())
             .map_err(unavailable)?;
+    }
+    if let Some(entry) = sweep_entry(record) {
+        let mut sweep = txn.open_table(SWEEP).map_err(unavailable)?;
+        sweep.remove(entry).map_err(unavailable)?;
     }
     if let Some(session) = &record.session_id {
         let mut sessions = txn.open_table(SESSIONS).map_err(unavailable)?;
@@ -117,6 +172,40 @@ impl SandboxStore for EmbeddedStore {
         }
     }
 
+    async fn swept_sandboxes(
+        &self,
+        index: SweepIndex,
+        until_ms: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredSandbox>> {
+        let ordinal = index.ordinal();
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let sweep = txn.open_table(SWEEP).map_err(unavailable)?;
+            let table = txn.open_table(SANDBOXES).map_err(unavailable)?;
+            let mut found = Vec::new();
+            for entry in sweep
+                .range((ordinal, i64::MIN, "")..(ordinal + 1, i64::MIN, ""))
+                .map_err(unavailable)?
+            {
+                let key = entry.map_err(unavailable)?.0;
+                let (_, position, id) = key.value();
+                if position > until_ms || found.len() == limit {
+                    break;
+                }
+                if let Some(bytes) = table.get(id).map_err(unavailable)? {
+                    found.push(decode(bytes.value())?);
+                }
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn reindex_sandboxes(&self) -> StoreResult<usize> {
+        self.transact(reindex).await
+    }
+
     async fn warm_sandboxes(
         &self,
         claim_key: &str,
@@ -172,6 +261,10 @@ impl SandboxStore for EmbeddedStore {
                 sessions
                     .insert(session.as_str(), next.runtime_id.as_str())
                     .map_err(unavailable)?;
+            }
+            if let Some(entry) = sweep_entry(&next) {
+                let mut sweep = txn.open_table(SWEEP).map_err(unavailable)?;
+                sweep.insert(entry, ()).map_err(unavailable)?;
             }
             let mut table = txn.open_table(SANDBOXES).map_err(unavailable)?;
             table
@@ -236,5 +329,51 @@ impl SandboxStore for EmbeddedStore {
             Ok(())
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{SandboxSpec, SandboxState};
+
+    /// A data directory written by a release without the sweep indexes has its sandboxes
+    /// indexed when it is opened: an upgrade loses no warm sandbox from the reconciler's view.
+    #[tokio::test]
+    async fn a_database_from_before_the_sweep_indexes_is_indexed_on_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let warm = StoredSandbox {
+            runtime_id: "warm".into(),
+            version: 1,
+            session_id: None,
+            pool: Some("v1_current".into()),
+            claim_key: "claim".into(),
+            spec: SandboxSpec::default(),
+            state: SandboxState::Running,
+            status_detail: None,
+            key_sha256: "00".into(),
+            key_nonce: "nonce".into(),
+            created_at_ms: 100,
+            changed_at_ms: 100,
+        };
+        {
+            let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut table = txn.open_table(SANDBOXES).expect("table");
+                let json = serde_json::to_vec(&warm).expect("json");
+                table.insert("warm", json.as_slice()).expect("insert");
+            }
+            txn.commit().expect("commit");
+        }
+        let store = EmbeddedStore::open(dir.path().to_path_buf())
+            .await
+            .expect("open");
+        let pooled = store
+            .swept_sandboxes(SweepIndex::Pooled, i64::MAX, 10)
+            .await
+            .expect("swept");
+        assert_eq!(pooled, [warm]);
+        assert_eq!(store.reindex_sandboxes().await.expect("reindex"), 0);
     }
 }

@@ -5,6 +5,8 @@
 //! - `sandgate:{sandboxes}:sessions`: a hash, session id → runtime id;
 //! - `sandgate:{sandboxes}:warm:<claim key>`: a set of the warm sandboxes a start with
 //!   that claim key may take;
+//! - `sandgate:{sandboxes}:sweep:<pooled|paused|stopped>`: a sorted set per sweep index,
+//!   runtime id → its position there (see [`SweepIndex`]);
 //! - `sandgate:{sandboxes}:lease:<name>`: the holder of a lease, with a TTL.
 
 use std::sync::LazyLock;
@@ -15,7 +17,7 @@ use redis::Script;
 
 use super::{RedisStore, corrupt, unavailable};
 use crate::store::StoreResult;
-use crate::store::sandboxes::{SandboxStore, StoredSandbox};
+use crate::store::sandboxes::{SandboxStore, StoredSandbox, SweepIndex};
 
 const RECORDS: &str = "sandgate:{sandboxes}:records";
 const VERSIONS: &str = "sandgate:{sandboxes}:versions";
@@ -25,13 +27,19 @@ fn warm_key(claim_key: &str) -> String {
     format!("sandgate:{{sandboxes}}:warm:{claim_key}")
 }
 
+fn sweep_key(index: SweepIndex) -> String {
+    format!("sandgate:{{sandboxes}}:sweep:{}", index.name())
+}
+
 fn lease_key(name: &str) -> String {
     format!("sandgate:{{sandboxes}}:lease:{name}")
 }
 
-/// KEYS: records, versions, sessions, previous warm set, next warm set.
+/// KEYS: records, versions, sessions, previous warm set, next warm set, previous sweep
+/// index, next sweep index.
 /// ARGV: id, expected version, next version, JSON, in previous warm set (0/1), in next
-/// warm set (0/1), previous session, next session. Returns 1 when written.
+/// warm set (0/1), previous session, next session, in previous sweep index (0/1), in next
+/// sweep index (0/1), position in the next sweep index. Returns 1 when written.
 static PUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -41,6 +49,8 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 if ARGV[5] == '1' then redis.call('SREM', KEYS[4], ARGV[1]) end
 if ARGV[6] == '1' then redis.call('SADD', KEYS[5], ARGV[1]) end
+if ARGV[9] == '1' then redis.call('ZREM', KEYS[6], ARGV[1]) end
+if ARGV[10] == '1' then redis.call('ZADD', KEYS[7], ARGV[11], ARGV[1]) end
 if ARGV[7] ~= '' and ARGV[7] ~= ARGV[8] and redis.call('HGET', KEYS[3], ARGV[7]) == ARGV[1] then
   redis.call('HDEL', KEYS[3], ARGV[7])
 end
@@ -50,8 +60,8 @@ return 1
     )
 });
 
-/// KEYS: records, versions, sessions, warm set. ARGV: id, expected version, in the warm
-/// set (0/1), session. Returns 1 when deleted.
+/// KEYS: records, versions, sessions, warm set, sweep index. ARGV: id, expected version,
+/// in the warm set (0/1), session, in the sweep index (0/1). Returns 1 when deleted.
 static DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -60,6 +70,7 @@ if (current or '0') ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if ARGV[3] == '1' then redis.call('SREM', KEYS[4], ARGV[1]) end
+if ARGV[5] == '1' then redis.call('ZREM', KEYS[5], ARGV[1]) end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[3], ARGV[4]) == ARGV[1] then
   redis.call('HDEL', KEYS[3], ARGV[4])
 end
@@ -67,6 +78,29 @@ return 1
 ",
     )
 });
+
+/// KEYS: versions, then the pooled, paused and stopped sweep indexes. ARGV: id, version,
+/// the index it belongs to (1 to 3, 0: none), its position there. Puts the record in its
+/// index alone, when it is still at that version. Returns the entries added or dropped.
+static REINDEX: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+local changed = 0
+for index = 1, 3 do
+  if index == tonumber(ARGV[3]) then
+    changed = changed + redis.call('ZADD', KEYS[index + 1], 'CH', ARGV[4], ARGV[1])
+  else
+    changed = changed + redis.call('ZREM', KEYS[index + 1], ARGV[1])
+  end
+end
+return changed
+",
+    )
+});
+
+/// Records a reindex reads at a time.
+const REINDEX_PAGE: usize = 256;
 
 /// KEYS: the lease. ARGV: holder, TTL in milliseconds. Returns 1 when `holder` has it.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -99,6 +133,54 @@ fn flag(set: bool) -> &'static str {
 }
 
 impl RedisStore {
+    /// Puts `records` in their sweep indexes (see `reindex_sandboxes`): where each stands
+    /// is read in one round trip, and only a misplaced one costs a version-checked fix.
+    async fn reindex(&self, records: &[StoredSandbox]) -> StoreResult<usize> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let mut connection = self.connection.clone();
+        let indexes = SweepIndex::ALL.map(sweep_key);
+        let mut positions = redis::pipe();
+        for record in records {
+            for key in &indexes {
+                positions.zscore(key, &record.runtime_id);
+            }
+        }
+        let positions: Vec<Option<i64>> = positions
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        let mut changed = 0;
+        for (record, found) in records.iter().zip(positions.chunks(indexes.len())) {
+            let place = record.sweep_index();
+            let expected = SweepIndex::ALL.map(|index| {
+                place.and_then(|(belongs, position)| (belongs == index).then_some(position))
+            });
+            if found == expected.as_slice() {
+                continue;
+            }
+            // The script numbers the indexes from 1, 0 for none.
+            let (number, position) = place.map_or((0, 0), |(belongs, position)| {
+                (belongs.ordinal() + 1, position)
+            });
+            let fixed: usize = REINDEX
+                .key(VERSIONS)
+                .key(&indexes[0])
+                .key(&indexes[1])
+                .key(&indexes[2])
+                .arg(&record.runtime_id)
+                .arg(record.version)
+                .arg(number)
+                .arg(position)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            changed += fixed;
+        }
+        Ok(changed)
+    }
+
     async fn records(&self, ids: &[String]) -> StoreResult<Vec<StoredSandbox>> {
         if ids.is_empty() {
             return Ok(Vec::new());
@@ -148,6 +230,76 @@ impl SandboxStore for RedisStore {
         }
     }
 
+    async fn swept_sandboxes(
+        &self,
+        index: SweepIndex,
+        until_ms: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredSandbox>> {
+        let key = sweep_key(index);
+        let mut connection = self.connection.clone();
+        let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(until_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(i64::try_from(limit).unwrap_or(-1))
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let records: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+            .arg(RECORDS)
+            .arg(&ids)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        // A member without a record was deleted by a writer that did not know the
+        // index; runtime ids are never reused, so it can go without a check.
+        let gone: Vec<&String> = ids
+            .iter()
+            .zip(&records)
+            .filter_map(|(id, record)| record.is_none().then_some(id))
+            .collect();
+        if !gone.is_empty() {
+            redis::cmd("ZREM")
+                .arg(&key)
+                .arg(gone)
+                .query_async::<i64>(&mut connection)
+                .await
+                .map_err(unavailable)?;
+        }
+        records.iter().flatten().map(|data| decode(data)).collect()
+    }
+
+    async fn reindex_sandboxes(&self) -> StoreResult<usize> {
+        let mut connection = self.connection.clone();
+        let mut cursor = 0_u64;
+        let mut changed = 0;
+        loop {
+            let (next, page): (u64, Vec<(String, Vec<u8>)>) = redis::cmd("HSCAN")
+                .arg(RECORDS)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(REINDEX_PAGE)
+                .query_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            let records = page
+                .iter()
+                .map(|(_, data)| decode(data))
+                .collect::<StoreResult<Vec<_>>>()?;
+            changed += self.reindex(&records).await?;
+            if next == 0 {
+                return Ok(changed);
+            }
+            cursor = next;
+        }
+    }
+
     async fn warm_sandboxes(
         &self,
         claim_key: &str,
@@ -171,12 +323,20 @@ impl SandboxStore for RedisStore {
         let json = serde_json::to_vec(next).map_err(corrupt)?;
         let previous_warm = previous.and_then(StoredSandbox::warm_index);
         let next_warm = next.warm_index();
+        let previous_sweep = previous.and_then(StoredSandbox::sweep_index);
+        let next_sweep = next.sweep_index();
         let mut connection = self.connection.clone();
         PUT.key(RECORDS)
             .key(VERSIONS)
             .key(SESSIONS)
             .key(warm_key(previous_warm.unwrap_or_default()))
             .key(warm_key(next_warm.unwrap_or_default()))
+            .key(sweep_key(
+                previous_sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
+            ))
+            .key(sweep_key(
+                next_sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
+            ))
             .arg(&next.runtime_id)
             .arg(next.version.saturating_sub(1))
             .arg(next.version)
@@ -189,6 +349,9 @@ impl SandboxStore for RedisStore {
                     .unwrap_or_default(),
             )
             .arg(next.session_id.as_deref().unwrap_or_default())
+            .arg(flag(previous_sweep.is_some()))
+            .arg(flag(next_sweep.is_some()))
+            .arg(next_sweep.map_or(0, |(_, position)| position))
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)
@@ -196,16 +359,21 @@ impl SandboxStore for RedisStore {
 
     async fn delete_sandbox(&self, current: &StoredSandbox) -> StoreResult<bool> {
         let warm = current.warm_index();
+        let sweep = current.sweep_index();
         let mut connection = self.connection.clone();
         DELETE
             .key(RECORDS)
             .key(VERSIONS)
             .key(SESSIONS)
             .key(warm_key(warm.unwrap_or_default()))
+            .key(sweep_key(
+                sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
+            ))
             .arg(&current.runtime_id)
             .arg(current.version)
             .arg(flag(warm.is_some()))
             .arg(current.session_id.as_deref().unwrap_or_default())
+            .arg(flag(sweep.is_some()))
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)
