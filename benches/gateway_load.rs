@@ -5,7 +5,10 @@
 //!
 //! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
-//! `1,16,64`), `BENCH_STREAMS` (streams timed per target, default 2000).
+//! `1,16,64`), `BENCH_STREAMS` (streams timed per target, default 2000), `BENCH_ROUNDS`
+//! (how many times each cell runs, interleaved; default 1) and `BENCH_SANDGATE`
+//! (`label=path,…`: release binaries to compare side by side in one run; default the
+//! current build).
 
 #![expect(
     clippy::expect_used,
@@ -13,6 +16,8 @@
     reason = "a benchmark: it fails loudly and prints its table"
 )]
 
+#[path = "harness/binaries.rs"]
+mod binaries;
 #[path = "harness/closed_loop.rs"]
 mod closed_loop;
 mod harness;
@@ -68,23 +73,33 @@ async fn main() {
     let seconds = harness::env_number("BENCH_SECONDS", 5);
     let streams = harness::env_number("BENCH_STREAMS", 2000) as usize;
 
+    let rounds = harness::env_number("BENCH_ROUNDS", 1);
+
     let direct = upstream::start().await;
     let config = upstream::gateway_config(&direct);
     // Production's store: the spend log goes to Redis.
     let (_redis, redis) = harness::redis().await;
-    let (_sandgate, gateway) = harness::sandgate(
-        env!("CARGO_BIN_EXE_sandgate"),
-        &[
-            "--log".into(),
-            "warn,sandgate=info".into(),
-            "--redis".into(),
-            redis,
-            "--gateway-config".into(),
-            config.path().display().to_string(),
-        ],
-        &[("PROXY_MASTER_KEY", MASTER_KEY)],
-    )
-    .await;
+    let mut gateways = Vec::new();
+    for (index, (label, binary)) in binaries::from_env(env!("CARGO_BIN_EXE_sandgate"))
+        .into_iter()
+        .enumerate()
+    {
+        let (child, url) = harness::sandgate(
+            &binary,
+            &[
+                "--log".into(),
+                "warn,sandgate=info".into(),
+                "--redis".into(),
+                // Each binary its own database.
+                format!("{redis}{index}"),
+                "--gateway-config".into(),
+                config.path().display().to_string(),
+            ],
+            &[("PROXY_MASTER_KEY", MASTER_KEY)],
+        )
+        .await;
+        gateways.push((format!("{label}through sandgate serve"), child, url));
+    }
 
     // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
     let through = upstream::chat("claude", false);
@@ -93,45 +108,47 @@ async fn main() {
     println!("| target | concurrency | requests/s | p50 ms | p99 ms | errors |");
     println!("|---|---:|---:|---:|---:|---:|");
     for concurrency in closed_loop::concurrency_levels() {
-        for (target, base, body) in [
-            ("direct to the fake upstream", &direct, &direct_body),
-            ("through sandgate serve", &gateway, &through),
-        ] {
-            let body = body.clone();
-            let next = move || request(&body);
-            closed_loop::load(base, concurrency, 1, next.clone()).await;
-            let outcome = closed_loop::load(base, concurrency, seconds, next).await;
-            println!(
-                "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
-                outcome.rate(),
-                outcome.ms(0.5),
-                outcome.ms(0.99),
-                outcome.errors
-            );
+        for _ in 0..rounds {
+            let direct_target = ("direct to the fake upstream", &direct, &direct_body);
+            let targets = gateways
+                .iter()
+                .map(|(target, _, url)| (target.as_str(), url, &through));
+            for (target, base, body) in std::iter::once(direct_target).chain(targets) {
+                let body = body.clone();
+                let next = move || request(&body);
+                closed_loop::load(base, concurrency, 1, next.clone()).await;
+                let outcome = closed_loop::load(base, concurrency, seconds, next).await;
+                println!(
+                    "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
+                    outcome.rate(),
+                    outcome.ms(0.5),
+                    outcome.ms(0.99),
+                    outcome.errors
+                );
+            }
         }
     }
 
     println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
     println!("| target | p50 ms | p99 ms |");
     println!("|---|---:|---:|");
-    for (target, base, body) in [
-        (
+    for _ in 0..rounds {
+        let direct_target = (
             "direct to the fake upstream",
             &direct,
             upstream::chat("claude-sonnet", true),
-        ),
-        (
-            "through sandgate serve",
-            &gateway,
-            upstream::chat("claude", true),
-        ),
-    ] {
-        first_chunks(base, &body, streams / 10).await;
-        let times = first_chunks(base, &body, streams).await;
-        println!(
-            "| {target} | {:.3} | {:.3} |",
-            times.value_at_quantile(0.5) as f64 / 1000.0,
-            times.value_at_quantile(0.99) as f64 / 1000.0
         );
+        let targets = gateways
+            .iter()
+            .map(|(target, _, url)| (target.as_str(), url, upstream::chat("claude", true)));
+        for (target, base, body) in std::iter::once(direct_target).chain(targets) {
+            first_chunks(base, &body, streams / 10).await;
+            let times = first_chunks(base, &body, streams).await;
+            println!(
+                "| {target} | {:.3} | {:.3} |",
+                times.value_at_quantile(0.5) as f64 / 1000.0,
+                times.value_at_quantile(0.99) as f64 / 1000.0
+            );
+        }
     }
 }

@@ -16,6 +16,8 @@
     reason = "a benchmark: it fails loudly and prints its table"
 )]
 
+#[path = "harness/binaries.rs"]
+mod binaries;
 #[path = "harness/closed_loop.rs"]
 mod closed_loop;
 mod harness;
@@ -177,16 +179,7 @@ async fn main() {
     let bodies_wanted = std::env::var("BENCH_BODIES").unwrap_or_else(|_| "small,large".into());
     let backends = std::env::var("BENCH_BACKENDS").unwrap_or_else(|_| "redis,embedded".into());
     let rounds = harness::env_number("BENCH_ROUNDS", 1);
-    let binaries: Vec<(String, String)> = match std::env::var("BENCH_SANDGATE") {
-        Ok(list) => list
-            .split(',')
-            .map(|entry| {
-                let (label, path) = entry.split_once('=').expect("BENCH_SANDGATE: label=path");
-                (format!("{label}, "), path.to_owned())
-            })
-            .collect(),
-        Err(_) => vec![(String::new(), env!("CARGO_BIN_EXE_sandgate").to_owned())],
-    };
+    let binaries = binaries::from_env(env!("CARGO_BIN_EXE_sandgate"));
 
     let data = tempfile::tempdir().expect("temp dir");
     let (_redis, redis) = harness::redis().await;

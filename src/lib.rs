@@ -169,14 +169,11 @@ async fn with_reconciler(
     served
 }
 
-/// The model gateway's service, configured from the command line.
-fn model_gateway(
-    store: Store,
-    args: &GatewayArgs,
-) -> anyhow::Result<ModelGatewayServer<ModelGatewayService>> {
+/// The model gateway, configured from the command line.
+fn model_gateway(store: Store, args: &GatewayArgs) -> anyhow::Result<ModelGatewayService> {
     let config = ConfigFile::open(args.gateway_config.clone())
         .map_err(|err| anyhow::anyhow!("invalid --gateway-config: {err}"))?;
-    sandgate_model_gw::grpc_service(
+    ModelGatewayService::new(
         store,
         GatewayOptions {
             config,
@@ -275,7 +272,11 @@ pub async fn serve(
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
     // Traced once, for both ways in: the edge's in-process calls and gRPC callers.
-    let grpc = sandgate_proto::trace::traced(runtime_api.routes.add_service(gateway));
+    let grpc = sandgate_proto::trace::traced(
+        runtime_api
+            .routes
+            .add_service(sandgate_model_gw::grpc_service(gateway.clone())),
+    );
     let channel = GrpcChannel::in_process(grpc.clone());
     let mut app =
         sandgate_webhook_gw::router(channel.clone(), edge_config(&args.edge, Some(channel)))
@@ -288,11 +289,13 @@ pub async fn serve(
     // never by a client address they name themselves (only the edge, in-process, names
     // one).
     app = app.merge(direct_grpc.layer(axum::middleware::from_fn(grpc_peer::untrusted)));
-    with_reconciler(
+    let served = with_reconciler(
         runtime_api.reconciler,
         run_http(listener, app, shutdown, args.shutdown.grace),
     )
-    .await
+    .await;
+    gateway.flush_spend_log().await;
+    served
 }
 
 /// `sandgate runtime-api`: the runtime API's gRPC services alone, and `/metrics` on
@@ -338,12 +341,14 @@ pub async fn model_gw(
     let health = tonic_health::pb::health_server::HealthServer::new(
         sandgate_runtime_api::StoreHealthService::new(store),
     );
-    let grpc = Routes::new(gateway).add_service(health);
+    let grpc = Routes::new(sandgate_model_gw::grpc_service(gateway.clone())).add_service(health);
     let grace = args.shutdown.grace;
-    with_metrics_listener(metrics, shutdown, grace, |stopped| {
+    let served = with_metrics_listener(metrics, shutdown, grace, |stopped| {
         run_http(listener, grpc_router(grpc), stopped, grace)
     })
-    .await
+    .await;
+    gateway.flush_spend_log().await;
+    served
 }
 
 /// `sandgate edge`: the REST edge alone, calling the services over the network.

@@ -1,7 +1,8 @@
 //! What the load benchmarks share: processes started and read for readiness, a
 //! `redis-server` on a free port, and their settings from the environment. The closed-loop
 //! load generator is `closed_loop.rs`, the admin login `admin.rs`, the fake LLM provider
-//! `upstream.rs`: modules a benchmark includes when it uses them.
+//! `upstream.rs`, the builds to compare `binaries.rs`: modules a benchmark includes when it
+//! uses them.
 
 use std::process::Stdio;
 

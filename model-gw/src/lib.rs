@@ -13,7 +13,6 @@ mod service;
 
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
-use sandgate_runtime_api::store::Store;
 
 pub use config::{
     ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
@@ -25,14 +24,9 @@ pub use metrics::describe_metrics;
 pub use rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
 pub use service::{GatewayOptions, ModelGatewayService};
 
-/// The gRPC service, ready to mount.
-pub fn grpc_service(
-    store: Store,
-    options: GatewayOptions,
-) -> Result<ModelGatewayServer<ModelGatewayService>, String> {
-    Ok(
-        ModelGatewayServer::new(ModelGatewayService::new(store, options)?)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-    )
+/// The gRPC service of `gateway`, ready to mount.
+pub fn grpc_service(gateway: ModelGatewayService) -> ModelGatewayServer<ModelGatewayService> {
+    ModelGatewayServer::new(gateway)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }

@@ -19,7 +19,7 @@ use sandgate_proto::models::v1::{
 use sandgate_runtime_api::store::{SpendLogEntry, Store, StoredModel};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span};
@@ -67,16 +67,41 @@ pub struct Gateway {
     client: reqwest::Client,
     read_timeout: Duration,
     retry: RetryPolicy,
-    /// Spend log entries waiting for the write in flight.
+    /// Spend log entries waiting to be written.
     spend_queue: Mutex<SpendQueue>,
+    /// Held while the spend log queue is written out.
+    spend_writer: tokio::sync::Mutex<()>,
+    /// The store's generation of added models (see `ModelStore::model_changes`).
+    model_changes: watch::Receiver<Option<u64>>,
+    /// The entries a chat completion routes over, kept between calls: reading the added
+    /// models from the store for each call would put a store round trip before every
+    /// upstream call.
+    kept: Mutex<Option<KeptEntries>>,
 }
+
+/// Model entries kept for routing, and what they were read under.
+struct KeptEntries {
+    /// The configuration's scope of added models.
+    scope: String,
+    /// The store's generation of added models before they were read.
+    generation: u64,
+    read_at: Instant,
+    entries: Arc<[ModelEntry]>,
+}
+
+/// How long kept entries serve at most, whatever the generation says: a bound on their
+/// age should the store's notifications stop without it noticing.
+const KEEP_ENTRIES_AT_MOST: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct SpendQueue {
     entries: Vec<SpendLogEntry>,
-    /// A call is writing the queue out.
-    writing: bool,
+    /// A delayed write is scheduled: entries queued for one need not schedule another.
+    scheduled: bool,
 }
+
+/// How long a spend log entry waits for others to share its write, at most.
+const SPEND_LOG_DELAY: Duration = Duration::from_millis(10);
 
 /// Spend log entries queued behind a slow store at most; past it new ones are dropped
 /// (and said so in the log) rather than growing memory.
@@ -119,6 +144,7 @@ impl Gateway {
                 .master_key
                 .filter(|key| !key.is_empty())
                 .map(|key| Sha256::digest(key.as_bytes()).into()),
+            model_changes: store.models.model_changes(),
             store,
             client,
             read_timeout: options.read_timeout,
@@ -126,6 +152,8 @@ impl Gateway {
                 retries: options.retries,
             },
             spend_queue: Mutex::default(),
+            spend_writer: tokio::sync::Mutex::default(),
+            kept: Mutex::default(),
         })
     }
 
@@ -159,9 +187,8 @@ impl Gateway {
         }
     }
 
-    /// The configuration in effect and every model entry: configured, then added.
-    async fn entries(&self) -> Result<(Arc<GatewayConfig>, Vec<ModelEntry>), Status> {
-        let config = self.config.current();
+    /// Every model entry of `config`, read now: configured, then added.
+    async fn entries(&self, config: &GatewayConfig) -> Result<Arc<[ModelEntry]>, Status> {
         let added = self
             .store
             .models
@@ -175,13 +202,44 @@ impl Gateway {
             api_base: model.api_base,
             api_key: model.api_key,
         }));
-        Ok((config, entries))
+        Ok(entries.into())
+    }
+
+    /// The configuration in effect and its model entries, as kept from an earlier call
+    /// when no model was added since (`true`: kept), else read now (and kept).
+    async fn kept_entries(&self) -> Result<(Arc<GatewayConfig>, Arc<[ModelEntry]>, bool), Status> {
+        let config = self.config.current();
+        // Read before the store is: an addition meanwhile makes what is read stale.
+        let generation = *self.model_changes.borrow();
+        let kept = self.kept.lock().ok().and_then(|kept| {
+            kept.as_ref()
+                .filter(|kept| {
+                    Some(kept.generation) == generation
+                        && kept.scope == config.scope
+                        && kept.read_at.elapsed() < KEEP_ENTRIES_AT_MOST
+                })
+                .map(|kept| kept.entries.clone())
+        });
+        if let Some(entries) = kept {
+            return Ok((config, entries, true));
+        }
+        let read_at = Instant::now();
+        let entries = self.entries(&config).await?;
+        if let (Some(generation), Ok(mut kept)) = (generation, self.kept.lock()) {
+            *kept = Some(KeptEntries {
+                scope: config.scope.clone(),
+                generation,
+                read_at,
+                entries: entries.clone(),
+            });
+        }
+        Ok((config, entries, false))
     }
 
     async fn models(&self) -> Result<Vec<Model>, Status> {
-        let (_, entries) = self.entries().await?;
+        let entries = self.entries(&self.config.current()).await?;
         let mut ids: Vec<&str> = Vec::with_capacity(entries.len() + OPENAI_MODELS.len());
-        for entry in &entries {
+        for entry in entries.iter() {
             if !ids.contains(&entry.model_name.as_str()) {
                 ids.push(&entry.model_name);
             }
@@ -204,31 +262,41 @@ impl Gateway {
             .collect())
     }
 
-    /// Queues `entry` for the spend log. Whichever call finds no write in flight becomes
-    /// the writer and writes what has queued, in batches, until the queue is empty: under
-    /// load many calls share one store round trip, and no task runs in the background.
-    async fn log_spend(&self, entry: SpendLogEntry) {
-        {
-            let Ok(mut pending) = self.spend_queue.lock() else {
-                return;
-            };
-            if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
-                tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
-                return;
-            }
-            pending.entries.push(entry);
-            if pending.writing {
-                return;
-            }
-            pending.writing = true;
+    /// Queues `entry` for the spend log; `true` when it is the first to wait for a delayed
+    /// write (and `schedule` asks for one), so that its caller schedules it.
+    fn enqueue_spend(&self, entry: SpendLogEntry, schedule: bool) -> bool {
+        let Ok(mut pending) = self.spend_queue.lock() else {
+            return false;
+        };
+        if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
+            tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
+            return false;
         }
+        pending.entries.push(entry);
+        let first = schedule && !pending.scheduled;
+        pending.scheduled |= schedule;
+        first
+    }
+
+    /// Writes `entry` now, with whatever else waits: for a failed answer, whose entry is in
+    /// the log by the time the client has the answer.
+    async fn log_spend(&self, entry: SpendLogEntry) {
+        self.enqueue_spend(entry, false);
+        self.write_spend_queue(false).await;
+    }
+
+    /// Writes what is queued, in batches, until the queue is empty. One write at a time:
+    /// a caller that waited finds its entry written, or writes it. `delayed`: the
+    /// scheduled write, which is over once it finds the queue empty.
+    async fn write_spend_queue(&self, delayed: bool) {
+        let _writing = self.spend_writer.lock().await;
         loop {
             let batch = match self.spend_queue.lock() {
                 Ok(mut pending) if !pending.entries.is_empty() => {
                     std::mem::take(&mut pending.entries)
                 }
                 Ok(mut pending) => {
-                    pending.writing = false;
+                    pending.scheduled &= !delayed;
                     return;
                 }
                 Err(_) => return,
@@ -237,6 +305,30 @@ impl Gateway {
                 tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
             }
         }
+    }
+}
+
+impl ModelGatewayService {
+    /// Queues `entry` to be written within [`SPEND_LOG_DELAY`], with the entries of the calls
+    /// that end meanwhile: one store round trip for many calls, and none on a call's path.
+    fn log_spend_soon(&self, entry: SpendLogEntry) {
+        if self.enqueue_spend(entry, true) {
+            // Weak: a stopped gateway (which flushed its queue) is not kept alive, nor its
+            // store open, by a write that has nothing left to do.
+            let gateway = Arc::downgrade(&self.0);
+            tokio::spawn(async move {
+                tokio::time::sleep(SPEND_LOG_DELAY).await;
+                if let Some(gateway) = gateway.upgrade() {
+                    gateway.write_spend_queue(true).await;
+                }
+            });
+        }
+    }
+
+    /// Writes the spend log entries still queued: called once the server has stopped, so
+    /// that a stop loses none.
+    pub async fn flush_spend_log(&self) {
+        self.write_spend_queue(false).await;
     }
 }
 
@@ -431,8 +523,14 @@ impl ModelGatewayService {
     ) -> Result<(Arc<GatewayConfig>, ChatRequest<'a>, Upstream), Status> {
         self.authenticate(metadata)?;
         let chat = ChatRequest::parse(body).map_err(|err| error(ErrorCode::BadRequest, err))?;
-        let (config, entries) = self.entries().await?;
-        let upstream = route(&entries, &chat.model).map_err(|err| match err {
+        let (config, entries, kept) = self.kept_entries().await?;
+        let routed = match route(entries.iter(), &chat.model) {
+            // Perhaps a model added a moment ago, by a replica whose notification has not
+            // arrived yet: never refused on the strength of what was kept.
+            Err(_) if kept => route(self.entries(&config).await?.iter(), &chat.model),
+            routed => routed,
+        };
+        let upstream = routed.map_err(|err| match err {
             RouteError::UnknownModel(_) => error(ErrorCode::NotFound, err.to_string()),
             RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
         })?;
@@ -520,32 +618,34 @@ impl ModelGatewayService {
             content_type: content_type.clone(),
             chunk: Bytes::new(),
         };
-        let service = self.0.clone();
         if !(sandgate_proto::models::is_event_stream(&content_type) && status < 300) {
             // A whole answer is read here and answered at once: no relay task, no channel.
             let (messages, entry, failure) =
                 whole_answer(response, first, &chat.model, record).await;
             if let Some(failure) = failure {
                 // Logged first, so that a client that has its (failed) answer finds it.
-                service.log_spend(entry).await;
+                self.log_spend(entry).await;
                 return Err(failure);
             }
             // The client does not wait for the spend log.
-            let log = async move { service.log_spend(entry).await };
-            tokio::spawn(log.instrument(Span::current()));
+            self.log_spend_soon(entry);
             return Ok(Response::new(Box::pin(futures::stream::iter(
                 messages.into_iter().map(Ok),
             ))));
         }
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let asked = chat.model.clone();
+        let gateway = self.clone();
         let relay = async move {
             let (entry, failure) = relay_stream(response, first, &asked, &sender, record).await;
-            // A failure ends the answer at once: logged first, so that a client that has
-            // its (failed) answer finds the entry.
-            service.log_spend(entry).await;
-            if let Some(failure) = failure {
-                drop(sender.send(Err(failure)).await);
+            match failure {
+                // A failure ends the answer at once: logged first, so that a client that
+                // has its (failed) answer finds the entry.
+                Some(failure) => {
+                    gateway.log_spend(entry).await;
+                    drop(sender.send(Err(failure)).await);
+                }
+                None => gateway.log_spend_soon(entry),
             }
         };
         tokio::spawn(relay.instrument(Span::current()));

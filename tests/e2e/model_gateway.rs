@@ -843,8 +843,27 @@ async fn an_unset_variable_is_a_start_error_naming_the_entry() {
     assert!(stderr.contains("SANDGATE_TEST_NEVER_SET"), "{stderr}");
 }
 
-/// Two replicas on one Redis with one configuration: a model added through one is listed
-/// and routed by the other at once.
+/// Calls of Redis's `HGETALL` so far (the read of the added models).
+async fn hgetall_calls(backend: &Backend) -> u64 {
+    let Backend::Redis(redis) = backend else {
+        unreachable!("a Redis backend")
+    };
+    let stats: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.connection().await)
+        .await
+        .expect("INFO");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
+/// Two replicas on one Redis with one configuration: a model added through one is routed
+/// by the other at once, though the other keeps the model entries between calls (no store
+/// read before each upstream call); one added again with other parameters is routed anew
+/// as soon as the other hears of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_added_model_is_seen_by_every_replica() {
     let backend = Backend::redis().await;
@@ -855,29 +874,56 @@ async fn an_added_model_is_seen_by_every_replica() {
         &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
     )
     .await;
-    let response = first
-        .post(
-            "/model/new",
-            &json!({"model_name": "shared", "gateway_params": {
-                "model": "gateway_proxy/shared-up", "api_base": first.upstream.base(), "api_key": "k",
-            }}),
-        )
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status(), 200);
-    let (status, body) = json_of(
-        second
+    let chat_on_second = |model: &'static str| {
+        let request = second
             .client
             .post(second.url("/v1/chat/completions"))
             .bearer_auth(MASTER_KEY)
-            .body(chat_body("shared").to_string())
+            .body(chat_body(model).to_string());
+        async move { json_of(request.send().await.expect("request")).await }
+    };
+    let add = |upstream_model: &str| {
+        first
+            .post(
+                "/model/new",
+                &json!({"model_name": "shared", "gateway_params": {
+                    "model": format!("gateway_proxy/{upstream_model}"),
+                    "api_base": first.upstream.base(), "api_key": "k",
+                }}),
+            )
             .send()
-            .await
-            .expect("request"),
-    )
-    .await;
+    };
+
+    // The second replica routes, and keeps what it read.
+    let (status, body) = chat_on_second("claude").await;
+    assert_eq!(status, 200, "{body}");
+    let reads = hgetall_calls(&backend).await;
+    for _ in 0..10 {
+        assert_eq!(chat_on_second("claude").await.0, 200);
+    }
+    assert!(
+        hgetall_calls(&backend).await < reads + 10,
+        "the added models are not read from the store for every call"
+    );
+
+    assert_eq!(add("shared-up").await.expect("request").status(), 200);
+    let (status, body) = chat_on_second("shared").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["model"], "shared");
     assert_eq!(first.upstream.last().body["model"], "shared-up");
+
+    assert_eq!(add("shared-up-2").await.expect("request").status(), 200);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, body) = chat_on_second("shared").await;
+        assert_eq!(status, 200, "{body}");
+        if first.upstream.last().body["model"] == "shared-up-2" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second replica still routes the model as first added"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 }

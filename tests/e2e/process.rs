@@ -109,3 +109,54 @@ async fn runtime_api_and_edge_run_apart() {
         "the edge reports a runtime API that is gone"
     );
 }
+
+/// A completion's spend log entry waits a few milliseconds to share its write with those
+/// of other calls; a SIGTERM right after the answer still writes it before the exit.
+#[tokio::test]
+async fn sigterm_right_after_an_answer_keeps_its_spend_log_entry() {
+    const MASTER_KEY: &str = "sk-master-key-for-tests";
+    let backend = Backend::embedded();
+    let upstream = crate::model_gateway::FakeUpstream::start().await;
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: k}}\n",
+            upstream.base()
+        ),
+    )
+    .expect("write config");
+    let mut args = serve_args(&backend);
+    args.extend([
+        "--gateway-config".to_owned(),
+        config.path().display().to_string(),
+    ]);
+    let envs = [("PROXY_MASTER_KEY", MASTER_KEY)];
+    let client = reqwest::Client::new();
+
+    let mut server = SandgateProcess::spawn(&args, &envs).await;
+    let answer = client
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(MASTER_KEY)
+        .body(r#"{"model": "claude", "messages": [{"role": "user", "content": "hi"}]}"#)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(server.terminate().await, Some(0));
+
+    let server = SandgateProcess::spawn(&args, &envs).await;
+    let logs: Value = client
+        .get(server.url("/spend/logs"))
+        .bearer_auth(MASTER_KEY)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("JSON");
+    let logs = logs.as_array().expect("an array");
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs[0]["model"], "claude");
+    assert_eq!(logs[0]["status"], 200);
+}

@@ -60,6 +60,8 @@ pub struct EmbeddedStore {
     /// Rate limit counters, in memory for the same reason as challenges: key → the count
     /// and when its window ends.
     rate_limits: Mutex<HashMap<String, (u64, Instant)>>,
+    /// Moved on by every added model (`ModelStore::model_changes`).
+    model_changes: tokio::sync::watch::Sender<Option<u64>>,
 }
 
 /// A write run inside a batch's transaction. It returns what to answer its caller once the
@@ -135,6 +137,7 @@ impl EmbeddedStore {
             challenges: Mutex::new(HashMap::new()),
             warm_version: AtomicU64::new(1),
             rate_limits: Mutex::new(HashMap::new()),
+            model_changes: tokio::sync::watch::Sender::new(Some(0)),
         })
     }
 

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use super::StoreResult;
 
@@ -38,6 +39,12 @@ pub trait ModelStore: Send + Sync + 'static {
 
     /// The added models, oldest first.
     async fn added_models(&self, scope: &str) -> StoreResult<Vec<StoredModel>>;
+
+    /// A generation that moves on every addition, this replica's or another's (on Redis,
+    /// within milliseconds, by a notification), so that a replica may keep the added
+    /// models between calls and read them again once it moves. `None` while additions
+    /// could go unseen (the notifications are down): then nothing may be kept.
+    fn model_changes(&self) -> watch::Receiver<Option<u64>>;
 }
 
 /// One served chat completion: metadata only, never prompt or response content.

@@ -36,6 +36,9 @@ return 1
 pub struct RedisStore {
     connection: ConnectionManager,
     swap: Script,
+    /// Model additions, as followed by [`models::follow_model_changes`], which ends with
+    /// the last receiver.
+    model_changes: tokio::sync::watch::Receiver<Option<u64>>,
 }
 
 fn unavailable(err: redis::RedisError) -> StoreError {
@@ -70,7 +73,7 @@ impl RedisStore {
             .set_response_timeout(Some(Duration::from_secs(2)))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_with_config(client, config)
+        let connection = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|err| {
                 StoreError::Unavailable(format!("cannot reach Redis at {}: {err}", redact_url(url)))
@@ -83,7 +86,15 @@ impl RedisStore {
             .map_err(|err| {
                 StoreError::Unavailable(format!("cannot load the Lua scripts into Redis: {err}"))
             })?;
-        Ok(Self { connection, swap })
+        // Followed from the start: a replica keeps added models from its first call.
+        let subscribed = models::subscribe(&client).await;
+        let (changes, model_changes) = tokio::sync::watch::channel(None);
+        tokio::spawn(models::follow_model_changes(client, subscribed, changes));
+        Ok(Self {
+            connection,
+            swap,
+            model_changes,
+        })
     }
 }
 

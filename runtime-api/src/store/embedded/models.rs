@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use tokio::sync::watch;
 
 use super::{EmbeddedStore, unavailable};
 use crate::store::models::{
@@ -30,7 +31,11 @@ impl ModelStore for EmbeddedStore {
                 .map(drop)
                 .map_err(unavailable)
         })
-        .await
+        .await?;
+        // This process is the store's only writer: every addition passes here.
+        self.model_changes
+            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+        Ok(())
     }
 
     async fn added_models(&self, scope: &str) -> StoreResult<Vec<StoredModel>> {
@@ -52,6 +57,10 @@ impl ModelStore for EmbeddedStore {
             .await?;
         models.sort_by(|a, b| (a.added_at_ms, &a.model_name).cmp(&(b.added_at_ms, &b.model_name)));
         Ok(models)
+    }
+
+    fn model_changes(&self) -> watch::Receiver<Option<u64>> {
+        self.model_changes.subscribe()
     }
 }
 

@@ -1,10 +1,16 @@
 //! The model gateway in Redis.
 //!
 //! - `sandgate:models:{<scope>}`: a hash, model name → the added model's JSON;
+//! - `sandgate:models:changed`: a Pub/Sub channel, told of every addition, which each
+//!   replica follows to know when the added models it keeps are out of date;
 //! - `sandgate:spend-log`: a stream of entries (field `d`, the JSON), trimmed with
 //!   `MAXLEN ~` on every append.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::sync::watch;
 
 use super::{RedisStore, corrupt, unavailable};
 use crate::store::StoreResult;
@@ -13,9 +19,78 @@ use crate::store::models::{
 };
 
 const SPEND_LOG: &str = "sandgate:spend-log";
+const MODELS_CHANGED: &str = "sandgate:models:changed";
+
+/// How long subscribing may take, and the wait before another try after a failure.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(500);
 
 fn models_key(scope: &str) -> String {
     format!("sandgate:models:{{{scope}}}")
+}
+
+/// A subscription to `MODELS_CHANGED`.
+pub(super) async fn subscribe(client: &redis::Client) -> redis::RedisResult<redis::aio::PubSub> {
+    let subscribing = async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(MODELS_CHANGED).await?;
+        Ok(pubsub)
+    };
+    tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribing)
+        .await
+        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "subscribing timed out")))?
+}
+
+/// Follows `MODELS_CHANGED` from `subscribed` (the first try, made at connect) until every
+/// receiver of `generation` is gone: the generation moves on with each notification, and
+/// with each new subscription (what was said while unsubscribed is unknown); it is `None`
+/// while unsubscribed.
+pub(super) async fn follow_model_changes(
+    client: redis::Client,
+    mut subscribed: redis::RedisResult<redis::aio::PubSub>,
+    generation: watch::Sender<Option<u64>>,
+) {
+    let mut next = 0_u64;
+    let mut warned = false;
+    loop {
+        match subscribed {
+            Ok(pubsub) => {
+                if warned {
+                    tracing::info!("following model additions again");
+                    warned = false;
+                }
+                next += 1;
+                generation.send_replace(Some(next));
+                let mut messages = pubsub.into_on_message();
+                loop {
+                    tokio::select! {
+                        message = messages.next() => match message {
+                            Some(_) => {
+                                next += 1;
+                                generation.send_replace(Some(next));
+                            }
+                            None => break,
+                        },
+                        () = generation.closed() => return,
+                    }
+                }
+                generation.send_replace(None);
+            }
+            Err(err) if !warned => {
+                tracing::warn!(error = %err, "cannot follow model additions; added models are read on every call until then");
+                warned = true;
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RESUBSCRIBE_DELAY) => {}
+            () = generation.closed() => return,
+        }
+        subscribed = tokio::select! {
+            subscribed = subscribe(&client) => subscribed,
+            () = generation.closed() => return,
+        };
+    }
 }
 
 #[async_trait]
@@ -23,10 +98,11 @@ impl ModelStore for RedisStore {
     async fn add_model(&self, scope: &str, model: &StoredModel) -> StoreResult<()> {
         let data = serde_json::to_vec(model).map_err(corrupt)?;
         let mut connection = self.connection.clone();
-        redis::cmd("HSET")
-            .arg(models_key(scope))
-            .arg(&model.model_name)
-            .arg(data)
+        redis::pipe()
+            .hset(models_key(scope), &model.model_name, data)
+            .ignore()
+            .publish(MODELS_CHANGED, scope)
+            .ignore()
             .query_async::<()>(&mut connection)
             .await
             .map_err(unavailable)
@@ -45,6 +121,10 @@ impl ModelStore for RedisStore {
             .collect::<StoreResult<Vec<_>>>()?;
         models.sort_by(|a, b| (a.added_at_ms, &a.model_name).cmp(&(b.added_at_ms, &b.model_name)));
         Ok(models)
+    }
+
+    fn model_changes(&self) -> watch::Receiver<Option<u64>> {
+        self.model_changes.clone()
     }
 }
 
