@@ -34,7 +34,7 @@ use sandgate_runtime_api::{
     AdminConfig, AuthConfig, ConversationsService, RuntimeAdminService, RuntimeApi, SandboxConfig,
     SettingsService,
 };
-use sandgate_webhook_gw::{EdgeConfig, GrpcChannel};
+use sandgate_webhook_gw::{EdgeConfig, GrpcChannel, ModelGw};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
@@ -186,7 +186,7 @@ fn model_gateway(store: Store, args: &GatewayArgs) -> anyhow::Result<ModelGatewa
     .map_err(|err| anyhow::anyhow!("model gateway: {err}"))
 }
 
-fn edge_config(limits: &EdgeLimits, model_gw: Option<GrpcChannel>) -> EdgeConfig {
+fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> EdgeConfig {
     EdgeConfig {
         model_gw,
         body_limit: limits.body_limit,
@@ -259,7 +259,8 @@ where
 }
 
 /// `sandgate serve`: the edge and every gRPC service in one process. REST and gRPC share
-/// the listener; the edge calls the services in-process.
+/// the listener; the edge calls the runtime API's services in-process through their gRPC
+/// routes, and the model gateway (its hottest path) directly.
 pub async fn serve(
     args: ServeArgs,
     listener: TcpListener,
@@ -278,9 +279,9 @@ pub async fn serve(
             .add_service(sandgate_model_gw::grpc_service(gateway.clone())),
     );
     let channel = GrpcChannel::in_process(grpc.clone());
-    let mut app =
-        sandgate_webhook_gw::router(channel.clone(), edge_config(&args.edge, Some(channel)))
-            .merge(telemetry::metrics::routes(metrics));
+    let model_gw = ModelGw::Local(std::sync::Arc::new(gateway.clone()));
+    let mut app = sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw)))
+        .merge(telemetry::metrics::routes(metrics));
     let mut direct_grpc = Router::new();
     for service in RUNTIME_API_SERVICES {
         direct_grpc = direct_grpc.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
@@ -364,7 +365,9 @@ pub async fn edge(
         .model_gw
         .as_deref()
         .map(|url| {
-            GrpcChannel::remote(url).with_context(|| format!("invalid --model-gw URL {url}"))
+            GrpcChannel::remote(url)
+                .map(ModelGw::grpc)
+                .with_context(|| format!("invalid --model-gw URL {url}"))
         })
         .transpose()?;
     let metrics = telemetry::metrics::recorder();

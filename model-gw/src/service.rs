@@ -2,14 +2,14 @@
 //! forwarded to the routed upstream with the header policy, renamed `model` and a spend
 //! log entry per call.
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use http::HeaderMap;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_proto::models::ChatCompletionStream as ChatStream;
 use sandgate_proto::models::v1::model_gateway_server::ModelGateway;
 use sandgate_proto::models::v1::{
     AddModelRequest, AddModelResponse, ChatCompletionRequest, ChatCompletionResponse,
@@ -387,8 +387,6 @@ fn upstream_failure(err: &reqwest::Error) -> (ErrorCode, u16, &'static str) {
         (ErrorCode::BadGateway, 502, "the upstream's answer failed")
     }
 }
-
-type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatCompletionResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl ModelGateway for ModelGatewayService {

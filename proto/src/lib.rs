@@ -34,6 +34,11 @@ pub mod models {
         tonic::include_proto!("sandgate.models.v1");
     }
 
+    /// The messages of a chat completion's answer, as the ModelGateway service yields them.
+    pub type ChatCompletionStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<v1::ChatCompletionResponse, tonic::Status>> + Send>,
+    >;
+
     /// Whether a chat completion's `content_type` is `text/event-stream` (parameters
     /// aside): an answer relayed event by event rather than whole.
     pub fn is_event_stream(content_type: &str) -> bool {

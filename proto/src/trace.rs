@@ -3,7 +3,9 @@
 //! `traceparent`, and injects that span's context into the gRPC metadata; every gRPC
 //! service opens its span as the child of the metadata's context (one tower layer,
 //! [`traced`], around the services' routes, in-process calls included); the model gateway
-//! injects its upstream span's context into the upstream request.
+//! injects its upstream span's context into the upstream request. (In `sandgate serve` the
+//! edge calls the model gateway's service itself, not its routes: the upstream span is
+//! then the child of the edge's.)
 //!
 //! The spans are `tracing` spans. Their OpenTelemetry context exists when the process
 //! installed the `tracing-opentelemetry` layer (the `sandgate` binary always does; OTLP

@@ -9,6 +9,7 @@ mod client;
 mod conversations;
 mod error;
 mod metadata;
+mod model_gw;
 mod models;
 mod observe;
 pub mod openapi;
@@ -26,7 +27,6 @@ use http::StatusCode;
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::admin::v1::runtime_admin_client::RuntimeAdminClient;
 use sandgate_proto::conversations::v1::conversations_client::ConversationsClient;
-use sandgate_proto::models::v1::model_gateway_client::ModelGatewayClient;
 use sandgate_proto::sandboxes::v1::sandboxes_client::SandboxesClient;
 use sandgate_proto::settings::v1::settings_client::SettingsClient;
 use serde_json::{Value, json};
@@ -36,6 +36,7 @@ use tonic_health::pb::health_client::HealthClient;
 
 pub use channel::GrpcChannel;
 pub use error::ApiError;
+pub use model_gw::{LocalModelGateway, ModelGw};
 pub use observe::describe_metrics;
 
 /// The largest request body the edge accepts by default: real webhook payloads with many
@@ -50,8 +51,8 @@ pub struct EdgeConfig {
     pub body_limit: usize,
     /// The document served at `/openapi.json`.
     pub openapi: Value,
-    /// The model gateway's gRPC service; without it the gateway's routes answer 503.
-    pub model_gw: Option<GrpcChannel>,
+    /// The model gateway; without it the gateway's routes answer 503.
+    pub model_gw: Option<ModelGw>,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxies`); from any
     /// other peer the peer is the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
@@ -63,7 +64,7 @@ pub(crate) struct AppState {
     settings: SettingsClient<GrpcChannel>,
     admin: RuntimeAdminClient<GrpcChannel>,
     sandboxes: SandboxesClient<GrpcChannel>,
-    models: Option<ModelGatewayClient<GrpcChannel>>,
+    models: Option<ModelGw>,
     /// The warm runtime configuration list last rendered.
     config_list: std::sync::Arc<admin::ListCache>,
     health: HealthClient<GrpcChannel>,
@@ -82,11 +83,7 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         settings: SettingsClient::new(runtime_api.clone()),
         admin: RuntimeAdminClient::new(runtime_api.clone()),
         sandboxes: SandboxesClient::new(runtime_api.clone()),
-        models: config.model_gw.map(|channel| {
-            ModelGatewayClient::new(channel)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES)
-        }),
+        models: config.model_gw,
         config_list: Default::default(),
         health: HealthClient::new(runtime_api),
         openapi: serde_json::to_vec(&config.openapi)

@@ -11,7 +11,6 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_proto::models::v1::model_gateway_client::ModelGatewayClient;
 use sandgate_proto::models::v1::{
     AddModelRequest, ChatCompletionRequest, GatewayParams, GetModelRequest, ListModelsRequest,
     ListSpendLogsRequest, Model,
@@ -19,7 +18,7 @@ use sandgate_proto::models::v1::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::channel::GrpcChannel;
+use crate::model_gw::ModelGw;
 use crate::{AppState, metadata};
 
 /// An error answered in OpenAI's shape.
@@ -65,8 +64,8 @@ impl IntoResponse for GatewayError {
     }
 }
 
-fn client(state: &AppState) -> Result<ModelGatewayClient<GrpcChannel>, GatewayError> {
-    state.models.clone().ok_or_else(|| {
+fn client(state: &AppState) -> Result<&ModelGw, GatewayError> {
+    state.models.as_ref().ok_or_else(|| {
         GatewayError::new(
             ErrorCode::Unavailable,
             "the model gateway is not configured on this edge",
@@ -96,7 +95,6 @@ pub async fn list(
     let models = client(&state)?
         .list_models(metadata::request(&headers, ListModelsRequest {}))
         .await?
-        .into_inner()
         .models;
     Ok(Json(json!({
         "data": models.into_iter().map(model_json).collect::<Vec<_>>(),
@@ -112,7 +110,6 @@ pub async fn get(
     let model = client(&state)?
         .get_model(metadata::request(&headers, GetModelRequest { id }))
         .await?
-        .into_inner()
         .model
         .unwrap_or_default();
     Ok(Json(model_json(model)))
@@ -138,7 +135,7 @@ pub async fn add(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, GatewayError> {
-    let mut client = client(&state)?;
+    let client = client(&state)?;
     let payload = body(payload)?;
     let new: NewModel = match sandgate_proto::json::from_slice(&payload) {
         Ok(new) => new,
@@ -173,8 +170,7 @@ pub async fn add(
                 }),
             },
         ))
-        .await?
-        .into_inner();
+        .await?;
     let params = added.gateway_params.unwrap_or_default();
     Ok(Json(json!({
         "model_name": added.model_name,
@@ -188,15 +184,14 @@ pub async fn chat_completion(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    let mut client = client(&state)?;
+    let client = client(&state)?;
     let payload = body(payload)?;
     let mut stream = client
         .chat_completion(metadata::request(
             &headers,
             ChatCompletionRequest { body: payload },
         ))
-        .await?
-        .into_inner();
+        .await?;
     let first = match stream.next().await {
         Some(first) => first?,
         None => {
@@ -298,7 +293,6 @@ pub async fn spend_logs(
     let entries = client(&state)?
         .list_spend_logs(metadata::request(&headers, ListSpendLogsRequest { limit }))
         .await?
-        .into_inner()
         .entries;
     Ok(Json(Value::Array(
         entries
