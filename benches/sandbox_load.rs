@@ -9,13 +9,17 @@
 //!
 //! `cargo bench --bench sandbox_load` (needs `redis-server`). Environment: `BENCH_STARTS`
 //! (starts timed per kind, default 200), `BENCH_POOL` (pool size, default 50),
-//! `BENCH_SAVES` (saves timed, default 10), `BENCH_SECONDS` (each rate run, default 5), `BENCH_CONCURRENCY` (default `1,16,64`).
+//! `BENCH_SAVES` (saves timed, default 10), `BENCH_SECONDS` (each rate run, default 5),
+//! `BENCH_CONCURRENCY` (default `1,16,64`), `BENCH_SANDGATE` (`label=path,…`: release
+//! builds measured one after the other in one run; default the current build).
 
 #![expect(clippy::expect_used, reason = "a benchmark fails loudly")]
 #![expect(clippy::print_stdout, reason = "a benchmark prints its table")]
 
 #[path = "harness/admin.rs"]
 mod admin;
+#[path = "harness/binaries.rs"]
+mod binaries;
 #[path = "harness/closed_loop.rs"]
 mod closed_loop;
 mod harness;
@@ -178,13 +182,28 @@ async fn main() {
     let mut rate_rows = Vec::new();
     let (_redis, redis_url) = harness::redis().await;
     let data = tempfile::tempdir().expect("temp dir");
-    for (store, store_args) in [
-        ("Redis", vec!["--redis".to_owned(), redis_url.clone()]),
-        (
-            "embedded",
-            vec!["--data-dir".to_owned(), data.path().display().to_string()],
-        ),
-    ] {
+    let builds = binaries::from_env(env!("CARGO_BIN_EXE_sandgate"));
+    let targets = builds
+        .iter()
+        .enumerate()
+        .flat_map(|(index, (label, binary))| {
+            // Each build its own database.
+            let redis = format!("{redis_url}{index}");
+            let dir = data.path().join(index.to_string()).display().to_string();
+            [
+                (
+                    format!("{label}Redis"),
+                    binary,
+                    vec!["--redis".to_owned(), redis],
+                ),
+                (
+                    format!("{label}embedded"),
+                    binary,
+                    vec!["--data-dir".to_owned(), dir],
+                ),
+            ]
+        });
+    for (store, binary, store_args) in targets {
         let mut args = vec![
             "--log".to_owned(),
             "warn,sandgate=info".to_owned(),
@@ -195,7 +214,7 @@ async fn main() {
         ];
         args.extend(store_args);
         let (_sandgate, base) = harness::sandgate(
-            env!("CARGO_BIN_EXE_sandgate"),
+            binary,
             &args,
             &[
                 ("ADMIN_PASSWORD", PASSWORD),
