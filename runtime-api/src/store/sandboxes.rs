@@ -146,7 +146,8 @@ pub trait SandboxStore: Send + Sync + 'static {
     /// Puts every record in the sweep index it belongs to, and drops members that do not
     /// belong: a repair for records written without the indexes (by a release before
     /// them, still running beside this one during an upgrade). Returns the entries it
-    /// had to add or drop. Memory stays bounded whatever the number of records.
+    /// had to add or drop. Memory stays bounded whatever the number of records. A backend
+    /// that no other process writes has nothing to repair.
     async fn reindex_sandboxes(&self) -> StoreResult<usize>;
 
     /// Up to `limit` warm sandboxes that a start with this claim key may take, drawn at

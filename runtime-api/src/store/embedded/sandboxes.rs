@@ -34,7 +34,7 @@ pub(super) fn create_tables(txn: &WriteTransaction) -> StoreResult<()> {
     if !has_sweep_index {
         // A database from before the sweep indexes: its records are indexed once, here.
         // The store is this process's alone, so no writer can miss them afterwards.
-        reindex(txn)?;
+        index_all(txn)?;
     }
     Ok(())
 }
@@ -46,36 +46,17 @@ fn sweep_entry(record: &StoredSandbox) -> Option<(u8, i64, &str)> {
         .map(|(index, position)| (index.ordinal(), position, record.runtime_id.as_str()))
 }
 
-/// Puts every record in its sweep index and drops the entries that belong to no record;
-/// returns how many entries it added or dropped.
-fn reindex(txn: &WriteTransaction) -> StoreResult<usize> {
+/// Puts every record in its sweep index (a new, empty one).
+fn index_all(txn: &WriteTransaction) -> StoreResult<()> {
     let table = txn.open_table(SANDBOXES).map_err(unavailable)?;
     let mut sweep = txn.open_table(SWEEP).map_err(unavailable)?;
-    let mut changed = 0;
     for entry in table.iter().map_err(unavailable)? {
         let record = decode(entry.map_err(unavailable)?.1.value())?;
-        if let Some(entry) = sweep_entry(&record)
-            && sweep.insert(entry, ()).map_err(unavailable)?.is_none()
-        {
-            changed += 1;
+        if let Some(entry) = sweep_entry(&record) {
+            sweep.insert(entry, ()).map_err(unavailable)?;
         }
     }
-    let mut strays = Vec::new();
-    for entry in sweep.iter().map_err(unavailable)? {
-        let key = entry.map_err(unavailable)?.0;
-        let (index, position, id) = key.value();
-        let stored = table.get(id).map_err(unavailable)?;
-        let record = stored.map(|bytes| decode(bytes.value())).transpose()?;
-        if record.as_ref().and_then(sweep_entry) != Some((index, position, id)) {
-            strays.push((index, position, id.to_owned()));
-        }
-    }
-    for (index, position, id) in &strays {
-        sweep
-            .remove((*index, *position, id.as_str()))
-            .map_err(unavailable)?;
-    }
-    Ok(changed + strays.len())
+    Ok(())
 }
 
 fn decode(bytes: &[u8]) -> StoreResult<StoredSandbox> {
@@ -203,7 +184,10 @@ impl SandboxStore for EmbeddedStore {
     }
 
     async fn reindex_sandboxes(&self) -> StoreResult<usize> {
-        self.transact(reindex).await
+        // Nothing to repair: the database is this process's alone (redb locks the file),
+        // every write here keeps the indexes, and one from before them was indexed when it
+        // was opened. A scan would only hold the writer.
+        Ok(0)
     }
 
     async fn warm_sandboxes(
