@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use crate::common::{Backend, Sandgate};
 
-const MASTER_KEY: &str = "sk-master-key-for-tests";
+pub(crate) const MASTER_KEY: &str = "sk-master-key-for-tests";
 const UPSTREAM_KEY: &str = "sk-upstream-key";
 
 /// One request the fake upstream got.
@@ -151,7 +151,7 @@ async fn closed_port() -> u16 {
     listener.local_addr().expect("address").port()
 }
 
-async fn config_text(upstream: &FakeUpstream, forward: bool, wildcard: bool) -> String {
+pub(crate) async fn config_text(upstream: &FakeUpstream, forward: bool, wildcard: bool) -> String {
     let base = upstream.base();
     let closed = closed_port().await;
     let mut text = format!(

@@ -114,18 +114,12 @@ async fn runtime_api_and_edge_run_apart() {
 /// of other calls; a SIGTERM right after the answer still writes it before the exit.
 #[tokio::test]
 async fn sigterm_right_after_an_answer_keeps_its_spend_log_entry() {
-    const MASTER_KEY: &str = "sk-master-key-for-tests";
+    use crate::model_gateway::{FakeUpstream, MASTER_KEY, config_text};
     let backend = Backend::embedded();
-    let upstream = crate::model_gateway::FakeUpstream::start().await;
+    let upstream = FakeUpstream::start().await;
     let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: k}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("write config");
+    std::fs::write(config.path(), config_text(&upstream, false, false).await)
+        .expect("write config");
     let mut args = serve_args(&backend);
     args.extend([
         "--gateway-config".to_owned(),
