@@ -260,6 +260,29 @@ pub fn check_api_base(api_base: &str) -> Result<(), String> {
     }
 }
 
+/// Headers a static `extra_headers` entry may not set, each with the reason: the gateway
+/// sets them per call, or they are the client's own (a static value would replace it for
+/// every client, since static headers win).
+const RESERVED_HEADERS: &[(&str, &str)] = &[
+    (
+        "x-gateway-session-id",
+        "each client's session id is forwarded untouched",
+    ),
+    (
+        "x-gateway-spend-logs-metadata",
+        "each client's spend log metadata is its own",
+    ),
+    (
+        "authorization",
+        "the upstream key is the model entry's `api_key`",
+    ),
+    ("content-type", "set by the gateway"),
+    ("content-length", "set by the gateway"),
+    ("host", "set by the gateway"),
+    ("traceparent", "the trace context is set per call"),
+    ("tracestate", "the trace context is set per call"),
+];
+
 impl GatewayConfig {
     /// Parses the file's text, resolving environment references through `env`.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, String> {
@@ -285,6 +308,12 @@ impl GatewayConfig {
             let value = resolve(&value, &what, env)?;
             let name = HeaderName::try_from(name.as_str())
                 .map_err(|_| format!("{what}: not a valid header name"))?;
+            if let Some((_, why)) = RESERVED_HEADERS
+                .iter()
+                .find(|(reserved, _)| *reserved == name.as_str())
+            {
+                return Err(format!("{what}: reserved: {why}"));
+            }
             let value = HeaderValue::try_from(value)
                 .map_err(|_| format!("{what}: not a valid header value"))?;
             extra_headers.push((name, value));
@@ -404,6 +433,27 @@ impl ConfigFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extra_headers_may_not_set_what_is_per_client_or_per_call() {
+        for name in [
+            "x-gateway-session-id",
+            "Authorization",
+            "traceparent",
+            "content-type",
+        ] {
+            let text = format!("model_list: []\nextra_headers:\n  {name}: fixed\n");
+            let err = GatewayConfig::parse(&text, &|_| None)
+                .err()
+                .unwrap_or_else(|| panic!("{name} accepted"));
+            assert!(
+                err.starts_with(&format!("extra_headers.{name}: reserved: ")),
+                "{err}"
+            );
+        }
+        let text = "model_list: []\nextra_headers:\n  x-team: platform\n";
+        assert!(GatewayConfig::parse(text, &|_| None).is_ok());
+    }
 
     fn env(name: &str) -> Option<String> {
         (name == "GATEWAY_KEY").then(|| "sk-from-env".to_owned())
