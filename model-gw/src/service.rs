@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use http::HeaderMap;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
@@ -689,7 +689,7 @@ async fn whole_answer(
     record: CallRecord,
 ) -> (Vec<ChatCompletionResponse>, SpendLogEntry, Option<Status>) {
     let status = response.status();
-    match response.bytes().await {
+    match whole_body(response).await {
         Ok(body) => {
             let (mut rest, usage) = if status.is_success() {
                 let (renamed, usage) = rename_model(&body, asked);
@@ -717,6 +717,31 @@ async fn whole_answer(
             )
         }
     }
+}
+
+/// An answer's whole body. One with a length is whole once that many bytes are in: its
+/// end-of-stream would come only after the task hyper-util spawns to put the connection
+/// back in the pool has run (a wake-up of another thread, on the call's path).
+async fn whole_body(mut response: reqwest::Response) -> Result<Bytes, reqwest::Error> {
+    let Some(length) = response.content_length() else {
+        return response.bytes().await;
+    };
+    let Some(first) = response.chunk().await? else {
+        return Ok(Bytes::new());
+    };
+    if first.len() as u64 >= length {
+        return Ok(first);
+    }
+    // Reserved from what arrived, not from the announced length: an upstream's header
+    // does not size an allocation.
+    let mut body = BytesMut::from(first);
+    while (body.len() as u64) < length {
+        match response.chunk().await? {
+            Some(chunk) => body.extend_from_slice(&chunk),
+            None => break,
+        }
+    }
+    Ok(body.freeze())
 }
 
 /// Server-sent events: passed on as they arrive, each event's `model` renamed.

@@ -33,6 +33,8 @@ pub(crate) struct FakeUpstream {
     address: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
     release: Arc<tokio::sync::Notify>,
+    /// TCP connections accepted so far.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[derive(Clone)]
@@ -119,12 +121,22 @@ impl FakeUpstream {
             requests: requests.clone(),
             release: release.clone(),
         });
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
+        let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+            accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Self {
             address,
             requests,
             release,
+            connections,
         }
+    }
+
+    pub(crate) fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub(crate) fn base(&self) -> String {
@@ -926,4 +938,28 @@ async fn an_added_model_is_seen_by_every_replica() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+}
+
+/// A whole answer is taken as soon as its announced length is in (without waiting for its
+/// end-of-stream), and the upstream connection still goes back to the pool: calls one
+/// after the other share their connections. (The connection's return races the next call,
+/// which may then open another now and then, hence the bound rather than exactly one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_one_after_the_other_reuse_upstream_connections() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, false).await;
+    for _ in 0..10 {
+        let (status, body) = gateway.chat(&chat_body("claude")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["model"], "claude");
+    }
+    assert_eq!(
+        gateway.upstream.requests.lock().expect("requests").len(),
+        10
+    );
+    let connections = gateway.upstream.connections();
+    assert!(
+        connections <= 5,
+        "10 calls opened {connections} upstream connections"
+    );
 }
