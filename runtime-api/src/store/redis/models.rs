@@ -98,14 +98,25 @@ impl ModelStore for RedisStore {
     async fn add_model(&self, scope: &str, model: &StoredModel) -> StoreResult<()> {
         let data = serde_json::to_vec(model).map_err(corrupt)?;
         let mut connection = self.connection.clone();
-        redis::pipe()
-            .hset(models_key(scope), &model.model_name, data)
-            .ignore()
-            .publish(MODELS_CHANGED, scope)
-            .ignore()
+        redis::cmd("HSET")
+            .arg(models_key(scope))
+            .arg(&model.model_name)
+            .arg(data)
             .query_async::<()>(&mut connection)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        // The model is added: a notification that fails (a Redis user without Pub/Sub)
+        // only leaves other replicas' kept entries to age out, and a name they do not know
+        // is looked up anyway.
+        if let Err(err) = redis::cmd("PUBLISH")
+            .arg(MODELS_CHANGED)
+            .arg(scope)
+            .query_async::<()>(&mut connection)
+            .await
+        {
+            tracing::warn!(error = %err, "cannot tell other replicas of an added model");
+        }
+        Ok(())
     }
 
     async fn added_models(&self, scope: &str) -> StoreResult<Vec<StoredModel>> {
