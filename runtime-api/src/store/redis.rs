@@ -36,9 +36,11 @@ return 1
 pub struct RedisStore {
     connection: ConnectionManager,
     swap: Script,
-    /// Model additions, as followed by [`models::follow_model_changes`], which ends with
-    /// the last receiver.
-    model_changes: tokio::sync::watch::Receiver<Option<u64>>,
+    /// For the connections opened later (the Pub/Sub one).
+    client: redis::Client,
+    /// Model additions, followed once someone asks (`ModelStore::model_changes`), until the
+    /// store is dropped with this receiver.
+    model_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
 }
 
 fn unavailable(err: redis::RedisError) -> StoreError {
@@ -86,14 +88,11 @@ impl RedisStore {
             .map_err(|err| {
                 StoreError::Unavailable(format!("cannot load the Lua scripts into Redis: {err}"))
             })?;
-        // Followed from the start: a replica keeps added models from its first call.
-        let subscribed = models::subscribe(&client).await;
-        let (changes, model_changes) = tokio::sync::watch::channel(None);
-        tokio::spawn(models::follow_model_changes(client, subscribed, changes));
         Ok(Self {
             connection,
             swap,
-            model_changes,
+            client,
+            model_changes: std::sync::OnceLock::new(),
         })
     }
 }

@@ -30,7 +30,7 @@ fn models_key(scope: &str) -> String {
 }
 
 /// A subscription to `MODELS_CHANGED`.
-pub(super) async fn subscribe(client: &redis::Client) -> redis::RedisResult<redis::aio::PubSub> {
+async fn subscribe(client: &redis::Client) -> redis::RedisResult<redis::aio::PubSub> {
     let subscribing = async {
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(MODELS_CHANGED).await?;
@@ -41,18 +41,17 @@ pub(super) async fn subscribe(client: &redis::Client) -> redis::RedisResult<redi
         .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "subscribing timed out")))?
 }
 
-/// Follows `MODELS_CHANGED` from `subscribed` (the first try, made at connect) until every
-/// receiver of `generation` is gone: the generation moves on with each notification, and
-/// with each new subscription (what was said while unsubscribed is unknown); it is `None`
-/// while unsubscribed.
-pub(super) async fn follow_model_changes(
-    client: redis::Client,
-    mut subscribed: redis::RedisResult<redis::aio::PubSub>,
-    generation: watch::Sender<Option<u64>>,
-) {
+/// Follows `MODELS_CHANGED` until every receiver of `generation` is gone: the generation
+/// moves on with each notification, and with each new subscription (what was said while
+/// unsubscribed is unknown); it is `None` while unsubscribed.
+async fn follow_model_changes(client: redis::Client, generation: watch::Sender<Option<u64>>) {
     let mut next = 0_u64;
     let mut warned = false;
     loop {
+        let subscribed = tokio::select! {
+            subscribed = subscribe(&client) => subscribed,
+            () = generation.closed() => return,
+        };
         match subscribed {
             Ok(pubsub) => {
                 if warned {
@@ -86,10 +85,6 @@ pub(super) async fn follow_model_changes(
             () = tokio::time::sleep(RESUBSCRIBE_DELAY) => {}
             () = generation.closed() => return,
         }
-        subscribed = tokio::select! {
-            subscribed = subscribe(&client) => subscribed,
-            () = generation.closed() => return,
-        };
     }
 }
 
@@ -135,7 +130,15 @@ impl ModelStore for RedisStore {
     }
 
     fn model_changes(&self) -> watch::Receiver<Option<u64>> {
-        self.model_changes.clone()
+        // Followed from the first caller on (the model gateway), not by every process
+        // that opens the store: the runtime API never asks.
+        self.model_changes
+            .get_or_init(|| {
+                let (generation, changes) = watch::channel(None);
+                tokio::spawn(follow_model_changes(self.client.clone(), generation));
+                changes
+            })
+            .clone()
     }
 }
 
