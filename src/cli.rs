@@ -87,6 +87,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
+    pub catalog: CatalogArgs,
+    #[command(flatten)]
     pub admin: AdminArgs,
     #[command(flatten)]
     pub sandboxes: SandboxArgs,
@@ -165,6 +167,8 @@ pub struct RuntimeApiArgs {
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
+    pub catalog: CatalogArgs,
+    #[command(flatten)]
     pub admin: AdminArgs,
     #[command(flatten)]
     pub sandboxes: SandboxArgs,
@@ -215,6 +219,22 @@ pub struct AuthArgs {
     /// The runtime API key: as `X-API-Key` it reads every conversation.
     #[arg(long, env = "DEFAULT_API_KEY", hide_env_values = true)]
     pub default_api_key: Option<String>,
+}
+
+/// What the conversation catalog keeps.
+#[derive(Debug, Args)]
+pub struct CatalogArgs {
+    /// The most agent-server events a conversation keeps; older ones are dropped as new
+    /// ones arrive (counted in `sandgate_events_dropped_total`).
+    #[arg(long, env = "SANDGATE_EVENTS_PER_CONVERSATION", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub events_per_conversation: u32,
+    /// How long agent-server events are kept, in seconds: older ones are never listed and
+    /// are dropped by their conversation's next batch; a conversation that posts nothing
+    /// for this long loses its events (on Redis, by key expiry).
+    #[arg(long, env = "SANDGATE_EVENTS_MAX_AGE_SECONDS", default_value_t = 30 * 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub events_max_age_seconds: u64,
 }
 
 /// Runtime management: admin login and warm runtime configurations.

@@ -29,10 +29,10 @@ use sandgate_runtime_api::admin::rate_limit::LoginRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
-use sandgate_runtime_api::store::{Backend, Store, redact_url};
+use sandgate_runtime_api::store::{Backend, EventRetention, Store, redact_url};
 use sandgate_runtime_api::{
-    AdminConfig, AuthConfig, ConversationsService, RuntimeAdminService, RuntimeApi, SandboxConfig,
-    SettingsService,
+    AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
+    SandboxConfig, SettingsService,
 };
 use sandgate_webhook_gw::{EdgeConfig, GrpcChannel, ModelGw};
 use tokio::net::TcpListener;
@@ -41,8 +41,8 @@ use tonic::server::NamedService;
 use tonic::service::Routes;
 
 use cli::{
-    AdminArgs, AuthArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs, RuntimeApiArgs,
-    SandboxArgs, SandboxDriverKind, ServeArgs, StoreArgs,
+    AdminArgs, AuthArgs, CatalogArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs,
+    RuntimeApiArgs, SandboxArgs, SandboxDriverKind, ServeArgs, StoreArgs,
 };
 pub use shutdown::signal;
 
@@ -130,6 +130,7 @@ async fn sandbox_config(args: &SandboxArgs) -> anyhow::Result<SandboxConfig> {
 async fn runtime_api_services(
     store: Store,
     auth: &AuthArgs,
+    catalog: &CatalogArgs,
     admin: &AdminArgs,
     sandboxes: &SandboxArgs,
 ) -> anyhow::Result<RuntimeApi> {
@@ -152,7 +153,13 @@ async fn runtime_api_services(
         }),
     };
     let sandboxes = sandbox_config(sandboxes).await?;
-    sandgate_runtime_api::grpc_routes(store, &auth_config(auth), admin, sandboxes)
+    let catalog = CatalogConfig {
+        event_retention: EventRetention {
+            max_per_conversation: catalog.events_per_conversation as usize,
+            max_age_seconds: catalog.events_max_age_seconds,
+        },
+    };
+    sandgate_runtime_api::grpc_routes(store, &auth_config(auth), catalog, admin, sandboxes)
         .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))
 }
 
@@ -271,7 +278,14 @@ pub async fn serve(
     let metrics = telemetry::metrics::recorder();
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
-    let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
+    let runtime_api = runtime_api_services(
+        store,
+        &args.auth,
+        &args.catalog,
+        &args.admin,
+        &args.sandboxes,
+    )
+    .await?;
     // Traced once, for both ways in: the edge's in-process calls and gRPC callers.
     let grpc = sandgate_proto::trace::traced(
         runtime_api
@@ -313,7 +327,14 @@ pub async fn runtime_api(
         telemetry::metrics::recorder();
     }
     let store = open_store(&args.store).await?;
-    let runtime_api = runtime_api_services(store, &args.auth, &args.admin, &args.sandboxes).await?;
+    let runtime_api = runtime_api_services(
+        store,
+        &args.auth,
+        &args.catalog,
+        &args.admin,
+        &args.sandboxes,
+    )
+    .await?;
     let grace = args.shutdown.grace;
     with_metrics_listener(metrics, shutdown, grace, |stopped| {
         with_reconciler(

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod conversations;
 mod health;
 pub mod model;
+mod redact;
 pub mod sandboxes;
 pub mod settings;
 pub mod store;
@@ -36,6 +37,13 @@ pub struct AuthConfig {
     pub webhook_api_keys: Vec<String>,
     /// Keys that read the whole catalog as `X-API-Key` (`DEFAULT_API_KEY`).
     pub runtime_api_keys: Vec<String>,
+}
+
+/// How the conversation catalog keeps what it is sent.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CatalogConfig {
+    /// How many agent-server events, and for how long, each conversation keeps.
+    pub event_retention: store::EventRetention,
 }
 
 /// How sandboxes are run: the driver, and what the Sandboxes service needs beside it.
@@ -79,6 +87,7 @@ fn session_key_secret(admin: &AdminConfig) -> Vec<u8> {
 pub fn grpc_routes(
     store: Store,
     auth: &AuthConfig,
+    catalog: CatalogConfig,
     admin: AdminConfig,
     sandbox: SandboxConfig,
 ) -> Result<RuntimeApi, String> {
@@ -107,6 +116,7 @@ pub fn grpc_routes(
     let conversations = ConversationsServer::new(ConversationsService::new(
         store.clone(),
         authenticator.clone(),
+        catalog.event_retention,
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);

@@ -9,6 +9,8 @@ mod common;
 mod admin;
 
 mod catalog;
+mod event_store;
+mod events;
 mod faults;
 mod hostile;
 mod http_cases;

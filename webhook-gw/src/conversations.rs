@@ -1,5 +1,5 @@
-//! The catalog over REST: `GET /api/v1/conversations/{id}`, `GET /api/v1/conversations`
-//! and `PATCH /api/v1/conversations/{id}`.
+//! The catalog over REST: `GET /api/v1/conversations/{id}`, `GET /api/v1/conversations`,
+//! `PATCH /api/v1/conversations/{id}` and `GET /api/v1/conversations/{id}/events`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -9,7 +9,8 @@ use axum::extract::{Path, RawQuery, State};
 use bytes::Bytes;
 use http::HeaderMap;
 use sandgate_proto::conversations::v1::{
-    self as pb, GetConversationRequest, ListConversationsRequest, UpdateTagsRequest,
+    self as pb, GetConversationRequest, ListConversationsRequest, ListEventsRequest,
+    UpdateTagsRequest,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -22,11 +23,14 @@ fn rfc3339(timestamp: Option<&prost_types::Timestamp>) -> Value {
         .and_then(|timestamp| {
             let micros =
                 timestamp.seconds.checked_mul(1_000_000)? + i64::from(timestamp.nanos / 1_000);
-            Some(Value::from(
-                speedate::DateTime::from_timestamp(micros / 1_000_000, (micros % 1_000_000) as u32)
-                    .ok()?
-                    .to_string(),
-            ))
+            let mut datetime = speedate::DateTime::from_timestamp(
+                micros.div_euclid(1_000_000),
+                micros.rem_euclid(1_000_000) as u32,
+            )
+            .ok()?;
+            // The catalog keeps UTC: say so, as the document promises an RFC 3339 time.
+            datetime.time.tz_offset = Some(0);
+            Some(Value::from(datetime.to_string()))
         })
         .unwrap_or(Value::Null)
 }
@@ -56,6 +60,8 @@ fn rest(conversation: pb::Conversation) -> Value {
             "deleted": conversation.deleted,
             "model": (!conversation.model.is_empty()).then_some(conversation.model),
             "lifecycle": lifecycle,
+            "event_count": conversation.event_count,
+            "last_event_at": rfc3339(conversation.last_event_at.as_ref()),
         }),
     );
     Value::Object(record)
@@ -103,16 +109,7 @@ fn list_request(query: Option<&str>) -> Result<ListConversationsRequest, ApiErro
                 })?;
                 request.tags.insert(key.to_owned(), tag.to_owned());
             }
-            "limit" => {
-                request.page_size = value.parse().map_err(|_| {
-                    ApiError::invalid(
-                        "int_parsing",
-                        json!(["query", "limit"]),
-                        "Input should be a valid integer, unable to parse string as an integer",
-                        Value::from(value.as_ref()),
-                    )
-                })?;
-            }
+            "limit" => request.page_size = query_integer("limit", &value)?,
             _ => {}
         }
     }
@@ -136,6 +133,75 @@ pub async fn list(
         "items": response.conversations.into_iter().map(rest).collect::<Vec<_>>(),
         "next_page_id": next,
     })))
+}
+
+fn query_integer(name: &'static str, value: &str) -> Result<u32, ApiError> {
+    value.parse().map_err(|_| {
+        ApiError::invalid(
+            "int_parsing",
+            json!(["query", name]),
+            "Input should be a valid integer, unable to parse string as an integer",
+            Value::from(value),
+        )
+    })
+}
+
+/// `?limit=<n>&page_id=<token>&order=asc|desc&kind=<kind>&kind=…`
+fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, ApiError> {
+    let mut request = ListEventsRequest {
+        conversation_id: id,
+        ..ListEventsRequest::default()
+    };
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "limit" => request.page_size = query_integer("limit", &value)?,
+            "page_id" => request.page_token = value.into_owned(),
+            "kind" => request.kinds.push(value.into_owned()),
+            "order" => {
+                request.descending = match value.as_ref() {
+                    "asc" => false,
+                    "desc" => true,
+                    _ => {
+                        return Err(ApiError::invalid(
+                            "enum",
+                            json!(["query", "order"]),
+                            "Input should be 'asc' or 'desc'",
+                            Value::from(value.as_ref()),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(request)
+}
+
+/// A conversation's events, oldest first unless `order=desc`.
+pub async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let request = events_request(id, query.as_deref())?;
+    let response = state
+        .conversations
+        .clone()
+        .list_events(metadata::request(&headers, request))
+        .await?
+        .into_inner();
+    let items: Vec<Value> = response
+        .events
+        .iter()
+        .map(|event| {
+            serde_json::from_slice(&event.event_json).unwrap_or_else(|_| {
+                json!({ "id": event.id, "kind": event.kind, "timestamp": rfc3339(event.timestamp.as_ref()) })
+            })
+        })
+        .collect();
+    let next = (!response.next_page_token.is_empty()).then_some(response.next_page_token);
+    Ok(Json(json!({ "items": items, "next_page_id": next })))
 }
 
 #[derive(Deserialize)]

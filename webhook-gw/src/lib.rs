@@ -96,10 +96,18 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .route("/health", get(health))
         .route("/openapi.json", get(openapi))
         .route("/api/v1/webhooks/conversations", post(webhook::receive))
+        .route(
+            "/api/v1/webhooks/events/{conversation_id}",
+            post(webhook::receive_events),
+        )
         .route("/api/v1/conversations", get(conversations::list))
         .route(
             "/api/v1/conversations/{id}",
             get(conversations::get).patch(conversations::update_tags),
+        )
+        .route(
+            "/api/v1/conversations/{id}/events",
+            get(conversations::events),
         )
         .route(
             "/api/v1/settings/profiles/{profile_name}",

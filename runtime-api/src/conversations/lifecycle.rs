@@ -3,6 +3,7 @@
 
 use serde_json::value::RawValue;
 
+use super::events::StateChange;
 use crate::model::{ConversationSummary, ExecutionStatus};
 use crate::store::{LifecycleEvent, LifecycleKind, StoredConversation};
 
@@ -92,6 +93,59 @@ pub fn next_record(
         lifecycle,
         record,
     }
+}
+
+/// The record after a batch's state updates, or `None` when they change nothing. A field
+/// changes only when its event is not older than the record (`updated_at`), and a deleted
+/// conversation keeps its status: an event does not bring it back.
+pub fn apply_change(
+    previous: &StoredConversation,
+    change: &StateChange,
+    received_at: i64,
+) -> Option<StoredConversation> {
+    let current = |at: i64| {
+        previous
+            .updated_at
+            .is_none_or(|updated_at| at >= updated_at)
+    };
+    let status = change.execution_status.filter(|(at, status)| {
+        current(*at) && !previous.deleted && status.as_str() != previous.execution_status
+    });
+    let mut record = match serde_json::from_str::<serde_json::Value>(previous.record.get()) {
+        Ok(serde_json::Value::Object(record)) => record,
+        _ => return None,
+    };
+    let title = change.title.clone().filter(|(at, title)| {
+        current(*at) && record.get("title").and_then(serde_json::Value::as_str) != title.as_deref()
+    });
+    if status.is_none() && title.is_none() {
+        return None;
+    }
+    let mut next = previous.clone();
+    next.version += 1;
+    next.received_at = received_at;
+    if let Some((at, status)) = status {
+        record.insert("execution_status".into(), status.as_str().into());
+        next.execution_status = status.as_str().to_owned();
+        if let Some(kind) = step(Some(previous), status) {
+            next.lifecycle.push(LifecycleEvent {
+                kind,
+                execution_status: status.as_str().to_owned(),
+                updated_at: Some(at),
+                received_at,
+            });
+            if next.lifecycle.len() > MAX_LIFECYCLE_EVENTS {
+                next.lifecycle
+                    .drain(..next.lifecycle.len() - MAX_LIFECYCLE_EVENTS);
+            }
+        }
+        next.deleted = status == ExecutionStatus::Deleting;
+    }
+    if let Some((_, title)) = title {
+        record.insert("title".into(), title.into());
+    }
+    next.record = serde_json::value::to_raw_value(&record).ok()?;
+    Some(next)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The Conversations service: the webhook's record store and the catalog reads.
 
+pub mod events;
 mod lifecycle;
 mod view;
 
@@ -9,17 +10,19 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sandgate_proto::conversations::v1::conversations_server::Conversations;
 use sandgate_proto::conversations::v1::{
-    self as pb, GetConversationRequest, GetConversationResponse, ListConversationsRequest,
-    ListConversationsResponse, UpdateTagsRequest, UpdateTagsResponse, UpsertRequest,
-    UpsertResponse, upsert_request,
+    self as pb, AppendEventsRequest, AppendEventsResponse, GetConversationRequest,
+    GetConversationResponse, ListConversationsRequest, ListConversationsResponse,
+    ListEventsRequest, ListEventsResponse, UpdateTagsRequest, UpdateTagsResponse, UpsertRequest,
+    UpsertResponse, append_events_request, upsert_request,
 };
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use serde_json::Value;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use crate::auth::{Authenticator, Principal, Reader};
 use crate::model::{self, ConversationSummary, LocItem, ValidConversation};
-use crate::store::{IndexKey, Store, StoredConversation};
+use crate::store::{EventPage, EventRetention, IndexKey, Store, StoredConversation};
 use crate::validation;
 use lifecycle::Order;
 
@@ -36,6 +39,7 @@ type Admitted = (Box<serde_json::value::RawValue>, ConversationSummary);
 pub struct ConversationsService {
     store: Store,
     auth: Arc<Authenticator>,
+    retention: EventRetention,
 }
 
 fn now_micros() -> i64 {
@@ -69,8 +73,12 @@ fn not_found(id: &str) -> Status {
 }
 
 impl ConversationsService {
-    pub fn new(store: Store, auth: Arc<Authenticator>) -> Self {
-        Self { store, auth }
+    pub fn new(store: Store, auth: Arc<Authenticator>, retention: EventRetention) -> Self {
+        Self {
+            store,
+            auth,
+            retention,
+        }
     }
 
     /// Parses and validates a delivery. Malformed JSON is answered before the caller is
@@ -132,6 +140,10 @@ impl ConversationsService {
                 .get(id)
                 .await
                 .map_err(ErrorDetail::from)?;
+            if previous.is_none() && !self.events_owned_by(id, &owner).await? {
+                tracing::warn!(conversation = %id, sender = %owner, "delivery for a conversation whose events another sender posted");
+                return Err(ErrorDetail::new(ErrorCode::Unauthenticated, "Unauthorized").into());
+            }
             if let Some(previous) = &previous {
                 if previous.owner != owner {
                     tracing::warn!(conversation = %id, sender = %owner, "delivery for a conversation owned by another sender");
@@ -230,6 +242,83 @@ impl ConversationsService {
         }
     }
 
+    /// Whether `owner` may add to the conversation's events: nobody posted them yet, or
+    /// `owner` did.
+    async fn events_owned_by(&self, id: Uuid, owner: &str) -> Result<bool, Status> {
+        let stats = self
+            .store
+            .events
+            .event_stats(id)
+            .await
+            .map_err(ErrorDetail::from)?;
+        Ok(stats.is_none_or(|stats| stats.owner == owner))
+    }
+
+    /// Applies what a batch's newest state update says of the conversation, as a delivery
+    /// would: never over a newer record, never to another owner's record.
+    async fn apply_change(
+        &self,
+        id: Uuid,
+        owner: &str,
+        change: &events::StateChange,
+    ) -> Result<(), Status> {
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let Some(previous) = self
+                .store
+                .conversations
+                .get(id)
+                .await
+                .map_err(ErrorDetail::from)?
+            else {
+                // The conversation's own delivery will bring the record.
+                return Ok(());
+            };
+            if previous.owner != owner {
+                return Ok(());
+            }
+            let Some(next) = lifecycle::apply_change(&previous, change, now_micros()) else {
+                return Ok(());
+            };
+            if self
+                .store
+                .conversations
+                .compare_and_swap(previous.version, &next)
+                .await
+                .map_err(ErrorDetail::from)?
+            {
+                tracing::info!(conversation = %id, status = %next.execution_status, "conversation updated by an event");
+                return Ok(());
+            }
+        }
+        Err(contended(id))
+    }
+
+    /// Whether `reader` may read the conversation's events: the runtime API key reads all,
+    /// a session key what its sandbox sent (the record's owner, else the events').
+    async fn events_readable(&self, reader: &Reader, id: Uuid) -> Result<bool, Status> {
+        let record = self
+            .store
+            .conversations
+            .get(id)
+            .await
+            .map_err(ErrorDetail::from)?;
+        let stats = self
+            .store
+            .events
+            .event_stats(id)
+            .await
+            .map_err(ErrorDetail::from)?;
+        let owner = match (&record, &stats) {
+            (Some(record), _) => &record.owner,
+            (None, Some(stats)) => &stats.owner,
+            (None, None) => return Ok(false),
+        };
+        Ok(match reader {
+            Reader::RuntimeApi => true,
+            Reader::Session(principal) => *owner == principal.owner(),
+        })
+    }
+
     async fn children(&self, id: Uuid) -> Result<Vec<Uuid>, Status> {
         let (children, _) = self
             .collect(&IndexKey::Parent(id), None, MAX_CHILDREN, |_| true)
@@ -238,7 +327,25 @@ impl ConversationsService {
     }
 
     async fn view(&self, stored: &StoredConversation) -> Result<pb::Conversation, Status> {
-        Ok(view::conversation(stored, &self.children(stored.id).await?))
+        let events = self
+            .store
+            .events
+            .event_stats(stored.id)
+            .await
+            .map_err(ErrorDetail::from)?;
+        Ok(view::conversation(
+            stored,
+            &self.children(stored.id).await?,
+            events.as_ref(),
+        ))
+    }
+
+    /// The oldest event timestamp a reader is shown (older ones are past retention).
+    fn oldest_listed(&self) -> i64 {
+        let age = i64::try_from(self.retention.max_age_seconds)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000_000);
+        now_micros().saturating_sub(age)
     }
 }
 
@@ -354,5 +461,153 @@ impl Conversations for ConversationsService {
             }
         }
         Err(contended(id))
+    }
+
+    async fn append_events(
+        &self,
+        request: Request<AppendEventsRequest>,
+    ) -> Result<Response<AppendEventsResponse>, Status> {
+        let (metadata, _, request) = request.into_parts();
+        let principal = self.auth.session(&metadata).await?;
+        let owner = principal.owner();
+        let id = parse_id(&request.conversation_id)?;
+        let body = match request.body {
+            Some(append_events_request::Body::Json(json)) if !json.is_empty() => {
+                model::parse_json(&json).map_err(|err| validation::failure(vec![err]))?
+            }
+            Some(append_events_request::Body::Other(_)) => Value::Null,
+            _ => return Err(validation::single("missing", Vec::new(), "Field required").into()),
+        };
+        let received_at = now_micros();
+        let batch = events::sort(body, received_at).ok_or_else(|| {
+            validation::single("list_type", Vec::new(), "Input should be a valid list")
+        })?;
+        let record = self
+            .store
+            .conversations
+            .get(id)
+            .await
+            .map_err(ErrorDetail::from)?;
+        let refused = || -> Status {
+            tracing::warn!(conversation = %id, sender = %owner, "events for a conversation owned by another sender");
+            ErrorDetail::new(ErrorCode::Unauthenticated, "Unauthorized").into()
+        };
+        if record.is_some_and(|record| record.owner != owner) {
+            return Err(refused());
+        }
+        let outcome = self
+            .store
+            .events
+            .append_events(
+                id,
+                &owner,
+                &batch.events,
+                &batch.dead_letters,
+                self.retention,
+                received_at,
+            )
+            .await
+            .map_err(ErrorDetail::from)?
+            .ok_or_else(refused)?;
+        metrics::counter!("sandgate_events_total", "outcome" => "stored")
+            .increment(u64::from(outcome.stored));
+        metrics::counter!("sandgate_events_total", "outcome" => "duplicate")
+            .increment(u64::from(outcome.duplicates));
+        metrics::counter!("sandgate_events_total", "outcome" => "rejected")
+            .increment(batch.dead_letters.len() as u64);
+        metrics::counter!("sandgate_events_dropped_total").increment(outcome.dropped);
+        for letter in &batch.dead_letters {
+            tracing::warn!(conversation = %id, reason = %letter.reason, "event kept as a dead letter");
+        }
+        if batch.change != events::StateChange::default() {
+            self.apply_change(id, &owner, &batch.change).await?;
+        }
+        tracing::info!(
+            conversation = %id,
+            stored = outcome.stored,
+            duplicates = outcome.duplicates,
+            rejected = batch.dead_letters.len(),
+            dropped = outcome.dropped,
+            "events recorded"
+        );
+        Ok(Response::new(AppendEventsResponse {
+            success: true,
+            stored: outcome.stored,
+            duplicates: outcome.duplicates,
+            rejected: batch.dead_letters.len() as u32,
+        }))
+    }
+
+    async fn list_events(
+        &self,
+        request: Request<ListEventsRequest>,
+    ) -> Result<Response<ListEventsResponse>, Status> {
+        let reader = self.auth.reader(request.metadata()).await?;
+        let query = request.into_inner();
+        let id = parse_id(&query.conversation_id)?;
+        if !self.events_readable(&reader, id).await? {
+            return Err(not_found(&query.conversation_id));
+        }
+        let after = match query.page_token.as_str() {
+            "" => None,
+            token if crate::store::events::is_order_key(token) => Some(token.to_owned()),
+            _ => {
+                return Err(validation::single(
+                    "value_error",
+                    vec![LocItem::Key("page_token".into())],
+                    "Value error, not a page token of this list",
+                )
+                .into());
+            }
+        };
+        let limit = match query.page_size as usize {
+            0 => DEFAULT_PAGE_SIZE,
+            size => size.min(MAX_PAGE_SIZE),
+        };
+        let oldest = self.oldest_listed();
+        let mut page = EventPage {
+            after,
+            // Small pages still read in batches worth a round trip.
+            limit: limit.max(16),
+            descending: query.descending,
+        };
+        let mut found = Vec::new();
+        let mut last_key = None;
+        let mut more = false;
+        'scan: loop {
+            let batch = self
+                .store
+                .events
+                .list_events(id, &page)
+                .await
+                .map_err(ErrorDetail::from)?;
+            let exhausted = batch.len() < page.limit;
+            for event in batch {
+                page.after = Some(event.order_key.clone());
+                let kind = view::event_kind(&event);
+                if event.timestamp < oldest
+                    || (!query.kinds.is_empty() && !query.kinds.contains(&kind))
+                {
+                    continue;
+                }
+                if found.len() == limit {
+                    more = true;
+                    break 'scan;
+                }
+                found.push(view::event(&event, kind));
+                last_key = page.after.clone();
+            }
+            if exhausted {
+                break;
+            }
+        }
+        let next_page_token = match (more, last_key) {
+            (true, Some(key)) => key,
+            _ => String::new(),
+        };
+        Ok(Response::new(ListEventsResponse {
+            events: found,
+            next_page_token,
+        }))
     }
 }

@@ -4,7 +4,7 @@ use sandgate_proto::conversations::v1 as pb;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::store::{LifecycleKind, StoredConversation};
+use crate::store::{EventStats, LifecycleKind, StoredConversation, StoredEvent};
 
 fn timestamp(micros: i64) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -24,7 +24,11 @@ fn lifecycle_kind(kind: LifecycleKind) -> pb::LifecycleKind {
 
 /// The record with the catalog's view laid over it: its canonical `id`, its current
 /// `tags` and the `sub_conversation_ids` derived from the children that name it.
-pub fn conversation(stored: &StoredConversation, children: &[Uuid]) -> pb::Conversation {
+pub fn conversation(
+    stored: &StoredConversation,
+    children: &[Uuid],
+    events: Option<&EventStats>,
+) -> pb::Conversation {
     let sub_conversation_ids: Vec<String> = children.iter().map(Uuid::to_string).collect();
     let record_json = match serde_json::from_str::<Value>(stored.record.get()) {
         Ok(Value::Object(mut record)) => {
@@ -56,5 +60,30 @@ pub fn conversation(stored: &StoredConversation, children: &[Uuid]) -> pb::Conve
                 received_at: Some(timestamp(event.received_at)),
             })
             .collect(),
+        event_count: events.map_or(0, |events| events.count),
+        last_event_at: events
+            .and_then(|events| events.last_event_at)
+            .map(timestamp),
+    }
+}
+
+/// A stored event's `kind` (validated on the way in, so present).
+pub fn event_kind(event: &StoredEvent) -> String {
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow)]
+        kind: std::borrow::Cow<'a, str>,
+    }
+    serde_json::from_str::<Kind<'_>>(event.json.get())
+        .map(|kind| kind.kind.into_owned())
+        .unwrap_or_default()
+}
+
+pub fn event(event: &StoredEvent, kind: String) -> pb::Event {
+    pb::Event {
+        id: event.id.clone(),
+        kind,
+        timestamp: Some(timestamp(event.timestamp)),
+        event_json: event.json.get().as_bytes().to_vec().into(),
     }
 }

@@ -145,6 +145,14 @@ pub fn validate_tags(tags: &Value) -> Result<BTreeMap<String, String>, Vec<Valid
     })
 }
 
+/// A date-time string as pydantic reads one (ISO 8601, naive taken as UTC), in
+/// microseconds since the epoch; `None` when it is not one.
+pub fn datetime_micros(text: &str) -> Option<i64> {
+    scalars::parse_datetime(scalars::Scalar::String(text))
+        .ok()
+        .map(|datetime| scalars::epoch_micros(&datetime))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@
 //! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it
 //! (generic transaction writes, which touch tables of their own, run first).
 
+mod events;
 mod models;
 mod sandboxes;
 
@@ -117,6 +118,7 @@ impl EmbeddedStore {
             txn.open_table(models::MODELS).map_err(unavailable)?;
             txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
             sandboxes::create_tables(&txn)?;
+            events::create_tables(&txn)?;
             txn.commit().map_err(unavailable)?;
             Ok(db)
         })

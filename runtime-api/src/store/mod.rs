@@ -13,6 +13,7 @@
 
 pub mod admin;
 mod embedded;
+pub mod events;
 pub mod models;
 mod records;
 mod redis;
@@ -29,6 +30,10 @@ pub use admin::{
     WarmConfigSnapshot, WarmConfigStore,
 };
 pub use embedded::EmbeddedStore;
+pub use events::{
+    AppendOutcome, DeadLetter, EventPage, EventRetention, EventStats, EventStore, NewEvent,
+    StoredEvent,
+};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
@@ -118,6 +123,7 @@ pub enum Backend {
 #[derive(Clone)]
 pub struct Store {
     pub conversations: Arc<dyn ConversationStore>,
+    pub events: Arc<dyn EventStore>,
     pub session_keys: Arc<dyn SessionKeyStore>,
     pub profiles: Arc<dyn ProfileStore>,
     pub challenges: Arc<dyn ChallengeStore>,
@@ -145,6 +151,7 @@ impl Store {
     fn from_backend<B>(backend: Arc<B>) -> Self
     where
         B: ConversationStore
+            + EventStore
             + SessionKeyStore
             + ProfileStore
             + ChallengeStore
@@ -157,6 +164,7 @@ impl Store {
     {
         Self {
             conversations: backend.clone(),
+            events: backend.clone(),
             session_keys: backend.clone(),
             profiles: backend.clone(),
             challenges: backend.clone(),

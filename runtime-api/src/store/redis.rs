@@ -10,6 +10,7 @@
 //!   sandboxes and the reconciler's lease: see [`sandboxes`].
 
 mod admin;
+mod events;
 mod models;
 mod sandboxes;
 
