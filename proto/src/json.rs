@@ -25,6 +25,17 @@ pub fn from_slice<T: DeserializeOwned>(body: &[u8]) -> serde_json::Result<T> {
     Ok(value)
 }
 
+/// A document Sandgate stored, read back without serde_json's 128-level limit. What it
+/// stores was held to a bound of its own on the way in (the webhook's 512 levels), so
+/// every record it accepted is read back whole, however deep.
+pub fn from_stored<T: DeserializeOwned>(text: &[u8]) -> serde_json::Result<T> {
+    let mut deserializer = serde_json::Deserializer::from_slice(text);
+    deserializer.disable_recursion_limit();
+    let value = T::deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
 /// Offset of the first bracket that opens a level beyond `max`, if any. Strings are
 /// skipped, so brackets inside them do not count. Every bracket is counted first, an
 /// upper bound on the depth, so a body with few brackets is cleared in one cheap pass.

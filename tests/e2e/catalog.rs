@@ -305,7 +305,47 @@ async fn health_reports_the_store(backend: Backend) {
     }
 }
 
+/// Every record the webhook accepts reads back whole, however deep: a reader that
+/// re-parsed with serde_json's 128-level limit returned `{"sandgate": …}` alone.
+async fn a_deep_record_reads_back_whole(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let id = new_id();
+    let mut nested = json!({"leaf": true});
+    for _ in 0..200 {
+        nested = json!({"a": nested});
+    }
+    let mut body = conversation(&id, "2026-03-01T12:00:00Z", "running");
+    body["agent_state"] = nested.clone();
+    server.deliver_ok(&body).await;
+    // Deeper than serde_json reads by default, so read without its limit.
+    let read = |path: String| {
+        let request = server
+            .client
+            .get(server.url(&path))
+            .header("x-api-key", RUNTIME_KEY)
+            .send();
+        async move {
+            let response = request.await.expect("request");
+            assert_eq!(response.status(), 200);
+            let bytes = response.bytes().await.expect("body");
+            sandgate_proto::json::from_stored::<Value>(&bytes).expect("JSON")
+        }
+    };
+    let record = read(format!("/api/v1/conversations/{id}")).await;
+    assert_eq!(record["agent_state"], nested);
+    assert_eq!(record["id"], id.as_str());
+    let page = read("/api/v1/conversations?limit=1000".to_owned()).await;
+    let listed = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|item| item["id"] == id.as_str())
+        .expect("listed");
+    assert_eq!(listed["agent_state"], nested);
+}
+
 on_both_backends!(
+    a_deep_record_reads_back_whole,
     children_are_derived_and_listed_by_parent,
     tags_filter_lists_and_patch_replaces_them,
     readers_see_only_what_they_may,

@@ -37,7 +37,7 @@ fn rfc3339(timestamp: Option<&prost_types::Timestamp>) -> Value {
 
 /// The stored record with the catalog's facts under `sandgate`.
 fn rest(conversation: pb::Conversation) -> Value {
-    let mut record = match serde_json::from_slice::<Value>(&conversation.record_json) {
+    let mut record = match sandgate_proto::json::from_stored::<Value>(&conversation.record_json) {
         Ok(Value::Object(record)) => record,
         _ => Map::new(),
     };
@@ -195,7 +195,7 @@ pub async fn events(
         .events
         .iter()
         .map(|event| {
-            serde_json::from_slice(&event.event_json).unwrap_or_else(|_| {
+            sandgate_proto::json::from_stored(&event.event_json).unwrap_or_else(|_| {
                 json!({ "id": event.id, "kind": event.kind, "timestamp": rfc3339(event.timestamp.as_ref()) })
             })
         })

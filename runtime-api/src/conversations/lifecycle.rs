@@ -111,7 +111,9 @@ pub fn apply_change(
     let status = change.execution_status.filter(|(at, status)| {
         current(*at) && !previous.deleted && status.as_str() != previous.execution_status
     });
-    let mut record = match serde_json::from_str::<serde_json::Value>(previous.record.get()) {
+    let mut record = match sandgate_proto::json::from_stored::<serde_json::Value>(
+        previous.record.get().as_bytes(),
+    ) {
         Ok(serde_json::Value::Object(record)) => record,
         _ => return None,
     };

@@ -30,18 +30,19 @@ pub fn conversation(
     events: Option<&EventStats>,
 ) -> pb::Conversation {
     let sub_conversation_ids: Vec<String> = children.iter().map(Uuid::to_string).collect();
-    let record_json = match serde_json::from_str::<Value>(stored.record.get()) {
-        Ok(Value::Object(mut record)) => {
-            record.insert("id".into(), Value::from(stored.id.to_string()));
-            record.insert("tags".into(), serde_json::json!(stored.tags));
-            record.insert(
-                "sub_conversation_ids".into(),
-                serde_json::json!(sub_conversation_ids),
-            );
-            serde_json::to_vec(&record).unwrap_or_default()
-        }
-        _ => stored.record.get().as_bytes().to_vec(),
-    };
+    let record_json =
+        match sandgate_proto::json::from_stored::<Value>(stored.record.get().as_bytes()) {
+            Ok(Value::Object(mut record)) => {
+                record.insert("id".into(), Value::from(stored.id.to_string()));
+                record.insert("tags".into(), serde_json::json!(stored.tags));
+                record.insert(
+                    "sub_conversation_ids".into(),
+                    serde_json::json!(sub_conversation_ids),
+                );
+                serde_json::to_vec(&record).unwrap_or_default()
+            }
+            _ => stored.record.get().as_bytes().to_vec(),
+        };
     pb::Conversation {
         id: stored.id.to_string(),
         record_json: record_json.into(),
