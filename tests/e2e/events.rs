@@ -187,24 +187,51 @@ async fn another_sender_neither_posts_nor_reads_them(backend: Backend) {
     let (status, _) = read_events(&server, ("x-session-api-key", OTHER_WEBHOOK_KEY), &id, "").await;
     assert_eq!(status, 404);
 
-    // Events posted before any record claim the conversation for their sender too.
+    // Events posted before any record belong to their sender: a record later sent by
+    // another sender neither reads them nor counts them, and they post no more events.
+    let id_without_events = new_id();
+    server
+        .deliver_ok(&conversation(
+            &id_without_events,
+            "2026-03-01T12:00:00Z",
+            "idle",
+        ))
+        .await;
     let early = new_id();
     let (status, _) = post_events(&server, OTHER_WEBHOOK_KEY, &early, &batch).await;
     assert_eq!(status, 200);
-    let refused = server
-        .deliver(
-            WEBHOOK_KEY,
-            conversation(&early, "2026-03-01T12:00:00Z", "running").to_string(),
-        )
+    server
+        .deliver_ok(&conversation(&early, "2026-03-01T12:00:00Z", "running"))
         .await;
-    assert_eq!(refused.status(), 401);
+    let (status, _) = read_events(&server, ("x-session-api-key", WEBHOOK_KEY), &early, "").await;
+    assert_eq!(status, 404);
+    // A conversation with a record and no events lists none.
     let (status, page) = read_events(
+        &server,
+        ("x-session-api-key", WEBHOOK_KEY),
+        &id_without_events,
+        "",
+    )
+    .await;
+    assert_eq!((status, event_ids(&page).len()), (200, 0));
+    let (status, _) = read_events(
         &server,
         ("x-session-api-key", OTHER_WEBHOOK_KEY),
         &early,
         "",
     )
     .await;
+    assert_eq!(status, 404);
+    let (status, _) = post_events(&server, WEBHOOK_KEY, &early, &batch).await;
+    assert_eq!(status, 401);
+    let record: Value = server
+        .conversation(&early)
+        .await
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(record["sandgate"]["event_count"], 0);
+    let (status, page) = read_events(&server, ("x-api-key", RUNTIME_KEY), &early, "").await;
     assert_eq!((status, event_ids(&page)), (200, vec!["mine"]));
 }
 
