@@ -25,6 +25,7 @@ mod process;
 mod redaction;
 mod sandbox_api;
 mod store_conformance;
+mod tenancy;
 mod upstream_faults;
 mod warm_pools;
 mod webhook_fixtures;

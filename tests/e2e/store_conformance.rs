@@ -174,11 +174,19 @@ async fn indexes_list_members_in_id_order_and_page(backend: Backend) {
             .is_empty()
     );
 
+    // The child moves to no parent; its writer drops the entry it left.
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(1, &record(children[0], 2, None, &[("team", "a")]))
+            .await
+            .expect("cas")
+    );
     store
         .conversations
-        .unindex(&by_parent, children[0])
+        .drop_stale_entries(children[0], std::slice::from_ref(&by_parent))
         .await
-        .expect("unindex");
+        .expect("drop stale entries");
     let remaining = store
         .conversations
         .scan(&by_parent, None, 10)

@@ -178,11 +178,16 @@ async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// 404, except that a path with a trailing slash is redirected (307, method and body
-/// kept) to the path without it, as the reference's framework does.
+/// kept) to the path without it, as the reference's framework does. The target is always
+/// a path on this host: leading slashes (and backslashes, which browsers read as slashes)
+/// collapse into one, so `//evil.example/` never becomes a redirect to another host.
 async fn not_found(uri: http::Uri) -> axum::response::Response {
     let path = uri.path();
     if path.len() > 1 && path.ends_with('/') {
-        let mut location = path.trim_end_matches('/').to_owned();
+        let mut location = format!(
+            "/{}",
+            path.trim_start_matches(['/', '\\']).trim_end_matches('/')
+        );
         if let Some(query) = uri.query() {
             location = format!("{location}?{query}");
         }

@@ -160,14 +160,7 @@ impl ConversationsService {
                 owner.clone(),
                 now_micros(),
             );
-            let expected = previous.as_ref().map_or(0, |previous| previous.version);
-            if self
-                .store
-                .conversations
-                .compare_and_swap(expected, &next)
-                .await
-                .map_err(ErrorDetail::from)?
-            {
+            if self.swap(previous.as_ref(), &next).await? {
                 tracing::info!(
                     conversation = %id,
                     status = %next.execution_status,
@@ -179,6 +172,44 @@ impl ConversationsService {
             }
         }
         Err(contended(id))
+    }
+
+    /// Compare-and-swap of `next` over `previous`; once it is written, the indexes the
+    /// record left are told so (readers skip such members meanwhile).
+    async fn swap(
+        &self,
+        previous: Option<&StoredConversation>,
+        next: &StoredConversation,
+    ) -> Result<bool, Status> {
+        let expected = previous.map_or(0, |previous| previous.version);
+        if !self
+            .store
+            .conversations
+            .compare_and_swap(expected, next)
+            .await
+            .map_err(ErrorDetail::from)?
+        {
+            return Ok(false);
+        }
+        if let Some(previous) = previous {
+            let current = next.index_keys();
+            let stale: Vec<IndexKey> = previous
+                .index_keys()
+                .into_iter()
+                .filter(|key| !current.contains(key))
+                .collect();
+            if !stale.is_empty()
+                && let Err(err) = self
+                    .store
+                    .conversations
+                    .drop_stale_entries(next.id, &stale)
+                    .await
+            {
+                // The write stands; a stale member only costs readers a skip.
+                tracing::warn!(conversation = %next.id, error = %err, "cannot drop stale index entries");
+            }
+        }
+        Ok(true)
     }
 
     /// The record, when `reader` may see it.
@@ -220,12 +251,9 @@ impl ConversationsService {
             let exhausted = batch.len() < batch_size;
             for stored in batch {
                 after = Some(stored.id);
-                if !index.matches(&stored) {
-                    // A stale member left by a write that lost its race or moved on.
-                    if let Err(err) = self.store.conversations.unindex(index, stored.id).await {
-                        tracing::debug!(error = %err, "cannot drop a stale index member");
-                    }
-                } else if keep(&stored) {
+                // A stale member (left by a write that lost its race or moved on) is
+                // skipped, never repaired here: a reader's query writes nothing.
+                if index.matches(&stored) && keep(&stored) {
                     found.push(stored);
                     if found.len() == limit {
                         return Ok((found, true));
@@ -263,13 +291,7 @@ impl ConversationsService {
             let Some(next) = lifecycle::apply_change(&previous, change, now_micros()) else {
                 return Ok(());
             };
-            if self
-                .store
-                .conversations
-                .compare_and_swap(previous.version, &next)
-                .await
-                .map_err(ErrorDetail::from)?
-            {
+            if self.swap(Some(&previous), &next).await? {
                 tracing::info!(conversation = %id, status = %next.execution_status, "conversation updated by an event");
                 return Ok(());
             }
@@ -307,9 +329,13 @@ impl ConversationsService {
         })
     }
 
-    async fn children(&self, id: Uuid) -> Result<Vec<Uuid>, Status> {
+    /// The children of `parent` that its own sender posted: naming a parent links a
+    /// conversation to it only within one tenant.
+    async fn children(&self, parent: &StoredConversation) -> Result<Vec<Uuid>, Status> {
         let (children, _) = self
-            .collect(&IndexKey::Parent(id), None, MAX_CHILDREN, |_| true)
+            .collect(&IndexKey::Parent(parent.id), None, MAX_CHILDREN, |child| {
+                child.owner == parent.owner
+            })
             .await?;
         Ok(children.iter().map(|child| child.id).collect())
     }
@@ -325,7 +351,7 @@ impl ConversationsService {
             .filter(|events| events.owner == stored.owner);
         Ok(view::conversation(
             stored,
-            &self.children(stored.id).await?,
+            &self.children(stored).await?,
             events.as_ref(),
         ))
     }
@@ -381,9 +407,27 @@ impl Conversations for ConversationsService {
             0 => DEFAULT_PAGE_SIZE,
             size => size.min(MAX_PAGE_SIZE),
         };
+        // Tag filters follow the tag rule, so that `key=value` names one index only.
+        let filter: serde_json::Map<String, Value> = query
+            .tags
+            .iter()
+            .map(|(key, value)| (key.clone(), Value::from(value.as_str())))
+            .collect();
+        model::validate_tags(&Value::Object(filter)).map_err(validation::failure)?;
         let owner = match &reader {
             Reader::RuntimeApi => None,
             Reader::Session(principal) => Some(principal.owner()),
+        };
+        // Children are the parent's only when its own sender posted them.
+        let parent_owner = match parent {
+            Some(parent) => self
+                .store
+                .conversations
+                .get(parent)
+                .await
+                .map_err(ErrorDetail::from)?
+                .map(|parent| parent.owner),
+            None => None,
         };
         // The most selective index drives the scan; the other conditions filter it.
         let index = match (parent, query.tags.iter().next(), &owner) {
@@ -399,6 +443,9 @@ impl Conversations for ConversationsService {
                     .iter()
                     .all(|(key, value)| stored.tags.get(key) == Some(value))
                 && owner.as_ref().is_none_or(|owner| &stored.owner == owner)
+                && parent_owner
+                    .as_ref()
+                    .is_none_or(|parent_owner| &stored.owner == parent_owner)
         };
         let (found, more) = self.collect(&index, after, limit, keep).await?;
         let mut conversations = Vec::with_capacity(found.len());
@@ -437,13 +484,7 @@ impl Conversations for ConversationsService {
             let mut next = stored.clone();
             next.version += 1;
             next.tags = tags.clone();
-            if self
-                .store
-                .conversations
-                .compare_and_swap(stored.version, &next)
-                .await
-                .map_err(ErrorDetail::from)?
-            {
+            if self.swap(Some(&stored), &next).await? {
                 tracing::info!(conversation = %id, "tags updated");
                 return Ok(Response::new(UpdateTagsResponse {
                     conversation: Some(self.view(&next).await?),

@@ -76,11 +76,6 @@ enum Write {
         next: StoredConversation,
         reply: oneshot::Sender<StoreResult<bool>>,
     },
-    Unindex {
-        index: String,
-        id: Uuid,
-        reply: oneshot::Sender<StoreResult<()>>,
-    },
     SessionKey {
         key_sha256: String,
         sandbox_id: String,
@@ -256,12 +251,6 @@ fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
                     Write::Swap { expected, next, .. } => {
                         swap(&mut conversations, &mut index, *expected, next)
                     }
-                    Write::Unindex {
-                        index: name, id, ..
-                    } => index
-                        .remove(index_entry(name, &id.to_string()).as_str())
-                        .map(|_| true)
-                        .map_err(unavailable),
                     Write::SessionKey {
                         key_sha256,
                         sandbox_id,
@@ -304,9 +293,7 @@ fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
         // A caller that went away no longer needs its answer.
         match write {
             Write::Swap { reply, .. } => drop(reply.send(outcome)),
-            Write::Unindex { reply, .. }
-            | Write::SessionKey { reply, .. }
-            | Write::Profile { reply, .. } => {
+            Write::SessionKey { reply, .. } | Write::Profile { reply, .. } => {
                 drop(reply.send(outcome.map(|_| ())));
             }
             // Answered by its finisher; one that never ran drops its reply, which its
@@ -427,10 +414,9 @@ impl ConversationStore for EmbeddedStore {
         .await
     }
 
-    async fn unindex(&self, index: &IndexKey, id: Uuid) -> StoreResult<()> {
-        let index = index.encode();
-        self.submit(|reply| Write::Unindex { index, id, reply })
-            .await
+    async fn drop_stale_entries(&self, _id: Uuid, _stale: &[IndexKey]) -> StoreResult<()> {
+        // `swap` already moved the entries, in the record's own transaction.
+        Ok(())
     }
 }
 

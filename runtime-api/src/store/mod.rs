@@ -9,7 +9,8 @@
 //! - a write is acknowledged only once it is durable (redb commits before it answers;
 //!   Redis has answered the write);
 //! - secondary indexes may hold stale members (readers re-check every hit against the
-//!   record) but never miss a live one: entries are added before the record is written.
+//!   record and skip it; the writer that left it drops it) but never miss a live one:
+//!   entries are added before the record is written.
 
 pub mod admin;
 mod embedded;
@@ -83,8 +84,11 @@ pub trait ConversationStore: Send + Sync + 'static {
         limit: usize,
     ) -> StoreResult<Vec<StoredConversation>>;
 
-    /// Drops a stale index member found by a reader.
-    async fn unindex(&self, index: &IndexKey, id: Uuid) -> StoreResult<()>;
+    /// Drops `id` from indexes its record has left, after a write that moved it (a tag or
+    /// parent changed). Readers never write: they skip stale members, and the writer that
+    /// made them stale removes them. The embedded store moves index entries in the same
+    /// transaction as the record, so there this has nothing left to do.
+    async fn drop_stale_entries(&self, id: Uuid, stale: &[IndexKey]) -> StoreResult<()>;
 }
 
 /// Session API keys issued to sandboxes, kept as the sha256 hex of the key.

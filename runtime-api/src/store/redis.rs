@@ -184,10 +184,13 @@ impl ConversationStore for RedisStore {
             .collect()
     }
 
-    async fn unindex(&self, index: &IndexKey, id: Uuid) -> StoreResult<()> {
+    async fn drop_stale_entries(&self, id: Uuid, stale: &[IndexKey]) -> StoreResult<()> {
+        let mut pipe = redis::pipe();
+        for index in stale {
+            pipe.zrem(index_key(index), id.to_string()).ignore();
+        }
         let mut connection = self.connection.clone();
-        connection
-            .zrem::<_, _, ()>(index_key(index), id.to_string())
+        pipe.query_async::<()>(&mut connection)
             .await
             .map_err(unavailable)
     }
