@@ -26,9 +26,15 @@ pub use admin::{AdminConfig, RuntimeAdminService};
 pub use auth::Authenticator;
 pub use conversations::ConversationsService;
 pub use health::StoreHealthService;
-pub use sandboxes::reconciler::describe_metrics;
 pub use settings::SettingsService;
 pub use store::Store;
+
+/// Registers the runtime API's metrics with their help text (after the recorder is
+/// installed).
+pub fn describe_metrics() {
+    sandboxes::reconciler::describe_metrics();
+    conversations::describe_metrics();
+}
 
 /// Who may call the runtime API, beyond the keys the Sandboxes service issues.
 #[derive(Clone, Debug, Default)]

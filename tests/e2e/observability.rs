@@ -48,6 +48,44 @@ async fn scrape(client: &reqwest::Client, url: &str) -> String {
 }
 
 #[tokio::test]
+async fn events_are_counted_by_outcome_and_what_retention_drops() {
+    let backend = Backend::embedded();
+    let mut args = serve_args(&backend);
+    args.extend(["--events-per-conversation".to_owned(), "2".to_owned()]);
+    let server = SandgateProcess::spawn(&args, &[]).await;
+    let client = reqwest::Client::new();
+    let now = speedate::DateTime::now(0).expect("now").to_string();
+    let mut batch: Vec<Value> = (0..4)
+        .map(|n| json!({"kind": "PauseEvent", "id": format!("e{n}"), "timestamp": now, "source": "user"}))
+        .collect();
+    batch.push(json!({"kind": "NoSuchEvent", "id": "bad"}));
+    let answer = client
+        .post(server.url(&format!(
+            "/api/v1/webhooks/events/{}",
+            uuid::Uuid::new_v4().simple()
+        )))
+        .header("x-session-api-key", crate::common::WEBHOOK_KEY)
+        .json(&batch)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(answer.status(), 200);
+    let metrics = scrape(&client, &server.url("/metrics")).await;
+    for (outcome, count) in [("stored", 4.0), ("rejected", 1.0), ("duplicate", 0.0)] {
+        assert_eq!(
+            sample(&metrics, "sandgate_events_total", &[("outcome", outcome)]),
+            Some(count),
+            "{outcome}: {metrics}"
+        );
+    }
+    assert_eq!(
+        sample(&metrics, "sandgate_events_dropped_total", &[]),
+        Some(2.0),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
 async fn the_edge_counts_requests_by_route_template_never_by_path() {
     let backend = Backend::embedded();
     let server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;

@@ -36,6 +36,18 @@ const MAX_CHILDREN: usize = 10_000;
 /// A delivery that validated: its redacted record, serialized, and its summary.
 type Admitted = (Box<serde_json::value::RawValue>, ConversationSummary);
 
+/// Registers the catalog's metrics with their help text.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "sandgate_events_total",
+        "agent-server events received, by outcome: stored, duplicate (stored before), rejected (kept as a dead letter)"
+    );
+    metrics::describe_counter!(
+        "sandgate_events_dropped_total",
+        "stored agent-server events dropped by retention (per conversation count, or age)"
+    );
+}
+
 pub struct ConversationsService {
     store: Store,
     auth: Arc<Authenticator>,
