@@ -126,18 +126,26 @@ pub fn grpc_routes(
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let settings = SettingsServer::new(SettingsService::new(store.clone(), authenticator.clone()));
+    // One message-size limit on every service, the edge's clients' own: a body the edge
+    // accepted is never refused by the hop behind it, nor an answer by the hop in front.
+    let settings = SettingsServer::new(SettingsService::new(store.clone(), authenticator.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let sandboxes_service = SandboxesServer::new(sandboxes::SandboxesService::new(
         pools.clone(),
         authenticator.clone(),
-    ));
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let runtime_admin = RuntimeAdminServer::new(RuntimeAdminService::with_clock(
         store.clone(),
         authenticator,
         admin,
         configs,
         sandbox.clock,
-    ));
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let health = HealthServer::new(StoreHealthService::new(store));
     Ok(RuntimeApi {
         routes: Routes::new(conversations)

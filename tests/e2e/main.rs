@@ -16,6 +16,7 @@ mod hostile;
 mod http_cases;
 mod install_tools;
 mod kubernetes;
+mod limits;
 mod log_secrets;
 mod login_rate;
 mod model_gateway;

@@ -80,9 +80,15 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         conversations: ConversationsClient::new(runtime_api.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        settings: SettingsClient::new(runtime_api.clone()),
-        admin: RuntimeAdminClient::new(runtime_api.clone()),
-        sandboxes: SandboxesClient::new(runtime_api.clone()),
+        settings: SettingsClient::new(runtime_api.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        admin: RuntimeAdminClient::new(runtime_api.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        sandboxes: SandboxesClient::new(runtime_api.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
         models: config.model_gw,
         config_list: Default::default(),
         health: HealthClient::new(runtime_api),

@@ -1,0 +1,58 @@
+//! One message-size limit end to end: what the edge accepts, every gRPC hop behind it
+//! accepts too, in both directions. On both stores.
+
+use serde_json::{Value, json};
+
+use crate::common::{Backend, Sandgate, WEBHOOK_KEY};
+use crate::on_both_backends;
+
+/// A 5 MB profile passed the edge (8 MiB) and met the Settings service's 4 MiB gRPC
+/// default: `400 decoded message length too large`, before its key was even checked.
+async fn a_profile_larger_than_four_mebibytes_is_saved_and_read_back(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let path = server.url("/api/v1/settings/profiles/big");
+    let notes = "n".repeat(5 * 1024 * 1024);
+    let profile = json!({
+        "llm": {"model": "gateway_proxy/claude", "base_url": "https://gw.example",
+                "extra_headers": {"x-notes": notes}}
+    });
+    let unauthenticated = server
+        .client
+        .post(&path)
+        .json(&profile)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(unauthenticated.status(), 401);
+    let saved = server
+        .client
+        .post(&path)
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .json(&profile)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(
+        saved.status(),
+        200,
+        "{}",
+        saved.text().await.unwrap_or_default()
+    );
+    let fetched = server
+        .client
+        .get(&path)
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(fetched.status(), 200);
+    let fetched: Value = fetched.json().await.expect("JSON");
+    assert_eq!(
+        fetched["llm"]["extra_headers"]["x-notes"]
+            .as_str()
+            .map(str::len),
+        Some(notes.len())
+    );
+}
+
+on_both_backends!(a_profile_larger_than_four_mebibytes_is_saved_and_read_back);
