@@ -21,6 +21,55 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::cli::{LogArgs, LogFormat};
 
+/// Writes each log record as exactly one line. A field can hold text a client chose (a
+/// profile name, a model name): its newlines and other control characters are escaped
+/// (`\n`, `\x07`), so no client forges a log line. The text format writes a record in
+/// one `write`, ending in its own newline; the JSON format escapes them already.
+struct OneLine<W> {
+    inner: W,
+    /// Colours are on: the escape character starts them, so it is let through.
+    ansi: bool,
+}
+
+impl<W: std::io::Write> OneLine<W> {
+    fn is_unsafe(&self, byte: u8) -> bool {
+        (byte < 0x20 && byte != b'\t' && !(self.ansi && byte == 0x1b)) || byte == 0x7f
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for OneLine<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let (record, newline) = match buf.strip_suffix(b"\n") {
+            Some(record) => (record, true),
+            None => (buf, false),
+        };
+        if !record.iter().any(|&byte| self.is_unsafe(byte)) {
+            self.inner.write_all(buf)?;
+            return Ok(buf.len());
+        }
+        let mut line = Vec::with_capacity(buf.len() + 16);
+        for &byte in record {
+            match byte {
+                b'\n' => line.extend_from_slice(b"\\n"),
+                b'\r' => line.extend_from_slice(b"\\r"),
+                byte if self.is_unsafe(byte) => {
+                    line.extend_from_slice(format!("\\x{byte:02x}").as_bytes());
+                }
+                byte => line.push(byte),
+            }
+        }
+        if newline {
+            line.push(b'\n');
+        }
+        self.inner.write_all(&line)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// What must outlive the process's work: the span exporter, flushed by [`Self::shutdown`].
 pub struct Telemetry {
     traces: traces::Traces,
@@ -31,9 +80,13 @@ pub struct Telemetry {
 pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_new(&args.log)
         .map_err(|err| anyhow::anyhow!("invalid --log filter {:?}: {err}", args.log))?;
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_writer(move || OneLine {
+            inner: std::io::stderr(),
+            ansi,
+        })
+        .with_ansi(ansi);
     let logs = match args.log_format {
         LogFormat::Text => logs.with_filter(filter).boxed(),
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
@@ -65,5 +118,35 @@ impl Telemetry {
     /// Exports the spans still buffered, for at most a few seconds.
     pub async fn shutdown(self) {
         self.traces.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::OneLine;
+
+    fn written(ansi: bool, record: &[u8]) -> String {
+        let mut line = OneLine {
+            inner: Vec::new(),
+            ansi,
+        };
+        line.write_all(record).unwrap();
+        String::from_utf8(line.inner).unwrap()
+    }
+
+    #[test]
+    fn a_record_is_one_line_whatever_its_fields_hold() {
+        assert_eq!(
+            written(false, b"INFO profile saved profile=a\nERROR forged\r\x07\n"),
+            "INFO profile saved profile=a\\nERROR forged\\r\\x07\n"
+        );
+        assert_eq!(written(false, b"INFO\tplain\n"), "INFO\tplain\n");
+        assert_eq!(
+            written(true, b"\x1b[32mINFO\x1b[0m x\n"),
+            "\x1b[32mINFO\x1b[0m x\n"
+        );
+        assert_eq!(written(false, b"\x1b[2J\n"), "\\x1b[2J\n");
     }
 }

@@ -354,3 +354,29 @@ async fn logs_hold_no_secret(mut backend: Backend, format: &str) {
 }
 
 crate::on_both_backends!(no_secret_in_any_log_line_at_trace);
+
+/// A profile name is the client's to choose, and it is logged: a newline in it must not
+/// start a line of its own.
+#[tokio::test]
+async fn a_name_a_client_chose_cannot_forge_a_log_line() {
+    let backend = Backend::embedded();
+    let server = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .post(server.url("/api/v1/settings/profiles/team%0AERROR%20forged%20line"))
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .json(&json!({"llm": {"model": "gateway_proxy/claude"}}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(response.status(), 200);
+    server
+        .wait_for_log("LLM profile saved", std::time::Duration::from_secs(20))
+        .await;
+    let log = server.log();
+    assert!(
+        log.lines().all(|line| !line.starts_with("ERROR forged")),
+        "{log}"
+    );
+    assert!(log.contains("team\\nERROR forged line"), "{log}");
+}
