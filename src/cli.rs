@@ -247,6 +247,15 @@ pub struct AdminArgs {
     /// replica. Without it a random key is used, valid only until this process restarts.
     #[arg(long, env = "JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
+    /// The most warm sandboxes one configuration may ask for (`count`); a save asking for
+    /// more is refused, and no pool grows past it.
+    #[arg(long, env = "WARM_POOL_MAX_SIZE", default_value_t = 100,
+          value_parser = clap::value_parser!(i64).range(0..=100_000))]
+    pub warm_pool_max_size: i64,
+    /// The most warm sandboxes all configurations together may ask for.
+    #[arg(long, env = "WARM_POOLS_MAX_TOTAL", default_value_t = 1000,
+          value_parser = clap::value_parser!(i64).range(0..=1_000_000))]
+    pub warm_pools_max_total: i64,
     /// The installer's warm runtime configurations (`{"count": N, "configs": [...]}`),
     /// re-read when it changes.
     #[arg(long, env = "WARM_RUNTIMES_FILE")]

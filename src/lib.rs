@@ -24,6 +24,7 @@ use sandgate_proto::conversations::v1::conversations_server::ConversationsServer
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
+use sandgate_runtime_api::admin::configs::WarmLimits;
 use sandgate_runtime_api::admin::login::SystemClock;
 use sandgate_runtime_api::admin::rate_limit::LoginRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
@@ -151,6 +152,10 @@ async fn runtime_api_services(
             attempts: admin.admin_login_rate,
             window: admin.admin_login_rate_window,
         }),
+        warm_limits: WarmLimits {
+            max_per_pool: admin.warm_pool_max_size,
+            max_total: admin.warm_pools_max_total,
+        },
     };
     let sandboxes = sandbox_config(sandboxes).await?;
     let catalog = CatalogConfig {

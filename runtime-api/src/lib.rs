@@ -102,11 +102,14 @@ pub fn grpc_routes(
         &auth.runtime_api_keys,
         store.session_keys.clone(),
     ));
-    let configs = Arc::new(admin::source::WarmConfigSource::new(
-        store.clone(),
-        admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())?,
-        admin.overlay,
-    ));
+    let configs = Arc::new(
+        admin::source::WarmConfigSource::new(
+            store.clone(),
+            admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())?,
+            admin.overlay,
+        )
+        .with_limits(admin.warm_limits),
+    );
     let secret = sandbox
         .session_key_secret
         .clone()

@@ -28,5 +28,6 @@ mod sandbox_api;
 mod store_conformance;
 mod tenancy;
 mod upstream_faults;
+mod warm_limits;
 mod warm_pools;
 mod webhook_fixtures;

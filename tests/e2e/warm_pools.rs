@@ -26,7 +26,7 @@ use crate::common::{Backend, RUNTIME_KEY, TestClock};
 
 const START_MS: i64 = 2_000;
 const DAY_MS: i64 = 86_400_000;
-const IMAGE: &str = "ghcr.io/acme/agent:1.0";
+pub(crate) const IMAGE: &str = "ghcr.io/acme/agent:1.0";
 
 fn installer(count: i64) -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().expect("temp file");
@@ -60,7 +60,7 @@ fn default_spec() -> SandboxSpec {
     }
 }
 
-fn saved(image: &str, count: i64) -> StoredWarmConfig {
+pub(crate) fn saved(image: &str, count: i64) -> StoredWarmConfig {
     let spec = default_spec();
     StoredWarmConfig {
         image: image.into(),
@@ -73,21 +73,21 @@ fn saved(image: &str, count: i64) -> StoredWarmConfig {
 }
 
 /// One replica: the store, the sandboxes over it, its reconciler and service.
-struct Replica {
-    store: Store,
-    sandboxes: Arc<Sandboxes>,
-    reconciler: Reconciler,
+pub(crate) struct Replica {
+    pub(crate) store: Store,
+    pub(crate) sandboxes: Arc<Sandboxes>,
+    pub(crate) reconciler: Reconciler,
     service: SandboxesService,
 }
 
-struct Fixture {
-    clock: Arc<TestClock>,
+pub(crate) struct Fixture {
+    pub(crate) clock: Arc<TestClock>,
     file: tempfile::NamedTempFile,
-    backend: Backend,
+    pub(crate) backend: Backend,
 }
 
 impl Fixture {
-    fn new(backend: Backend, count: i64) -> Self {
+    pub(crate) fn new(backend: Backend, count: i64) -> Self {
         Self {
             clock: Arc::new(TestClock::at(START_MS)),
             file: installer(count),
@@ -95,7 +95,7 @@ impl Fixture {
         }
     }
 
-    async fn replica(&self) -> Replica {
+    pub(crate) async fn replica(&self) -> Replica {
         let store = crate::store_conformance::open(&self.backend).await;
         self.replica_on(store)
     }
@@ -105,7 +105,7 @@ impl Fixture {
         self.replica_with(store, driver)
     }
 
-    fn replica_with(&self, store: Store, driver: Arc<dyn SandboxDriver>) -> Replica {
+    pub(crate) fn replica_with(&self, store: Store, driver: Arc<dyn SandboxDriver>) -> Replica {
         let configs = Arc::new(WarmConfigSource::new(
             store.clone(),
             InstallerFile::open(Some(self.file.path().to_path_buf())).expect("installer"),
@@ -142,7 +142,7 @@ impl Replica {
     }
 
     /// Warm (unclaimed) sandboxes by pool, with their states.
-    async fn warm(&self) -> Vec<StoredSandbox> {
+    pub(crate) async fn warm(&self) -> Vec<StoredSandbox> {
         let mut warm: Vec<_> = self
             .store
             .sandboxes

@@ -289,6 +289,65 @@ fn is_env_name(name: &str) -> bool {
         && bytes.all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
 }
 
+/// How many warm sandboxes the pools may hold: a `count` is an admin's input, and a
+/// typo (`1000000`) would have the reconciler start sandboxes until the store and the
+/// cluster give out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WarmLimits {
+    /// `WARM_POOL_MAX_SIZE`: the most warm sandboxes one configuration may ask for.
+    pub max_per_pool: i64,
+    /// `WARM_POOLS_MAX_TOTAL`: the most warm sandboxes all configurations together may ask for.
+    pub max_total: i64,
+}
+
+impl Default for WarmLimits {
+    fn default() -> Self {
+        Self {
+            max_per_pool: 100,
+            max_total: 1000,
+        }
+    }
+}
+
+impl WarmLimits {
+    /// The errors of a configuration `name` whose pool would hold `count` sandboxes,
+    /// when the other effective configurations hold `others` together.
+    pub fn check(&self, count: i64, others: i64) -> Vec<ValidationError> {
+        if count > self.max_per_pool {
+            return vec![ValidationError {
+                input: count.into(),
+                ctx: Some(serde_json::json!({ "le": self.max_per_pool })),
+                ..error(
+                    &["count"],
+                    "less_than_equal",
+                    format!(
+                        "Input should be less than or equal to {} (WARM_POOL_MAX_SIZE)",
+                        self.max_per_pool
+                    ),
+                )
+            }];
+        }
+        let total = others.saturating_add(count);
+        if total > self.max_total {
+            return vec![ValidationError {
+                input: count.into(),
+                ctx: Some(
+                    serde_json::json!({ "le": self.max_total.saturating_sub(others).max(0) }),
+                ),
+                ..error(
+                    &["count"],
+                    "value_error",
+                    format!(
+                        "Value error, the warm pools would hold {total} sandboxes, more than the limit of {} (WARM_POOLS_MAX_TOTAL)",
+                        self.max_total
+                    ),
+                )
+            }];
+        }
+        Vec::new()
+    }
+}
+
 /// Every rule a configuration's body breaks, each at its field.
 pub fn check(config: &StoredWarmConfig) -> Vec<ValidationError> {
     let mut errors = Vec::new();

@@ -56,6 +56,8 @@ pub struct AdminConfig {
     /// `ADMIN_LOGIN_RATE`: challenges and login attempts per client and window; `None`,
     /// unlimited.
     pub login_rate: Option<LoginRate>,
+    /// `WARM_POOL_MAX_SIZE` and `WARM_POOLS_MAX_TOTAL`.
+    pub warm_limits: configs::WarmLimits,
 }
 
 impl Default for AdminConfig {
@@ -68,6 +70,7 @@ impl Default for AdminConfig {
             overlay: false,
             pbkdf2_iterations: login::DEFAULT_PBKDF2_ITERATIONS,
             login_rate: Some(rate_limit::DEFAULT_LOGIN_RATE),
+            warm_limits: configs::WarmLimits::default(),
         }
     }
 }
@@ -462,6 +465,21 @@ impl RuntimeAdmin for RuntimeAdminService {
             return Err(validation::failure(errors).into());
         }
         let (installer, _) = self.configs.installer();
+        // The pools' size, with this configuration in place of any of its name. (Two
+        // replicas saving at once may pass this together; the reconciler holds the total.)
+        let (effective, _) = self.configs.effective().await.map_err(store_failed)?;
+        let others: i64 = effective
+            .iter()
+            .filter(|other| other.name != name)
+            .map(|other| other.count.max(0))
+            .fold(0, i64::saturating_add);
+        let errors = self
+            .configs
+            .limits()
+            .check(installer.count_of(&config), others);
+        if !errors.is_empty() {
+            return Err(validation::failure(errors).into());
+        }
         let taken_by = match installer.image_clash(&name, &config.image, self.configs.overlay()) {
             Some(other) => Some(other.to_owned()),
             None => match self

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::configs::{Effective, Installer, InstallerFile};
+use super::configs::{Effective, Installer, InstallerFile, WarmLimits};
 use crate::store::{Store, StoreResult};
 
 /// Identifies one state of the effective set: it changes when a configuration is saved
@@ -24,6 +24,8 @@ pub struct WarmConfigSource {
     /// Woken when this process saves or deletes a configuration, so the reconciler acts
     /// at once rather than at its next interval.
     changed: Notify,
+    /// How many warm sandboxes a pool, and all pools together, may hold.
+    limits: WarmLimits,
 }
 
 impl WarmConfigSource {
@@ -33,7 +35,19 @@ impl WarmConfigSource {
             installer,
             overlay,
             changed: Notify::new(),
+            limits: WarmLimits::default(),
         }
+    }
+
+    /// The same source with other pool size limits.
+    #[must_use]
+    pub fn with_limits(mut self, limits: WarmLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> WarmLimits {
+        self.limits
     }
 
     pub fn overlay(&self) -> bool {

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::spec::pool_spec;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_counts};
 use crate::admin::login::random_hex;
+use crate::admin::source::Generation;
 use crate::store::{SandboxState, StoredSandbox, SweepIndex};
 
 /// How long a claim's wake-up waits for more claims before the refilling pass.
@@ -72,6 +73,8 @@ pub struct Reconciler {
     /// When (clock milliseconds) this reconciler last repaired the sweep indexes while it
     /// held the lease; `None` when it does not hold it.
     reindexed_at: Mutex<Option<i64>>,
+    /// Cancelled when the process stops: a pass starts no more sandboxes after it.
+    stopping: CancellationToken,
 }
 
 /// The states a warm pool's gauge is labelled with.
@@ -106,6 +109,7 @@ impl Reconciler {
             holder: random_hex(8),
             reported: Mutex::default(),
             reindexed_at: Mutex::default(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -121,6 +125,15 @@ impl Reconciler {
     /// Runs passes until `stop` is cancelled: every interval, and at once when a
     /// configuration changes or a claim empties a slot.
     pub async fn run(self, stop: CancellationToken) {
+        // A pass in progress sees the stop too, and starts nothing more.
+        let this = Self {
+            stopping: stop.clone(),
+            ..self
+        };
+        this.run_passes(stop).await;
+    }
+
+    async fn run_passes(&self, stop: CancellationToken) {
         let interval = self.sandboxes.options().reconcile_interval;
         let mut seen = None;
         loop {
@@ -252,7 +265,8 @@ impl Reconciler {
             }
         }
 
-        let (configs, _) = self.sandboxes.configs.effective().await?;
+        let (configs, generation) = self.sandboxes.configs.effective().await?;
+        let limits = self.sandboxes.configs.limits();
         let records = self
             .sandboxes
             .refresh(self.sandboxes.pooled().await?)
@@ -288,10 +302,23 @@ impl Reconciler {
             }
         }
 
+        // Whatever a configuration asks (one saved before the limits were), no pool grows
+        // past its limit, nor all of them past theirs.
+        let pool_limit = usize::try_from(limits.max_per_pool).unwrap_or(0);
+        let kept: usize = specs
+            .iter()
+            .map(|(name, (_, count))| {
+                let target = usize::try_from(*count).unwrap_or(0).min(pool_limit);
+                warm.get(name).map_or(0, Vec::len).min(target)
+            })
+            .sum();
+        let mut launches_left = usize::try_from(limits.max_total)
+            .unwrap_or(0)
+            .saturating_sub(kept);
         let mut pools = HashMap::with_capacity(specs.len());
         for (name, (spec, count)) in &specs {
             let mut pool = warm.remove(name).unwrap_or_default();
-            let target = usize::try_from(*count).unwrap_or(0);
+            let target = usize::try_from(*count).unwrap_or(0).min(pool_limit);
             if pool.len() > target {
                 // Keep the ready ones: drop failed, then starting, newest first.
                 pool.sort_by_key(|record| {
@@ -308,15 +335,30 @@ impl Reconciler {
                 }
             }
             let mut failed_launches = 0;
+            let wanted = target.saturating_sub(pool.len()).min(launches_left);
+            launches_left -= wanted;
             // Launched a few at a time: each is a store write and a platform call, and a
-            // 50-sandbox pool should fill in one round trip's time, not fifty.
-            let launches = (pool.len()..target).map(|_| {
-                self.sandboxes
-                    .launch(spec.clone(), Some((*name).to_owned()), None)
-            });
-            let mut launched =
-                futures::stream::iter(launches).buffer_unordered(CONCURRENT_LAUNCHES);
-            while let Some(outcome) = launched.next().await {
+            // 50-sandbox pool should fill in one round trip's time, not fifty. Before each,
+            // the pass checks that it is still wanted: not once the process stops, nor once
+            // the configurations changed (deleted, resized) since the pass read them; the
+            // next pass works from the new ones. Launches under way finish.
+            let mut launched = futures::stream::FuturesUnordered::new();
+            let mut scheduled = 0;
+            loop {
+                while launched.len() < CONCURRENT_LAUNCHES
+                    && scheduled < wanted
+                    && self.still_wanted(generation).await
+                {
+                    launched.push(self.sandboxes.launch(
+                        spec.clone(),
+                        Some((*name).to_owned()),
+                        None,
+                    ));
+                    scheduled += 1;
+                }
+                let Some(outcome) = launched.next().await else {
+                    break;
+                };
                 match outcome {
                     Ok(record) => {
                         pool.push(record);
@@ -331,11 +373,26 @@ impl Reconciler {
                     Err(err) => return Err(err),
                 }
             }
+            if scheduled < wanted {
+                tracing::info!(pool = %name, started = scheduled, wanted, "pass cut short: stopping, or the configurations changed");
+            }
             let mut counts = pool_counts(&pool).remove(*name).unwrap_or_default();
             counts.failed += failed_launches;
             pools.insert((*name).to_owned(), counts);
         }
         Ok((pass, pools))
+    }
+
+    /// Whether a pass working from the configurations of `generation` should start
+    /// another sandbox: the process is not stopping, and they are still the ones in effect.
+    async fn still_wanted(&self, generation: Generation) -> bool {
+        !self.stopping.is_cancelled()
+            && self
+                .sandboxes
+                .configs
+                .generation()
+                .await
+                .is_ok_and(|now| now == generation)
     }
 
     fn lock_reindexed_at(&self) -> std::sync::MutexGuard<'_, Option<i64>> {
