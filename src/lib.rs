@@ -33,7 +33,7 @@ use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
 use sandgate_runtime_api::store::{Backend, EventRetention, Store, redact_url};
 use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
-    SandboxConfig, SettingsService,
+    SandboxConfig, SettingsService, StoreHealthService,
 };
 use sandgate_webhook_gw::{EdgeConfig, GrpcChannel, ModelGw};
 use tokio::net::TcpListener;
@@ -47,15 +47,25 @@ use cli::{
 };
 pub use shutdown::signal;
 
-/// The gRPC services the runtime API serves, by their full names.
+const HEALTH: &str = "grpc.health.v1.Health";
+const MODEL_GATEWAY: &str = <ModelGatewayServer<ModelGatewayService> as NamedService>::NAME;
+
+/// The gRPC services of the runtime API, by their full names.
 const RUNTIME_API_SERVICES: &[&str] = &[
     <ConversationsServer<ConversationsService> as NamedService>::NAME,
     <SettingsServer<SettingsService> as NamedService>::NAME,
     <RuntimeAdminServer<RuntimeAdminService> as NamedService>::NAME,
     <SandboxesServer<SandboxesService> as NamedService>::NAME,
-    <ModelGatewayServer<ModelGatewayService> as NamedService>::NAME,
-    "grpc.health.v1.Health",
+    HEALTH,
 ];
+
+/// gRPC health for a process serving `services`.
+fn health(
+    store: Store,
+    services: &[&str],
+) -> tonic_health::pb::health_server::HealthServer<StoreHealthService> {
+    tonic_health::pb::health_server::HealthServer::new(StoreHealthService::new(store, services))
+}
 
 async fn open_store(args: &StoreArgs) -> anyhow::Result<Store> {
     let backend = match &args.redis {
@@ -284,25 +294,31 @@ pub async fn serve(
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let runtime_api = runtime_api_services(
-        store,
+        store.clone(),
         &args.auth,
         &args.catalog,
         &args.admin,
         &args.sandboxes,
     )
     .await?;
+    let services: Vec<&str> = RUNTIME_API_SERVICES
+        .iter()
+        .copied()
+        .chain([MODEL_GATEWAY])
+        .collect();
     // Traced once, for both ways in: the edge's in-process calls and gRPC callers.
     let grpc = sandgate_proto::trace::traced(
         runtime_api
             .routes
-            .add_service(sandgate_model_gw::grpc_service(gateway.clone())),
+            .add_service(sandgate_model_gw::grpc_service(gateway.clone()))
+            .add_service(health(store, &services)),
     );
     let channel = GrpcChannel::in_process(grpc.clone());
     let model_gw = ModelGw::Local(std::sync::Arc::new(gateway.clone()));
     let mut app = sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw)))
         .merge(telemetry::metrics::routes(metrics));
     let mut direct_grpc = Router::new();
-    for service in RUNTIME_API_SERVICES {
+    for service in &services {
         direct_grpc = direct_grpc.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
     }
     // Direct gRPC callers share the public port: they are known by their TCP address,
@@ -333,18 +349,21 @@ pub async fn runtime_api(
     }
     let store = open_store(&args.store).await?;
     let runtime_api = runtime_api_services(
-        store,
+        store.clone(),
         &args.auth,
         &args.catalog,
         &args.admin,
         &args.sandboxes,
     )
     .await?;
+    let routes = runtime_api
+        .routes
+        .add_service(health(store, RUNTIME_API_SERVICES));
     let grace = args.shutdown.grace;
     with_metrics_listener(metrics, shutdown, grace, |stopped| {
         with_reconciler(
             runtime_api.reconciler,
-            run_http(listener, grpc_router(runtime_api.routes), stopped, grace),
+            run_http(listener, grpc_router(routes), stopped, grace),
         )
     })
     .await
@@ -365,10 +384,8 @@ pub async fn model_gw(
     }
     let store = open_store(&args.store).await?;
     let gateway = model_gateway(store.clone(), &args.gateway)?;
-    let health = tonic_health::pb::health_server::HealthServer::new(
-        sandgate_runtime_api::StoreHealthService::new(store),
-    );
-    let grpc = Routes::new(sandgate_model_gw::grpc_service(gateway.clone())).add_service(health);
+    let grpc = Routes::new(sandgate_model_gw::grpc_service(gateway.clone()))
+        .add_service(health(store, &[MODEL_GATEWAY, HEALTH]));
     let grace = args.shutdown.grace;
     let served = with_metrics_listener(metrics, shutdown, grace, |stopped| {
         run_http(listener, grpc_router(grpc), stopped, grace)

@@ -15,11 +15,17 @@ const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct StoreHealthService {
     store: Store,
+    /// The services this process serves, by full name: a check of any other is answered
+    /// NOT_FOUND, as the health protocol asks, not SERVING.
+    services: Vec<String>,
 }
 
 impl StoreHealthService {
-    pub fn new(store: Store) -> Self {
-        Self { store }
+    pub fn new(store: Store, services: &[&str]) -> Self {
+        Self {
+            store,
+            services: services.iter().map(|&name| name.to_owned()).collect(),
+        }
     }
 }
 
@@ -27,8 +33,12 @@ impl StoreHealthService {
 impl Health for StoreHealthService {
     async fn check(
         &self,
-        _request: Request<HealthCheckRequest>,
+        request: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
+        let service = &request.get_ref().service;
+        if !service.is_empty() && !self.services.contains(service) {
+            return Err(Status::not_found(format!("unknown service {service:?}")));
+        }
         let status = match tokio::time::timeout(PING_TIMEOUT, self.store.health.ping()).await {
             Ok(Ok(())) => ServingStatus::Serving,
             Ok(Err(err)) => {

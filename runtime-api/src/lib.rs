@@ -20,7 +20,6 @@ use sandgate_proto::conversations::v1::conversations_server::ConversationsServer
 use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use tonic::service::Routes;
-use tonic_health::pb::health_server::HealthServer;
 
 pub use admin::{AdminConfig, RuntimeAdminService};
 pub use auth::Authenticator;
@@ -63,7 +62,8 @@ pub struct SandboxConfig {
 }
 
 /// The runtime API, ready to serve: its gRPC services, and the warm-pool reconciler to run
-/// beside them.
+/// beside them. gRPC health is the caller's to add ([`StoreHealthService`]), naming every
+/// service its process serves.
 pub struct RuntimeApi {
     pub routes: Routes,
     pub reconciler: sandboxes::Reconciler,
@@ -149,13 +149,11 @@ pub fn grpc_routes(
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let health = HealthServer::new(StoreHealthService::new(store));
     Ok(RuntimeApi {
         routes: Routes::new(conversations)
             .add_service(settings)
             .add_service(runtime_admin)
-            .add_service(sandboxes_service)
-            .add_service(health),
+            .add_service(sandboxes_service),
         reconciler: sandboxes::Reconciler::new(pools),
     })
 }

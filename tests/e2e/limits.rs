@@ -56,3 +56,40 @@ async fn a_profile_larger_than_four_mebibytes_is_saved_and_read_back(backend: Ba
 }
 
 on_both_backends!(a_profile_larger_than_four_mebibytes_is_saved_and_read_back);
+
+/// gRPC health answers for the services the process serves, and NOT_FOUND for any other
+/// (it said SERVING for every name).
+#[tokio::test]
+async fn grpc_health_knows_its_services() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let backend = Backend::embedded();
+    let server = Sandgate::start(&backend).await;
+    let channel = tonic::transport::Endpoint::from_shared(server.url(""))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut health = HealthClient::new(channel);
+    for service in [
+        "",
+        "sandgate.conversations.v1.Conversations",
+        "sandgate.models.v1.ModelGateway",
+    ] {
+        let answer = health
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("{service}: {status}"));
+        assert_eq!(answer.get_ref().status, 1, "{service}: SERVING");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "no.such.Service".to_owned(),
+        })
+        .await
+        .expect_err("an unknown service");
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+}
