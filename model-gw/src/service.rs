@@ -167,12 +167,7 @@ impl Gateway {
         let presented = metadata
             .get("authorization")
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| {
-                value
-                    .get(..7)
-                    .filter(|scheme| scheme.eq_ignore_ascii_case("bearer "))
-                    .map(|_| value[7..].trim())
-            });
+            .and_then(sandgate_proto::bearer_token);
         let valid = presented.is_some_and(|key| {
             let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
             bool::from(digest.ct_eq(expected))

@@ -61,7 +61,33 @@ pub mod settings {
     }
 }
 
+/// The credentials of an `Authorization: Bearer <credentials>` header value. The scheme
+/// is matched without regard to case (RFC 9110 §11.1), as every Sandgate service reads it:
+/// `Bearer`, `bearer` and `BEARER` are one scheme.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, credentials) = authorization.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim())
+        .filter(|credentials| !credentials.is_empty())
+}
+
 /// The largest gRPC message a Sandgate service or client accepts. It is above the edge's
 /// largest configurable body so that a webhook body the edge accepted is never refused by
 /// the hop behind it.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_read_without_regard_to_case() {
+        for value in ["Bearer abc", "bearer abc", "BEARER abc", "bEaReR  abc "] {
+            assert_eq!(bearer_token(value), Some("abc"), "{value}");
+        }
+        for value in ["Basic abc", "Bearer", "Bearer ", "Bearerabc", "abc"] {
+            assert_eq!(bearer_token(value), None, "{value}");
+        }
+    }
+}

@@ -112,6 +112,9 @@ struct Claims {
     iss: String,
     iat: i64,
     exp: i64,
+    /// Not before: Sandgate issues none, but a token that carries one is held to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nbf: Option<i64>,
 }
 
 /// Why a token was refused.
@@ -125,7 +128,8 @@ pub enum TokenError {
 
 /// Admin tokens: HS256 JWTs signed with `JWT_SECRET`. The algorithm is pinned, so a token
 /// claiming `none` or another algorithm is refused; `aud`, `iss`, `iat` and `exp` are
-/// required, and `exp` and `iat` are checked against the service's clock.
+/// required, and `exp`, `iat` and `nbf` (when present) are checked against the service's
+/// clock.
 pub struct Tokens {
     encoding: EncodingKey,
     decoding: DecodingKey,
@@ -156,6 +160,7 @@ impl Tokens {
             iss: ISSUER.into(),
             iat,
             exp: iat + TOKEN_LIFETIME.as_secs() as i64,
+            nbf: None,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
     }
@@ -165,7 +170,10 @@ impl Tokens {
             .map_err(|_| TokenError::Invalid)?
             .claims;
         let now = now_ms / 1000;
-        if claims.iat > now + LEEWAY_SECONDS || claims.sub != "admin" {
+        if claims.iat > now + LEEWAY_SECONDS
+            || claims.nbf.is_some_and(|nbf| nbf > now + LEEWAY_SECONDS)
+            || claims.sub != "admin"
+        {
             return Err(TokenError::Invalid);
         }
         if claims.exp <= now {
@@ -230,6 +238,29 @@ mod tests {
     }
 
     #[test]
+    fn a_token_is_not_valid_before_its_nbf() {
+        let tokens = Tokens::new(SECRET);
+        let now = NOW_MS / 1000;
+        let signed = |nbf: i64| {
+            let claims = Claims {
+                sub: "admin".into(),
+                aud: AUDIENCE.into(),
+                iss: ISSUER.into(),
+                iat: now,
+                exp: now + 3600,
+                nbf: Some(nbf),
+            };
+            jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &tokens.encoding)
+                .expect("sign")
+        };
+        assert_eq!(
+            tokens.verify(&signed(now + 600), NOW_MS),
+            Err(TokenError::Invalid)
+        );
+        assert_eq!(tokens.verify(&signed(now), NOW_MS), Ok(()));
+    }
+
+    #[test]
     fn tampered_foreign_and_unsigned_tokens_are_refused() {
         let tokens = Tokens::new(SECRET);
         let token = tokens.issue(NOW_MS).expect("issue");
@@ -266,6 +297,7 @@ mod tests {
                 iss: ISSUER.into(),
                 iat: NOW_MS / 1000,
                 exp: NOW_MS / 1000 + 60,
+                nbf: None,
             },
             &EncodingKey::from_secret(SECRET),
         )

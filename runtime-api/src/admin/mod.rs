@@ -285,12 +285,7 @@ impl RuntimeAdminService {
         let token = metadata
             .get("authorization")
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| {
-                value
-                    .strip_prefix("Bearer ")
-                    .or_else(|| value.strip_prefix("bearer "))
-            })
-            .map(str::trim)
+            .and_then(sandgate_proto::bearer_token)
             .ok_or_else(|| unauthenticated("Authorization: Bearer <admin token> is required"))?;
         admin
             .tokens
