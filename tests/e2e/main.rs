@@ -7,6 +7,7 @@
 mod common;
 
 mod admin;
+mod agent_server;
 
 mod catalog;
 mod event_store;

@@ -1,0 +1,234 @@
+//! The real OpenHands agent-server, unchanged, posting its webhooks to the real `sandgate`
+//! binary: one conversation through create, four turns, pause, resume and delete, timed
+//! beside the same run against a receiver that answers everything at once.
+//!
+//! Both releases the platform meets: 1.34.0 (what `openhands-ai` 1.11.0 pins) and 1.58.2.
+//! `scripts/install-real-clients` installs them into `.tools/` (`scripts/test` runs it);
+//! the driver is `tests/real_clients/agent_server_drive.py`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+use crate::common::{Backend, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, serve_args};
+
+/// How much slower the four turns may be against Sandgate than against the baseline.
+const TURNS_SLACK_SECONDS: f64 = 3.0;
+
+fn repository(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The python of the venv that holds `release` of the agent-server.
+fn python(release: &str) -> PathBuf {
+    let python = repository(&format!(".tools/agent-server-{release}/bin/python"));
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-real-clients (scripts/test does)",
+        python.display()
+    );
+    python
+}
+
+/// Runs the driver against `webhook_base`; its report.
+async fn drive(release: &str, webhook_base: &str) -> Value {
+    let output = Command::new(python(release))
+        .arg(repository("tests/real_clients/agent_server_drive.py"))
+        .args(["--webhook-base", webhook_base, "--session-key", WEBHOOK_KEY])
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run the driver");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the driver failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|error| panic!("the driver's report is not JSON ({error}): {stdout}"))
+}
+
+/// The receiver that answers everything at once, running until dropped; its base URL.
+async fn baseline_receiver(release: &str) -> (tokio::process::Child, String) {
+    let mut child = Command::new(python(release))
+        .arg(repository("tests/real_clients/capture_receiver.py"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the baseline receiver");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .expect("read")
+        .expect("the receiver's first line");
+    let url = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    (child, url)
+}
+
+fn seconds(report: &Value, field: &str) -> f64 {
+    report[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no {field} in {report}"))
+}
+
+/// `sandgate_http_requests_total` samples of one route: `(method, status, count)`.
+fn requests_of(metrics: &str, route: &str) -> Vec<(String, String, f64)> {
+    let label = |line: &str, name: &str| {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let end = start + line[start..].find('"')?;
+        Some(line[start..end].to_owned())
+    };
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("sandgate_http_requests_total{"))
+        .filter(|line| label(line, "route").as_deref() == Some(route))
+        .filter_map(|line| {
+            let count = line.rsplit(' ').next()?.parse().ok()?;
+            Some((label(line, "method")?, label(line, "status")?, count))
+        })
+        .collect()
+}
+
+async fn one_conversation(release: &str) {
+    let baseline = {
+        let (_receiver, url) = baseline_receiver(release).await;
+        drive(release, &format!("{url}/api/v1/webhooks")).await
+    };
+
+    let backend = Backend::embedded();
+    let sandgate = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
+    let report = drive(release, &sandgate.url("/api/v1/webhooks")).await;
+
+    assert_eq!(report["agent_server_version"], release, "{report}");
+    assert_eq!(
+        report["webhook_failures"],
+        serde_json::json!([]),
+        "the agent-server logged failed webhooks: {report}"
+    );
+    let turns = seconds(&report, "total_turns_seconds");
+    let baseline_turns = seconds(&baseline, "total_turns_seconds");
+    assert!(
+        turns <= baseline_turns + TURNS_SLACK_SECONDS,
+        "4 turns took {turns:.2} s against Sandgate, {baseline_turns:.2} s against the baseline"
+    );
+
+    // Every post the agent-server made was answered 2xx, events batches included.
+    let client = reqwest::Client::new();
+    let metrics = client
+        .get(sandgate.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for route in [
+        "/api/v1/webhooks/conversations",
+        "/api/v1/webhooks/events/{conversation_id}",
+    ] {
+        let answers = requests_of(&metrics, route);
+        assert!(
+            answers.iter().any(|(_, _, count)| *count > 0.0),
+            "no request on {route}:\n{metrics}"
+        );
+        for (method, status, count) in &answers {
+            assert!(
+                status.starts_with('2'),
+                "{count} {method} {route} answered {status}"
+            );
+        }
+    }
+
+    let id = report["conversation_id"].as_str().expect("conversation id");
+    let record: Value = sandgate
+        .conversation(&client, id)
+        .await
+        .json()
+        .await
+        .expect("the record");
+    let lifecycle: Vec<&str> = record["sandgate"]["lifecycle"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no lifecycle in {record}"))
+        .iter()
+        .filter_map(|step| step["kind"].as_str())
+        .collect();
+    assert_eq!(
+        lifecycle,
+        ["start", "pause", "resume", "delete"],
+        "{record}"
+    );
+    let event_count = record["sandgate"]["event_count"].as_u64().unwrap_or(0);
+    assert!(event_count > 0, "no event counted on {record}");
+
+    let events: Value = client
+        .get(sandgate.url(&format!(
+            "/api/v1/conversations/{id}/events?limit=100&order=asc"
+        )))
+        .header("x-api-key", RUNTIME_KEY)
+        .send()
+        .await
+        .expect("events")
+        .json()
+        .await
+        .expect("JSON");
+    let items = events["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no items in {events}"));
+    assert_eq!(items.len() as u64, event_count, "{events}");
+    // The user's four messages (and the one queued before the pause) are there, in order.
+    let user_messages = items
+        .iter()
+        .filter(|event| event["kind"] == "MessageEvent" && event["source"] == "user")
+        .count();
+    assert_eq!(user_messages, 5, "{events}");
+    let stamps: Vec<&str> = items
+        .iter()
+        .filter_map(|event| event["timestamp"].as_str())
+        .collect();
+    assert!(
+        stamps.windows(2).all(|pair| pair[0] <= pair[1]),
+        "events out of order: {stamps:?}"
+    );
+    // The LLM key the agent was created with is never stored in clear.
+    assert!(
+        !events.to_string().contains("sk-fake-llm-key"),
+        "an LLM key in the stored events"
+    );
+    assert!(
+        no_error_logged(&sandgate.log()),
+        "Sandgate logged an error:\n{}",
+        sandgate.log()
+    );
+}
+
+/// Whether Sandgate's log is free of errors.
+fn no_error_logged(log: &str) -> bool {
+    !log.lines().any(|line| line.contains("ERROR"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_server_1_34_0_runs_a_conversation_against_sandgate() {
+    tokio::time::timeout(Duration::from_secs(600), one_conversation("1.34.0"))
+        .await
+        .expect("the run finished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_server_1_58_2_runs_a_conversation_against_sandgate() {
+    tokio::time::timeout(Duration::from_secs(600), one_conversation("1.58.2"))
+        .await
+        .expect("the run finished");
+}
