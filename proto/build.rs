@@ -19,8 +19,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let files = protox::compile(PROTOS, [&root])?;
     // Bodies travel as `Bytes`, so the edge hands a request body on without copying it.
+    // A message that does not decode is the caller's fault: `crate::codec` says so.
     tonic_prost_build::configure()
         .bytes(".")
+        .codec_path("crate::codec::ProtoCodec")
         .compile_fds(files)?;
     Ok(())
 }

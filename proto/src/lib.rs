@@ -2,6 +2,7 @@
 //! one table of error codes with its gRPC and HTTP projections, and the trace context
 //! that travels in gRPC metadata.
 
+pub mod codec;
 pub mod error;
 pub mod json;
 

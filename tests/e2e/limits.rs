@@ -93,3 +93,68 @@ async fn grpc_health_knows_its_services() {
         .expect_err("an unknown service");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
+
+/// A request message that does not decode is the caller's error: INVALID_ARGUMENT, not
+/// INTERNAL (prost's codec's answer).
+#[tokio::test]
+async fn a_malformed_message_is_invalid_argument() {
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+    /// Sends its bytes as they are; expects no answer to decode.
+    #[derive(Default)]
+    struct Raw;
+    struct RawEncoder;
+    struct NoDecoder;
+    impl Codec for Raw {
+        type Encode = Vec<u8>;
+        type Decode = ();
+        type Encoder = RawEncoder;
+        type Decoder = NoDecoder;
+        fn encoder(&mut self) -> RawEncoder {
+            RawEncoder
+        }
+        fn decoder(&mut self) -> NoDecoder {
+            NoDecoder
+        }
+    }
+    impl Encoder for RawEncoder {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+            bytes::BufMut::put_slice(buf, &item);
+            Ok(())
+        }
+    }
+    impl Decoder for NoDecoder {
+        type Item = ();
+        type Error = tonic::Status;
+        fn decode(&mut self, _: &mut DecodeBuf<'_>) -> Result<Option<()>, Self::Error> {
+            Ok(Some(()))
+        }
+    }
+
+    let backend = Backend::embedded();
+    let server = Sandgate::start(&backend).await;
+    let channel = tonic::transport::Endpoint::from_shared(server.url(""))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let mut request = tonic::Request::new(vec![0xff, 0xff, 0xff, 0x0f]);
+    request
+        .metadata_mut()
+        .insert("x-session-api-key", WEBHOOK_KEY.parse().expect("ascii"));
+    let answer = grpc
+        .unary::<Vec<u8>, (), Raw>(
+            request,
+            "/sandgate.conversations.v1.Conversations/GetConversation"
+                .parse()
+                .expect("path"),
+            Raw,
+        )
+        .await
+        .expect_err("garbage is refused");
+    assert_eq!(answer.code(), tonic::Code::InvalidArgument, "{answer}");
+}
