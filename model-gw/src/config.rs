@@ -273,6 +273,14 @@ const RESERVED_HEADERS: &[(&str, &str)] = &[
         "each client's spend log metadata is its own",
     ),
     (
+        "x-litellm-session-id",
+        "each client's session id is forwarded untouched",
+    ),
+    (
+        "x-litellm-spend-logs-metadata",
+        "each client's spend log metadata is its own",
+    ),
+    (
         "authorization",
         "the upstream key is the model entry's `api_key`",
     ),

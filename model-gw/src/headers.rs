@@ -55,10 +55,17 @@ pub fn outbound_headers(client: &HeaderMap, config: &GatewayConfig) -> HeaderMap
     outbound
 }
 
-/// The spend log's metadata header: a JSON string.
-pub const SPEND_LOGS_METADATA: &str = "x-gateway-spend-logs-metadata";
-/// Ties a call to a conversation; forwarded untouched when forwarding is on.
-pub const SESSION_ID: &str = "x-gateway-session-id";
+/// The spend log's metadata header, a JSON string: the spec's name, then LiteLLM's (what
+/// the OpenHands SDK and LiteLLM clients send). The first present wins.
+pub const SPEND_LOGS_METADATA: [&str; 2] = [
+    "x-gateway-spend-logs-metadata",
+    "x-litellm-spend-logs-metadata",
+];
+/// Ties a call to a conversation, under the spec's name and LiteLLM's (the OpenHands SDK
+/// stamps `x-litellm-session-id`); forwarded untouched when forwarding is on.
+pub const SESSION_ID: [&str; 2] = ["x-gateway-session-id", "x-litellm-session-id"];
+/// The largest spend log metadata kept, in bytes of JSON: it is stored with every entry.
+pub const SPEND_LOGS_METADATA_LIMIT: usize = 8 * 1024;
 
 #[cfg(test)]
 mod tests {
@@ -346,14 +353,16 @@ mod properties {
             client in client(),
             statics in static_headers(),
         ) {
-            let mut sent = header_map(client.iter().map(|(name, value, _)| (name, value)));
-            sent.remove(SESSION_ID);
-            for id in &ids {
-                sent.append(SESSION_ID, id.clone());
+            for session_id in SESSION_ID {
+                let mut sent = header_map(client.iter().map(|(name, value, _)| (name, value)));
+                sent.remove(session_id);
+                for id in &ids {
+                    sent.append(session_id, id.clone());
+                }
+                let outbound = outbound_headers(&sent, &config(true, statics.clone()));
+                let gone: Vec<&HeaderValue> = outbound.get_all(session_id).iter().collect();
+                prop_assert_eq!(gone, ids.iter().collect::<Vec<_>>());
             }
-            let outbound = outbound_headers(&sent, &config(true, statics));
-            let gone: Vec<&HeaderValue> = outbound.get_all(SESSION_ID).iter().collect();
-            prop_assert_eq!(gone, ids.iter().collect::<Vec<_>>());
         }
 
         /// A name's fate does not depend on the case it was sent in: names arrive as

@@ -26,7 +26,9 @@ use tracing::{Instrument, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
-use crate::headers::{SESSION_ID, SPEND_LOGS_METADATA, outbound_headers};
+use crate::headers::{
+    SESSION_ID, SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT, outbound_headers,
+};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
 use crate::retry::{RetryPolicy, transient};
 use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
@@ -164,11 +166,7 @@ impl Gateway {
                 "Authentication Error: the gateway has no master key configured",
             ));
         };
-        let presented = metadata
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .and_then(sandgate_proto::bearer_token);
-        let valid = presented.is_some_and(|key| {
+        let valid = presented_keys(metadata).any(|key| {
             let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
             bool::from(digest.ct_eq(expected))
         });
@@ -177,7 +175,7 @@ impl Gateway {
         } else {
             Err(error(
                 ErrorCode::Unauthenticated,
-                "Authentication Error: invalid or missing master key (Authorization: Bearer <key>)",
+                "Authentication Error: invalid or missing master key (Authorization: Bearer <key>, or x-api-key, api-key, x-litellm-api-key)",
             ))
         }
     }
@@ -353,17 +351,46 @@ impl CallRecord {
     }
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|value| value.to_str().ok())
+/// Every master key a caller presents, where LiteLLM's proxy takes one: `Authorization:
+/// Bearer` (OpenAI SDKs), `x-api-key` (the Anthropic SDK, Claude Code), `api-key` (Azure
+/// OpenAI clients), `x-litellm-api-key` (LiteLLM's own, with or without `Bearer `).
+fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item = &str> {
+    let text = |name: &str| metadata.get(name).and_then(|value| value.to_str().ok());
+    let bearer = text("authorization").and_then(sandgate_proto::bearer_token);
+    let litellm = text("x-litellm-api-key")
+        .map(|value| sandgate_proto::bearer_token(value).unwrap_or(value.trim()));
+    let raw = ["x-api-key", "api-key"]
+        .into_iter()
+        .filter_map(move |name| text(name).map(str::trim));
+    bearer.into_iter().chain(litellm).chain(raw)
 }
 
-/// The spend log metadata header, when it holds JSON; anything else is logged and ignored.
+/// The first of `names` the client sent, as text.
+fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+    names
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .and_then(|value| value.to_str().ok())
+}
+
+/// The spend log metadata header, when it holds JSON of at most
+/// [`SPEND_LOGS_METADATA_LIMIT`] bytes; anything else is logged and ignored.
 fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
-    let raw = headers.get(SPEND_LOGS_METADATA)?;
+    let (name, raw) = SPEND_LOGS_METADATA
+        .iter()
+        .find_map(|name| Some((*name, headers.get(*name)?)))?;
+    if raw.len() > SPEND_LOGS_METADATA_LIMIT {
+        tracing::warn!(
+            bytes = raw.len(),
+            limit = SPEND_LOGS_METADATA_LIMIT,
+            "{name} is larger than the limit; ignored"
+        );
+        return None;
+    }
     match serde_json::from_slice(raw.as_bytes()) {
         Ok(value) => Some(value),
         Err(err) => {
-            tracing::warn!(error = %err, "{SPEND_LOGS_METADATA} is not JSON; ignored");
+            tracing::warn!(error = %err, "{name} is not JSON; ignored");
             None
         }
     }
@@ -547,7 +574,7 @@ impl ModelGatewayService {
                 model: chat.model.clone(),
                 upstream_model: upstream.model.clone(),
                 user: chat.user.clone(),
-                session_id: header_str(&headers, SESSION_ID).map(str::to_owned),
+                session_id: first_header(&headers, &SESSION_ID).map(str::to_owned),
                 metadata: spend_metadata(&headers),
                 ..SpendLogEntry::default()
             },

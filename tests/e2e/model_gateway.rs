@@ -479,6 +479,59 @@ async fn every_call_needs_the_master_key() {
     assert_eq!(gateway.upstream.count(), 0);
 }
 
+/// The master key where LiteLLM's proxy takes it: the Anthropic SDK and Claude Code send
+/// `x-api-key`, Azure OpenAI clients `api-key`, LiteLLM's own `x-litellm-api-key`. Each
+/// carrier with a wrong key is refused, and none is passed on to the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_master_key_is_taken_from_every_carrier_litellm_reads() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let client = &gateway.sandgate.client;
+    for (header, value) in [
+        ("x-api-key", MASTER_KEY.to_owned()),
+        ("api-key", MASTER_KEY.to_owned()),
+        ("x-litellm-api-key", MASTER_KEY.to_owned()),
+        ("x-litellm-api-key", format!("Bearer {MASTER_KEY}")),
+    ] {
+        let (status, body) = json_of(
+            client
+                .get(gateway.sandgate.url("/v1/models"))
+                .header(header, &value)
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(status, 200, "{header}: {body}");
+        let (status, body) = json_of(
+            client
+                .get(gateway.sandgate.url("/v1/models"))
+                .header(header, "sk-wrong")
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(status, 401, "{header}: {body}");
+
+        let response = client
+            .post(gateway.sandgate.url("/v1/chat/completions"))
+            .header(header, &value)
+            .json(&chat_body("claude"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 200, "{header}");
+        response.bytes().await.expect("body");
+        let sent = gateway.upstream.last().headers;
+        assert!(sent.get(header).is_none(), "{header} went upstream");
+        assert!(
+            !format!("{sent:?}").contains(MASTER_KEY),
+            "the master key went upstream"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_failures_map_to_their_statuses() {
     let backend = Backend::embedded();
@@ -632,17 +685,42 @@ async fn the_user_and_metadata_are_logged_not_forwarded(backend: Backend) {
     assert_eq!(response.status(), 200, "a malformed header is ignored");
     response.bytes().await.expect("body");
 
-    let logs = gateway.spend_logs(2).await;
-    assert_eq!(logs.len(), 2);
-    assert_eq!(logs[0]["metadata"], Value::Null);
-    assert_eq!(logs[1]["user"], "alice@example.com");
-    assert_eq!(logs[1]["session_id"], "conv-9");
+    // LiteLLM's names, as the OpenHands SDK sends them.
+    let response = gateway
+        .post("/v1/chat/completions", &chat_body("claude"))
+        .header("x-litellm-session-id", "conv-10")
+        .header("x-litellm-spend-logs-metadata", r#"{"team":"blue"}"#)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    response.bytes().await.expect("body");
+
+    // Metadata is stored with every entry: past 8 KiB it is ignored, the call served.
+    let oversized = json!({ "notes": "n".repeat(8 * 1024) }).to_string();
+    let response = gateway
+        .post("/v1/chat/completions", &chat_body("claude"))
+        .header("x-gateway-spend-logs-metadata", oversized)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200, "oversized metadata is ignored");
+    response.bytes().await.expect("body");
+
+    let logs = gateway.spend_logs(4).await;
+    assert_eq!(logs.len(), 4);
+    assert_eq!(logs[0]["metadata"], Value::Null, "oversized");
+    assert_eq!(logs[1]["session_id"], "conv-10");
+    assert_eq!(logs[1]["metadata"], json!({"team": "blue"}));
+    assert_eq!(logs[2]["metadata"], Value::Null, "malformed");
+    assert_eq!(logs[3]["user"], "alice@example.com");
+    assert_eq!(logs[3]["session_id"], "conv-9");
     assert_eq!(
-        logs[1]["metadata"],
+        logs[3]["metadata"],
         json!({"team": "red", "cost_center": 7})
     );
-    assert_eq!(logs[1]["prompt_tokens"], 11);
-    assert_eq!(logs[1]["model"], "claude");
+    assert_eq!(logs[3]["prompt_tokens"], 11);
+    assert_eq!(logs[3]["model"], "claude");
     let text = serde_json::to_string(&logs).expect("JSON");
     assert!(!text.contains("\"hi\""), "no prompt content: {text}");
     assert!(!text.contains("Hello"), "no response content: {text}");

@@ -11,8 +11,9 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 
 use crate::client::ClientAddress;
 
-/// Headers that are credentials the services need.
-const FORWARDED: &[&str] = &["authorization"];
+/// Headers that are credentials the services need (`api-key`: Azure OpenAI clients' way
+/// to send the model gateway's key; the others start with `x-`).
+const FORWARDED: &[&str] = &["authorization", "api-key"];
 
 /// Prefixes of provider headers the model gateway's header policy may forward.
 const PROVIDER_PREFIXES: &[&str] = &["anthropic-"];
