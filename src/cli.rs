@@ -201,9 +201,21 @@ pub struct StoreArgs {
     /// Directory of the embedded store (used when no Redis URL is given).
     #[arg(long, env = "SANDGATE_DATA_DIR", default_value = "./.sandgate")]
     pub data_dir: PathBuf,
-    /// Redis URL; when given, Redis replaces the embedded store.
+    /// Redis URL; when given, Redis replaces the embedded store. `redis://`, `rediss://`
+    /// (TLS, checked against the system's roots or `--redis-ca-cert`), `redis+unix://`.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis: Option<String>,
+    /// PEM file of the CA that signed the Redis server's certificate, trusted instead of
+    /// the system's roots (a private CA).
+    #[arg(long, env = "REDIS_CA_CERT")]
+    pub redis_ca_cert: Option<PathBuf>,
+    /// PEM file of a client certificate, for a Redis server that asks for one
+    /// (`tls-auth-clients yes`); with `--redis-client-key`.
+    #[arg(long, env = "REDIS_CLIENT_CERT", requires = "redis_client_key")]
+    pub redis_client_cert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    #[arg(long, env = "REDIS_CLIENT_KEY", requires = "redis_client_cert")]
+    pub redis_client_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -478,3 +490,7 @@ pub struct HealthCheckArgs {
     #[arg(long, default_value = "3", value_parser = seconds)]
     pub timeout: Duration,
 }
+    /// Also connect to the store as configured (Redis: URL, TLS, password) and report
+    /// whether it answers.
+    #[arg(long)]
+    pub connect: bool,

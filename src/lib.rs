@@ -30,7 +30,7 @@ use sandgate_runtime_api::admin::rate_limit::LoginRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
-use sandgate_runtime_api::store::{Backend, EventRetention, Store, redact_url};
+use sandgate_runtime_api::store::{Backend, EventRetention, RedisTls, Store, redact_url};
 use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
     SandboxConfig, SettingsService, StoreHealthService,
@@ -67,9 +67,33 @@ fn health(
     tonic_health::pb::health_server::HealthServer::new(StoreHealthService::new(store, services))
 }
 
-async fn open_store(args: &StoreArgs) -> anyhow::Result<Store> {
+/// The TLS material `args` names, read from its files.
+fn redis_tls(args: &StoreArgs) -> anyhow::Result<RedisTls> {
+    let read = |path: &std::path::Path, flag: &str| {
+        std::fs::read(path).with_context(|| format!("cannot read {flag} {}", path.display()))
+    };
+    Ok(RedisTls {
+        ca_cert: args
+            .redis_ca_cert
+            .as_deref()
+            .map(|path| read(path, "--redis-ca-cert"))
+            .transpose()?,
+        client: match (&args.redis_client_cert, &args.redis_client_key) {
+            (Some(cert), Some(key)) => Some((
+                read(cert, "--redis-client-cert")?,
+                read(key, "--redis-client-key")?,
+            )),
+            _ => None,
+        },
+    })
+}
+
+pub(crate) async fn open_store(args: &StoreArgs) -> anyhow::Result<Store> {
     let backend = match &args.redis {
-        Some(url) => Backend::Redis { url: url.clone() },
+        Some(url) => Backend::Redis {
+            url: url.clone(),
+            tls: redis_tls(args)?,
+        },
         None => Backend::Embedded {
             data_dir: args.data_dir.clone(),
         },

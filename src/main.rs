@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
         // Clients and tools: they speak through their own messages, not log records.
         Command::Admin(args) => return admin(args).await,
         Command::CheckConfig(args) => {
-            let outcome = sandgate::check_config::run(&args, &mut std::io::stdout().lock());
+            let outcome = sandgate::check_config::run(&args, &mut std::io::stdout().lock()).await;
             finish("check-config", outcome.map_err(|err| err.to_string()))
         }
         Command::GenSecrets(args) => {

@@ -19,6 +19,7 @@ pub mod quantity;
 mod sandboxes;
 mod secrets;
 mod settings;
+mod store;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -90,6 +91,10 @@ pub struct RuntimeApiSettings {
     /// restarted by its orchestrator), and keys that sign something must be set, the same
     /// everywhere, rather than random per process.
     pub shared_store: bool,
+    /// `REDIS_URL`, unless unset or empty (the embedded store).
+    pub redis_url: Option<String>,
+    /// The TLS files given for Redis, by setting (`REDIS_CA_CERT`, …).
+    pub redis_tls_files: Vec<(&'static str, PathBuf)>,
     pub webhook_api_keys: Vec<String>,
     pub default_api_key: Option<String>,
     pub admin_password: Option<String>,
@@ -115,6 +120,8 @@ impl Default for RuntimeApiSettings {
     fn default() -> Self {
         Self {
             shared_store: false,
+            redis_url: None,
+            redis_tls_files: Vec::new(),
             webhook_api_keys: Vec::new(),
             default_api_key: None,
             admin_password: None,
@@ -155,6 +162,7 @@ pub struct EdgeSettings {
 pub fn check(settings: &Settings) -> Vec<Finding> {
     let mut findings = Vec::new();
     if let Some(runtime) = &settings.runtime_api {
+        findings.extend(store::redis(runtime));
         findings.extend(sandboxes::runtime_url_pattern(runtime));
         findings.extend(sandboxes::storage_class(runtime));
         findings.extend(sandboxes::sandbox_namespace(runtime));
@@ -207,9 +215,9 @@ pub fn report(
     Ok(errors == 0)
 }
 
-/// `sandgate check-config`: checks the settings of `args.service` and prints the report;
-/// whether it passed.
-pub fn run(
+/// `sandgate check-config`: checks the settings of `args.service` (and with `--connect`,
+/// that its store can be reached) and prints the report; whether it passed.
+pub async fn run(
     args: &crate::cli::CheckConfigArgs,
     out: &mut dyn std::io::Write,
 ) -> std::io::Result<bool> {
@@ -220,7 +228,14 @@ pub fn run(
         .to_possible_value()
         .map(|value| value.get_name().to_owned())
         .unwrap_or_default();
-    let passed = report(&check(&settings), &service, out)?;
+    let mut findings = check(&settings);
+    let fatal = findings
+        .iter()
+        .any(|finding| finding.severity == Severity::Fatal);
+    if args.connect && settings.runtime_api.is_some() && !fatal {
+        findings.extend(store::connect(&args.store).await);
+    }
+    let passed = report(&findings, &service, out)?;
     out.flush()?;
     Ok(passed)
 }

@@ -31,6 +31,15 @@ impl RuntimeApiSettings {
     ) -> Self {
         Self {
             shared_store: store.redis.as_ref().is_some_and(|url| !url.is_empty()),
+            redis_url: given(store.redis.as_ref()),
+            redis_tls_files: [
+                ("REDIS_CA_CERT", &store.redis_ca_cert),
+                ("REDIS_CLIENT_CERT", &store.redis_client_cert),
+                ("REDIS_CLIENT_KEY", &store.redis_client_key),
+            ]
+            .into_iter()
+            .filter_map(|(setting, path)| Some((setting, path.clone()?)))
+            .collect(),
             webhook_api_keys: auth
                 .webhook_api_keys
                 .iter()

@@ -273,7 +273,7 @@ async fn logs_hold_no_secret(mut backend: Backend, format: &str) {
     // `serve_args` are on the command line; they are searched for all the same).
     let mut args: Vec<String> = serve_args(&backend)
         .into_iter()
-        .filter(|arg| !arg.starts_with("redis://"))
+        .filter(|arg| !arg.starts_with("redis://") && !arg.starts_with("rediss://"))
         .collect();
     let redis_url = match &backend {
         Backend::Redis(redis) => {

@@ -25,6 +25,7 @@ mod observability;
 mod ordering;
 mod process;
 mod redaction;
+mod redis_tls;
 mod sandbox_api;
 mod store_conformance;
 mod tenancy;

@@ -19,7 +19,10 @@ pub async fn open(backend: &Backend) -> Store {
         Backend::Embedded(dir) => store::Backend::Embedded {
             data_dir: dir.path().to_path_buf(),
         },
-        Backend::Redis(redis) => store::Backend::Redis { url: redis.url() },
+        Backend::Redis(redis) => store::Backend::Redis {
+            url: redis.url(),
+            tls: redis.tls(),
+        },
     };
     Store::open(&backend).await.expect("store opens")
 }

@@ -110,11 +110,7 @@ async fn a_stale_member_is_skipped_by_readers_and_dropped_by_its_writer(backend:
     if let Backend::Redis(redis) = &backend {
         // The writer that moved the record dropped the index entry it left behind, before
         // any reader came by.
-        let client = ::redis::Client::open(redis.url()).expect("client");
-        let mut connection = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
+        let mut connection = redis.connection().await;
         let members: Vec<String> = ::redis::cmd("ZRANGE")
             .arg("sandgate:idx:tag:team=alpha")
             .arg(0)

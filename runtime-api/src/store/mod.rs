@@ -119,8 +119,55 @@ pub trait StoreHealth: Send + Sync + 'static {
 pub enum Backend {
     /// A redb database in this directory.
     Embedded { data_dir: PathBuf },
-    /// A Redis server, by URL (`redis://…`, `rediss://…`, `redis+unix://…`).
-    Redis { url: String },
+    /// A Redis server, by URL (`redis://…`, `rediss://…`, `redis+unix://…`), with the TLS
+    /// material a `rediss://` server may need beyond the system's roots.
+    Redis { url: String, tls: RedisTls },
+}
+
+/// PEM material for a `rediss://` server: the CA that signed its certificate (instead of
+/// the system's roots) and a client certificate for servers that ask for one. No `Debug`
+/// of the contents: the key is a secret.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    pub ca_cert: Option<Vec<u8>>,
+    /// The client's certificate chain and private key, both PEM.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl RedisTls {
+    fn is_empty(&self) -> bool {
+        self.ca_cert.is_none() && self.client.is_none()
+    }
+}
+
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca_cert", &self.ca_cert.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+/// The URL forms the Redis backend connects with, as `scheme://`.
+pub const REDIS_URL_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
+
+/// Why the Redis backend cannot use `url`, if it cannot: a scheme it does not speak, or a
+/// URL the client does not parse. Never echoes a password.
+pub fn redis_url_problem(url: &str) -> Option<String> {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if !REDIS_URL_SCHEMES.contains(&scheme) {
+        return Some(format!(
+            "{} is not a URL form Sandgate connects with (use {})",
+            redact_url(url),
+            REDIS_URL_SCHEMES
+                .map(|scheme| format!("{scheme}://"))
+                .join(", ")
+        ));
+    }
+    ::redis::IntoConnectionInfo::into_connection_info(url)
+        .err()
+        .map(|err| format!("{} does not parse: {err}", redact_url(url)))
 }
 
 /// One handle per concern, all served by the same backend.
@@ -146,8 +193,8 @@ impl Store {
             Backend::Embedded { data_dir } => Ok(Self::from_backend(Arc::new(
                 EmbeddedStore::open(data_dir.clone()).await?,
             ))),
-            Backend::Redis { url } => Ok(Self::from_backend(Arc::new(
-                RedisStore::connect(url).await?,
+            Backend::Redis { url, tls } => Ok(Self::from_backend(Arc::new(
+                RedisStore::connect(url, tls).await?,
             ))),
         }
     }

@@ -22,8 +22,8 @@ use redis::{AsyncCommands, Script};
 use uuid::Uuid;
 
 use super::{
-    ConversationStore, IndexKey, ProfileStore, SessionKeyStore, StoreError, StoreHealth,
-    StoreResult, StoredConversation, StoredProfile, redact_url,
+    ConversationStore, IndexKey, ProfileStore, RedisTls, SessionKeyStore, StoreError, StoreHealth,
+    StoreResult, StoredConversation, StoredProfile, redact_url, redis_url_problem,
 };
 
 /// Compare-and-swap of a conversation: writes only when the stored version is ARGV[1].
@@ -67,8 +67,28 @@ fn profile_key(owner: &str, name: &str) -> String {
 impl RedisStore {
     /// Connects, failing fast when the server cannot be reached. Later outages make calls
     /// fail with [`StoreError::Unavailable`] until the connection manager reconnects.
-    pub async fn connect(url: &str) -> StoreResult<Self> {
-        let client = redis::Client::open(url).map_err(|err| {
+    pub async fn connect(url: &str, tls: &RedisTls) -> StoreResult<Self> {
+        if let Some(problem) = redis_url_problem(url) {
+            return Err(StoreError::Unavailable(problem));
+        }
+        let client = if tls.is_empty() {
+            redis::Client::open(url)
+        } else {
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: tls
+                        .client
+                        .as_ref()
+                        .map(|(cert, key)| redis::ClientTlsConfig {
+                            client_cert: cert.clone(),
+                            client_key: key.clone(),
+                        }),
+                    root_cert: tls.ca_cert.clone(),
+                },
+            )
+        }
+        .map_err(|err| {
             StoreError::Unavailable(format!("invalid Redis URL {}: {err}", redact_url(url)))
         })?;
         let config = ConnectionManagerConfig::new()

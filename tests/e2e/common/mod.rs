@@ -76,11 +76,20 @@ impl Backend {
         Self::Redis(RedisServer::start().await)
     }
 
+    /// Redis over TLS only (`rediss://`), with a private CA.
+    pub async fn redis_tls() -> Self {
+        Self::Redis(RedisServer::start_tls(false).await)
+    }
+
     /// The command-line flags that select this backend.
     pub fn args(&self) -> Vec<String> {
         match self {
             Self::Embedded(dir) => vec!["--data-dir".into(), dir.path().display().to_string()],
-            Self::Redis(redis) => vec!["--redis".into(), redis.url()],
+            Self::Redis(redis) => {
+                let mut args = vec!["--redis".into(), redis.url()];
+                args.extend(redis.tls_args());
+                args
+            }
         }
     }
 }
@@ -225,7 +234,8 @@ impl Drop for Sandgate {
     }
 }
 
-/// Runs each named `async fn(Backend)` once on the embedded store and once on Redis.
+/// Runs each named `async fn(Backend)` on the embedded store, on Redis and on Redis over
+/// TLS (`rediss://` with a private CA).
 #[macro_export]
 macro_rules! on_both_backends {
     ($($test:ident),* $(,)?) => {
@@ -242,6 +252,14 @@ macro_rules! on_both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test($crate::common::Backend::redis().await).await;
+                }
+            )*
+        }
+        mod redis_tls {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Backend::redis_tls().await).await;
                 }
             )*
         }

@@ -3,11 +3,14 @@
 use std::path::Path;
 use std::process::Stdio;
 
+use sandgate_runtime_api::store::RedisTls;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 pub struct RedisServer {
     port: u16,
+    /// For a server that speaks TLS only: its certificates, and the CA clients trust.
+    tls: Option<Tls>,
     /// Boxed: a `Backend` holds a server, and stays small.
     child: Box<Child>,
     /// For a durable server: its data directory (append-only file fsynced on every write),
@@ -43,16 +46,34 @@ impl RedisServer {
         Self::start_on_free_port(None, Some(password.to_owned())).await
     }
 
+    /// A server that speaks TLS only (`rediss://`), with a certificate for 127.0.0.1
+    /// issued by a CA of its own; with `client_auth`, it also refuses clients without a
+    /// certificate from that CA.
+    pub async fn start_tls(client_auth: bool) -> Self {
+        Self::start_with(None, None, Some(Tls::issue(client_auth))).await
+    }
+
     async fn start_on_free_port(
         durable: Option<tempfile::TempDir>,
         password: Option<String>,
     ) -> Self {
+        Self::start_with(durable, password, None).await
+    }
+
+    async fn start_with(
+        durable: Option<tempfile::TempDir>,
+        password: Option<String>,
+        tls: Option<Tls>,
+    ) -> Self {
         for _ in 0..10 {
             let port = free_port();
             let data_dir = durable.as_ref().map(|dir| dir.path());
-            if let Some(child) = Self::spawn(port, data_dir, password.as_deref()).await {
+            if let Some(child) =
+                Self::spawn(port, data_dir, password.as_deref(), tls.as_ref()).await
+            {
                 return Self {
                     port,
+                    tls,
                     child,
                     durable,
                     password,
@@ -66,16 +87,25 @@ impl RedisServer {
         port: u16,
         data_dir: Option<&Path>,
         password: Option<&str>,
+        tls: Option<&Tls>,
     ) -> Option<Box<Child>> {
         let mut command = Command::new("redis-server");
-        command.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ]);
+        match tls {
+            None => command.args(["--port", &port.to_string()]),
+            Some(tls) => command
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(tls.path("server.pem"))
+                .arg("--tls-key-file")
+                .arg(tls.path("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(tls.path("ca.pem"))
+                .args([
+                    "--tls-auth-clients",
+                    if tls.client_auth { "yes" } else { "no" },
+                ]),
+        };
+        command.args(["--bind", "127.0.0.1", "--save", ""]);
         if let Some(password) = password {
             command.args(["--requirepass", password]);
         }
@@ -105,15 +135,63 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         match &self.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(password) => format!("{scheme}://:{password}@127.0.0.1:{}/", self.port),
+            None => format!("{scheme}://127.0.0.1:{}/", self.port),
         }
+    }
+
+    /// What a client needs beyond the URL: the server's CA, and a client certificate
+    /// when the server asks for one.
+    pub fn tls(&self) -> RedisTls {
+        self.tls.as_ref().map(Tls::client).unwrap_or_default()
+    }
+
+    /// The flags that give `sandgate` what [`Self::tls`] gives a client.
+    pub fn tls_args(&self) -> Vec<String> {
+        let Some(tls) = &self.tls else {
+            return Vec::new();
+        };
+        let mut args = vec![
+            "--redis-ca-cert".to_owned(),
+            tls.path("ca.pem").display().to_string(),
+        ];
+        if tls.client_auth {
+            args.extend([
+                "--redis-client-cert".to_owned(),
+                tls.path("client.pem").display().to_string(),
+                "--redis-client-key".to_owned(),
+                tls.path("client.key").display().to_string(),
+            ]);
+        }
+        args
     }
 
     /// A plain connection, to look at what Sandgate stored.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
+        let client = if self.tls.is_none() {
+            redis::Client::open(self.url())
+        } else {
+            let tls = self.tls();
+            redis::Client::build_with_tls(
+                self.url(),
+                redis::TlsCertificates {
+                    client_tls: tls.client.map(|(client_cert, client_key)| {
+                        redis::ClientTlsConfig {
+                            client_cert,
+                            client_key,
+                        }
+                    }),
+                    root_cert: tls.ca_cert,
+                },
+            )
+        };
+        client
             .expect("url")
             .get_multiplexed_async_connection()
             .await
@@ -143,8 +221,13 @@ impl RedisServer {
             .map(|dir| dir.path().to_owned())
             .expect("only a durable server can restart");
         for _ in 0..50 {
-            if let Some(child) =
-                Self::spawn(self.port, Some(&data_dir), self.password.as_deref()).await
+            if let Some(child) = Self::spawn(
+                self.port,
+                Some(&data_dir),
+                self.password.as_deref(),
+                self.tls.as_ref(),
+            )
+            .await
             {
                 self.child = child;
                 return;
@@ -152,5 +235,60 @@ impl RedisServer {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         panic!("redis-server did not restart on port {}", self.port);
+    }
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate it issued, as PEM
+/// files in a directory of their own.
+struct Tls {
+    dir: tempfile::TempDir,
+    client_auth: bool,
+}
+
+impl Tls {
+    fn issue(client_auth: bool) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // Names of their own: OpenSSL (redis-server, checking the client's certificate)
+        // takes a certificate whose subject is its issuer's for a self-signed one.
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Sandgate test CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(
+            ca_params,
+            rcgen::KeyPair::generate().expect("key"),
+        )
+        .expect("CA");
+        let write = |name: &str, pem: String| {
+            std::fs::write(dir.path().join(name), pem).expect("write a PEM file");
+        };
+        write("ca.pem", ca.pem());
+        for (name, subject) in [("server", "127.0.0.1"), ("client", "sandgate")] {
+            let key = rcgen::KeyPair::generate().expect("key");
+            let mut params =
+                rcgen::CertificateParams::new(vec![subject.to_owned()]).expect("params");
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, subject);
+            let certificate = params.signed_by(&key, &ca).expect("certificate");
+            write(&format!("{name}.pem"), certificate.pem());
+            write(&format!("{name}.key"), key.serialize_pem());
+        }
+        Self { dir, client_auth }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn client(&self) -> RedisTls {
+        let read = |name: &str| std::fs::read(self.path(name)).expect("read a PEM file");
+        RedisTls {
+            ca_cert: Some(read("ca.pem")),
+            client: self
+                .client_auth
+                .then(|| (read("client.pem"), read("client.key"))),
+        }
     }
 }
