@@ -97,7 +97,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub edge: EdgeLimits,
     #[command(flatten)]
-    pub shutdown: ShutdownArgs,
+    pub server: ServerArgs,
 }
 
 #[derive(Debug, Args)]
@@ -112,7 +112,7 @@ pub struct ModelGwArgs {
     #[command(flatten)]
     pub metrics: MetricsArgs,
     #[command(flatten)]
-    pub shutdown: ShutdownArgs,
+    pub server: ServerArgs,
 }
 
 /// Prometheus metrics of a gRPC service process (the edge serves them on its own port).
@@ -175,7 +175,7 @@ pub struct RuntimeApiArgs {
     #[command(flatten)]
     pub metrics: MetricsArgs,
     #[command(flatten)]
-    pub shutdown: ShutdownArgs,
+    pub server: ServerArgs,
 }
 
 #[derive(Debug, Args)]
@@ -193,7 +193,7 @@ pub struct EdgeArgs {
     #[command(flatten)]
     pub edge: EdgeLimits,
     #[command(flatten)]
-    pub shutdown: ShutdownArgs,
+    pub server: ServerArgs,
 }
 
 #[derive(Debug, Args)]
@@ -428,12 +428,43 @@ fn trusted_proxy(value: &str) -> Result<ipnet::IpNet, String> {
         .map_err(|_| format!("{value:?} is neither a CIDR (10.0.0.0/8) nor an address"))
 }
 
+/// What the HTTP server allows its clients, and how it stops.
 #[derive(Debug, Args)]
-pub struct ShutdownArgs {
-    /// Seconds in-flight requests get to finish after SIGTERM or SIGINT.
+pub struct ServerArgs {
+    /// Seconds in-flight requests get to finish after SIGTERM or SIGINT. Connections with
+    /// no request in flight close at once.
     #[arg(long = "shutdown-grace", env = "SANDGATE_SHUTDOWN_GRACE", default_value = "10",
           value_parser = |seconds: &str| seconds.parse::<u64>().map(Duration::from_secs))]
     pub grace: Duration,
+    /// Most connections open at once. At the cap, a new connection displaces the one
+    /// that has waited longest with no request in flight. Lowered to fit the open-file
+    /// limit, which is raised to its hard limit at start.
+    #[arg(long, env = "SANDGATE_MAX_CONNECTIONS", default_value_t = crate::http_server::Limits::default().max_connections,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers once it has begun.
+    #[arg(long, env = "SANDGATE_HEADER_READ_TIMEOUT", default_value = "30", value_parser = seconds)]
+    pub header_read_timeout: Duration,
+    /// Seconds a connection may stay open with no request in flight. Keep it above the
+    /// upstream keep-alive of the proxy in front (nginx and cloud load balancers: 60).
+    #[arg(long, env = "SANDGATE_IDLE_TIMEOUT", default_value = "75", value_parser = seconds)]
+    pub idle_timeout: Duration,
+    /// Seconds a request body may send nothing before the request fails.
+    #[arg(long, env = "SANDGATE_BODY_IDLE_TIMEOUT", default_value = "60", value_parser = seconds)]
+    pub body_idle_timeout: Duration,
+}
+
+impl ServerArgs {
+    pub fn limits(&self) -> crate::http_server::Limits {
+        crate::http_server::Limits {
+            max_connections: crate::http_server::fit_connections_to_descriptors(
+                self.max_connections,
+            ),
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            body_idle_timeout: self.body_idle_timeout,
+        }
+    }
 }
 
 /// Which service's settings `check-config` checks.
@@ -467,6 +498,10 @@ pub struct CheckConfigArgs {
     /// The edge's model gateway URL (`--service edge`).
     #[arg(long, env = "SANDGATE_MODEL_GW_URL")]
     pub model_gw: Option<String>,
+    /// Also connect to the store as configured (Redis: URL, TLS, password) and report
+    /// whether it answers.
+    #[arg(long)]
+    pub connect: bool,
 }
 
 #[derive(Debug, Args)]
@@ -490,7 +525,3 @@ pub struct HealthCheckArgs {
     #[arg(long, default_value = "3", value_parser = seconds)]
     pub timeout: Duration,
 }
-    /// Also connect to the store as configured (Redis: URL, TLS, password) and report
-    /// whether it answers.
-    #[arg(long)]
-    pub connect: bool,

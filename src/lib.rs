@@ -9,6 +9,7 @@ pub mod cli;
 pub mod gen_secrets;
 mod grpc_peer;
 pub mod health_check;
+mod http_server;
 mod shutdown;
 pub mod telemetry;
 
@@ -43,7 +44,7 @@ use tonic::service::Routes;
 
 use cli::{
     AdminArgs, AuthArgs, CatalogArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs,
-    RuntimeApiArgs, SandboxArgs, SandboxDriverKind, ServeArgs, StoreArgs,
+    RuntimeApiArgs, SandboxArgs, SandboxDriverKind, ServeArgs, ServerArgs, StoreArgs,
 };
 pub use shutdown::signal;
 
@@ -245,11 +246,11 @@ async fn run_http(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: std::time::Duration,
+    server: &ServerArgs,
 ) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     tracing::info!("listening on http://{address}");
-    shutdown::serve(listener, app, shutdown, grace).await?;
+    http_server::serve(listener, app, shutdown, server.grace, server.limits()).await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -269,7 +270,7 @@ fn grpc_router(routes: Routes) -> Router {
 async fn with_metrics_listener<F>(
     metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: std::time::Duration,
+    server: &ServerArgs,
     serve_until_stopped: impl FnOnce(tokio_util::sync::WaitForCancellationFutureOwned) -> F,
 ) -> anyhow::Result<()>
 where
@@ -287,8 +288,12 @@ where
             tracing::info!("metrics at http://{address}/metrics");
             let routes = telemetry::metrics::routes(telemetry::metrics::recorder());
             let stopped = stopping.clone().cancelled_owned();
-            Some(tokio::spawn(shutdown::serve(
-                listener, routes, stopped, grace,
+            Some(tokio::spawn(http_server::serve(
+                listener,
+                routes,
+                stopped,
+                server.grace,
+                server.limits(),
             )))
         }
         None => None,
@@ -351,7 +356,7 @@ pub async fn serve(
     app = app.merge(direct_grpc.layer(axum::middleware::from_fn(grpc_peer::untrusted)));
     let served = with_reconciler(
         runtime_api.reconciler,
-        run_http(listener, app, shutdown, args.shutdown.grace),
+        run_http(listener, app, shutdown, &args.server),
     )
     .await;
     gateway.flush_spend_log().await;
@@ -383,11 +388,10 @@ pub async fn runtime_api(
     let routes = runtime_api
         .routes
         .add_service(health(store, RUNTIME_API_SERVICES));
-    let grace = args.shutdown.grace;
-    with_metrics_listener(metrics, shutdown, grace, |stopped| {
+    with_metrics_listener(metrics, shutdown, &args.server, |stopped| {
         with_reconciler(
             runtime_api.reconciler,
-            run_http(listener, grpc_router(routes), stopped, grace),
+            run_http(listener, grpc_router(routes), stopped, &args.server),
         )
     })
     .await
@@ -410,9 +414,8 @@ pub async fn model_gw(
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let grpc = Routes::new(sandgate_model_gw::grpc_service(gateway.clone()))
         .add_service(health(store, &[MODEL_GATEWAY, HEALTH]));
-    let grace = args.shutdown.grace;
-    let served = with_metrics_listener(metrics, shutdown, grace, |stopped| {
-        run_http(listener, grpc_router(grpc), stopped, grace)
+    let served = with_metrics_listener(metrics, shutdown, &args.server, |stopped| {
+        run_http(listener, grpc_router(grpc), stopped, &args.server)
     })
     .await;
     gateway.flush_spend_log().await;
@@ -440,5 +443,5 @@ pub async fn edge(
     let metrics = telemetry::metrics::recorder();
     let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw))
         .merge(telemetry::metrics::routes(metrics));
-    run_http(listener, app, shutdown, args.shutdown.grace).await
+    run_http(listener, app, shutdown, &args.server).await
 }

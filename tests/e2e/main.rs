@@ -27,6 +27,7 @@ mod process;
 mod redaction;
 mod redis_tls;
 mod sandbox_api;
+mod slow_clients;
 mod store_conformance;
 mod tenancy;
 mod upstream_faults;

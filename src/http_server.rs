@@ -1,0 +1,558 @@
+//! The HTTP server every process runs: HTTP/1.1 and HTTP/2 on one port, with the limits
+//! a production ingress puts on its clients, and a bounded drain.
+//!
+//! What a client may hold, and for how long:
+//! - a connection that has not finished a request's headers `header_read_timeout` after
+//!   its first byte is cut (a client trickling a header every few seconds included);
+//! - a connection with no request in flight is closed after `idle_timeout` (longer than
+//!   the upstream keep-alive of the usual ingresses, 60 s, so that they close first);
+//! - a request body that sends nothing for `body_idle_timeout` fails (nginx's
+//!   `client_body_timeout`);
+//! - at most `max_connections` are open. A new one at the cap displaces the connection
+//!   that has waited longest without a request in flight, so that clients which hold
+//!   connections open without using them cannot lock out those that do (`/health`
+//!   included); when every connection is busy, new ones wait in the listen backlog.
+//!
+//! On shutdown, connections with no request in flight close at once; the others finish
+//! their requests (a streamed answer until its body ends) for at most the grace period.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// How long clients may take, and how many may be connected at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub body_idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    /// nginx's and Go's customary values.
+    fn default() -> Self {
+        Limits {
+            max_connections: 4096,
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(75),
+            body_idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Descriptors kept free beyond the connections: the store's, the upstreams', logs.
+const SPARE_DESCRIPTORS: u64 = 256;
+
+/// Raises this process's soft limit on open files to its hard limit (as Go does at start)
+/// and returns `max_connections`, lowered if the descriptors would not suffice.
+pub fn fit_connections_to_descriptors(max_connections: usize) -> usize {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(err) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!(error = %err, "cannot raise the open-file limit");
+            limit = getrlimit(Resource::Nofile);
+        }
+    }
+    let Some(descriptors) = limit.current else {
+        return max_connections;
+    };
+    let room = usize::try_from(descriptors.saturating_sub(SPARE_DESCRIPTORS))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if room < max_connections {
+        tracing::warn!(
+            max_connections,
+            open_file_limit = descriptors,
+            lowered_to = room,
+            "too few file descriptors for --max-connections; lowered (raise `ulimit -n`)"
+        );
+        return room;
+    }
+    max_connections
+}
+
+/// Serves until `shutdown`, then stops accepting and lets in-flight requests finish for
+/// at most `grace` (shorter than a pod's termination grace period, so the process exits
+/// on its own terms). What still runs when `grace` ends is cut.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+    limits: Limits,
+) -> io::Result<()> {
+    let stopping = CancellationToken::new();
+    let trigger = stopping.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        trigger.cancel();
+    });
+    let server = Server::new(limits, stopping.clone());
+    let tracker = TaskTracker::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of descriptors, or a connection reset before it was accepted:
+                    // neither ends the server. Back off a little on the first kind.
+                    tracing::debug!(error = %err, "accept failed");
+                    if is_resource_exhaustion(&err) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    continue;
+                }
+            },
+            () = stopping.cancelled() => break,
+        };
+        let permit = match server.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                server.evict_longest_waiting();
+                tokio::select! {
+                    permit = server.permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        // Never closed; were it, there would be nothing left to serve.
+                        Err(_) => break,
+                    },
+                    () = stopping.cancelled() => break,
+                }
+            }
+        };
+        // No Nagle: a streamed answer (an LLM's server-sent events) leaves in several
+        // writes, and Nagle would hold each after the first until the client's delayed
+        // ACK (≈ 40 ms).
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+        }
+        let server = server.clone();
+        let app = app.clone();
+        tracker.spawn(async move {
+            server.connection(stream, peer, app).await;
+            drop(permit);
+        });
+    }
+    tracker.close();
+    if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        tracing::warn!(
+            grace_seconds = grace.as_secs(),
+            "grace period over; exiting with requests in flight"
+        );
+    }
+    Ok(())
+}
+
+fn is_resource_exhaustion(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(code) if code == rustix::io::Errno::MFILE.raw_os_error()
+            || code == rustix::io::Errno::NFILE.raw_os_error()
+            || code == rustix::io::Errno::NOBUFS.raw_os_error()
+            || code == rustix::io::Errno::NOMEM.raw_os_error()
+    )
+}
+
+/// What every connection of one server shares.
+#[derive(Clone)]
+struct Server {
+    limits: Limits,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    permits: Arc<Semaphore>,
+    stopping: CancellationToken,
+    open: Arc<Mutex<HashMap<u64, Arc<Activity>>>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl Server {
+    fn new(limits: Limits, stopping: CancellationToken) -> Server {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // The header deadline is this module's (it must not also bound idle keep-alive,
+        // as hyper's would).
+        builder.http1().timer(TokioTimer::new());
+        // A peer that stops answering pings is gone: its streams are freed.
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(limits.idle_timeout / 2)
+            .keep_alive_timeout(Duration::from_secs(20));
+        Server {
+            limits,
+            builder: Arc::new(builder),
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            stopping,
+            open: Arc::default(),
+            next_id: Arc::default(),
+        }
+    }
+
+    /// The open connections. Nothing panics while holding them; were it, the map is
+    /// still whole.
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Activity>>> {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn connection(&self, stream: TcpStream, peer: SocketAddr, app: Router) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let activity = Arc::new(Activity::new());
+        self.open().insert(id, activity.clone());
+        metrics::gauge!("sandgate_http_connections").increment(1.0);
+        let reason = self.run(stream, peer, app, &activity).await;
+        self.open().remove(&id);
+        metrics::gauge!("sandgate_http_connections").decrement(1.0);
+        if let Some(reason) = reason {
+            tracing::debug!(%peer, reason, "connection closed by the server");
+            metrics::counter!("sandgate_http_connections_closed_total", "reason" => reason)
+                .increment(1);
+        }
+    }
+
+    /// Serves one connection until it ends; returns why the server ended it, if it did.
+    async fn run(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        app: Router,
+        activity: &Arc<Activity>,
+    ) -> Option<&'static str> {
+        let io = TokioIo::new(Watched {
+            io: stream,
+            activity: activity.clone(),
+        });
+        let service = {
+            let activity = activity.clone();
+            let body_idle_timeout = self.limits.body_idle_timeout;
+            hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let busy = Busy::begin(&activity);
+                let mut request = request.map(|body| {
+                    Body::new(tower_http::timeout::TimeoutBody::new(
+                        body_idle_timeout,
+                        body,
+                    ))
+                });
+                request.extensions_mut().insert(ConnectInfo(peer));
+                let app = app.clone();
+                async move {
+                    let response = app.oneshot(request).await?;
+                    // In flight until the answer's body ends (a stream's last event).
+                    Ok::<_, std::convert::Infallible>(response.map(|body| {
+                        Body::new(body.map_frame(move |frame| {
+                            let _in_flight = &busy;
+                            frame
+                        }))
+                    }))
+                }
+            })
+        };
+        let connection = self.builder.serve_connection(io, service);
+        tokio::pin!(connection);
+        let mut closing = false;
+        loop {
+            let check = activity
+                .next_check(&self.limits)
+                .map(|millis| activity.epoch + Duration::from_millis(millis));
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(err) = result {
+                        tracing::debug!(%peer, error = %err, "connection ended with an error");
+                    }
+                    return None;
+                }
+                () = activity.evicted.cancelled() => return Some("evicted"),
+                () = self.stopping.cancelled(), if !closing => {
+                    if !activity.is_busy() {
+                        return Some("shutdown");
+                    }
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                // A request began to arrive, or ended: the deadlines move.
+                () = activity.changed.notified() => {}
+                () = sleep_until(check), if !closing => {
+                    match activity.verdict(&self.limits, activity.now()) {
+                        Verdict::Keep => {}
+                        Verdict::HeaderTimeout => return Some("header_timeout"),
+                        Verdict::Idle => {
+                            connection.as_mut().graceful_shutdown();
+                            closing = true;
+                            metrics::counter!(
+                                "sandgate_http_connections_closed_total", "reason" => "idle"
+                            )
+                            .increment(1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// At the cap: ends the connection that has waited longest with no request in flight.
+    fn evict_longest_waiting(&self) {
+        let open = self.open();
+        let longest = open
+            .values()
+            .filter(|activity| !activity.is_busy() && !activity.evicted.is_cancelled())
+            .min_by_key(|activity| activity.waiting_since());
+        if let Some(activity) = longest {
+            activity.evicted.cancel();
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+const NOTHING_PENDING: u64 = u64::MAX;
+
+/// What the server knows of one connection's use, in milliseconds since it was accepted.
+struct Activity {
+    epoch: Instant,
+    in_flight: AtomicUsize,
+    /// When its last request ended (or it was accepted).
+    idle_since: AtomicU64,
+    /// When the first byte of a request not yet begun arrived, or `NOTHING_PENDING`.
+    pending_since: AtomicU64,
+    /// Woken when a request begins to arrive and when the last in flight ends.
+    changed: tokio::sync::Notify,
+    evicted: CancellationToken,
+}
+
+enum Verdict {
+    Keep,
+    HeaderTimeout,
+    Idle,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            epoch: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            pending_since: AtomicU64::new(NOTHING_PENDING),
+            changed: tokio::sync::Notify::new(),
+            evicted: CancellationToken::new(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(NOTHING_PENDING - 1)
+    }
+
+    fn is_busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Since when it has waited without a request in flight.
+    fn waiting_since(&self) -> Instant {
+        let since = self
+            .idle_since
+            .load(Ordering::Acquire)
+            .min(self.pending_since.load(Ordering::Acquire));
+        self.epoch + Duration::from_millis(since)
+    }
+
+    /// When to look again: the deadline that applies now, none while a request is in
+    /// flight (`changed` wakes the connection when that ends).
+    fn next_check(&self, limits: &Limits) -> Option<u64> {
+        if self.is_busy() {
+            return None;
+        }
+        let pending = self.pending_since.load(Ordering::Acquire);
+        if pending != NOTHING_PENDING {
+            return Some(pending.saturating_add(millis(limits.header_read_timeout)));
+        }
+        let idle = self.idle_since.load(Ordering::Acquire);
+        Some(idle.saturating_add(millis(limits.idle_timeout)))
+    }
+
+    fn verdict(&self, limits: &Limits, now: u64) -> Verdict {
+        if self.is_busy() {
+            return Verdict::Keep;
+        }
+        let pending = self.pending_since.load(Ordering::Acquire);
+        if pending != NOTHING_PENDING {
+            let waited = Duration::from_millis(now.saturating_sub(pending));
+            return if waited >= limits.header_read_timeout {
+                Verdict::HeaderTimeout
+            } else {
+                Verdict::Keep
+            };
+        }
+        let idle =
+            Duration::from_millis(now.saturating_sub(self.idle_since.load(Ordering::Acquire)));
+        if idle >= limits.idle_timeout {
+            Verdict::Idle
+        } else {
+            Verdict::Keep
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(NOTHING_PENDING - 1)
+}
+
+/// A request in flight on a connection, from its headers to its answer's last byte.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn begin(activity: &Arc<Activity>) -> Busy {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        activity
+            .pending_since
+            .store(NOTHING_PENDING, Ordering::Release);
+        Busy(activity.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            activity.idle_since.store(activity.now(), Ordering::Release);
+            activity
+                .pending_since
+                .store(NOTHING_PENDING, Ordering::Release);
+            activity.changed.notify_one();
+        }
+    }
+}
+
+/// A connection's stream, noting when the bytes of a new request start to arrive.
+struct Watched {
+    io: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before
+            && !this.activity.is_busy()
+            && this
+                .activity
+                .pending_since
+                .compare_exchange(
+                    NOTHING_PENDING,
+                    this.activity.now(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        {
+            this.activity.changed.notify_one();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            max_connections: 4,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_idle_timeout: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn a_connection_without_a_request_is_closed_after_the_idle_timeout() {
+        let activity = Activity::new();
+        activity.idle_since.store(1_000, Ordering::Release);
+        assert!(matches!(activity.verdict(&limits(), 60_999), Verdict::Keep));
+        assert!(matches!(activity.verdict(&limits(), 61_000), Verdict::Idle));
+        assert_eq!(activity.next_check(&limits()), Some(61_000));
+    }
+
+    #[test]
+    fn headers_begun_must_end_within_the_header_timeout() {
+        let activity = Activity::new();
+        activity.pending_since.store(5_000, Ordering::Release);
+        assert!(matches!(activity.verdict(&limits(), 14_999), Verdict::Keep));
+        assert!(matches!(
+            activity.verdict(&limits(), 15_000),
+            Verdict::HeaderTimeout
+        ));
+        assert_eq!(activity.next_check(&limits()), Some(15_000));
+    }
+
+    #[test]
+    fn a_request_in_flight_is_never_cut_by_the_connection_timeouts() {
+        let activity = Activity::new();
+        activity.in_flight.store(1, Ordering::Release);
+        assert!(matches!(
+            activity.verdict(&limits(), 3_600_000),
+            Verdict::Keep
+        ));
+        // Not looked at until it ends.
+        assert_eq!(activity.next_check(&limits()), None);
+    }
+}
