@@ -69,87 +69,140 @@ fn is_credential_header(name: &str) -> bool {
     is_credential_key(&name) || name.ends_with("_key") || name.contains("secret")
 }
 
-/// Redacts every credential-shaped value in `value`, in place (see the module docs).
-pub fn redact(value: &mut Value) {
-    match value {
-        Value::Object(object) => redact_object(object),
-        Value::Array(items) => items.iter_mut().for_each(redact),
-        Value::String(text) => redact_url_password(text),
-        _ => {}
+/// A JSON tree the rules walk: serde_json's `Value`, and the webhook fast path's
+/// borrowed tree, so that a record is redacted the same whichever path validated it.
+pub(crate) trait Redactable {
+    /// Calls `f` with each key and value; false when not an object.
+    fn each_entry(&mut self, f: &mut dyn FnMut(&str, &mut Self)) -> bool;
+    /// Calls `f` with each item; false when not an array.
+    fn each_item(&mut self, f: &mut dyn FnMut(&mut Self)) -> bool;
+    fn text(&self) -> Option<&str>;
+    fn set_text(&mut self, text: String);
+}
+
+impl Redactable for Value {
+    fn each_entry(&mut self, f: &mut dyn FnMut(&str, &mut Self)) -> bool {
+        let Value::Object(object) = self else {
+            return false;
+        };
+        object.iter_mut().for_each(|(key, value)| f(key, value));
+        true
+    }
+
+    fn each_item(&mut self, f: &mut dyn FnMut(&mut Self)) -> bool {
+        let Value::Array(items) = self else {
+            return false;
+        };
+        items.iter_mut().for_each(f);
+        true
+    }
+
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+
+    fn set_text(&mut self, text: String) {
+        *self = Value::String(text);
     }
 }
 
-fn redact_object(object: &mut Map<String, Value>) {
-    for (key, value) in object.iter_mut() {
-        if is_credential_key(key) {
-            blank(value);
-        } else if key == "secret_sources"
-            && let Value::Object(sources) = value
-        {
-            for source in sources.values_mut() {
-                if let Value::Object(source) = source
-                    && let Some(secret) = source.get_mut("value")
-                {
+/// Redacts every credential-shaped value in `value`, in place (see the module docs).
+pub fn redact(value: &mut Value) {
+    redact_tree(value);
+}
+
+/// A conversation record, after its schema's secrets were redacted: the same rules for
+/// what the schema does not mark (credential-named headers in `extra_headers`, a URL's
+/// password, secrets under fields it does not declare). Its `tags` are labels the client
+/// chose and searches by, left as they are.
+pub(crate) fn redact_record<T: Redactable>(record: &mut T) {
+    record.each_entry(&mut |key, value| {
+        if key != "tags" {
+            entry(key, value);
+        }
+    });
+}
+
+pub(crate) fn redact_tree<T: Redactable>(value: &mut T) {
+    if value.each_entry(&mut entry) || value.each_item(&mut redact_tree) {
+        return;
+    }
+    if let Some(redacted) = value.text().and_then(url_password_redacted) {
+        value.set_text(redacted);
+    }
+}
+
+fn entry<T: Redactable>(key: &str, value: &mut T) {
+    if is_credential_key(key) {
+        blank(value);
+    } else if key == "secret_sources" {
+        let is_object = value.each_entry(&mut |_, source| {
+            source.each_entry(&mut |field, secret| {
+                if field == "value" {
                     blank(secret);
                 }
-                redact(source);
-            }
-        } else if HEADER_MAPS.contains(&key.as_str())
-            && let Value::Object(headers) = value
-        {
-            for (name, header) in headers.iter_mut() {
-                if is_credential_header(name) {
-                    blank(header);
-                } else {
-                    redact(header);
-                }
-            }
-        } else if key == "arguments"
-            && let Value::String(arguments) = value
-        {
-            redact_json_text(arguments);
-        } else {
-            redact(value);
+            });
+            redact_tree(source);
+        });
+        if !is_object {
+            redact_tree(value);
         }
+    } else if HEADER_MAPS.contains(&key) {
+        let is_object = value.each_entry(&mut |name, header| {
+            if is_credential_header(name) {
+                blank(header);
+            } else {
+                redact_tree(header);
+            }
+        });
+        if !is_object {
+            redact_tree(value);
+        }
+    } else if key == "arguments"
+        && let Some(arguments) = value.text()
+    {
+        if let Some(redacted) = json_text_redacted(arguments) {
+            value.set_text(redacted);
+        }
+    } else {
+        redact_tree(value);
     }
 }
 
 /// Replaces a credential: a string, or every string of a list. Other values (a count, a
 /// flag, null) say nothing secret and stay.
-fn blank(value: &mut Value) {
-    match value {
-        Value::String(text) if !text.is_empty() => *text = REDACTED.to_owned(),
-        Value::Array(items) => items.iter_mut().for_each(blank),
-        Value::Object(_) => redact(value),
-        _ => {}
+fn blank<T: Redactable>(value: &mut T) {
+    if value.text().is_some_and(|text| !text.is_empty()) {
+        value.set_text(REDACTED.to_owned());
+    } else if !value.each_item(&mut blank) {
+        value.each_entry(&mut entry);
     }
 }
 
-/// A tool call's arguments: a JSON object in a string, redacted and written back when it
-/// held anything to redact.
-fn redact_json_text(text: &mut String) {
+/// A tool call's arguments: a JSON object in a string, redacted; `None` when it held
+/// nothing to redact (it is then left byte for byte as it was).
+fn json_text_redacted(text: &str) -> Option<String> {
     if !text.trim_start().starts_with('{') {
-        redact_url_password(text);
-        return;
+        return url_password_redacted(text);
     }
-    if let Ok(mut arguments) = serde_json::from_str::<Value>(text) {
-        let before = arguments.clone();
-        redact(&mut arguments);
-        if arguments != before
-            && let Ok(rewritten) = serde_json::to_string(&arguments)
-        {
-            *text = rewritten;
-        }
+    let mut arguments = serde_json::from_str::<Value>(text).ok()?;
+    let before = arguments.clone();
+    redact(&mut arguments);
+    if arguments == before {
+        return None;
     }
+    serde_json::to_string(&arguments).ok()
 }
 
-/// `scheme://user:password@host…` → `scheme://user:***@host…`, wherever it appears.
-fn redact_url_password(text: &mut String) {
+/// `scheme://user:password@host…` → `scheme://user:***@host…`, wherever it appears;
+/// `None` when there is no such password.
+fn url_password_redacted(text: &str) -> Option<String> {
     if !text.contains("://") || !text.contains('@') {
-        return;
+        return None;
     }
     let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
+    let mut rest = text;
+    let mut found = false;
     while let Some(scheme_end) = rest.find("://") {
         let authority_start = scheme_end + 3;
         out.push_str(&rest[..authority_start]);
@@ -163,6 +216,7 @@ fn redact_url_password(text: &mut String) {
             userinfo.find(':').map(|colon| (colon, at))
         }) {
             Some((colon, at)) => {
+                found = true;
                 out.push_str(&authority[..=colon]);
                 out.push_str("***");
                 out.push_str(&authority[at..]);
@@ -172,7 +226,7 @@ fn redact_url_password(text: &mut String) {
         rest = &rest[authority_end..];
     }
     out.push_str(rest);
-    *text = out;
+    found.then_some(out)
 }
 
 #[cfg(test)]

@@ -14,6 +14,10 @@ pub(crate) const SECRETS: &[&str] = &[
     "mcp-bearer-token-0005",
     "acp-resume-session-0006",
     "lookup-header-secret-0007",
+    // What the schema does not mark (issue 16, item 9).
+    "extra-header-bearer-0008",
+    "url-userinfo-password-0009",
+    "undeclared-field-token-0010",
 ];
 
 /// Native-agent and ACP-agent bodies carrying every kind of secret a sender puts in clear.
@@ -29,6 +33,11 @@ pub(crate) fn bodies_with_secrets() -> Vec<Value> {
         "fetch": {"command": "uvx", "args": ["mcp-server-fetch"], "env": {"TOKEN": SECRETS[3]}},
         "remote": {"url": "https://mcp.example", "auth": {"strategy": "bearer", "value": SECRETS[4]}},
     });
+    native["agent"]["llm"]["extra_headers"] =
+        json!({"Authorization": format!("Bearer {}", SECRETS[7])});
+    native["agent"]["llm"]["base_url"] =
+        format!("https://svc:{}@llm.example/v1", SECRETS[8]).into();
+    native["platform_extras"] = json!({"deploy_token": SECRETS[9]});
     let mut acp = conversation(&new_id(), "2026-03-01T12:00:00Z", "running");
     acp["agent"] = json!({"kind": "ACPAgent", "acp_command": ["claude-code-acp"], "acp_resume_session_id": SECRETS[5]});
     vec![native, acp]

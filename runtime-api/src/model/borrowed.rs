@@ -31,6 +31,32 @@ pub(crate) enum Json<'a> {
 /// Keys in first-seen order, each once.
 pub(crate) type Object<'a> = Vec<(Cow<'a, str>, Json<'a>)>;
 
+impl crate::redact::Redactable for Json<'_> {
+    fn each_entry(&mut self, f: &mut dyn FnMut(&str, &mut Self)) -> bool {
+        let Json::Object(object) = self else {
+            return false;
+        };
+        object.iter_mut().for_each(|(key, value)| f(key, value));
+        true
+    }
+
+    fn each_item(&mut self, f: &mut dyn FnMut(&mut Self)) -> bool {
+        let Json::Array(items) = self else {
+            return false;
+        };
+        items.iter_mut().for_each(f);
+        true
+    }
+
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+
+    fn set_text(&mut self, text: String) {
+        *self = Json::String(Cow::Owned(text));
+    }
+}
+
 impl<'a> Json<'a> {
     pub fn is_null(&self) -> bool {
         matches!(self, Json::Null)

@@ -352,6 +352,7 @@ pub(crate) fn validate(
     if !walker.model(tree.root, &mut record) || walker.bail {
         return None;
     }
+    crate::redact::redact_record(&mut record);
     let summary = summarize(&record)?;
     let record = serde_json::value::to_raw_value(&record).ok()?;
     Some((record, summary))

@@ -47,7 +47,8 @@ pub fn schema() -> &'static Value {
 /// A body that validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidConversation {
-    /// The body as received (key order kept), every secret replaced by [`REDACTED`].
+    /// The body as received (key order kept), every secret replaced by [`REDACTED`]:
+    /// those the schema marks, and those of credential shape (`crate::redact`).
     pub record: Value,
     pub summary: ConversationSummary,
 }
@@ -82,7 +83,10 @@ pub fn validate_conversation(body: Value) -> Result<ValidConversation, Vec<Valid
     let tree = &*schema::TREE;
     let mut record = body;
     let mut walker = validate::Walker::new(tree);
-    if !walker.model(tree.root, &mut record, true) {
+    let valid = walker.model(tree.root, &mut record, true);
+    // Errors echo their input: taken from the body redacted as a record would be.
+    crate::redact::redact_record(&mut record);
+    if !valid {
         return Err(walker
             .errors
             .into_iter()
@@ -181,6 +185,36 @@ mod tests {
             Some("gpt-4o")
         );
         assert_eq!(summary.map(|s| s.agent_kind).as_deref(), Some("Agent"));
+    }
+
+    /// Issue 16, item 9: credentials the schema does not mark were stored in clear. Both
+    /// paths (the borrowed fast path and the `Value` one) store them redacted.
+    #[test]
+    fn credentials_the_schema_does_not_mark_are_redacted_on_both_paths() {
+        let mut body = minimal();
+        body["agent"]["llm"]["extra_headers"] =
+            json!({"Authorization": "Bearer hdr-secret", "X-Trace": "keep-me"});
+        body["agent"]["llm"]["base_url"] = json!("https://bob:url-secret@llm.example/v1");
+        body["custom_field"] = json!({"github_token": "ghp-secret", "note": "keep-too"});
+        body["tags"] = json!({"token": "a-tag-not-a-secret"});
+        let text = serde_json::to_vec(&body).unwrap_or_default();
+        let slow = validate_conversation(body).map(|valid| valid.record.to_string());
+        let fast = validate_body(&text).map(|(record, _)| record.get().to_owned());
+        assert!(fast.is_some(), "the fast path accepted it");
+        for record in [slow.ok(), fast] {
+            let record = record.unwrap_or_default();
+            for secret in ["hdr-secret", "url-secret", "ghp-secret", "sk-secret"] {
+                assert!(!record.contains(secret), "{secret} in {record}");
+            }
+            for kept in [
+                "keep-me",
+                "keep-too",
+                "a-tag-not-a-secret",
+                "bob:***@llm.example",
+            ] {
+                assert!(record.contains(kept), "{kept} lost from {record}");
+            }
+        }
     }
 
     #[test]
