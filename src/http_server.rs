@@ -211,7 +211,9 @@ impl Server {
     /// The open connections. Nothing panics while holding them; were it, the map is
     /// still whole.
     fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Activity>>> {
-        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn connection(&self, stream: TcpStream, peer: SocketAddr, app: Router) {
