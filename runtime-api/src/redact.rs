@@ -15,7 +15,7 @@
 //!   in any string;
 //! - the same rules inside a tool call's `arguments`, a JSON object sent as a string.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::model::REDACTED;
 
