@@ -43,7 +43,8 @@ fn batch() -> http::Request<http_body_util::Full<bytes::Bytes>> {
 }
 
 async fn sandgate(binary: &str, store_args: &[String]) -> (tokio::process::Child, String) {
-    let mut args = vec!["--log".to_owned(), "warn".to_owned()];
+    // Quiet, but for the "listening on" line the harness waits for.
+    let mut args = vec!["--log".to_owned(), "warn,sandgate=info".to_owned()];
     args.extend_from_slice(store_args);
     harness::sandgate(binary, &args, &[("SANDGATE_WEBHOOK_API_KEYS", KEY)]).await
 }

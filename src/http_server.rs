@@ -34,7 +34,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -60,6 +60,9 @@ impl Default for Limits {
         }
     }
 }
+
+/// How often, at the cap with every connection busy, to look again for one to close.
+const EVICTION_RETRY: Duration = Duration::from_millis(100);
 
 /// Descriptors kept free beyond the connections: the store's, the upstreams', logs.
 const SPARE_DESCRIPTORS: u64 = 256;
@@ -128,19 +131,8 @@ pub async fn serve(
             },
             () = stopping.cancelled() => break,
         };
-        let permit = match server.permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                server.evict_longest_waiting();
-                tokio::select! {
-                    permit = server.permits.clone().acquire_owned() => match permit {
-                        Ok(permit) => permit,
-                        // Never closed; were it, there would be nothing left to serve.
-                        Err(_) => break,
-                    },
-                    () = stopping.cancelled() => break,
-                }
-            }
+        let Some(permit) = server.admit(&stopping).await else {
+            break;
         };
         // No Nagle: a streamed answer (an LLM's server-sent events) leaves in several
         // writes, and Nagle would hold each after the first until the client's delayed
@@ -148,10 +140,13 @@ pub async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }
+        // Registered before its task runs: a connection that holds a permit can always
+        // be found to make room, however busy the runtime.
+        let (id, activity) = server.register();
         let server = server.clone();
         let app = app.clone();
         tracker.spawn(async move {
-            server.connection(stream, peer, app).await;
+            server.connection(id, activity, stream, peer, app).await;
             drop(permit);
         });
     }
@@ -216,10 +211,39 @@ impl Server {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn connection(&self, stream: TcpStream, peer: SocketAddr, app: Router) {
+    /// A slot for a new connection: at once below the cap; at the cap, once the
+    /// connection that has waited longest with nothing in flight has made room (looked for
+    /// again while every connection is busy). `None` when the server stops first.
+    async fn admit(&self, stopping: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+        loop {
+            if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+                return Some(permit);
+            }
+            self.evict_longest_waiting();
+            tokio::select! {
+                // The semaphore is never closed; were it, there would be nothing to serve.
+                permit = self.permits.clone().acquire_owned() => return permit.ok(),
+                () = tokio::time::sleep(EVICTION_RETRY) => {}
+                () = stopping.cancelled() => return None,
+            }
+        }
+    }
+
+    fn register(&self) -> (u64, Arc<Activity>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let activity = Arc::new(Activity::new());
         self.open().insert(id, activity.clone());
+        (id, activity)
+    }
+
+    async fn connection(
+        &self,
+        id: u64,
+        activity: Arc<Activity>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        app: Router,
+    ) {
         metrics::gauge!("sandgate_http_connections").increment(1.0);
         let reason = self.run(stream, peer, app, &activity).await;
         self.open().remove(&id);
@@ -313,6 +337,13 @@ impl Server {
     /// At the cap: ends the connection that has waited longest with no request in flight.
     fn evict_longest_waiting(&self) {
         let open = self.open();
+        // One on its way out already makes the room asked for.
+        if open
+            .values()
+            .any(|activity| activity.evicted.is_cancelled())
+        {
+            return;
+        }
         let longest = open
             .values()
             .filter(|activity| !activity.is_busy() && !activity.evicted.is_cancelled())
