@@ -455,14 +455,19 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    pub fn limits(&self) -> crate::http_server::Limits {
-        crate::http_server::Limits {
-            max_connections: crate::http_server::fit_connections_to_descriptors(
-                self.max_connections,
-            ),
-            header_read_timeout: self.header_read_timeout,
-            idle_timeout: self.idle_timeout,
-            body_idle_timeout: self.body_idle_timeout,
+    /// The servers' settings, once per process: it raises the open-file limit and fits
+    /// the connection cap to it.
+    pub fn config(&self) -> crate::http_server::Config {
+        crate::http_server::Config {
+            grace: self.grace,
+            limits: crate::http_server::Limits {
+                max_connections: crate::http_server::fit_connections_to_descriptors(
+                    self.max_connections,
+                ),
+                header_read_timeout: self.header_read_timeout,
+                idle_timeout: self.idle_timeout,
+                body_idle_timeout: self.body_idle_timeout,
+            },
         }
     }
 }

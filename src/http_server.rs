@@ -64,6 +64,13 @@ impl Default for Limits {
 /// How often, at the cap with every connection busy, to look again for one to close.
 const EVICTION_RETRY: Duration = Duration::from_millis(100);
 
+/// How a server treats its clients, and how long it drains.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub grace: Duration,
+    pub limits: Limits,
+}
+
 /// Descriptors kept free beyond the connections: the store's, the upstreams', logs.
 const SPARE_DESCRIPTORS: u64 = 256;
 
@@ -104,8 +111,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: Duration,
-    limits: Limits,
+    Config { grace, limits }: Config,
 ) -> io::Result<()> {
     let stopping = CancellationToken::new();
     let trigger = stopping.clone();

@@ -44,7 +44,7 @@ use tonic::service::Routes;
 
 use cli::{
     AdminArgs, AuthArgs, CatalogArgs, EdgeArgs, EdgeLimits, GatewayArgs, ModelGwArgs,
-    RuntimeApiArgs, SandboxArgs, SandboxDriverKind, ServeArgs, ServerArgs, StoreArgs,
+    RuntimeApiArgs, SandboxArgs, SandboxDriverKind, ServeArgs, StoreArgs,
 };
 pub use shutdown::signal;
 
@@ -246,11 +246,11 @@ async fn run_http(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    server: &ServerArgs,
+    server: http_server::Config,
 ) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     tracing::info!("listening on http://{address}");
-    http_server::serve(listener, app, shutdown, server.grace, server.limits()).await?;
+    http_server::serve(listener, app, shutdown, server).await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -270,7 +270,7 @@ fn grpc_router(routes: Routes) -> Router {
 async fn with_metrics_listener<F>(
     metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    server: &ServerArgs,
+    server: http_server::Config,
     serve_until_stopped: impl FnOnce(tokio_util::sync::WaitForCancellationFutureOwned) -> F,
 ) -> anyhow::Result<()>
 where
@@ -289,11 +289,7 @@ where
             let routes = telemetry::metrics::routes(telemetry::metrics::recorder());
             let stopped = stopping.clone().cancelled_owned();
             Some(tokio::spawn(http_server::serve(
-                listener,
-                routes,
-                stopped,
-                server.grace,
-                server.limits(),
+                listener, routes, stopped, server,
             )))
         }
         None => None,
@@ -356,7 +352,7 @@ pub async fn serve(
     app = app.merge(direct_grpc.layer(axum::middleware::from_fn(grpc_peer::untrusted)));
     let served = with_reconciler(
         runtime_api.reconciler,
-        run_http(listener, app, shutdown, &args.server),
+        run_http(listener, app, shutdown, args.server.config()),
     )
     .await;
     gateway.flush_spend_log().await;
@@ -388,10 +384,11 @@ pub async fn runtime_api(
     let routes = runtime_api
         .routes
         .add_service(health(store, RUNTIME_API_SERVICES));
-    with_metrics_listener(metrics, shutdown, &args.server, |stopped| {
+    let server = args.server.config();
+    with_metrics_listener(metrics, shutdown, server, |stopped| {
         with_reconciler(
             runtime_api.reconciler,
-            run_http(listener, grpc_router(routes), stopped, &args.server),
+            run_http(listener, grpc_router(routes), stopped, server),
         )
     })
     .await
@@ -414,8 +411,9 @@ pub async fn model_gw(
     let gateway = model_gateway(store.clone(), &args.gateway)?;
     let grpc = Routes::new(sandgate_model_gw::grpc_service(gateway.clone()))
         .add_service(health(store, &[MODEL_GATEWAY, HEALTH]));
-    let served = with_metrics_listener(metrics, shutdown, &args.server, |stopped| {
-        run_http(listener, grpc_router(grpc), stopped, &args.server)
+    let server = args.server.config();
+    let served = with_metrics_listener(metrics, shutdown, server, |stopped| {
+        run_http(listener, grpc_router(grpc), stopped, server)
     })
     .await;
     gateway.flush_spend_log().await;
@@ -443,5 +441,5 @@ pub async fn edge(
     let metrics = telemetry::metrics::recorder();
     let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw))
         .merge(telemetry::metrics::routes(metrics));
-    run_http(listener, app, shutdown, &args.server).await
+    run_http(listener, app, shutdown, args.server.config()).await
 }

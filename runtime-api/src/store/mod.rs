@@ -138,6 +138,27 @@ impl RedisTls {
     fn is_empty(&self) -> bool {
         self.ca_cert.is_none() && self.client.is_none()
     }
+
+    /// A client of `url` with this material: a plain one when there is none (the URL
+    /// alone then decides on TLS, with the system's roots).
+    pub fn client(&self, url: &str) -> ::redis::RedisResult<::redis::Client> {
+        if self.is_empty() {
+            return ::redis::Client::open(url);
+        }
+        ::redis::Client::build_with_tls(
+            url,
+            ::redis::TlsCertificates {
+                client_tls: self
+                    .client
+                    .as_ref()
+                    .map(|(cert, key)| ::redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                root_cert: self.ca_cert.clone(),
+            },
+        )
+    }
 }
 
 impl std::fmt::Debug for RedisTls {

@@ -71,24 +71,7 @@ impl RedisStore {
         if let Some(problem) = redis_url_problem(url) {
             return Err(StoreError::Unavailable(problem));
         }
-        let client = if tls.is_empty() {
-            redis::Client::open(url)
-        } else {
-            redis::Client::build_with_tls(
-                url,
-                redis::TlsCertificates {
-                    client_tls: tls
-                        .client
-                        .as_ref()
-                        .map(|(cert, key)| redis::ClientTlsConfig {
-                            client_cert: cert.clone(),
-                            client_key: key.clone(),
-                        }),
-                    root_cert: tls.ca_cert.clone(),
-                },
-            )
-        }
-        .map_err(|err| {
+        let client = tls.client(url).map_err(|err| {
             StoreError::Unavailable(format!("invalid Redis URL {}: {err}", redact_url(url)))
         })?;
         let config = ConnectionManagerConfig::new()

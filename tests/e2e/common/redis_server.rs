@@ -174,23 +174,7 @@ impl RedisServer {
 
     /// A plain connection, to look at what Sandgate stored.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        let client = if self.tls.is_none() {
-            redis::Client::open(self.url())
-        } else {
-            let tls = self.tls();
-            redis::Client::build_with_tls(
-                self.url(),
-                redis::TlsCertificates {
-                    client_tls: tls.client.map(|(client_cert, client_key)| {
-                        redis::ClientTlsConfig {
-                            client_cert,
-                            client_key,
-                        }
-                    }),
-                    root_cert: tls.ca_cert,
-                },
-            )
-        };
+        let client = self.tls().client(&self.url());
         client
             .expect("url")
             .get_multiplexed_async_connection()
