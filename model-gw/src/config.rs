@@ -13,6 +13,14 @@
 //!   x-team: platform
 //! ```
 //!
+//! A LiteLLM proxy's `config.yaml` of that shape loads unchanged: `litellm_params` is
+//! another name for `gateway_params`; an entry's `model_info` is what `/model/info`
+//! answers; `timeout` and `num_retries` in its params apply to its calls; `messages_api:
+//! native` sends `/v1/messages` to an `openai/` upstream untranslated. `rpm` and `tpm` are
+//! refused (this gateway does not enforce them: the external gateway does). Keys the
+//! gateway does not use (`litellm_settings`, `router_settings`, a param such as
+//! `temperature`) are warned about, never fatal.
+//!
 //! `os.environ/NAME` values are resolved when the file is read; a missing variable is an
 //! error naming the entry. The file is re-read when it changes; a broken version keeps the
 //! last good one.
@@ -20,21 +28,40 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 /// One model a client may ask for.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ModelEntry {
     pub model_name: String,
     /// The upstream model with its routing prefix (spec 2.5).
     pub model: String,
     pub api_base: String,
     pub api_key: String,
+    /// `model_info`: what `/model/info` says of it (LiteLLM's keys), as configured.
+    pub model_info: Option<serde_json::Value>,
+    /// How its calls are made, when the entry says.
+    pub params: CallParams,
 }
+
+/// An entry's settings for its upstream calls; `None`: the gateway's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallParams {
+    /// How long the upstream may stay silent (LiteLLM's `timeout`, in seconds).
+    pub timeout: Option<Duration>,
+    /// How many times a call is tried again (LiteLLM's `num_retries`).
+    pub num_retries: Option<u32>,
+    /// `/v1/messages` goes to the upstream as it is, not translated to chat completions.
+    pub native_messages: bool,
+}
+
+/// The most retries an entry may ask for: one client call causes at most this many
+/// upstream calls, plus one.
+pub const MAX_RETRIES: u32 = 5;
 
 impl std::fmt::Debug for ModelEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,10 +83,15 @@ pub struct GatewayConfig {
     pub extra_headers: Vec<(HeaderName, HeaderValue)>,
     /// A digest of the file's text: models added through the API belong to it.
     pub scope: String,
+    /// What the file says that the gateway does not use: logged when it is loaded, and
+    /// reported by `sandgate check-config`.
+    pub warnings: Vec<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Keys the file may hold that the gateway reads no value from, by where they are.
+type Unused = BTreeMap<String, serde::de::IgnoredAny>;
+
+#[derive(Default, Deserialize)]
 struct FileShape {
     #[serde(default)]
     model_list: Vec<FileEntry>,
@@ -67,28 +99,58 @@ struct FileShape {
     general_settings: GeneralSettings,
     #[serde(default)]
     extra_headers: BTreeMap<String, String>,
+    #[serde(flatten)]
+    unused: Unused,
 }
 
 #[derive(Default, Deserialize)]
 struct GeneralSettings {
     #[serde(default)]
     forward_client_headers_to_llm_api: bool,
+    #[serde(flatten)]
+    unused: Unused,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct FileEntry {
     model_name: String,
+    #[serde(alias = "litellm_params")]
     gateway_params: FileParams,
+    #[serde(default)]
+    model_info: Option<serde_json::Value>,
+    #[serde(flatten)]
+    unused: Unused,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct FileParams {
     model: String,
     api_base: String,
     #[serde(default)]
     api_key: String,
+    /// Seconds.
+    #[serde(default)]
+    timeout: Option<f64>,
+    #[serde(default)]
+    num_retries: Option<u32>,
+    #[serde(default)]
+    messages_api: Option<MessagesApi>,
+    #[serde(default)]
+    rpm: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    tpm: Option<serde::de::IgnoredAny>,
+    #[serde(flatten)]
+    unused: Unused,
+}
+
+/// How `/v1/messages` reaches an `openai/` upstream.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum MessagesApi {
+    /// Translated to chat completions and back (the default).
+    Translate,
+    /// As the client sent it: the upstream speaks Anthropic's API.
+    Native,
 }
 
 /// How errors and findings name a model entry: `model_list[0] (claude)`.
@@ -180,11 +242,7 @@ fn flow_nesting_exceeds(text: &str, max: usize) -> bool {
 /// The file's text as its shape; an empty file is an empty configuration.
 fn file_shape(text: &str) -> Result<FileShape, String> {
     if text.trim().is_empty() {
-        return Ok(FileShape {
-            model_list: Vec::new(),
-            general_settings: GeneralSettings::default(),
-            extra_headers: BTreeMap::new(),
-        });
+        return Ok(FileShape::default());
     }
     if flow_nesting_exceeds(text, MAX_FLOW_NESTING) {
         return Err(format!(
@@ -291,23 +349,86 @@ const RESERVED_HEADERS: &[(&str, &str)] = &[
     ("tracestate", "the trace context is set per call"),
 ];
 
+/// A warning for each key of `unused`, found at `at`.
+fn unused_keys(unused: &Unused, at: &str, warnings: &mut Vec<String>) {
+    for key in unused.keys() {
+        warnings.push(format!("{at}{key}: not used by this gateway; ignored"));
+    }
+}
+
+/// An entry's call settings, checked.
+fn call_params(params: &FileParams, model: &str, what: &str) -> Result<CallParams, String> {
+    if params.rpm.is_some() || params.tpm.is_some() {
+        return Err(format!(
+            "{what}: rpm and tpm are not enforced by this gateway: remove them, and set the limits on the external gateway (or the provider), which sees every replica's calls"
+        ));
+    }
+    let timeout = match params.timeout {
+        None => None,
+        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 => {
+            Some(Duration::from_secs_f64(seconds))
+        }
+        Some(seconds) => {
+            return Err(format!(
+                "{what}: timeout {seconds} is not a number of seconds between 0 and 86400"
+            ));
+        }
+    };
+    if let Some(retries) = params.num_retries.filter(|retries| *retries > MAX_RETRIES) {
+        return Err(format!(
+            "{what}: num_retries {retries} is more than {MAX_RETRIES}: a chain of gateways that each retry multiplies the calls"
+        ));
+    }
+    let native_messages = params.messages_api == Some(MessagesApi::Native);
+    if native_messages && !model.starts_with("openai/") {
+        return Err(format!(
+            "{what}: messages_api applies to openai/ entries (a gateway_proxy/ upstream gets /v1/messages as it is)"
+        ));
+    }
+    Ok(CallParams {
+        timeout,
+        num_retries: params.num_retries,
+        native_messages,
+    })
+}
+
 impl GatewayConfig {
     /// Parses the file's text, resolving environment references through `env`.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, String> {
         let file = file_shape(text)?;
+        let mut warnings = Vec::new();
+        unused_keys(&file.unused, "", &mut warnings);
+        unused_keys(
+            &file.general_settings.unused,
+            "general_settings.",
+            &mut warnings,
+        );
         let mut models = Vec::with_capacity(file.model_list.len());
         for (index, entry) in file.model_list.into_iter().enumerate() {
             let what = entry_label(index, &entry.model_name);
+            unused_keys(&entry.unused, &format!("{what}."), &mut warnings);
             let params = entry.gateway_params;
+            unused_keys(
+                &params.unused,
+                &format!("{what}.gateway_params."),
+                &mut warnings,
+            );
             let model = resolve(&params.model, &what, env)?;
             check_model(&model).map_err(|err| format!("{what}: {err}"))?;
             let api_base = resolve(&params.api_base, &what, env)?;
             check_api_base(&api_base).map_err(|err| format!("{what}: {err}"))?;
+            if let Some(info) = &entry.model_info
+                && !info.is_object()
+            {
+                return Err(format!("{what}: model_info must be a mapping"));
+            }
             models.push(ModelEntry {
+                params: call_params(&params, &model, &what)?,
                 model_name: entry.model_name,
                 model,
                 api_base,
                 api_key: resolve(&params.api_key, &what, env)?,
+                model_info: entry.model_info,
             });
         }
         let mut extra_headers = Vec::with_capacity(file.extra_headers.len());
@@ -331,7 +452,16 @@ impl GatewayConfig {
             forward_client_headers: file.general_settings.forward_client_headers_to_llm_api,
             extra_headers,
             scope: hex::encode(&Sha256::digest(text.as_bytes())[..12]),
+            warnings,
         })
+    }
+}
+
+impl GatewayConfig {
+    fn log_warnings(&self, path: &Path) {
+        for warning in &self.warnings {
+            tracing::warn!(file = %path.display(), "gateway config: {warning}");
+        }
     }
 }
 
@@ -386,6 +516,7 @@ impl ConfigFile {
             Some(path) => {
                 let stamp = stamp(path).map_err(|err| format!("{}: {err}", path.display()))?;
                 let config = read(path).map_err(|err| format!("{}: {err}", path.display()))?;
+                config.log_warnings(path);
                 (Some(stamp), config)
             }
             None => (None, GatewayConfig::default()),
@@ -423,6 +554,7 @@ impl ConfigFile {
                     Ok(config) => {
                         if config != *state.config {
                             tracing::info!(file = %path.display(), models = config.models.len(), "gateway config reloaded");
+                            config.log_warnings(path);
                             state.config = Arc::new(config);
                         }
                     }
@@ -563,6 +695,81 @@ extra_headers:
             .err()
             .unwrap_or_default();
         assert!(!err.contains("levels deep"), "{err}");
+    }
+
+    /// A LiteLLM proxy's config.yaml of the spec's shape, as its users bring it.
+    #[test]
+    fn a_litellm_config_loads_with_warnings_for_what_is_not_used() {
+        let config = GatewayConfig::parse(
+            r"
+model_list:
+  - model_name: claude
+    litellm_params:
+      model: gateway_proxy/claude-sonnet
+      api_base: http://gateway
+      api_key: os.environ/GATEWAY_KEY
+      timeout: 30
+      num_retries: 2
+      temperature: 0.2
+    model_info:
+      max_input_tokens: 200000
+      supports_vision: true
+  - model_name: gpt
+    litellm_params: {model: openai/azure/gpt-4o, api_base: 'http://g/v1', messages_api: native}
+litellm_settings:
+  drop_params: true
+general_settings:
+  master_key: sk-ignored
+  forward_client_headers_to_llm_api: true
+",
+            &env,
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        let claude = &config.models[0];
+        assert_eq!(claude.api_key, "sk-from-env");
+        assert_eq!(
+            claude.params,
+            CallParams {
+                timeout: Some(Duration::from_secs(30)),
+                num_retries: Some(2),
+                native_messages: false,
+            }
+        );
+        assert_eq!(
+            claude.model_info,
+            Some(serde_json::json!({"max_input_tokens": 200000, "supports_vision": true}))
+        );
+        assert!(config.models[1].params.native_messages);
+        assert!(config.forward_client_headers);
+        assert_eq!(
+            config.warnings,
+            [
+                "litellm_settings: not used by this gateway; ignored",
+                "general_settings.master_key: not used by this gateway; ignored",
+                "model_list[0] (claude).gateway_params.temperature: not used by this gateway; ignored",
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_it_does_not_enforce_and_unbounded_retries_are_refused() {
+        for (params, expected) in [
+            ("rpm: 10", "rpm and tpm are not enforced"),
+            ("tpm: 1000", "rpm and tpm are not enforced"),
+            ("num_retries: 9", "num_retries 9 is more than 5"),
+            ("timeout: -1", "timeout -1 is not a number of seconds"),
+            ("messages_api: sometimes", "messages_api"),
+        ] {
+            let text = format!(
+                "model_list: [{{model_name: a, litellm_params: {{model: openai/a/b, api_base: 'http://g/v1', {params}}}}}]"
+            );
+            let err = GatewayConfig::parse(&text, &env).err().unwrap_or_default();
+            assert!(err.contains(expected), "{params}: {err}");
+            assert!(
+                err.contains("model_list[0] (a)") || params.starts_with("messages_api"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! here: the upstream always gets the gateway's own upstream span's, child of the client's.
 
 use http::HeaderMap;
+use sandgate_proto::models::v1::Header;
 
 use crate::config::GatewayConfig;
 
@@ -55,6 +56,44 @@ pub fn outbound_headers(client: &HeaderMap, config: &GatewayConfig) -> HeaderMap
     outbound
 }
 
+/// Prefixes of the upstream answer's headers the client gets: rate limits, the provider's
+/// and a chained gateway's own (LiteLLM's cost and call id headers).
+const PASSED_ANSWER_PREFIXES: &[&str] = &[
+    "x-ratelimit-",
+    "openai-",
+    "anthropic-",
+    "x-litellm-",
+    "llm_provider-",
+];
+
+/// The upstream answer's headers the client gets: [`PASSED_ANSWER_PREFIXES`] and
+/// `retry-after` as they are; the upstream's request id (`x-request-id`, Anthropic's
+/// `request-id`) as `llm_provider-<name>`, as LiteLLM passes it, since the answer's own
+/// `x-request-id` is the gateway's.
+pub fn passed_answer_headers(answer: &HeaderMap) -> Vec<Header> {
+    let mut passed = Vec::new();
+    for (name, value) in answer {
+        let Ok(value) = value.to_str() else { continue };
+        let name = name.as_str();
+        let passed_name = if name == "retry-after"
+            || PASSED_ANSWER_PREFIXES
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+        {
+            name.to_owned()
+        } else if matches!(name, "x-request-id" | "request-id") {
+            format!("llm_provider-{name}")
+        } else {
+            continue;
+        };
+        passed.push(Header {
+            name: passed_name,
+            value: value.to_owned(),
+        });
+    }
+    passed
+}
+
 /// The spend log's metadata header, a JSON string: the spec's name, then LiteLLM's (what
 /// the OpenHands SDK and LiteLLM clients send). The first present wins.
 pub const SPEND_LOGS_METADATA: [&str; 2] = [
@@ -71,8 +110,47 @@ pub const SPEND_LOGS_METADATA_LIMIT: usize = 8 * 1024;
 mod tests {
     use http::{HeaderMap, HeaderName, HeaderValue};
 
-    use super::{forwardable, outbound_headers};
+    use super::{forwardable, outbound_headers, passed_answer_headers};
     use crate::config::GatewayConfig;
+
+    #[test]
+    fn the_answers_rate_limits_provider_and_cost_headers_reach_the_client() {
+        let mut answer = HeaderMap::new();
+        for (name, value) in [
+            ("x-request-id", "req-up"),
+            ("x-ratelimit-remaining-requests", "99"),
+            ("retry-after", "2"),
+            ("openai-processing-ms", "12"),
+            ("anthropic-ratelimit-tokens-limit", "1000"),
+            ("x-litellm-response-cost", "0.001"),
+            ("llm_provider-x-request-id", "req-deeper"),
+            ("set-cookie", "session=1"),
+            ("server", "uvicorn"),
+            ("content-length", "10"),
+        ] {
+            answer.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let passed: Vec<(String, String)> = passed_answer_headers(&answer)
+            .into_iter()
+            .map(|header| (header.name, header.value))
+            .collect();
+        let expected = [
+            ("llm_provider-x-request-id", "req-up"),
+            ("x-ratelimit-remaining-requests", "99"),
+            ("retry-after", "2"),
+            ("openai-processing-ms", "12"),
+            ("anthropic-ratelimit-tokens-limit", "1000"),
+            ("x-litellm-response-cost", "0.001"),
+            ("llm_provider-x-request-id", "req-deeper"),
+        ];
+        assert_eq!(
+            passed,
+            expected.map(|(name, value)| (name.to_owned(), value.to_owned()))
+        );
+    }
 
     #[test]
     fn x_headers_pass_except_stainless_and_credentials() {

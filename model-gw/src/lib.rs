@@ -1,10 +1,14 @@
 //! The built-in model gateway (ModelGateway gRPC service): the model list (`/v1/models`,
-//! `/model/new`), chat completions routed to external gateways with streaming passed
-//! through, the header policy, and the spend log.
+//! `/model/new`, `/model/info`), the LLM APIs agents speak (chat completions, responses,
+//! Anthropic messages, embeddings, completions) routed to external gateways with
+//! streaming passed through, the header policy, and the spend log.
 
 pub mod config;
+mod forward;
 mod headers;
+pub mod messages;
 mod metrics;
+mod openai;
 mod registry;
 mod retry;
 mod rewrite;
@@ -15,7 +19,7 @@ use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 
 pub use config::{
-    ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
+    CallParams, ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };
 pub use metrics::describe_metrics;
 /// The body rewriting, for the fuzz targets (`fuzz/`) and their regression test; not an

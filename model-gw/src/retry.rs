@@ -16,10 +16,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// its status passed on, rather than holding the client or retrying too early.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// How many times a failed upstream call is tried again.
+/// How many times a failed upstream call is tried again, and on what.
 #[derive(Clone, Copy, Debug)]
 pub struct RetryPolicy {
+    /// At most [`MAX_RETRIES`](crate::config::MAX_RETRIES), whatever is asked: one client
+    /// call causes at most that many upstream calls, plus one.
     pub retries: u32,
+    /// Answered statuses (429, 500, 502, 503) are retried, not only failed connections.
+    pub statuses: bool,
 }
 
 /// Why an attempt failed in a way worth another: the metrics' `reason` label.
@@ -57,9 +61,10 @@ fn retryable_error(err: &reqwest::Error) -> bool {
 /// final: a success, any other status, a timeout.
 pub fn transient(
     sent: &Result<reqwest::Response, reqwest::Error>,
+    statuses: bool,
 ) -> Option<(RetryReason, RetryAfter)> {
     match sent {
-        Ok(response) if retryable_status(response.status().as_u16()) => Some((
+        Ok(response) if statuses && retryable_status(response.status().as_u16()) => Some((
             RetryReason::Status(response.status().as_u16()),
             RetryAfter::of(response.headers()),
         )),
@@ -99,7 +104,7 @@ impl RetryPolicy {
     /// The pause before retrying after failed attempt `attempt` (0 for the first), or
     /// `None` when it is not retried.
     pub fn pause(self, attempt: u32, retry_after: RetryAfter) -> Option<Duration> {
-        if attempt >= self.retries {
+        if attempt >= self.retries.min(crate::config::MAX_RETRIES) {
             return None;
         }
         match retry_after {
@@ -149,8 +154,11 @@ mod tests {
 
     #[test]
     fn the_backoff_doubles_with_jitter_and_is_capped() {
-        let policy = RetryPolicy { retries: 10 };
-        for attempt in 0..10 {
+        let policy = RetryPolicy {
+            retries: 10,
+            statuses: true,
+        };
+        for attempt in 0..crate::config::MAX_RETRIES {
             let full = backoff(attempt);
             let pause = policy
                 .pause(attempt, RetryAfter::Unspecified)
@@ -160,16 +168,28 @@ mod tests {
         assert_eq!(backoff(0), Duration::from_millis(100));
         assert_eq!(backoff(1), Duration::from_millis(200));
         assert_eq!(backoff(9), MAX_BACKOFF);
+        // However many are asked for, at most MAX_RETRIES.
+        assert!(
+            policy
+                .pause(crate::config::MAX_RETRIES, RetryAfter::Unspecified)
+                .is_none()
+        );
         assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
 
     #[test]
     fn retries_are_bounded() {
-        let policy = RetryPolicy { retries: 2 };
+        let policy = RetryPolicy {
+            retries: 2,
+            statuses: true,
+        };
         assert!(policy.pause(0, RetryAfter::Unspecified).is_some());
         assert!(policy.pause(1, RetryAfter::Unspecified).is_some());
         assert!(policy.pause(2, RetryAfter::Unspecified).is_none());
-        let never = RetryPolicy { retries: 0 };
+        let never = RetryPolicy {
+            retries: 0,
+            statuses: true,
+        };
         assert!(never.pause(0, RetryAfter::Wait(Duration::ZERO)).is_none());
     }
 
@@ -185,7 +205,10 @@ mod tests {
         );
         assert_eq!(retry_after("-1"), RetryAfter::Unspecified);
         assert_eq!(RetryAfter::of(&HeaderMap::new()), RetryAfter::Unspecified);
-        let policy = RetryPolicy { retries: 2 };
+        let policy = RetryPolicy {
+            retries: 2,
+            statuses: true,
+        };
         assert_eq!(
             policy.pause(0, RetryAfter::Wait(Duration::from_secs(1))),
             Some(Duration::from_secs(1))

@@ -39,16 +39,18 @@ impl Members<'_> {
             .map(|(_, value)| *value)
     }
 
-    /// The object again, with `model` set to `model` and the members in `drop` left out.
-    fn encode(&self, model: &str, drop: &[&str]) -> Vec<u8> {
+    /// The object again, with the members `edits` names set to their JSON text, the
+    /// others as they were.
+    fn encode(&self, edits: &[(&str, &[u8])]) -> Vec<u8> {
         let size = self.0.iter().map(|(k, v)| k.len() + v.get().len() + 4);
-        let mut out = Vec::with_capacity(size.sum::<usize>() + model.len() + 2);
+        let mut out = Vec::with_capacity(size.sum::<usize>() + 64);
         out.push(b'{');
         let mut first = true;
         for (name, value) in &self.0 {
-            if drop.contains(&name.as_str()) {
-                continue;
-            }
+            let value = edits
+                .iter()
+                .find(|(edited, _)| edited == name)
+                .map_or(value.get().as_bytes(), |(_, text)| *text);
             if !first {
                 out.push(b',');
             }
@@ -56,11 +58,7 @@ impl Members<'_> {
             // Serializing a string into a Vec cannot fail.
             drop_result(serde_json::to_writer(&mut out, name));
             out.push(b':');
-            if name == "model" {
-                drop_result(serde_json::to_writer(&mut out, model));
-            } else {
-                out.extend_from_slice(value.get().as_bytes());
-            }
+            out.extend_from_slice(value);
         }
         out.push(b'}');
         out
@@ -69,31 +67,81 @@ impl Members<'_> {
 
 fn drop_result<T, E>(_: Result<T, E>) {}
 
-/// The token counts of an OpenAI `usage` object.
+/// The token counts of an answer's `usage`, under OpenAI's names (chat completions,
+/// embeddings, completions) or the Responses and Anthropic APIs' (`input_tokens`,
+/// `output_tokens`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    #[serde(alias = "input_tokens")]
     pub prompt_tokens: Option<u64>,
+    #[serde(alias = "output_tokens")]
     pub completion_tokens: Option<u64>,
     pub total_tokens: Option<u64>,
 }
 
-fn usage_of(members: &Members<'_>) -> Option<Usage> {
-    members
-        .get("usage")
-        .and_then(|raw| serde_json::from_str::<Option<Usage>>(raw.get()).ok())
-        .flatten()
+impl Usage {
+    /// `self`, with what `later` says in place of what it says too: an Anthropic stream
+    /// tells the input tokens first and the output tokens at the end.
+    pub fn merge(self, later: Usage) -> Usage {
+        let prompt = later.prompt_tokens.or(self.prompt_tokens);
+        let completion = later.completion_tokens.or(self.completion_tokens);
+        let total = later.total_tokens.or(match (prompt, completion) {
+            (Some(prompt), Some(completion)) if later.total_tokens.is_none() => {
+                Some(prompt + completion)
+            }
+            _ => self.total_tokens,
+        });
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: total,
+        }
+    }
 }
 
-/// How deep a chat completion body may nest: Python's `json` (the reference gateway's)
-/// gives up near 1000 levels; a real request (messages, content parts, tool schemas)
-/// stays within a few dozen.
-const MAX_NESTING: usize = 512;
+/// The members an answer nests its model and usage in: a Responses API event's
+/// `response`, an Anthropic `message_start` event's `message`.
+const NESTED: [&str; 2] = ["response", "message"];
 
-/// A chat completion request, read for what routing and the spend log need.
+/// The answer's `usage`, at the top or in a [`NESTED`] object.
+fn usage_of(members: &Members<'_>) -> Option<Usage> {
+    let top = |members: &Members<'_>| {
+        members
+            .get("usage")
+            .and_then(|raw| serde_json::from_str::<Option<Usage>>(raw.get()).ok())
+            .flatten()
+    };
+    top(members).or_else(|| {
+        NESTED.iter().find_map(|name| {
+            top(&serde_json::from_str::<Members<'_>>(members.get(name)?.get()).ok()?)
+        })
+    })
+}
+
+/// How deep a request body may nest: Python's `json` (the reference gateway's) gives up
+/// near 1000 levels; a real request (messages, content parts, tool schemas) stays within
+/// a few dozen.
+pub(crate) const MAX_NESTING: usize = 512;
+
+/// One piece of a rewritten request body: a range of the client's bytes, or new text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    Original(std::ops::Range<usize>),
+    New(Vec<u8>),
+}
+
+/// A request body of any of the gateway's APIs, read for what routing, the spend log and
+/// the gateway's edits need: `model`, `user`, and whether it asks for a stream (with its
+/// usage).
 pub struct ChatRequest<'a> {
+    body: &'a [u8],
     members: Members<'a>,
     pub model: String,
     pub user: Option<String>,
+    /// `"stream": true`.
+    pub stream: bool,
+    /// `"stream_options": {"include_usage": true}`.
+    pub stream_usage: bool,
 }
 
 impl<'a> ChatRequest<'a> {
@@ -118,42 +166,189 @@ impl<'a> ChatRequest<'a> {
             .get("user")
             .and_then(|raw| serde_json::from_str::<Option<String>>(raw.get()).ok())
             .flatten();
+        let stream = members.get("stream").is_some_and(|raw| raw.get() == "true");
+        #[derive(Deserialize)]
+        struct StreamOptions {
+            include_usage: Option<bool>,
+        }
+        let stream_usage = members
+            .get("stream_options")
+            .and_then(|raw| serde_json::from_str::<Option<StreamOptions>>(raw.get()).ok())
+            .flatten()
+            .and_then(|options| options.include_usage)
+            .unwrap_or(false);
         Ok(Self {
+            body,
             members,
             model,
             user,
+            stream,
+            stream_usage,
         })
     }
 
-    /// The body to send upstream: `model` replaced, `user` removed.
+    /// A top-level member's value, as its JSON text.
+    pub fn raw(&self, key: &str) -> Option<&str> {
+        self.members.get(key).map(RawValue::get)
+    }
+
+    /// Where a member's value lies in the body.
+    fn span(&self, value: &RawValue) -> std::ops::Range<usize> {
+        let start = value.get().as_ptr() as usize - self.body.as_ptr() as usize;
+        start..start + value.get().len()
+    }
+
+    /// The body to send upstream, as pieces of the client's body and new text: `model`
+    /// replaced, `user` removed, and `set` (a member name and its JSON text) set or
+    /// added. Nothing else is copied: a 30 MB image travels as the client's own bytes.
+    pub fn upstream_pieces(&self, upstream_model: &str, set: Option<(&str, &str)>) -> Vec<Piece> {
+        let mut pieces: Vec<Piece> = Vec::with_capacity(8);
+        let mut push = |piece: Piece| match (pieces.last_mut(), piece) {
+            (Some(Piece::Original(last)), Piece::Original(next)) if last.end == next.start => {
+                last.end = next.end;
+            }
+            (Some(Piece::New(last)), Piece::New(next)) => last.extend_from_slice(&next),
+            (_, piece) => pieces.push(piece),
+        };
+        let model = serde_json::to_vec(upstream_model).unwrap_or_default();
+        let open = self.body.iter().position(|byte| *byte == b'{').unwrap_or(0);
+        push(Piece::Original(0..open + 1));
+        // The end of the member last written, when it is the one before in the body: the
+        // text between the two (a comma, spaces) is then the client's too.
+        let mut previous_end: Option<usize> = None;
+        let mut written = false;
+        let mut region_start = open + 1;
+        let mut set_done = false;
+        for (name, value) in &self.members.0 {
+            let span = self.span(value);
+            let region = region_start..span.end;
+            region_start = span.end;
+            if name == "user" {
+                previous_end = None;
+                continue;
+            }
+            // The member's own text: its key, the colon and the value, without the comma
+            // and spaces before it.
+            let key_start = region.start
+                + self.body[region.clone()]
+                    .iter()
+                    .position(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | b'\r' | b','))
+                    .unwrap_or(0);
+            match previous_end {
+                Some(end) => push(Piece::Original(end..key_start)),
+                None if written => push(Piece::New(b",".to_vec())),
+                None => {}
+            }
+            let replacement = match (name.as_str(), set) {
+                ("model", _) => Some(model.clone()),
+                (member, Some((set_name, text))) if member == set_name => {
+                    set_done = true;
+                    Some(text.as_bytes().to_vec())
+                }
+                _ => None,
+            };
+            match replacement {
+                Some(text) => {
+                    push(Piece::Original(key_start..span.start));
+                    push(Piece::New(text));
+                }
+                None => push(Piece::Original(key_start..span.end)),
+            }
+            previous_end = Some(span.end);
+            written = true;
+        }
+        match set.filter(|_| !set_done) {
+            Some((name, text)) => {
+                let mut tail = Vec::with_capacity(name.len() + text.len() + 5);
+                if written {
+                    tail.push(b',');
+                }
+                drop_result(serde_json::to_writer(&mut tail, name));
+                tail.push(b':');
+                tail.extend_from_slice(text.as_bytes());
+                tail.push(b'}');
+                push(Piece::New(tail));
+            }
+            None => match previous_end {
+                // The closing brace and whatever follows it, as the client sent them.
+                Some(end) => push(Piece::Original(end..self.body.len())),
+                None => push(Piece::New(b"}".to_vec())),
+            },
+        }
+        pieces
+    }
+
+    /// The body to send upstream, whole: `model` replaced, `user` removed.
     pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {
-        self.members.encode(upstream_model, &["user"])
+        self.joined(&self.upstream_pieces(upstream_model, None))
+    }
+
+    /// `pieces` as one buffer.
+    pub fn joined(&self, pieces: &[Piece]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.body.len() + 64);
+        for piece in pieces {
+            match piece {
+                Piece::Original(range) => out.extend_from_slice(&self.body[range.clone()]),
+                Piece::New(text) => out.extend_from_slice(text),
+            }
+        }
+        out
     }
 }
 
 /// A whole (non-streamed) response body with `model` set to `model`, and its usage.
+/// `model` is the top-level member, or, when there is none, the one of a nested
+/// `response` or `message` object (the Responses and Anthropic APIs' stream events).
 /// A body that is not a JSON object, or already names `model`, is returned as it is.
 pub fn rename_model<'a>(body: &'a [u8], model: &str) -> (Cow<'a, [u8]>, Option<Usage>) {
     let Ok(members) = serde_json::from_slice::<Members<'_>>(body) else {
         return (Cow::Borrowed(body), None);
     };
     let usage = usage_of(&members);
-    let current = members
-        .get("model")
-        .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
-    match current {
-        Some(current) if current != model => (Cow::Owned(members.encode(model, &[])), usage),
-        _ => (Cow::Borrowed(body), usage),
-    }
+    (
+        renamed(&members, model).map_or(Cow::Borrowed(body), Cow::Owned),
+        usage,
+    )
+}
+
+/// `members` with `model` renamed, when it must be.
+fn renamed(members: &Members<'_>, model: &str) -> Option<Vec<u8>> {
+    let Some(current) = members.get("model") else {
+        return NESTED.iter().find_map(|name| {
+            let nested = serde_json::from_str::<Members<'_>>(members.get(name)?.get()).ok()?;
+            let inner = renamed(&nested, model)?;
+            Some(members.encode(&[(name, &inner)]))
+        });
+    };
+    let current = serde_json::from_str::<Cow<'_, str>>(current.get()).ok()?;
+    (current != model).then(|| {
+        let text = serde_json::to_vec(model).unwrap_or_default();
+        members.encode(&[("model", &text)])
+    })
+}
+
+/// The usage of a chunk that carries nothing else a client reads (no choices).
+fn usage_only(data: &[u8]) -> Option<Usage> {
+    let members = serde_json::from_slice::<Members<'_>>(data).ok()?;
+    let no_choices = members.get("choices").is_some_and(|choices| {
+        choices.get().trim_start().starts_with('[')
+            && serde_json::from_str::<Vec<serde::de::IgnoredAny>>(choices.get())
+                .is_ok_and(|choices| choices.is_empty())
+    });
+    if no_choices { usage_of(&members) } else { None }
 }
 
 /// Renames `model` in every `data:` event of a server-sent event stream, line by line as
-/// the bytes arrive, and keeps the last usage seen.
+/// the bytes arrive, and keeps the usage seen.
 pub struct SseRenamer {
     model: String,
     /// The start of a line whose end has not arrived yet.
     pending: Vec<u8>,
     pub usage: Option<Usage>,
+    /// Usage-only chunks (`"choices":[]` and a usage) are kept from the client.
+    hide_usage: bool,
+    /// A usage-only event was kept back: the blank line that ends it goes too.
+    hidden: bool,
 }
 
 impl SseRenamer {
@@ -162,7 +357,16 @@ impl SseRenamer {
             model: model.to_owned(),
             pending: Vec::new(),
             usage: None,
+            hide_usage: false,
+            hidden: false,
         }
+    }
+
+    /// With `hide`, the chunk carrying only usage (which the gateway asked for, not the
+    /// client) is recorded and not passed on.
+    pub fn hiding_usage(mut self, hide: bool) -> Self {
+        self.hide_usage = hide;
+        self
     }
 
     /// The complete lines of `pending` + `chunk`, rewritten; the rest is kept.
@@ -196,14 +400,25 @@ impl SseRenamer {
             .rposition(|byte| !matches!(byte, b'\n' | b'\r'))
             .map_or(0, |last| last + 1);
         let (content, ending) = line.split_at(content_end);
+        let hidden = std::mem::take(&mut self.hidden);
+        if content.is_empty() && hidden {
+            return;
+        }
         let Some(data) = content.strip_prefix(b"data:") else {
             out.extend_from_slice(line);
             return;
         };
         let data = data.strip_prefix(b" ").unwrap_or(data);
+        if self.hide_usage
+            && let Some(usage) = usage_only(data)
+        {
+            self.usage = Some(self.usage.unwrap_or_default().merge(usage));
+            self.hidden = true;
+            return;
+        }
         let (renamed, usage) = rename_model(data, &self.model);
-        if usage.is_some() {
-            self.usage = usage;
+        if let Some(usage) = usage {
+            self.usage = Some(self.usage.unwrap_or_default().merge(usage));
         }
         if let Cow::Owned(renamed) = renamed {
             out.extend_from_slice(b"data: ");
@@ -252,6 +467,71 @@ mod tests {
             rename_model(b"not json", "up").0,
             Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn pieces_keep_the_clients_bytes_and_edit_only_model_user_and_the_set_member() {
+        let body = br#" { "user" : "alice", "model":"claude" ,"messages":[1], "image":"AAAA" } "#;
+        let request = ChatRequest::parse(body).unwrap_or_else(|err| panic!("{err}"));
+        let pieces =
+            request.upstream_pieces("up", Some(("stream_options", r#"{"include_usage":true}"#)));
+        let joined = request.joined(&pieces);
+        let value: serde_json::Value = serde_json::from_slice(&joined)
+            .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&joined)));
+        assert_eq!(
+            value,
+            serde_json::json!({"model": "up", "messages": [1], "image": "AAAA", "stream_options": {"include_usage": true}})
+        );
+        // The members after `model` travel as one piece of the client's bytes.
+        assert!(
+            pieces
+                .iter()
+                .any(|piece| matches!(piece, Piece::Original(range)
+            if &body[range.clone()] == br#" ,"messages":[1], "image":"AAAA""#))
+        );
+        let unchanged =
+            ChatRequest::parse(br#"{"model":"up"}"#).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(unchanged.upstream_body("up"), br#"{"model":"up"}"#);
+        let only_user = ChatRequest::parse(br#"{"model":"a","user":"u"}"#)
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(only_user.upstream_body("b"), br#"{"model":"b"}"#);
+    }
+
+    #[test]
+    fn a_usage_chunk_the_client_did_not_ask_for_is_recorded_and_kept_from_it() {
+        let mut renamer = SseRenamer::new("asked").hiding_usage(true);
+        let mut out = renamer.push(b"data: {\"model\":\"up\",\"choices\":[{\"delta\":{}}]}\n\n");
+        out.extend(renamer.push(b"data: {\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6,\"total_tokens\":11}}\n\ndata: [DONE]\n\n"));
+        out.extend(renamer.finish());
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "data: {\"model\":\"asked\",\"choices\":[{\"delta\":{}}]}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(renamer.usage.and_then(|usage| usage.total_tokens), Some(11));
+    }
+
+    #[test]
+    fn nested_models_and_anthropic_usage_are_read() {
+        let (renamed, usage) = rename_model(
+            br#"{"type":"message_start","message":{"model":"up","usage":{"input_tokens":7,"output_tokens":1}}}"#,
+            "asked",
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&renamed),
+            r#"{"type":"message_start","message":{"model":"asked","usage":{"input_tokens":7,"output_tokens":1}}}"#
+        );
+        let usage = usage.unwrap_or_default().merge(Usage {
+            completion_tokens: Some(30),
+            ..Usage::default()
+        });
+        assert_eq!(
+            usage,
+            Usage {
+                prompt_tokens: Some(7),
+                completion_tokens: Some(30),
+                total_tokens: Some(37)
+            }
+        );
     }
 
     #[test]

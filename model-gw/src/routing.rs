@@ -1,30 +1,53 @@
 //! Which upstream serves a requested model, and under which name (spec 2.5):
-//! - `gateway_proxy/<m>`: POST `{api_base}/v1/chat/completions` with `model` = `<m>`;
-//! - `openai/<provider>/<m>`: POST `{api_base}/chat/completions` (the base includes `/v1`)
-//!   with `model` = `<provider>/<m>`.
+//! - `gateway_proxy/<m>`: POST `{api_base}/v1/<path>` with `model` = `<m>`: a gateway of
+//!   the same kind, which serves every API at its own path;
+//! - `openai/<provider>/<m>`: POST `{api_base}/<path>` (the base includes `/v1`) with
+//!   `model` = `<provider>/<m>`: an OpenAI-compatible API, which has no `/messages`
+//!   unless the entry says it has.
 //!
 //! A wildcard entry (`model_name: "*"`, `model: "openai/*"`) forwards any `provider/model`
 //! name verbatim and refuses a bare name.
 
-use crate::config::ModelEntry;
+use crate::config::{CallParams, ModelEntry};
 
-/// Where one chat completion goes.
+/// What kind of API an upstream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `gateway_proxy/`: a gateway like this one.
+    GatewayProxy,
+    /// `openai/`: an OpenAI-compatible API.
+    OpenAi,
+}
+
+/// Where one call goes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Upstream {
     /// The `model_name` of the entry that routed it (`*` for the wildcard): a bounded
     /// name for metrics, where the requested one is whatever a client sent.
     pub entry: String,
-    pub url: String,
+    pub kind: Kind,
+    /// The URL paths are appended to: `{api_base}/v1` for a gateway, `{api_base}` for an
+    /// OpenAI-compatible API.
+    base: String,
     /// The `model` sent upstream.
     pub model: String,
     pub api_key: String,
+    pub params: CallParams,
+}
+
+impl Upstream {
+    /// The URL of `path` (`/chat/completions`, `/responses`, …) on this upstream.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
 }
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
             .field("entry", &self.entry)
-            .field("url", &self.url)
+            .field("kind", &self.kind)
+            .field("base", &self.base)
             .field("model", &self.model)
             .finish_non_exhaustive()
     }
@@ -42,24 +65,23 @@ pub enum RouteError {
 
 pub const WILDCARD: &str = "*";
 
-fn join(api_base: &str, path: &str) -> String {
-    format!("{}{path}", api_base.trim_end_matches('/'))
-}
-
 /// The upstream of `entry` for the upstream model reference `model` (with its prefix).
 fn upstream(entry: &ModelEntry, model: &str) -> Option<Upstream> {
-    let (url, name) = if let Some(name) = model.strip_prefix("gateway_proxy/") {
-        (join(&entry.api_base, "/v1/chat/completions"), name)
+    let api_base = entry.api_base.trim_end_matches('/');
+    let (kind, base, name) = if let Some(name) = model.strip_prefix("gateway_proxy/") {
+        (Kind::GatewayProxy, format!("{api_base}/v1"), name)
     } else if let Some(name) = model.strip_prefix("openai/") {
-        (join(&entry.api_base, "/chat/completions"), name)
+        (Kind::OpenAi, api_base.to_owned(), name)
     } else {
         return None;
     };
     Some(Upstream {
         entry: entry.model_name.clone(),
-        url,
+        kind,
+        base,
         model: name.to_owned(),
         api_key: entry.api_key.clone(),
+        params: entry.params,
     })
 }
 
@@ -102,6 +124,7 @@ mod tests {
             model: model.into(),
             api_base: api_base.into(),
             api_key: "sk".into(),
+            ..ModelEntry::default()
         }
     }
 
@@ -109,7 +132,10 @@ mod tests {
     fn gateway_proxy_appends_v1_and_strips_the_prefix() {
         let entries = [entry("claude", "gateway_proxy/claude-sonnet", "http://gw/")];
         let upstream = route(&entries, "claude").unwrap_or_else(|err| panic!("{err}"));
-        assert_eq!(upstream.url, "http://gw/v1/chat/completions");
+        assert_eq!(
+            upstream.url("/chat/completions"),
+            "http://gw/v1/chat/completions"
+        );
         assert_eq!(upstream.model, "claude-sonnet");
     }
 
@@ -117,7 +143,10 @@ mod tests {
     fn openai_keeps_provider_and_model() {
         let entries = [entry("gpt", "openai/azure/gpt-4o", "http://gw/v1")];
         let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
-        assert_eq!(upstream.url, "http://gw/v1/chat/completions");
+        assert_eq!(
+            upstream.url("/chat/completions"),
+            "http://gw/v1/chat/completions"
+        );
         assert_eq!(upstream.model, "azure/gpt-4o");
     }
 
@@ -138,7 +167,10 @@ mod tests {
             entry("*", "openai/*", "http://any/v1"),
         ];
         let upstream = route(&entries, "anthropic/claude").unwrap_or_else(|err| panic!("{err}"));
-        assert_eq!(upstream.url, "http://any/v1/chat/completions");
+        assert_eq!(
+            upstream.url("/chat/completions"),
+            "http://any/v1/chat/completions"
+        );
         assert_eq!(upstream.model, "anthropic/claude");
         assert_eq!(upstream.entry, "*");
         assert_eq!(
@@ -146,7 +178,7 @@ mod tests {
             Err(RouteError::BareNameOnWildcard("claude".into()))
         );
         assert_eq!(
-            route(&entries, "gpt").map(|upstream| upstream.url),
+            route(&entries, "gpt").map(|upstream| upstream.url("/chat/completions")),
             Ok("http://one/v1/chat/completions".to_owned())
         );
     }

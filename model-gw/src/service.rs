@@ -1,38 +1,36 @@
-//! The ModelGateway gRPC service: master-key auth, the model list, and chat completions
-//! forwarded to the routed upstream with the header policy, renamed `model` and a spend
-//! log entry per call.
+//! The ModelGateway gRPC service: master-key auth, the model list and its info, and calls
+//! of every API routed to their upstream (`forward` does the forwarding; `openai` and
+//! `messages` prepare each API's call), with a spend log entry per call.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
-use http::HeaderMap;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_proto::models::ChatCompletionStream as ChatStream;
 use sandgate_proto::models::v1::model_gateway_server::ModelGateway;
 use sandgate_proto::models::v1::{
-    AddModelRequest, AddModelResponse, ChatCompletionRequest, ChatCompletionResponse,
-    GatewayParams, GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse,
-    ListSpendLogsRequest, ListSpendLogsResponse, Model, SpendLogEntry as ProtoSpendLogEntry,
+    AddModelRequest, AddModelResponse, Api, CallRequest, ChatCompletionRequest,
+    ChatCompletionResponse, GatewayParams, GetModelInfoRequest, GetModelInfoResponse,
+    GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse, ListSpendLogsRequest,
+    ListSpendLogsResponse, Model, ModelInfo, SpendLogEntry as ProtoSpendLogEntry,
 };
+use sandgate_proto::models::{CallStream, ChatCompletionStream};
 use sandgate_runtime_api::store::{SpendLogEntry, Store, StoredModel};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
-use tracing::{Instrument, Span};
+use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
-use crate::headers::{
-    SESSION_ID, SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT, outbound_headers,
-};
+use crate::forward::{AnswerEdit, Prepared};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
-use crate::retry::{RetryPolicy, transient};
-use crate::rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
-use crate::routing::{RouteError, Upstream, WILDCARD, route};
+use crate::retry::RetryPolicy;
+use crate::rewrite::ChatRequest;
+use crate::routing::{Kind, RouteError, Upstream, WILDCARD, route};
+use crate::{messages, openai};
 
 /// How the gateway runs.
 pub struct GatewayOptions {
@@ -66,9 +64,11 @@ pub struct Gateway {
     master_key: Option<[u8; 32]>,
     store: Store,
     /// Pooled: connections to an upstream are reused across calls.
-    client: reqwest::Client,
-    read_timeout: Duration,
-    retry: RetryPolicy,
+    pub(crate) client: reqwest::Client,
+    /// How long an upstream may stay silent, unless its entry says.
+    pub(crate) read_timeout: Duration,
+    /// Retries, unless an entry says.
+    pub(crate) retry: RetryPolicy,
     /// Spend log entries waiting to be written.
     spend_queue: Mutex<SpendQueue>,
     /// Held while the spend log queue is written out.
@@ -111,16 +111,12 @@ const MAX_QUEUED_SPEND_ENTRIES: usize = 10_000;
 
 /// Spend log entries listed when the caller names no limit.
 const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
-/// The largest piece of a whole body one message carries.
-const MESSAGE_CHUNK: usize = 1024 * 1024;
-/// Messages of a streamed answer buffered ahead of a slow reader.
-const STREAM_BUFFER: usize = 16;
 
-fn error(code: ErrorCode, message: impl Into<String>) -> Status {
+pub(crate) fn error(code: ErrorCode, message: impl Into<String>) -> Status {
     ErrorDetail::new(code, message).into_status()
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
@@ -152,6 +148,7 @@ impl Gateway {
             read_timeout: options.read_timeout,
             retry: RetryPolicy {
                 retries: options.retries,
+                statuses: true,
             },
             spend_queue: Mutex::default(),
             spend_writer: tokio::sync::Mutex::default(),
@@ -194,6 +191,7 @@ impl Gateway {
             model: model.model,
             api_base: model.api_base,
             api_key: model.api_key,
+            ..ModelEntry::default()
         }));
         Ok(entries.into())
     }
@@ -273,7 +271,7 @@ impl Gateway {
 
     /// Writes `entry` now, with whatever else waits: for a failed answer, whose entry is in
     /// the log by the time the client has the answer.
-    async fn log_spend(&self, entry: SpendLogEntry) {
+    pub(crate) async fn log_spend(&self, entry: SpendLogEntry) {
         self.enqueue_spend(entry, false);
         self.write_spend_queue(false).await;
     }
@@ -304,7 +302,7 @@ impl Gateway {
 impl ModelGatewayService {
     /// Queues `entry` to be written within [`SPEND_LOG_DELAY`], with the entries of the calls
     /// that end meanwhile: one store round trip for many calls, and none on a call's path.
-    fn log_spend_soon(&self, entry: SpendLogEntry) {
+    pub(crate) fn log_spend_soon(&self, entry: SpendLogEntry) {
         if self.enqueue_spend(entry, true) {
             // Weak: a stopped gateway (which flushed its queue) is not kept alive, nor its
             // store open, by a write that has nothing left to do.
@@ -325,32 +323,6 @@ impl ModelGatewayService {
     }
 }
 
-/// What the spend log learns from a request before it is forwarded: one entry per
-/// client request, however many attempts it took.
-struct CallRecord {
-    entry: SpendLogEntry,
-    /// The routing entry's name: the calls' metrics label.
-    model_entry: String,
-    started: Instant,
-}
-
-impl CallRecord {
-    /// The call's spend log entry, once `status` is answered; its metrics are recorded.
-    fn finish(mut self, status: u16, usage: Option<Usage>) -> SpendLogEntry {
-        let elapsed = self.started.elapsed();
-        crate::metrics::finished(&self.model_entry, status, elapsed, usage);
-        Span::current().set_attribute("http.response.status_code", i64::from(status));
-        self.entry.status = status;
-        self.entry.latency_ms = elapsed.as_millis() as u64;
-        if let Some(usage) = usage {
-            self.entry.prompt_tokens = usage.prompt_tokens;
-            self.entry.completion_tokens = usage.completion_tokens;
-            self.entry.total_tokens = usage.total_tokens;
-        }
-        self.entry
-    }
-}
-
 /// Every master key a caller presents, where LiteLLM's proxy takes one: `Authorization:
 /// Bearer` (OpenAI SDKs), `x-api-key` (the Anthropic SDK, Claude Code), `api-key` (Azure
 /// OpenAI clients), `x-litellm-api-key` (LiteLLM's own, with or without `Bearer `).
@@ -363,51 +335,6 @@ fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item
         .into_iter()
         .filter_map(move |name| text(name).map(str::trim));
     bearer.into_iter().chain(litellm).chain(raw)
-}
-
-/// The first of `names` the client sent, as text.
-fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
-    names
-        .iter()
-        .find_map(|name| headers.get(*name))
-        .and_then(|value| value.to_str().ok())
-}
-
-/// The spend log metadata header, when it holds JSON of at most
-/// [`SPEND_LOGS_METADATA_LIMIT`] bytes; anything else is logged and ignored.
-fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
-    let (name, raw) = SPEND_LOGS_METADATA
-        .iter()
-        .find_map(|name| Some((*name, headers.get(*name)?)))?;
-    if raw.len() > SPEND_LOGS_METADATA_LIMIT {
-        tracing::warn!(
-            bytes = raw.len(),
-            limit = SPEND_LOGS_METADATA_LIMIT,
-            "{name} is larger than the limit; ignored"
-        );
-        return None;
-    }
-    match serde_json::from_slice(raw.as_bytes()) {
-        Ok(value) => Some(value),
-        Err(err) => {
-            tracing::warn!(error = %err, "{name} is not JSON; ignored");
-            None
-        }
-    }
-}
-
-fn upstream_failure(err: &reqwest::Error) -> (ErrorCode, u16, &'static str) {
-    if err.is_timeout() {
-        (
-            ErrorCode::GatewayTimeout,
-            504,
-            "the upstream did not answer in time",
-        )
-    } else if err.is_connect() {
-        (ErrorCode::BadGateway, 502, "cannot connect to the upstream")
-    } else {
-        (ErrorCode::BadGateway, 502, "the upstream's answer failed")
-    }
 }
 
 #[tonic::async_trait]
@@ -483,15 +410,11 @@ impl ModelGateway for ModelGatewayService {
         }))
     }
 
-    type ChatCompletionStream = ChatStream;
+    type CallStream = CallStream;
 
-    async fn chat_completion(
-        &self,
-        request: Request<ChatCompletionRequest>,
-    ) -> Result<Response<Self::ChatCompletionStream>, Status> {
+    async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallStream>, Status> {
         let (metadata, _, message) = request.into_parts();
-        let body = message.body;
-        let (config, chat, upstream) = match self.route_chat(&metadata, &body).await {
+        let (config, call, upstream) = match self.route_call(&metadata, message).await {
             Ok(routed) => routed,
             Err(status) => {
                 let code = ErrorDetail::from_status(&status).code();
@@ -503,13 +426,62 @@ impl ModelGateway for ModelGatewayService {
         // lasts until the answer is relayed whole.
         let span = tracing::info_span!(
             "upstream",
-            otel.name = "POST chat completion",
+            otel.name = span_name(call.api),
             otel.kind = "client",
         );
         span.set_attribute("sandgate.model_entry", upstream.entry.clone());
-        self.forward_chat(metadata.into_headers(), &config, chat, upstream)
+        self.forward(metadata.into_headers(), &config, call, upstream)
             .instrument(span)
             .await
+    }
+
+    type ChatCompletionStream = ChatCompletionStream;
+
+    async fn chat_completion(
+        &self,
+        request: Request<ChatCompletionRequest>,
+    ) -> Result<Response<ChatCompletionStream>, Status> {
+        let (metadata, extensions, message) = request.into_parts();
+        let call = CallRequest {
+            api: Api::ChatCompletions.into(),
+            body: message.body,
+        };
+        let answer = self
+            .call(Request::from_parts(metadata, extensions, call))
+            .await?
+            .into_inner();
+        Ok(Response::new(Box::pin(answer.map(|message| {
+            message.map(|message| ChatCompletionResponse {
+                status: message.status,
+                content_type: message.content_type,
+                chunk: message.chunk,
+            })
+        }))))
+    }
+
+    async fn get_model_info(
+        &self,
+        request: Request<GetModelInfoRequest>,
+    ) -> Result<Response<GetModelInfoResponse>, Status> {
+        self.authenticate(request.metadata())?;
+        let wanted = &request.get_ref().model_name;
+        let entries = self.entries(&self.config.current()).await?;
+        let models = entries
+            .iter()
+            .filter(|entry| wanted.is_empty() || entry.model_name == *wanted)
+            .map(|entry| ModelInfo {
+                model_name: entry.model_name.clone(),
+                model: entry.model.clone(),
+                api_base: entry.api_base.clone(),
+                model_info_json: entry
+                    .model_info
+                    .as_ref()
+                    .and_then(|info| serde_json::to_vec(info).ok())
+                    .map(Bytes::from)
+                    .unwrap_or_default(),
+            })
+            .collect();
+        Ok(Response::new(GetModelInfoResponse { models }))
     }
 
     async fn list_spend_logs(
@@ -533,282 +505,78 @@ impl ModelGateway for ModelGatewayService {
     }
 }
 
+/// The upstream span's name for a call of `api`.
+fn span_name(api: Api) -> &'static str {
+    match api {
+        // Refused before a span is made.
+        Api::ChatCompletions | Api::Unspecified => "POST chat completion",
+        Api::Responses => "POST responses",
+        Api::Messages => "POST messages",
+        Api::MessagesCountTokens => "POST messages count_tokens",
+        Api::Embeddings => "POST embeddings",
+        Api::Completions => "POST completions",
+    }
+}
+
 impl ModelGatewayService {
     /// Who may call, what is asked, and where it goes: everything decided before the
     /// upstream is called.
-    async fn route_chat<'a>(
+    async fn route_call(
         &self,
         metadata: &tonic::metadata::MetadataMap,
-        body: &'a [u8],
-    ) -> Result<(Arc<GatewayConfig>, ChatRequest<'a>, Upstream), Status> {
+        message: CallRequest,
+    ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream), Status> {
         self.authenticate(metadata)?;
-        let chat = ChatRequest::parse(body).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        let api = Api::try_from(message.api)
+            .ok()
+            .filter(|api| *api != Api::Unspecified)
+            .ok_or_else(|| {
+                error(
+                    ErrorCode::BadRequest,
+                    format!("`api` {} is not an API of this gateway", message.api),
+                )
+            })?;
+        let body = message.body;
+        let request = ChatRequest::parse(&body).map_err(|err| error(ErrorCode::BadRequest, err))?;
         let (config, entries, kept) = self.kept_entries().await?;
-        let routed = match route(entries.iter(), &chat.model) {
+        let routed = match route(entries.iter(), &request.model) {
             // Perhaps a model added a moment ago, by a replica whose notification has not
             // arrived yet: never refused on the strength of what was kept.
-            Err(_) if kept => route(self.entries(&config).await?.iter(), &chat.model),
+            Err(_) if kept => route(self.entries(&config).await?.iter(), &request.model),
             routed => routed,
         };
         let upstream = routed.map_err(|err| match err {
             RouteError::UnknownModel(_) => error(ErrorCode::NotFound, err.to_string()),
             RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
         })?;
-        Ok((config, chat, upstream))
-    }
-
-    /// Calls the upstream, in the current (upstream) span, retrying what the retry policy
-    /// allows, and relays the answer of the last attempt. Every retry happens before the
-    /// first byte of an answer is relayed: the client sees one answer, never two.
-    async fn forward_chat(
-        &self,
-        headers: HeaderMap,
-        config: &GatewayConfig,
-        chat: ChatRequest<'_>,
-        upstream: Upstream,
-    ) -> Result<Response<ChatStream>, Status> {
-        let record = CallRecord {
-            entry: SpendLogEntry {
-                request_id: uuid::Uuid::new_v4().to_string(),
-                started_at_ms: now_ms(),
-                model: chat.model.clone(),
-                upstream_model: upstream.model.clone(),
-                user: chat.user.clone(),
-                session_id: first_header(&headers, &SESSION_ID).map(str::to_owned),
-                metadata: spend_metadata(&headers),
-                ..SpendLogEntry::default()
-            },
-            model_entry: upstream.entry.clone(),
-            started: Instant::now(),
+        let anthropic = matches!(api, Api::Messages | Api::MessagesCountTokens);
+        let call = if anthropic && upstream.kind == Kind::OpenAi && !upstream.params.native_messages
+        {
+            // An OpenAI-compatible upstream has no Messages API: a chat completion in its
+            // place.
+            let count_tokens = api == Api::MessagesCountTokens;
+            let translated = messages::chat_request(&body, &upstream.model, count_tokens)
+                .map_err(|err| error(ErrorCode::BadRequest, err))?;
+            Prepared {
+                api,
+                path: openai::path(Api::ChatCompletions),
+                body: vec![Bytes::from(translated.body)],
+                asked: request.model.clone(),
+                user: messages::user(&body),
+                answer: if count_tokens {
+                    AnswerEdit::CountTokens
+                } else {
+                    AnswerEdit::Message
+                },
+            }
+        } else {
+            let mut call = openai::prepare(api, &body, &request, &upstream.model);
+            if anthropic {
+                call.user = messages::user(&body);
+            }
+            call
         };
-        // Encoded once: a retry sends the same bytes again without copying them.
-        let body = Bytes::from(chat.upstream_body(&upstream.model));
-        let mut attempt = 0;
-        let response = loop {
-            let outbound = self
-                .outbound(&headers, config, &upstream)
-                .body(body.clone());
-            let Ok(sent) = tokio::time::timeout(self.read_timeout, outbound.send()).await else {
-                // Never retried: a second wait as long would double the client's.
-                tracing::warn!(model = %upstream.model, attempts = attempt + 1, "upstream did not answer in time");
-                self.log_spend(record.finish(504, None)).await;
-                return Err(error(
-                    ErrorCode::GatewayTimeout,
-                    "the upstream did not answer in time",
-                ));
-            };
-            let retry = transient(&sent).and_then(|(reason, retry_after)| {
-                Some((reason, self.retry.pause(attempt, retry_after)?))
-            });
-            let Some((reason, pause)) = retry else {
-                match sent {
-                    Ok(response) => break response,
-                    Err(err) => {
-                        let (code, status, message) = upstream_failure(&err);
-                        // Without the URL: a base URL may carry credentials in its query.
-                        tracing::warn!(model = %upstream.model, attempts = attempt + 1, error = %err.without_url(), "upstream call failed");
-                        self.log_spend(record.finish(status, None)).await;
-                        return Err(error(code, message));
-                    }
-                }
-            };
-            attempt += 1;
-            match sent {
-                Err(err) => {
-                    tracing::warn!(model = %upstream.model, attempt, error = %err.without_url(), ?pause, "upstream call failed; retrying");
-                }
-                // The failed answer's body is not read: its connection is closed.
-                Ok(response) => {
-                    tracing::warn!(model = %upstream.model, attempt, status = response.status().as_u16(), ?pause, "upstream answered a transient failure; retrying");
-                }
-            }
-            crate::metrics::retried(&upstream.entry, reason.label());
-            tokio::time::sleep(pause).await;
-        };
-        Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
-        let status = response.status().as_u16();
-        let content_type = response
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("application/json")
-            .to_owned();
-        let first = ChatCompletionResponse {
-            status: u32::from(status),
-            content_type: content_type.clone(),
-            chunk: Bytes::new(),
-        };
-        if !(sandgate_proto::models::is_event_stream(&content_type) && status < 300) {
-            // A whole answer is read here and answered at once: no relay task, no channel.
-            let (messages, entry, failure) =
-                whole_answer(response, first, &chat.model, record).await;
-            if let Some(failure) = failure {
-                // Logged first, so that a client that has its (failed) answer finds it.
-                self.log_spend(entry).await;
-                return Err(failure);
-            }
-            // The client does not wait for the spend log.
-            self.log_spend_soon(entry);
-            return Ok(Response::new(Box::pin(futures::stream::iter(
-                messages.into_iter().map(Ok),
-            ))));
-        }
-        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-        let asked = chat.model.clone();
-        let gateway = self.clone();
-        let relay = async move {
-            let (entry, failure) = relay_stream(response, first, &asked, &sender, record).await;
-            match failure {
-                // A failure ends the answer at once: logged first, so that a client that
-                // has its (failed) answer finds the entry.
-                Some(failure) => {
-                    gateway.log_spend(entry).await;
-                    drop(sender.send(Err(failure)).await);
-                }
-                None => gateway.log_spend_soon(entry),
-            }
-        };
-        tokio::spawn(relay.instrument(Span::current()));
-        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
-    }
-
-    /// One attempt's request, without its body: the header policy, the upstream's key and
-    /// the trace context (each attempt is in the same upstream span).
-    fn outbound(
-        &self,
-        headers: &HeaderMap,
-        config: &GatewayConfig,
-        upstream: &Upstream,
-    ) -> reqwest::RequestBuilder {
-        let mut outbound = self
-            .client
-            .post(&upstream.url)
-            .header(http::header::CONTENT_TYPE, "application/json");
-        for (name, value) in &outbound_headers(headers, config) {
-            outbound = outbound.header(name, value);
-        }
-        if !upstream.api_key.is_empty() {
-            outbound = outbound.bearer_auth(&upstream.api_key);
-        }
-        let mut trace_context = HeaderMap::new();
-        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
-        outbound.headers(trace_context)
-    }
-}
-
-type Sender = mpsc::Sender<Result<ChatCompletionResponse, Status>>;
-
-/// How a relay ended: the call's spend log entry, and the failure that ends the answer,
-/// when it failed (sent once the entry is logged).
-type Relayed = (SpendLogEntry, Option<Status>);
-
-/// A body that is not streamed: read whole, `model` renamed on success, answered in
-/// messages of at most [`MESSAGE_CHUNK`] bytes (no body is too large for one gRPC message).
-async fn whole_answer(
-    response: reqwest::Response,
-    mut first: ChatCompletionResponse,
-    asked: &str,
-    record: CallRecord,
-) -> (Vec<ChatCompletionResponse>, SpendLogEntry, Option<Status>) {
-    let status = response.status();
-    match whole_body(response).await {
-        Ok(body) => {
-            let (mut rest, usage) = if status.is_success() {
-                let (renamed, usage) = rename_model(&body, asked);
-                (Bytes::from(renamed.into_owned()), usage)
-            } else {
-                (body, None)
-            };
-            first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
-            let mut messages = vec![first];
-            while !rest.is_empty() {
-                messages.push(ChatCompletionResponse {
-                    chunk: rest.split_to(rest.len().min(MESSAGE_CHUNK)),
-                    ..ChatCompletionResponse::default()
-                });
-            }
-            (messages, record.finish(status.as_u16(), usage), None)
-        }
-        Err(err) => {
-            let (code, status, message) = upstream_failure(&err);
-            tracing::warn!(error = %err.without_url(), "upstream body failed");
-            (
-                Vec::new(),
-                record.finish(status, None),
-                Some(error(code, message)),
-            )
-        }
-    }
-}
-
-/// An answer's whole body. One with a length is whole once that many bytes are in: its
-/// end-of-stream would come only after the task hyper-util spawns to put the connection
-/// back in the pool has run (a wake-up of another thread, on the call's path).
-async fn whole_body(mut response: reqwest::Response) -> Result<Bytes, reqwest::Error> {
-    let Some(length) = response.content_length() else {
-        return response.bytes().await;
-    };
-    let Some(first) = response.chunk().await? else {
-        return Ok(Bytes::new());
-    };
-    if first.len() as u64 >= length {
-        return Ok(first);
-    }
-    // Reserved from what arrived, not from the announced length: an upstream's header
-    // does not size an allocation.
-    let mut body = BytesMut::from(first);
-    while (body.len() as u64) < length {
-        match response.chunk().await? {
-            Some(chunk) => body.extend_from_slice(&chunk),
-            None => break,
-        }
-    }
-    Ok(body.freeze())
-}
-
-/// Server-sent events: passed on as they arrive, each event's `model` renamed.
-async fn relay_stream(
-    response: reqwest::Response,
-    first: ChatCompletionResponse,
-    asked: &str,
-    sender: &Sender,
-    record: CallRecord,
-) -> Relayed {
-    let status = response.status().as_u16();
-    let mut renamer = SseRenamer::new(asked);
-    if sender.send(Ok(first)).await.is_err() {
-        return (record.finish(status, None), None);
-    }
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        match chunk {
-            Ok(chunk) => {
-                let out = renamer.push(&chunk);
-                if !out.is_empty() && sender.send(Ok(message(out))).await.is_err() {
-                    // The client went away; the upstream call ends with it.
-                    return (record.finish(499, renamer.usage), None);
-                }
-            }
-            Err(err) => {
-                let (code, failed, message) = upstream_failure(&err);
-                tracing::warn!(error = %err.without_url(), "upstream stream failed");
-                let failure = error(code, message);
-                return (record.finish(failed, renamer.usage), Some(failure));
-            }
-        }
-    }
-    let rest = renamer.finish();
-    if !rest.is_empty() {
-        drop(sender.send(Ok(message(rest))).await);
-    }
-    (record.finish(status, renamer.usage), None)
-}
-
-fn message(chunk: Vec<u8>) -> ChatCompletionResponse {
-    ChatCompletionResponse {
-        status: 0,
-        content_type: String::new(),
-        chunk: chunk.into(),
+        Ok((config, call, upstream))
     }
 }
 
@@ -825,6 +593,7 @@ fn proto_entry(entry: SpendLogEntry) -> ProtoSpendLogEntry {
         status: u32::from(entry.status),
         user: entry.user,
         session_id: entry.session_id,
+        call_type: entry.call_type.unwrap_or_default(),
         metadata_json: entry
             .metadata
             .map(|metadata| serde_json::to_vec(&metadata).unwrap_or_default().into())

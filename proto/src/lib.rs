@@ -35,12 +35,32 @@ pub mod models {
         tonic::include_proto!("sandgate.models.v1");
     }
 
-    /// The messages of a chat completion's answer, as the ModelGateway service yields them.
+    /// The messages of a call's answer, as the ModelGateway service yields them.
+    pub type CallStream = std::pin::Pin<
+        Box<dyn futures::Stream<Item = Result<v1::CallResponse, tonic::Status>> + Send>,
+    >;
+
+    /// Anthropic's error `type` for an HTTP status: what the Messages API's errors say,
+    /// the gateway's own and an upstream's translated alike.
+    pub fn anthropic_error_type(status: u16) -> &'static str {
+        match status {
+            400 | 413 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            _ => "api_error",
+        }
+    }
+
+    /// The messages of a chat completion's answer through the deprecated ChatCompletion
+    /// rpc.
     pub type ChatCompletionStream = std::pin::Pin<
         Box<dyn futures::Stream<Item = Result<v1::ChatCompletionResponse, tonic::Status>> + Send>,
     >;
 
-    /// Whether a chat completion's `content_type` is `text/event-stream` (parameters
+    /// Whether an answer's `content_type` is `text/event-stream` (parameters
     /// aside): an answer relayed event by event rather than whole.
     pub fn is_event_stream(content_type: &str) -> bool {
         content_type

@@ -48,6 +48,9 @@ fn gateway_text(file: &str, text: &str, environment: &BTreeMap<String, String>) 
     };
     match GatewayConfig::parse(text, &resolve) {
         Ok(config) => {
+            findings.extend(config.warnings.iter().map(|warning| {
+                Finding::new(Severity::Warning, SETTING, format!("{file}: {warning}"))
+            }));
             for (index, entry) in config.models.iter().enumerate() {
                 findings.extend(api_base_form(index, entry));
                 findings.extend(wildcard_entry(index, entry));
@@ -166,6 +169,7 @@ mod tests {
             model: model.to_owned(),
             api_base: api_base.to_owned(),
             api_key: "k".to_owned(),
+            ..ModelEntry::default()
         }
     }
 

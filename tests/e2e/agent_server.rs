@@ -34,11 +34,18 @@ fn python(release: &str) -> PathBuf {
     python
 }
 
-/// Runs the driver against `webhook_base`; its report.
-async fn drive(release: &str, webhook_base: &str) -> Value {
-    let output = Command::new(python(release))
+/// Runs the driver against `webhook_base`; its report. With `record_url` (Sandgate's
+/// record of a conversation, `{id}` for its id) the driver deletes the conversation only
+/// once the record shows the resume.
+async fn drive(release: &str, webhook_base: &str, record_url: Option<&str>) -> Value {
+    let mut command = Command::new(python(release));
+    command
         .arg(repository("tests/real_clients/agent_server_drive.py"))
-        .args(["--webhook-base", webhook_base, "--session-key", WEBHOOK_KEY])
+        .args(["--webhook-base", webhook_base, "--session-key", WEBHOOK_KEY]);
+    if let Some(record_url) = record_url {
+        command.args(["--record-url", record_url, "--record-key", RUNTIME_KEY]);
+    }
+    let output = command
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()
@@ -105,12 +112,17 @@ fn requests_of(metrics: &str, route: &str) -> Vec<(String, String, f64)> {
 async fn one_conversation(release: &str) {
     let baseline = {
         let (_receiver, url) = baseline_receiver(release).await;
-        drive(release, &format!("{url}/api/v1/webhooks")).await
+        drive(release, &format!("{url}/api/v1/webhooks"), None).await
     };
 
     let backend = Backend::embedded();
     let sandgate = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
-    let report = drive(release, &sandgate.url("/api/v1/webhooks")).await;
+    let report = drive(
+        release,
+        &sandgate.url("/api/v1/webhooks"),
+        Some(&sandgate.url("/api/v1/conversations/{id}")),
+    )
+    .await;
 
     assert_eq!(report["agent_server_version"], release, "{report}");
     assert_eq!(

@@ -66,13 +66,51 @@ async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>
     if model == "hang" {
         std::future::pending::<()>().await;
     }
+    let path = parts.uri.path();
+    if path.ends_with("/responses") {
+        return responses_answer(&body, &model);
+    }
+    if path.ends_with("/embeddings") {
+        return json_answer(json!({
+            "object": "list", "model": model,
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 1.0]}],
+            "usage": {"prompt_tokens": 3, "total_tokens": 3},
+        }));
+    }
+    if path.ends_with("/completions") && !path.ends_with("/chat/completions") {
+        return json_answer(json!({
+            "id": "cmpl-1", "object": "text_completion", "created": 1, "model": model,
+            "choices": [{"text": "Hello", "index": 0, "logprobs": null, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
+        }));
+    }
+    if path.ends_with("/messages/count_tokens") {
+        return json_answer(json!({"input_tokens": 42}));
+    }
+    if path.ends_with("/messages") {
+        return messages_answer(&body, &model);
+    }
     let usage = json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18});
+    let tool = body["tools"][0]["function"]["name"]
+        .as_str()
+        .map(str::to_owned);
     if body["stream"] == true {
-        let events = vec![
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "lo"}}]}),
-            json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}),
-        ];
+        // As OpenAI streams: the usage chunk only when the request asks for it.
+        let mut events = match &tool {
+            Some(tool) => vec![
+                json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": tool, "arguments": ""}}]}}]}),
+                json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"path\":"}}]}}]}),
+                json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "\"README.md\"}"}}]}}]}),
+                json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            ],
+            None => vec![
+                json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+                json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]}),
+            ],
+        };
+        if body["stream_options"]["include_usage"] == true {
+            events.push(json!({"id": "c1", "object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}));
+        }
         let gate = (model == "gated").then_some(state.release);
         let chunks = events
             .into_iter()
@@ -90,6 +128,8 @@ async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>
             });
         return Response::builder()
             .header("content-type", "text/event-stream")
+            .header("x-request-id", "req-upstream-1")
+            .header("x-ratelimit-remaining-requests", "99")
             .body(Body::from_stream(
                 futures::stream::iter(chunks).then(|chunk| chunk),
             ))
@@ -100,15 +140,140 @@ async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>
     } else {
         "Hello".to_owned()
     };
+    let message = match &tool {
+        Some(tool) => json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": tool, "arguments": "{\"path\":\"README.md\"}"}},
+        ]}),
+        None => json!({"role": "assistant", "content": content}),
+    };
     let reply = json!({
-        "id": "c1", "object": "chat.completion", "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+        "id": "c1", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": if tool.is_some() { "tool_calls" } else { "stop" }}],
         "usage": usage,
     });
     Response::builder()
         .header("content-type", "application/json")
+        .header("x-request-id", "req-upstream-1")
+        .header("x-ratelimit-remaining-requests", "99")
+        .header("x-litellm-response-cost", "0.00042")
+        .header("set-cookie", "upstream=secret")
         .body(Body::from(reply.to_string()))
         .expect("response")
+}
+
+fn json_answer(body: Value) -> Response {
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("response")
+}
+
+fn sse_answer(events: Vec<(&'static str, Value)>) -> Response {
+    let text: String = events
+        .into_iter()
+        .map(|(kind, data)| format!("event: {kind}\ndata: {data}\n\n"))
+        .collect();
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(text))
+        .expect("response")
+}
+
+/// OpenAI's Responses API, as it answers and streams.
+fn responses_answer(request: &Value, model: &str) -> Response {
+    let response = |status: &str, text: &str| {
+        json!({
+            "id": "resp_1", "object": "response", "created_at": 1, "status": status,
+            "model": model, "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+            "output": if text.is_empty() { json!([]) } else { json!([{
+                "type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }]) },
+            "usage": if status == "completed" { json!({
+                "input_tokens": 9, "output_tokens": 2, "total_tokens": 11,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            }) } else { Value::Null },
+        })
+    };
+    if request["stream"] != true {
+        return json_answer(response("completed", "Hello"));
+    }
+    sse_answer(vec![
+        (
+            "response.created",
+            json!({"type": "response.created", "sequence_number": 0, "response": response("in_progress", "")}),
+        ),
+        (
+            "response.output_text.delta",
+            json!({"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Hel", "logprobs": []}),
+        ),
+        (
+            "response.output_text.delta",
+            json!({"type": "response.output_text.delta", "sequence_number": 2, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "lo", "logprobs": []}),
+        ),
+        (
+            "response.completed",
+            json!({"type": "response.completed", "sequence_number": 3, "response": response("completed", "Hello")}),
+        ),
+    ])
+}
+
+/// Anthropic's Messages API, as it answers and streams: a tool use when the request has
+/// tools, text otherwise.
+fn messages_answer(request: &Value, model: &str) -> Response {
+    let tool = request["tools"][0]["name"].as_str();
+    let (block, stop_reason) = match tool {
+        Some(tool) => (
+            json!({"type": "tool_use", "id": "toolu_1", "name": tool, "input": {"path": "README.md"}}),
+            "tool_use",
+        ),
+        None => (json!({"type": "text", "text": "Hello"}), "end_turn"),
+    };
+    let message = |content: Value, stop: Value, output: u64| {
+        json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": 13, "output_tokens": output},
+        })
+    };
+    if request["stream"] != true {
+        return json_answer(message(json!([block]), stop_reason.into(), 5));
+    }
+    let (start, delta) = match tool {
+        Some(tool) => (
+            json!({"type": "tool_use", "id": "toolu_1", "name": tool, "input": {}}),
+            json!({"type": "input_json_delta", "partial_json": "{\"path\":\"README.md\"}"}),
+        ),
+        None => (
+            json!({"type": "text", "text": ""}),
+            json!({"type": "text_delta", "text": "Hello"}),
+        ),
+    };
+    sse_answer(vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": message(json!([]), Value::Null, 1)}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": start}),
+        ),
+        ("ping", json!({"type": "ping"})),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 5}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ])
 }
 
 impl FakeUpstream {
@@ -344,7 +509,13 @@ async fn a_stream_is_renamed_chunk_by_chunk_and_its_usage_logged() {
         .await
         .expect("request");
     assert_eq!(response.status(), 200);
-    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let headers = response.headers().clone();
+    assert_eq!(headers["content-type"], "text/event-stream");
+    // No proxy between here and the client buffers or caches the events.
+    assert_eq!(headers["cache-control"], "no-cache");
+    assert_eq!(headers["x-accel-buffering"], "no");
+    assert_eq!(headers["x-ratelimit-remaining-requests"], "99");
+    assert_eq!(headers["llm_provider-x-request-id"], "req-upstream-1");
     let mut text = String::new();
     let mut chunks = response.bytes_stream();
     while let Some(chunk) = chunks.next().await {
@@ -354,12 +525,18 @@ async fn a_stream_is_renamed_chunk_by_chunk_and_its_usage_logged() {
         .lines()
         .filter_map(|line| line.strip_prefix("data: "))
         .collect();
-    assert_eq!(events.len(), 4, "{text}");
-    for event in &events[..3] {
+    // The usage chunk the gateway asked for is not the client's: two chunks and [DONE].
+    assert_eq!(events.len(), 3, "{text}");
+    for event in &events[..2] {
         let event: Value = serde_json::from_str(event).expect("JSON event");
         assert_eq!(event["model"], "gpt", "{event}");
     }
-    assert_eq!(events[3], "[DONE]");
+    assert_eq!(events[2], "[DONE]");
+    assert_eq!(
+        gateway.upstream.last().body["stream_options"],
+        json!({"include_usage": true}),
+        "the gateway asks for the usage"
+    );
 
     let logs = gateway.spend_logs(1).await;
     assert_eq!(logs[0]["model"], "gpt");
@@ -368,6 +545,12 @@ async fn a_stream_is_renamed_chunk_by_chunk_and_its_usage_logged() {
     assert_eq!(logs[0]["completion_tokens"], 7);
     assert_eq!(logs[0]["total_tokens"], 18);
     assert_eq!(logs[0]["status"], 200);
+    assert_eq!(logs[0]["call_type"], "completion");
+    // The answer's own request id is the spend log's.
+    assert_eq!(
+        headers["x-request-id"],
+        logs[0]["request_id"].as_str().unwrap_or_default()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1040,4 +1223,390 @@ async fn calls_one_after_the_other_reuse_upstream_connections() {
         connections <= 5,
         "10 calls opened {connections} upstream connections"
     );
+}
+
+async fn text_of(response: reqwest::Response) -> (StatusCode, http::HeaderMap, String) {
+    let status = response.status();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.expect("body"))
+}
+
+/// Every API goes to its own path on a gateway of the same kind (`claude`) and on an
+/// OpenAI-compatible one (`gpt`), with `model` renamed both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_embeddings_and_completions_go_to_their_paths_on_both_kinds() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    for (model, prefix, upstream_model) in [
+        ("claude", "/v1", "claude-sonnet"),
+        ("gpt", "/openai/v1", "azure/gpt-4o"),
+    ] {
+        for (path, body, check) in [
+            (
+                "/v1/responses",
+                json!({"model": model, "input": "hi"}),
+                "output",
+            ),
+            (
+                "/responses",
+                json!({"model": model, "input": "hi"}),
+                "output",
+            ),
+            (
+                "/v1/embeddings",
+                json!({"model": model, "input": "hi"}),
+                "data",
+            ),
+            (
+                "/embeddings",
+                json!({"model": model, "input": "hi"}),
+                "data",
+            ),
+            (
+                "/v1/completions",
+                json!({"model": model, "prompt": "hi"}),
+                "choices",
+            ),
+        ] {
+            let (status, answer) =
+                json_of(gateway.post(path, &body).send().await.expect("request")).await;
+            assert_eq!(status, 200, "{path} {model}: {answer}");
+            assert_eq!(answer["model"], model, "{path}: {answer}");
+            assert!(answer.get(check).is_some(), "{path}: {answer}");
+            let sent = gateway.upstream.last();
+            let upstream_path = path.trim_start_matches("/v1");
+            assert_eq!(sent.path, format!("{prefix}{upstream_path}"));
+            assert_eq!(sent.body["model"], upstream_model);
+        }
+    }
+    let logs = gateway.spend_logs(10).await;
+    let kinds: Vec<&str> = logs
+        .iter()
+        .filter_map(|log| log["call_type"].as_str())
+        .collect();
+    for kind in ["responses", "embedding", "text_completion"] {
+        assert!(kinds.contains(&kind), "{kinds:?}");
+    }
+    let embedding = logs
+        .iter()
+        .find(|log| log["call_type"] == "embedding")
+        .expect("an embedding");
+    assert_eq!(embedding["prompt_tokens"], 3);
+    let responses = logs
+        .iter()
+        .find(|log| log["call_type"] == "responses")
+        .expect("a response");
+    assert_eq!(
+        responses["prompt_tokens"], 9,
+        "input_tokens read as the prompt's"
+    );
+    assert_eq!(responses["completion_tokens"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_response_names_the_asked_model_in_its_events_and_logs_its_usage() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let body = json!({"model": "gpt", "input": "hi", "stream": true});
+    let (status, headers, text) = text_of(
+        gateway
+            .post("/v1/responses", &body)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(headers["cache-control"], "no-cache");
+    let created = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .find(|event| event["type"] == "response.created")
+        .expect("response.created");
+    assert_eq!(created["response"]["model"], "gpt", "{text}");
+    let logs = gateway.spend_logs(1).await;
+    assert_eq!(logs[0]["total_tokens"], 11);
+}
+
+/// Anthropic's Messages API: passed as it is to a gateway of the same kind, translated to
+/// a chat completion for an OpenAI-compatible upstream, errors in Anthropic's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_pass_to_a_gateway_and_are_translated_for_an_openai_upstream() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, false).await;
+    let request = |model: &str| {
+        json!({
+            "model": model, "max_tokens": 100, "system": "Be brief.",
+            "messages": [{"role": "user", "content": "Read the README."}],
+            "tools": [{"name": "read", "description": "Reads a file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+            "metadata": {"user_id": "alice"},
+        })
+    };
+    // Same kind: the path and the body as they were, but for `model`.
+    let (status, answer) = json_of(
+        gateway
+            .sandgate
+            .client
+            .post(gateway.sandgate.url("/v1/messages"))
+            .header("x-api-key", MASTER_KEY)
+            .header("anthropic-version", "2023-06-01")
+            .json(&request("claude"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["model"], "claude");
+    assert_eq!(answer["content"][0]["type"], "tool_use");
+    let sent = gateway.upstream.last();
+    assert_eq!(sent.path, "/v1/messages");
+    assert_eq!(sent.body["system"], "Be brief.");
+    assert_eq!(sent.body["model"], "claude-sonnet");
+
+    // OpenAI-compatible: a chat completion upstream, a message back.
+    let (status, answer) = json_of(
+        gateway
+            .post("/v1/messages", &request("gpt"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let sent = gateway.upstream.last();
+    assert_eq!(sent.path, "/openai/v1/chat/completions");
+    assert_eq!(
+        sent.body["messages"][0],
+        json!({"role": "system", "content": "Be brief."})
+    );
+    assert_eq!(sent.body["tools"][0]["function"]["name"], "read");
+    assert_eq!(answer["type"], "message");
+    assert_eq!(answer["model"], "gpt");
+    assert_eq!(answer["stop_reason"], "tool_use");
+    assert_eq!(
+        answer["content"][0],
+        json!({"type": "tool_use", "id": "call_1", "name": "read", "input": {"path": "README.md"}})
+    );
+    assert_eq!(
+        answer["usage"],
+        json!({"input_tokens": 11, "output_tokens": 7})
+    );
+
+    // Streamed, translated: Anthropic's events, in order.
+    let mut streamed = request("gpt");
+    streamed["stream"] = true.into();
+    let (status, headers, text) = text_of(
+        gateway
+            .post("/v1/messages", &streamed)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(headers["content-type"], "text/event-stream");
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "message_start",
+            "ping",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        gateway.upstream.last().body["stream_options"],
+        json!({"include_usage": true})
+    );
+
+    // count_tokens: the gateway's own answer, and a one-token completion's usage.
+    for (model, expected) in [("claude", 42), ("gpt", 11)] {
+        let (status, answer) = json_of(
+            gateway
+                .post(
+                    "/v1/messages/count_tokens",
+                    &json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}),
+                )
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer, json!({"input_tokens": expected}));
+    }
+
+    // Errors, the gateway's and the upstream's, in Anthropic's shape.
+    let (status, answer) = json_of(
+        gateway
+            .post("/v1/messages", &request("nope"))
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(answer["type"], "error");
+    assert_eq!(answer["error"]["type"], "not_found_error");
+    let bad = json!({"model": "gpt", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "web_search_tool_result"}]}]});
+    let (status, answer) = json_of(
+        gateway
+            .post("/v1/messages", &bad)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(answer["error"]["type"], "invalid_request_error");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("messages[0].content[0].type"),
+        "{answer}"
+    );
+
+    let logs = gateway.spend_logs(4).await;
+    let translated = logs
+        .iter()
+        .find(|log| {
+            log["call_type"] == "anthropic_messages" && log["upstream_model"] == "azure/gpt-4o"
+        })
+        .expect("the translated call's entry");
+    assert_eq!(translated["user"], "alice");
+    assert_eq!(translated["total_tokens"], 18);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_info_health_probes_and_answer_headers() {
+    let backend = Backend::embedded();
+    let upstream = FakeUpstream::start().await;
+    let base = upstream.base();
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            r#"model_list:
+  - model_name: claude
+    litellm_params: {{model: gateway_proxy/claude-sonnet, api_base: "{base}", api_key: k}}
+    model_info: {{max_input_tokens: 200000, max_output_tokens: 8192, supports_vision: true, supports_function_calling: true}}
+  - model_name: gpt
+    litellm_params: {{model: openai/azure/gpt-4o, api_base: "{base}/v1", api_key: k}}
+litellm_settings: {{drop_params: true}}
+"#
+        ),
+    )
+    .expect("write config");
+    let path = config.path().display().to_string();
+    let sandgate = Sandgate::start_with(
+        &backend,
+        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+    )
+    .await;
+    let get = |path: &str| {
+        sandgate
+            .client
+            .get(sandgate.url(path))
+            .bearer_auth(MASTER_KEY)
+            .send()
+    };
+    let (status, info) = json_of(get("/v1/model/info").await.expect("request")).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["data"][0]["model_name"], "claude");
+    assert_eq!(info["data"][0]["model_info"]["max_input_tokens"], 200000);
+    assert_eq!(info["data"][0]["model_info"]["supports_vision"], true);
+    assert_eq!(
+        info["data"][0]["litellm_params"]["model"],
+        "gateway_proxy/claude-sonnet"
+    );
+    assert!(
+        !info.to_string().contains("\"k\""),
+        "the key is never listed: {info}"
+    );
+    assert_eq!(info["data"][1]["model_info"], json!({}));
+    let (_, same) = json_of(get("/model/info").await.expect("request")).await;
+    assert_eq!(same, info);
+    let (status, groups) = json_of(get("/model_group/info").await.expect("request")).await;
+    assert_eq!(status, 200, "{groups}");
+    assert_eq!(groups["data"][0]["model_group"], "claude");
+    assert_eq!(groups["data"][0]["max_output_tokens"], 8192);
+    assert_eq!(groups["data"][0]["providers"], json!(["litellm_proxy"]));
+    let unauthenticated = sandgate
+        .client
+        .get(sandgate.url("/v1/model/info"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(unauthenticated.status(), 401);
+
+    for probe in ["/health/liveliness", "/health/readiness"] {
+        let response = sandgate
+            .client
+            .get(sandgate.url(probe))
+            .send()
+            .await
+            .expect("probe");
+        assert_eq!(response.status(), 200, "{probe}");
+    }
+
+    // The upstream's request id, rate limits and chained cost headers reach the client;
+    // its cookies do not.
+    let response = sandgate
+        .client
+        .post(sandgate.url("/v1/chat/completions"))
+        .bearer_auth(MASTER_KEY)
+        .json(&chat_body("gpt"))
+        .send()
+        .await
+        .expect("request");
+    let headers = response.headers();
+    assert_eq!(headers["llm_provider-x-request-id"], "req-upstream-1");
+    assert_eq!(headers["x-ratelimit-remaining-requests"], "99");
+    assert_eq!(headers["x-litellm-response-cost"], "0.00042");
+    assert!(headers.get("set-cookie").is_none());
+    assert_eq!(
+        headers["x-request-id"].len(),
+        36,
+        "the gateway's own request id"
+    );
+    assert!(headers.get("x-accel-buffering").is_none(), "a whole answer");
+}
+
+/// An image inline (base64) makes bodies of megabytes: 9 MiB passes, as through LiteLLM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nine_mebibyte_image_request_reaches_the_upstream_whole() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let image = "A".repeat(9 << 20);
+    let body = json!({"model": "gpt", "user": "u", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{image}")}},
+    ]}]});
+    let (status, answer) = json_of(
+        gateway
+            .post("/v1/chat/completions", &body)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let sent = gateway.upstream.last();
+    let url = sent.body["messages"][0]["content"][0]["image_url"]["url"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(url.len(), image.len() + "data:image/png;base64,".len());
+    assert!(sent.body.get("user").is_none());
+    assert_eq!(sent.body["model"], "azure/gpt-4o");
 }

@@ -163,6 +163,18 @@ class AgentServer:
         return self.call("GET", f"/api/conversations/{conversation}")["execution_status"]
 
 
+def lifecycle_kinds(url: str, key: str) -> list[str]:
+    """The lifecycle steps Sandgate recorded for a conversation (none while it has no
+    record)."""
+    request = urllib.request.Request(url, headers={"x-api-key": key})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            record = json.loads(response.read())
+    except urllib.error.HTTPError:
+        return []
+    return [step.get("kind") for step in record.get("sandgate", {}).get("lifecycle", [])]
+
+
 def webhook_failures(log_path: str) -> list[str]:
     with open(log_path, encoding="utf-8", errors="replace") as log:
         return [
@@ -179,6 +191,13 @@ def main() -> int:
     parser.add_argument("--session-key", required=True)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--log", default=None, help="the agent-server's log file")
+    parser.add_argument(
+        "--record-url",
+        default=None,
+        help="the receiver's record of a conversation, `{id}` for its id (Sandgate's "
+        "GET /api/v1/conversations/{id}): the delete waits until it shows the resume",
+    )
+    parser.add_argument("--record-key", default="", help="x-api-key for --record-url")
     args = parser.parse_args()
 
     llm = ThreadingHTTPServer(("127.0.0.1", 0), FakeLlm)
@@ -284,6 +303,16 @@ def main() -> int:
             and server.status(conversation) not in ("paused", "running", "idle"),
         )
         report["resume_seconds"] = time.monotonic() - started
+
+        # The agent-server posts the resumed run's update in the background: under load it
+        # can leave after the delete's. The platform deletes a conversation long after its
+        # last run; so does this driver, once the receiver has the resume.
+        if args.record_url:
+            url = args.record_url.replace("{id}", conversation)
+            server.wait_until(
+                "the receiver to record the resume",
+                lambda: "resume" in lifecycle_kinds(url, args.record_key),
+            )
 
         started = time.monotonic()
         server.call("DELETE", f"/api/conversations/{conversation}")

@@ -27,6 +27,7 @@ use http::StatusCode;
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::admin::v1::runtime_admin_client::RuntimeAdminClient;
 use sandgate_proto::conversations::v1::conversations_client::ConversationsClient;
+use sandgate_proto::models::v1::Api;
 use sandgate_proto::sandboxes::v1::sandboxes_client::SandboxesClient;
 use sandgate_proto::settings::v1::settings_client::SettingsClient;
 use serde_json::{Value, json};
@@ -43,12 +44,18 @@ pub use observe::describe_metrics;
 /// skills reach hundreds of kilobytes.
 pub const DEFAULT_BODY_LIMIT: usize = 8 * 1024 * 1024;
 
+/// The largest request body the model gateway's LLM routes accept by default: images
+/// travel base64-encoded in the body, and LiteLLM's proxy takes tens of megabytes.
+pub const DEFAULT_GATEWAY_BODY_LIMIT: usize = 32 * 1024 * 1024;
+
 /// How long `/health` waits for the services.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub struct EdgeConfig {
     /// Bodies past this many bytes are answered 413.
     pub body_limit: usize,
+    /// The same, on the model gateway's LLM routes (chat completions, responses, …).
+    pub gateway_body_limit: usize,
     /// The document served at `/openapi.json`.
     pub openapi: Value,
     /// The model gateway; without it the gateway's routes answer 503.
@@ -139,9 +146,14 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .route("/models", get(models::list))
         .route("/v1/models/{*id}", get(models::get))
         .route("/model/new", post(models::add))
-        .route("/v1/chat/completions", post(models::chat_completion))
-        .route("/chat/completions", post(models::chat_completion))
+        .route("/v1/model/info", get(models::model_info))
+        .route("/model/info", get(models::model_info))
+        .route("/model_group/info", get(models::model_group_info))
+        .route("/health/liveliness", get(liveliness))
+        .route("/health/liveness", get(liveliness))
+        .route("/health/readiness", get(readiness))
         .route("/spend/logs", get(models::spend_logs))
+        .merge(llm_routes(config.gateway_body_limit))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))
@@ -149,8 +161,59 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .with_state(state)
 }
 
+/// The model gateway's LLM APIs, each also without `/v1` (as LiteLLM's proxy serves
+/// them), with their own body limit.
+fn llm_routes(body_limit: usize) -> Router<AppState> {
+    use models::call;
+    const CHAT: i32 = Api::ChatCompletions as i32;
+    const RESPONSES: i32 = Api::Responses as i32;
+    const MESSAGES: i32 = Api::Messages as i32;
+    const COUNT_TOKENS: i32 = Api::MessagesCountTokens as i32;
+    const EMBEDDINGS: i32 = Api::Embeddings as i32;
+    const COMPLETIONS: i32 = Api::Completions as i32;
+    let mut router = Router::new();
+    for prefix in ["/v1", ""] {
+        router = router
+            .route(&format!("{prefix}/chat/completions"), post(call::<CHAT>))
+            .route(&format!("{prefix}/responses"), post(call::<RESPONSES>))
+            .route(&format!("{prefix}/messages"), post(call::<MESSAGES>))
+            .route(
+                &format!("{prefix}/messages/count_tokens"),
+                post(call::<COUNT_TOKENS>),
+            )
+            .route(&format!("{prefix}/embeddings"), post(call::<EMBEDDINGS>))
+            .route(&format!("{prefix}/completions"), post(call::<COMPLETIONS>));
+    }
+    // Closer to the handlers than the edge's own limit, so it is the one in effect here.
+    router.layer(DefaultBodyLimit::max(body_limit))
+}
+
+/// LiteLLM's liveness probe: the process answers.
+async fn liveliness() -> Json<Value> {
+    Json(Value::from("I'm alive!"))
+}
+
+/// LiteLLM's readiness probe: as `/health`, in LiteLLM's words.
+async fn readiness(state: State<AppState>) -> axum::response::Response {
+    let (status, Json(body)) = services_health(state).await;
+    let healthy = status == StatusCode::OK;
+    (
+        status,
+        Json(json!({
+            "status": if healthy { "healthy" } else { "unhealthy" },
+            "db": "Not connected",
+            "detail": body.get("detail"),
+        })),
+    )
+        .into_response()
+}
+
 /// 200 when the services answer and their store is reachable, 503 otherwise.
-async fn health(State(state): State<AppState>) -> impl IntoResponse {
+async fn health(state: State<AppState>) -> impl IntoResponse {
+    services_health(state).await
+}
+
+async fn services_health(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     let mut client = state.health.clone();
     let check = client.check(HealthCheckRequest {
         service: String::new(),

@@ -1,6 +1,6 @@
 //! How the edge reaches the model gateway: through its gRPC client (over the network, or
 //! to the services' routes in-process), or, when both run in one process (`sandgate
-//! serve`), by calling the service itself. A chat completion is the edge's hottest call:
+//! serve`), by calling the service itself. An LLM call is the edge's hottest call:
 //! called directly it skips encoding, routing and decoding its request and every message
 //! of its answer, yet the service sees the same metadata and answers the same codes and
 //! details.
@@ -8,19 +8,21 @@
 use std::sync::Arc;
 
 use sandgate_proto::MAX_MESSAGE_BYTES;
-use sandgate_proto::models::ChatCompletionStream;
 use sandgate_proto::models::v1::model_gateway_client::ModelGatewayClient;
 use sandgate_proto::models::v1::model_gateway_server::ModelGateway;
 use sandgate_proto::models::v1::{
-    AddModelRequest, AddModelResponse, ChatCompletionRequest, GetModelRequest, GetModelResponse,
-    ListModelsRequest, ListModelsResponse, ListSpendLogsRequest, ListSpendLogsResponse,
+    AddModelRequest, AddModelResponse, CallRequest, GetModelInfoRequest, GetModelInfoResponse,
+    GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse, ListSpendLogsRequest,
+    ListSpendLogsResponse,
 };
+use sandgate_proto::models::{CallStream, ChatCompletionStream};
 use tonic::{Request, Response, Status};
 
 use crate::channel::GrpcChannel;
 
 /// The ModelGateway service of this process.
-pub type LocalModelGateway = Arc<dyn ModelGateway<ChatCompletionStream = ChatCompletionStream>>;
+pub type LocalModelGateway =
+    Arc<dyn ModelGateway<CallStream = CallStream, ChatCompletionStream = ChatCompletionStream>>;
 
 /// The model gateway, as the edge calls it.
 #[derive(Clone)]
@@ -56,19 +58,15 @@ impl ModelGw {
         list_models(ListModelsRequest) -> ListModelsResponse;
         get_model(GetModelRequest) -> GetModelResponse;
         add_model(AddModelRequest) -> AddModelResponse;
+        get_model_info(GetModelInfoRequest) -> GetModelInfoResponse;
         list_spend_logs(ListSpendLogsRequest) -> ListSpendLogsResponse;
     }
 
-    /// A chat completion: the answer's messages as the service yields them.
-    pub async fn chat_completion(
-        &self,
-        request: Request<ChatCompletionRequest>,
-    ) -> Result<ChatCompletionStream, Status> {
+    /// A call of an LLM API: the answer's messages as the service yields them.
+    pub async fn call(&self, request: Request<CallRequest>) -> Result<CallStream, Status> {
         Ok(match self {
-            Self::Grpc(client) => {
-                Box::pin(client.clone().chat_completion(request).await?.into_inner())
-            }
-            Self::Local(service) => service.chat_completion(request).await?.into_inner(),
+            Self::Grpc(client) => Box::pin(client.clone().call(request).await?.into_inner()),
+            Self::Local(service) => service.call(request).await?.into_inner(),
         })
     }
 }

@@ -1,6 +1,8 @@
 //! The built-in model gateway (spec 4.2) → the ModelGateway service. Errors use OpenAI's
-//! shape, `{"error":{"message","type","param","code"}}`, as OpenAI clients expect; a
-//! completion's body is streamed through as the service yields it.
+//! shape, `{"error":{"message","type","param","code"}}`, as OpenAI clients expect, and
+//! Anthropic's, `{"type":"error","error":{"type","message"}}`, on the Messages API's
+//! routes; an answer's body is streamed through as the service yields it, with the
+//! headers it carries.
 
 use axum::Json;
 use axum::body::Body;
@@ -12,8 +14,8 @@ use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{
-    AddModelRequest, ChatCompletionRequest, GatewayParams, GetModelRequest, ListModelsRequest,
-    ListSpendLogsRequest, Model,
+    AddModelRequest, Api, CallRequest, GatewayParams, GetModelInfoRequest, GetModelRequest,
+    ListModelsRequest, ListSpendLogsRequest, Model, ModelInfo,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -38,6 +40,31 @@ impl GatewayError {
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self(ErrorDetail::new(code, message))
     }
+}
+
+impl GatewayError {
+    /// The error in Anthropic's shape, as the Messages API's clients expect it.
+    fn anthropic(self) -> Response {
+        let status = self.0.code().http_status();
+        let body = json!({ "type": "error", "error": {
+            "type": sandgate_proto::models::anthropic_error_type(status.as_u16()),
+            "message": self.0.detail,
+        }});
+        (status, Json(body)).into_response()
+    }
+
+    /// The error in the shape the clients of `api` expect.
+    fn for_api(self, api: Api) -> Response {
+        if is_anthropic(api) {
+            self.anthropic()
+        } else {
+            self.into_response()
+        }
+    }
+}
+
+fn is_anthropic(api: Api) -> bool {
+    matches!(api, Api::Messages | Api::MessagesCountTokens)
 }
 
 impl IntoResponse for GatewayError {
@@ -179,17 +206,35 @@ pub async fn add(
     })))
 }
 
-pub async fn chat_completion(
+/// A call of the LLM API `API` (an [`Api`] value): `/v1/chat/completions`,
+/// `/v1/responses`, `/v1/messages`, …
+pub async fn call<const API: i32>(
     State(state): State<AppState>,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
+) -> Response {
+    let api = Api::try_from(API).unwrap_or_default();
+    match forward(api, &state, &headers, payload).await {
+        Ok(response) => response,
+        Err(error) => error.for_api(api),
+    }
+}
+
+async fn forward(
+    api: Api,
+    state: &AppState,
+    headers: &HeaderMap,
+    payload: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    let client = client(&state)?;
+    let client = client(state)?;
     let payload = body(payload)?;
     let mut stream = client
-        .chat_completion(metadata::request(
-            &headers,
-            ChatCompletionRequest { body: payload },
+        .call(metadata::request(
+            headers,
+            CallRequest {
+                api: api.into(),
+                body: payload,
+            },
         ))
         .await?;
     let first = match stream.next().await {
@@ -210,17 +255,17 @@ pub async fn chat_completion(
         .unwrap_or_else(|_| HeaderValue::from_static("application/json"));
     let body = if streamed {
         // Server-sent events leave as they arrive. A stream that fails once begun (the
-        // upstream reset, or the gateway went away) ends with an error event, as OpenAI's
-        // do, rather than a broken connection.
+        // upstream reset, or the gateway went away) ends with an error event, as the
+        // providers' do, rather than a broken connection.
         let head = futures::stream::iter([Ok::<_, tonic::Status>(first.chunk)]);
         let chunks = head.chain(stream.map(|message| message.map(|message| message.chunk)));
-        Body::from_stream(chunks.scan(false, |ended, chunk| {
+        Body::from_stream(chunks.scan(false, move |ended, chunk| {
             let next = match chunk {
                 _ if *ended => None,
                 Ok(chunk) => Some(Ok::<_, std::convert::Infallible>(chunk)),
                 Err(status) => {
                     *ended = true;
-                    Some(Ok(error_event(&status)))
+                    Some(Ok(error_event(api, &status)))
                 }
             };
             std::future::ready(next)
@@ -244,15 +289,22 @@ pub async fn chat_completion(
     };
     let mut response = Response::new(body);
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, content_type);
+    let answer_headers = response.headers_mut();
+    answer_headers.insert(header::CONTENT_TYPE, content_type);
+    for passed in first.headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::try_from(passed.name),
+            HeaderValue::try_from(passed.value),
+        ) {
+            answer_headers.append(name, value);
+        }
+    }
     Ok(response)
 }
 
-/// The last event of a stream that failed after it began: an OpenAI error object, with
-/// the gateway's status (502, or 504 for an upstream that went silent) as its code.
-fn error_event(status: &tonic::Status) -> Bytes {
+/// The last event of a stream that failed after it began, in the API's shape, with the
+/// gateway's status (502, or 504 for an upstream that went silent) as its code.
+fn error_event(api: Api, status: &tonic::Status) -> Bytes {
     let detail = ErrorDetail::from_status(status);
     let (code, message) = match detail.code() {
         code @ (ErrorCode::BadGateway | ErrorCode::GatewayTimeout) => (code, detail.detail),
@@ -267,6 +319,11 @@ fn error_event(status: &tonic::Status) -> Bytes {
             )
         }
     };
+    if is_anthropic(api) {
+        let event =
+            json!({ "type": "error", "error": { "type": "api_error", "message": message } });
+        return Bytes::from(format!("event: error\ndata: {event}\n\n"));
+    }
     let event = json!({ "error": {
         "message": message,
         "type": "upstream_error",
@@ -274,6 +331,93 @@ fn error_event(status: &tonic::Status) -> Bytes {
         "code": code.http_status().as_u16().to_string(),
     }});
     Bytes::from(format!("data: {event}\n\n"))
+}
+
+#[derive(Deserialize)]
+pub struct ModelInfoQuery {
+    /// One model name; without it, every entry.
+    litellm_model_id: Option<String>,
+    model: Option<String>,
+}
+
+async fn model_infos(
+    state: &AppState,
+    headers: &HeaderMap,
+    model_name: String,
+) -> Result<Vec<ModelInfo>, GatewayError> {
+    Ok(client(state)?
+        .get_model_info(metadata::request(
+            headers,
+            GetModelInfoRequest { model_name },
+        ))
+        .await?
+        .models)
+}
+
+fn info_object(info: &ModelInfo) -> serde_json::Map<String, Value> {
+    serde_json::from_slice(&info.model_info_json).unwrap_or_default()
+}
+
+/// `/v1/model/info`, `/model/info`: every entry (or the one `model` names) as LiteLLM's
+/// proxy lists it, its key left out.
+pub async fn model_info(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ModelInfoQuery>, QueryRejection>,
+) -> Result<Json<Value>, GatewayError> {
+    let Query(query) = query
+        .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
+    let wanted = query.model.or(query.litellm_model_id).unwrap_or_default();
+    let infos = model_infos(&state, &headers, wanted).await?;
+    let data: Vec<Value> = infos
+        .iter()
+        .map(|info| {
+            json!({
+                "model_name": info.model_name,
+                "litellm_params": { "model": info.model, "api_base": info.api_base },
+                "model_info": info_object(info),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "data": data })))
+}
+
+/// `/model_group/info`: one group per model name, its `model_info` keys at the top, as
+/// LiteLLM's proxy answers.
+pub async fn model_group_info(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, GatewayError> {
+    let infos = model_infos(&state, &headers, String::new()).await?;
+    let mut groups: Vec<serde_json::Map<String, Value>> = Vec::new();
+    for info in &infos {
+        let provider = if info.model.starts_with("gateway_proxy/") {
+            "litellm_proxy"
+        } else {
+            "openai"
+        };
+        match groups
+            .iter_mut()
+            .find(|group| group["model_group"] == info.model_name.as_str())
+        {
+            Some(group) => {
+                if let Some(Value::Array(providers)) = group.get_mut("providers")
+                    && !providers.iter().any(|known| known == provider)
+                {
+                    providers.push(provider.into());
+                }
+            }
+            None => {
+                let mut group = info_object(info);
+                group.insert("model_group".into(), info.model_name.clone().into());
+                group.insert("providers".into(), json!([provider]));
+                groups.push(group);
+            }
+        }
+    }
+    Ok(Json(json!({
+        "data": groups.into_iter().map(Value::Object).collect::<Vec<_>>(),
+    })))
 }
 
 #[derive(Deserialize)]
@@ -313,6 +457,7 @@ pub async fn spend_logs(
                     "status": entry.status,
                     "user": entry.user,
                     "session_id": entry.session_id,
+                    "call_type": (!entry.call_type.is_empty()).then_some(entry.call_type),
                     "metadata": metadata,
                 })
             })

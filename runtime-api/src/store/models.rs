@@ -71,6 +71,10 @@ pub struct SpendLogEntry {
     /// `x-gateway-spend-logs-metadata`, parsed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Value>,
+    /// The API called (LiteLLM's `call_type`); none in entries written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_type: Option<String>,
 }
 
 /// How many spend log entries a store keeps, about: older ones are dropped as new ones

@@ -1,0 +1,551 @@
+//! The forwarding core every API shares: one prepared call goes to its routed upstream
+//! with the header policy, the trace context and the upstream's key, is retried as the
+//! entry's policy allows, and its answer is relayed (edited as the API needs: `model`
+//! renamed, a usage chunk the client did not ask for kept from it, or a chat completion
+//! translated to a message) with the upstream's headers worth passing on; one spend log
+//! entry records it.
+
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use http::HeaderMap;
+use sandgate_proto::error::ErrorCode;
+use sandgate_proto::models::CallStream;
+use sandgate_proto::models::v1::{Api, CallResponse, Header};
+use sandgate_runtime_api::store::SpendLogEntry;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Response, Status};
+use tracing::{Instrument, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::config::GatewayConfig;
+use crate::headers::{
+    SESSION_ID, SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT, outbound_headers,
+    passed_answer_headers,
+};
+use crate::messages;
+use crate::messages::stream::StreamTranslator;
+use crate::retry::{RetryPolicy, transient};
+use crate::rewrite::{SseRenamer, Usage, rename_model};
+use crate::routing::{Kind, Upstream};
+use crate::service::{ModelGatewayService, error, now_ms};
+
+/// The largest piece of a whole body one message carries.
+const MESSAGE_CHUNK: usize = 1024 * 1024;
+/// Messages of a streamed answer buffered ahead of a slow reader.
+const STREAM_BUFFER: usize = 16;
+
+/// One client call, ready to go upstream.
+pub struct Prepared {
+    pub api: Api,
+    /// The path on the upstream: `/chat/completions`, `/responses`, …
+    pub path: &'static str,
+    /// The body, in pieces sent one after the other (the client's own bytes and the
+    /// gateway's edits): a retry sends them again without a copy.
+    pub body: Vec<Bytes>,
+    /// The model the client asked for: answers name it.
+    pub asked: String,
+    pub user: Option<String>,
+    pub answer: AnswerEdit,
+}
+
+/// What the gateway does to an answer on its way to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnswerEdit {
+    /// `model` renamed; with `hide_usage`, a stream's usage-only chunk (which the gateway
+    /// asked for, the client did not) is recorded and kept from the client.
+    Rename { hide_usage: bool },
+    /// A chat completion translated to an Anthropic message.
+    Message,
+    /// A one-token chat completion's usage as a `count_tokens` answer.
+    CountTokens,
+}
+
+/// What the spend log learns from a request before it is forwarded: one entry per
+/// client request, however many attempts it took.
+pub struct CallRecord {
+    entry: SpendLogEntry,
+    /// The routing entry's name: the calls' metrics label.
+    model_entry: String,
+    started: Instant,
+}
+
+impl CallRecord {
+    /// The call's spend log entry, once `status` is answered; its metrics are recorded.
+    fn finish(mut self, status: u16, usage: Option<Usage>) -> SpendLogEntry {
+        let elapsed = self.started.elapsed();
+        crate::metrics::finished(&self.model_entry, status, elapsed, usage);
+        Span::current().set_attribute("http.response.status_code", i64::from(status));
+        self.entry.status = status;
+        self.entry.latency_ms = elapsed.as_millis() as u64;
+        if let Some(usage) = usage {
+            self.entry.prompt_tokens = usage.prompt_tokens;
+            self.entry.completion_tokens = usage.completion_tokens;
+            self.entry.total_tokens = usage.total_tokens;
+        }
+        self.entry
+    }
+}
+
+/// The first of `names` the client sent, as text.
+fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+    names
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .and_then(|value| value.to_str().ok())
+}
+
+/// The spend log metadata header, when it holds JSON of at most
+/// [`SPEND_LOGS_METADATA_LIMIT`] bytes; anything else is logged and ignored.
+fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
+    let (name, raw) = SPEND_LOGS_METADATA
+        .iter()
+        .find_map(|name| Some((*name, headers.get(*name)?)))?;
+    if raw.len() > SPEND_LOGS_METADATA_LIMIT {
+        tracing::warn!(
+            bytes = raw.len(),
+            limit = SPEND_LOGS_METADATA_LIMIT,
+            "{name} is larger than the limit; ignored"
+        );
+        return None;
+    }
+    match serde_json::from_slice(raw.as_bytes()) {
+        Ok(value) => Some(value),
+        Err(err) => {
+            tracing::warn!(error = %err, "{name} is not JSON; ignored");
+            None
+        }
+    }
+}
+
+pub fn upstream_failure(err: &reqwest::Error) -> (ErrorCode, u16, &'static str) {
+    if err.is_timeout() {
+        (
+            ErrorCode::GatewayTimeout,
+            504,
+            "the upstream did not answer in time",
+        )
+    } else if err.is_connect() {
+        (ErrorCode::BadGateway, 502, "cannot connect to the upstream")
+    } else {
+        (ErrorCode::BadGateway, 502, "the upstream's answer failed")
+    }
+}
+
+/// The pieces of a body as one request body, its length known.
+struct Pieces {
+    pieces: std::collections::VecDeque<Bytes>,
+    remaining: u64,
+}
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let next = self.pieces.pop_front();
+        if let Some(piece) = &next {
+            self.remaining -= piece.len() as u64;
+        }
+        std::task::Poll::Ready(next.map(|piece| Ok(http_body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.remaining)
+    }
+}
+
+fn request_body(pieces: &[Bytes]) -> reqwest::Body {
+    match pieces {
+        [one] => reqwest::Body::from(one.clone()),
+        _ => reqwest::Body::wrap(Pieces {
+            remaining: pieces.iter().map(|piece| piece.len() as u64).sum(),
+            pieces: pieces
+                .iter()
+                .filter(|piece| !piece.is_empty())
+                .cloned()
+                .collect(),
+        }),
+    }
+}
+
+impl ModelGatewayService {
+    /// Calls the upstream, in the current (upstream) span, retrying what the retry policy
+    /// allows, and relays the answer of the last attempt. Every retry happens before the
+    /// first byte of an answer is relayed: the client sees one answer, never two.
+    pub(crate) async fn forward(
+        &self,
+        headers: HeaderMap,
+        config: &GatewayConfig,
+        call: Prepared,
+        upstream: Upstream,
+    ) -> Result<Response<CallStream>, Status> {
+        let record = CallRecord {
+            entry: SpendLogEntry {
+                request_id: uuid::Uuid::new_v4().to_string(),
+                started_at_ms: now_ms(),
+                model: call.asked.clone(),
+                upstream_model: upstream.model.clone(),
+                user: call.user.clone(),
+                session_id: first_header(&headers, &SESSION_ID).map(str::to_owned),
+                metadata: spend_metadata(&headers),
+                call_type: Some(api_name(call.api).to_owned()),
+                ..SpendLogEntry::default()
+            },
+            model_entry: upstream.entry.clone(),
+            started: Instant::now(),
+        };
+        let read_timeout = upstream.params.timeout.unwrap_or(self.read_timeout);
+        let policy = RetryPolicy {
+            retries: upstream.params.num_retries.unwrap_or(self.retry.retries),
+            // A gateway of the same kind retried its own upstream already: its 429s and
+            // 5xx are final unless the entry asks for retries itself.
+            statuses: upstream.kind != Kind::GatewayProxy || upstream.params.num_retries.is_some(),
+        };
+        let url = upstream.url(call.path);
+        let outbound_base = self.outbound(&headers, config, &upstream, &url);
+        let mut attempt = 0;
+        let response = loop {
+            let Some(outbound) = outbound_base.try_clone() else {
+                return Err(error(ErrorCode::Internal, "cannot build the upstream call"));
+            };
+            let outbound = outbound.body(request_body(&call.body));
+            let Ok(sent) = tokio::time::timeout(read_timeout, outbound.send()).await else {
+                // Never retried: a second wait as long would double the client's.
+                tracing::warn!(model = %upstream.model, attempts = attempt + 1, "upstream did not answer in time");
+                self.log_spend(record.finish(504, None)).await;
+                return Err(error(
+                    ErrorCode::GatewayTimeout,
+                    "the upstream did not answer in time",
+                ));
+            };
+            let retry = transient(&sent, policy.statuses).and_then(|(reason, retry_after)| {
+                Some((reason, policy.pause(attempt, retry_after)?))
+            });
+            let Some((reason, pause)) = retry else {
+                match sent {
+                    Ok(response) => break response,
+                    Err(err) => {
+                        let (code, status, message) = upstream_failure(&err);
+                        // Without the URL: a base URL may carry credentials in its query.
+                        tracing::warn!(model = %upstream.model, attempts = attempt + 1, error = %err.without_url(), "upstream call failed");
+                        self.log_spend(record.finish(status, None)).await;
+                        return Err(error(code, message));
+                    }
+                }
+            };
+            attempt += 1;
+            match sent {
+                Err(err) => {
+                    tracing::warn!(model = %upstream.model, attempt, error = %err.without_url(), ?pause, "upstream call failed; retrying");
+                }
+                // The failed answer's body is not read: its connection is closed.
+                Ok(response) => {
+                    tracing::warn!(model = %upstream.model, attempt, status = response.status().as_u16(), ?pause, "upstream answered a transient failure; retrying");
+                }
+            }
+            crate::metrics::retried(&upstream.entry, reason.label());
+            tokio::time::sleep(pause).await;
+        };
+        Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        let streamed = sandgate_proto::models::is_event_stream(&content_type) && status < 300;
+        let mut answer_headers = passed_answer_headers(response.headers());
+        answer_headers.push(Header {
+            name: "x-request-id".to_owned(),
+            value: record.entry.request_id.clone(),
+        });
+        if streamed {
+            for (name, value) in [("cache-control", "no-cache"), ("x-accel-buffering", "no")] {
+                answer_headers.push(Header {
+                    name: name.to_owned(),
+                    value: value.to_owned(),
+                });
+            }
+        }
+        let first = CallResponse {
+            status: u32::from(status),
+            content_type: if call.answer != (AnswerEdit::Rename { hide_usage: false }) && !streamed
+            {
+                "application/json".to_owned()
+            } else {
+                content_type
+            },
+            chunk: Bytes::new(),
+            headers: answer_headers,
+        };
+        if !streamed {
+            // A whole answer is read here and answered at once: no relay task, no channel.
+            let (messages, entry, failure) = whole_answer(response, first, &call, record).await;
+            if let Some(failure) = failure {
+                // Logged first, so that a client that has its (failed) answer finds it.
+                self.log_spend(entry).await;
+                return Err(failure);
+            }
+            // The client does not wait for the spend log.
+            self.log_spend_soon(entry);
+            return Ok(Response::new(Box::pin(futures::stream::iter(
+                messages.into_iter().map(Ok),
+            ))));
+        }
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let editor = StreamEditor::new(&call);
+        let gateway = self.clone();
+        let relay = async move {
+            let (entry, failure) = relay_stream(response, first, editor, &sender, record).await;
+            match failure {
+                // A failure ends the answer at once: logged first, so that a client that
+                // has its (failed) answer finds the entry.
+                Some(failure) => {
+                    gateway.log_spend(entry).await;
+                    drop(sender.send(Err(failure)).await);
+                }
+                None => gateway.log_spend_soon(entry),
+            }
+        };
+        tokio::spawn(relay.instrument(Span::current()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    /// A call's request, without its body: the header policy, the upstream's key and
+    /// the trace context (each attempt is in the same upstream span).
+    fn outbound(
+        &self,
+        headers: &HeaderMap,
+        config: &GatewayConfig,
+        upstream: &Upstream,
+        url: &str,
+    ) -> reqwest::RequestBuilder {
+        let mut outbound = self
+            .client
+            .post(url)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        let mut forwarded = outbound_headers(headers, config);
+        if upstream.kind == Kind::GatewayProxy {
+            // A gateway like this one reads LiteLLM's names: a client's spec-named session
+            // id and spend metadata reach it under those too.
+            for names in [SESSION_ID, SPEND_LOGS_METADATA] {
+                let [spec, litellm] = names;
+                if !forwarded.contains_key(litellm)
+                    && let Some(value) = forwarded.get(spec).cloned()
+                {
+                    forwarded.insert(litellm, value);
+                }
+            }
+        }
+        outbound = outbound.headers(forwarded);
+        if !upstream.api_key.is_empty() {
+            outbound = outbound.bearer_auth(&upstream.api_key);
+        }
+        let mut trace_context = HeaderMap::new();
+        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
+        outbound.headers(trace_context)
+    }
+}
+
+/// The spend log's name of an API (LiteLLM's `call_type`).
+pub fn api_name(api: Api) -> &'static str {
+    match api {
+        // Refused before a call is prepared.
+        Api::ChatCompletions | Api::Unspecified => "completion",
+        Api::Responses => "responses",
+        Api::Messages => "anthropic_messages",
+        Api::MessagesCountTokens => "count_tokens",
+        Api::Embeddings => "embedding",
+        Api::Completions => "text_completion",
+    }
+}
+
+type Sender = mpsc::Sender<Result<CallResponse, Status>>;
+
+/// How a relay ended: the call's spend log entry, and the failure that ends the answer,
+/// when it failed (sent once the entry is logged).
+type Relayed = (SpendLogEntry, Option<Status>);
+
+/// A body that is not streamed: read whole, edited on success, answered in messages of at
+/// most [`MESSAGE_CHUNK`] bytes (no body is too large for one gRPC message).
+async fn whole_answer(
+    response: reqwest::Response,
+    mut first: CallResponse,
+    call: &Prepared,
+    record: CallRecord,
+) -> (Vec<CallResponse>, SpendLogEntry, Option<Status>) {
+    let status = response.status();
+    match whole_body(response).await {
+        Ok(body) => {
+            let (mut rest, usage) = edit_whole(call, status.as_u16(), body);
+            first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
+            let mut messages = vec![first];
+            while !rest.is_empty() {
+                messages.push(CallResponse {
+                    chunk: rest.split_to(rest.len().min(MESSAGE_CHUNK)),
+                    ..CallResponse::default()
+                });
+            }
+            (messages, record.finish(status.as_u16(), usage), None)
+        }
+        Err(err) => {
+            let (code, status, message) = upstream_failure(&err);
+            tracing::warn!(error = %err.without_url(), "upstream body failed");
+            (
+                Vec::new(),
+                record.finish(status, None),
+                Some(error(code, message)),
+            )
+        }
+    }
+}
+
+/// A whole answer as the client gets it, and the usage it reports.
+fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (Bytes, Option<Usage>) {
+    let success = (200..300).contains(&status);
+    match call.answer {
+        AnswerEdit::Rename { .. } if success => {
+            let (renamed, usage) = rename_model(&body, &call.asked);
+            match renamed {
+                std::borrow::Cow::Borrowed(_) => (body, usage),
+                std::borrow::Cow::Owned(renamed) => (Bytes::from(renamed), usage),
+            }
+        }
+        AnswerEdit::Rename { .. } => (body, None),
+        AnswerEdit::Message | AnswerEdit::CountTokens if success => {
+            let usage = rename_model(&body, &call.asked).1;
+            let translated = if call.answer == AnswerEdit::Message {
+                messages::message(&body, &call.asked)
+            } else {
+                messages::token_count(&body)
+            };
+            let translated = translated.unwrap_or_else(|| {
+                messages::error(502, b"the upstream's answer is not a chat completion")
+            });
+            (Bytes::from(translated), usage)
+        }
+        AnswerEdit::Message | AnswerEdit::CountTokens => {
+            (Bytes::from(messages::error(status, &body)), None)
+        }
+    }
+}
+
+/// An answer's whole body. One with a length is whole once that many bytes are in: its
+/// end-of-stream would come only after the task hyper-util spawns to put the connection
+/// back in the pool has run (a wake-up of another thread, on the call's path).
+async fn whole_body(mut response: reqwest::Response) -> Result<Bytes, reqwest::Error> {
+    let Some(length) = response.content_length() else {
+        return response.bytes().await;
+    };
+    let Some(first) = response.chunk().await? else {
+        return Ok(Bytes::new());
+    };
+    if first.len() as u64 >= length {
+        return Ok(first);
+    }
+    // Reserved from what arrived, not from the announced length: an upstream's header
+    // does not size an allocation.
+    let mut body = BytesMut::from(first);
+    while (body.len() as u64) < length {
+        match response.chunk().await? {
+            Some(chunk) => body.extend_from_slice(&chunk),
+            None => break,
+        }
+    }
+    Ok(body.freeze())
+}
+
+/// How a streamed answer is edited, event by event.
+enum StreamEditor {
+    Rename(SseRenamer),
+    Message(StreamTranslator),
+}
+
+impl StreamEditor {
+    fn new(call: &Prepared) -> Self {
+        match call.answer {
+            AnswerEdit::Rename { hide_usage } => {
+                Self::Rename(SseRenamer::new(&call.asked).hiding_usage(hide_usage))
+            }
+            AnswerEdit::Message | AnswerEdit::CountTokens => {
+                Self::Message(StreamTranslator::new(&call.asked))
+            }
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        match self {
+            Self::Rename(renamer) => renamer.push(chunk),
+            Self::Message(translator) => translator.push(chunk),
+        }
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        match self {
+            Self::Rename(renamer) => renamer.finish(),
+            Self::Message(translator) => translator.finish(),
+        }
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        match self {
+            Self::Rename(renamer) => renamer.usage,
+            Self::Message(translator) => translator.usage,
+        }
+    }
+}
+
+/// Server-sent events: passed on as they arrive, each edited.
+async fn relay_stream(
+    response: reqwest::Response,
+    first: CallResponse,
+    mut editor: StreamEditor,
+    sender: &Sender,
+    record: CallRecord,
+) -> Relayed {
+    let status = response.status().as_u16();
+    if sender.send(Ok(first)).await.is_err() {
+        return (record.finish(status, None), None);
+    }
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        match chunk {
+            Ok(chunk) => {
+                let out = editor.push(&chunk);
+                if !out.is_empty() && sender.send(Ok(message(out))).await.is_err() {
+                    // The client went away; the upstream call ends with it.
+                    return (record.finish(499, editor.usage()), None);
+                }
+            }
+            Err(err) => {
+                let (code, failed, message) = upstream_failure(&err);
+                tracing::warn!(error = %err.without_url(), "upstream stream failed");
+                let failure = error(code, message);
+                return (record.finish(failed, editor.usage()), Some(failure));
+            }
+        }
+    }
+    let rest = editor.finish();
+    if !rest.is_empty() {
+        drop(sender.send(Ok(message(rest))).await);
+    }
+    (record.finish(status, editor.usage()), None)
+}
+
+fn message(chunk: Vec<u8>) -> CallResponse {
+    CallResponse {
+        chunk: chunk.into(),
+        ..CallResponse::default()
+    }
+}
