@@ -225,6 +225,8 @@ async fn hostile_bodies_get_a_4xx_on_every_json_endpoint() {
         [
             "--body-limit",
             &limit,
+            "--gateway-body-limit",
+            &limit,
             "--gateway-config",
             &config_path,
             "--proxy-master-key",

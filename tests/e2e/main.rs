@@ -18,6 +18,7 @@ mod http_cases;
 mod install_tools;
 mod kubernetes;
 mod limits;
+mod llm_sdks;
 mod log_secrets;
 mod login_rate;
 mod model_gateway;

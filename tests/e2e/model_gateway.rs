@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use crate::common::{Backend, Sandgate};
 
 pub(crate) const MASTER_KEY: &str = "sk-master-key-for-tests";
-const UPSTREAM_KEY: &str = "sk-upstream-key";
+pub(crate) const UPSTREAM_KEY: &str = "sk-upstream-key";
 
 /// One request the fake upstream got.
 #[derive(Clone, Debug)]
@@ -65,6 +65,15 @@ async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>
     }
     if model == "hang" {
         std::future::pending::<()>().await;
+    }
+    if model == "overloaded" {
+        return Response::builder()
+            .status(503)
+            .header("content-type", "application/json")
+            .body(Body::from(
+                r#"{"error":{"message":"overloaded","type":"server_error","param":null,"code":"503"}}"#,
+            ))
+            .expect("response");
     }
     let path = parts.uri.path();
     if path.ends_with("/responses") {
@@ -317,8 +326,13 @@ impl FakeUpstream {
             .expect("the upstream got a request")
     }
 
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.requests.lock().expect("requests").len()
+    }
+
+    /// Every request it got, in order.
+    pub(crate) fn all(&self) -> Vec<Recorded> {
+        self.requests.lock().expect("requests").clone()
     }
 }
 

@@ -17,16 +17,18 @@ const MASTER_KEY: &str = "sk-master-key-for-fault-tests";
 /// The longest any wait of these tests may take before it fails.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// A gateway configuration with one entry, `model_name`, routed to `base`.
+/// A gateway configuration with one entry, `model_name`, routed to `base` as an
+/// OpenAI-compatible API (`{base}/v1/chat/completions`), which is retried on the
+/// gateway's policy.
 fn config_file(model_name: &str, base: &str) -> tempfile::NamedTempFile {
+    config_with(&format!(
+        "model_list:\n  - model_name: {model_name}\n    gateway_params: {{model: openai/up-model, api_base: \"{base}/v1\", api_key: sk-upstream}}\n"
+    ))
+}
+
+fn config_with(text: &str) -> tempfile::NamedTempFile {
     let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: {model_name}\n    gateway_params: {{model: gateway_proxy/up-model, api_base: \"{base}\", api_key: sk-upstream}}\n"
-        ),
-    )
-    .expect("write config");
+    std::fs::write(config.path(), text).expect("write config");
     config
 }
 
@@ -180,6 +182,51 @@ where
     })
     .await;
     assert!(read.is_ok(), "the stream did not end: {text}");
+}
+
+/// A gateway of the same kind has retried its own upstream already: its 503 is final,
+/// unless the entry asks for retries itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chained_gateways_503_is_not_retried_unless_its_entry_asks() {
+    let upstream = ScriptedUpstream::start(vec![
+        Reply::status(503, "overloaded"),
+        Reply::status(503, "overloaded"),
+    ])
+    .await;
+    let base = upstream.base();
+    let backend = Backend::embedded();
+    let config = config_with(&format!(
+        "model_list:\n  - model_name: chained\n    gateway_params: {{model: gateway_proxy/up, api_base: \"{base}\"}}\n  - model_name: asks\n    gateway_params: {{model: gateway_proxy/up, api_base: \"{base}\", num_retries: 1}}\n"
+    ));
+    let path = config.path().display().to_string();
+    let sandgate = Sandgate::start_with(
+        &backend,
+        &[
+            "--gateway-config",
+            &path,
+            "--proxy-master-key",
+            MASTER_KEY,
+            "--gateway-retries",
+            "3",
+        ],
+    )
+    .await;
+    let chat = |model: &str| {
+        sandgate
+            .client
+            .post(sandgate.url("/v1/chat/completions"))
+            .bearer_auth(MASTER_KEY)
+            .header("content-type", "application/json")
+            .body(chat_body(model, false))
+            .send()
+    };
+    let answer = chat("chained").await.expect("request");
+    assert_eq!(answer.status(), 503);
+    assert_eq!(upstream.bodies().len(), 1, "called once");
+    // The entry's num_retries: one more call, which the script answers 503 again.
+    let answer = chat("asks").await.expect("request");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(upstream.bodies().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
