@@ -1,7 +1,9 @@
 //! The model gateway's cost: the same fake upstream called directly and through
 //! `sandgate serve` (edge → ModelGateway → upstream), side by side in one run. Reports
 //! the added latency at concurrency 1 and 16, requests per second at 64, and the added
-//! time to a stream's first chunk.
+//! time to a stream's first chunk; then, at concurrency 1, the added p50 of
+//! `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against the chat
+//! completion it becomes, called directly), streamed first chunks included.
 //!
 //! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
@@ -33,7 +35,11 @@ use http_body_util::{BodyExt, Full};
 const MASTER_KEY: &str = "bench-master-key";
 
 fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
-    http::Request::post("/v1/chat/completions")
+    request_to("/v1/chat/completions", body)
+}
+
+fn request_to(path: &str, body: &Bytes) -> http::Request<Full<Bytes>> {
+    http::Request::post(path)
         .header("host", "bench")
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {MASTER_KEY}"))
@@ -45,14 +51,23 @@ fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
         .expect("request")
 }
 
-/// Time to the first body chunk of `count` streamed requests, one at a time, in µs.
+/// Time to the first body chunk of `count` streamed chat completions, one at a time, in µs.
 async fn first_chunks(base: &str, body: &Bytes, count: usize) -> Histogram<u64> {
+    first_chunks_of(base, "/v1/chat/completions", body, count).await
+}
+
+/// Time to the first body chunk of `count` streamed requests to `path`, one at a time,
+/// in µs.
+async fn first_chunks_of(base: &str, path: &str, body: &Bytes, count: usize) -> Histogram<u64> {
     let mut sender = closed_loop::connect(base).await;
     let mut times = closed_loop::histogram();
     for _ in 0..count {
         sender.ready().await.expect("connection ready");
         let sent = Instant::now();
-        let response = sender.send_request(request(body)).await.expect("send");
+        let response = sender
+            .send_request(request_to(path, body))
+            .await
+            .expect("send");
         assert_eq!(response.status(), 200);
         let mut body = response.into_body();
         let first = body.frame().await.expect("a first chunk").expect("frame");
@@ -147,6 +162,117 @@ async fn main() {
             println!(
                 "| {target} | {:.3} | {:.3} |",
                 times.value_at_quantile(0.5) as f64 / 1000.0,
+                times.value_at_quantile(0.99) as f64 / 1000.0
+            );
+        }
+    }
+
+    other_apis(&direct, &gateways, seconds, streams, rounds).await;
+}
+
+/// The added p50 of each other API at concurrency 1: each through Sandgate beside the
+/// upstream call it becomes, made directly.
+async fn other_apis(
+    direct: &str,
+    gateways: &[(String, tokio::process::Child, String)],
+    seconds: u64,
+    streams: usize,
+    rounds: u64,
+) {
+    let responses = |model: &str| {
+        Bytes::from(
+            serde_json::json!({"model": model, "input": "Write a function that adds two numbers."})
+                .to_string(),
+        )
+    };
+    let embeddings = |model: &str| {
+        Bytes::from(
+            serde_json::json!({"model": model, "input": "Write a function that adds two numbers."})
+                .to_string(),
+        )
+    };
+    // (API, path through Sandgate, its body; path direct, its body)
+    let cases = [
+        (
+            "/v1/responses",
+            "/v1/responses",
+            responses("claude"),
+            "/v1/responses",
+            responses("claude-sonnet"),
+        ),
+        (
+            "/v1/embeddings",
+            "/v1/embeddings",
+            embeddings("claude"),
+            "/v1/embeddings",
+            embeddings("claude-sonnet"),
+        ),
+        (
+            "/v1/messages, translated",
+            "/v1/messages",
+            upstream::message("gpt", false),
+            "/v1/chat/completions",
+            upstream::chat("gpt-up", false),
+        ),
+    ];
+    println!("\nOther APIs at concurrency 1: p50 and the p50 added to the direct call\n");
+    println!("| API | target | requests/s | p50 ms | p99 ms | added p50 ms | errors |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for (api, path, body, direct_path, direct_body) in &cases {
+        for _ in 0..rounds {
+            let mut baseline = None;
+            let direct_target = ("direct", direct, *direct_path, direct_body);
+            let targets = gateways
+                .iter()
+                .map(|(target, _, url)| (target.as_str(), url.as_str(), *path, body));
+            for (target, base, path, body) in std::iter::once(direct_target).chain(targets) {
+                let (path, body) = (path.to_owned(), body.clone());
+                let next = move || request_to(&path, &body);
+                closed_loop::load(base, 1, 1, next.clone()).await;
+                let outcome = closed_loop::load(base, 1, seconds, next).await;
+                let p50 = outcome.ms(0.5);
+                let added = baseline.map_or(String::from("—"), |direct: f64| {
+                    format!("{:.3}", p50 - direct)
+                });
+                baseline.get_or_insert(p50);
+                println!(
+                    "| {api} | {target} | {:.0} | {p50:.3} | {:.3} | {added} | {} |",
+                    outcome.rate(),
+                    outcome.ms(0.99),
+                    outcome.errors
+                );
+            }
+        }
+    }
+
+    println!(
+        "\nStreamed, time to the first chunk: a translated /v1/messages against the chat stream it becomes\n"
+    );
+    println!("| target | p50 ms | p99 ms | added p50 ms |");
+    println!("|---|---:|---:|---:|");
+    for _ in 0..rounds {
+        let direct_body = upstream::chat("gpt-up", true);
+        let through_body = upstream::message("gpt", true);
+        let mut baseline = None;
+        let direct_target = (
+            "direct (chat stream)",
+            direct,
+            "/v1/chat/completions",
+            &direct_body,
+        );
+        let targets = gateways
+            .iter()
+            .map(|(target, _, url)| (target.as_str(), url.as_str(), "/v1/messages", &through_body));
+        for (target, base, path, body) in std::iter::once(direct_target).chain(targets) {
+            first_chunks_of(base, path, body, streams / 10).await;
+            let times = first_chunks_of(base, path, body, streams).await;
+            let p50 = times.value_at_quantile(0.5) as f64 / 1000.0;
+            let added = baseline.map_or(String::from("—"), |direct: f64| {
+                format!("{:.3}", p50 - direct)
+            });
+            baseline.get_or_insert(p50);
+            println!(
+                "| {target} | {p50:.3} | {:.3} | {added} |",
                 times.value_at_quantile(0.99) as f64 / 1000.0
             );
         }

@@ -142,10 +142,11 @@ pub struct GatewayArgs {
     #[arg(long, env = "GATEWAY_READ_TIMEOUT", default_value = "600", value_parser = seconds)]
     pub gateway_read_timeout: Duration,
     /// Times an upstream call is tried again after 429, 500, 502 or 503, or a connection
-    /// refused or reset before any answer (0 to 10; 0: never). Never once the answer has
-    /// begun to reach the client, and never after a timeout.
+    /// refused or reset before any answer (0 to 5; 0: never), unless its entry sets
+    /// `num_retries`. Never once the answer has begun to reach the client, and never after
+    /// a timeout.
     #[arg(long, env = "GATEWAY_RETRIES", default_value_t = 2,
-          value_parser = clap::value_parser!(u32).range(0..=10))]
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(sandgate_model_gw::config::MAX_RETRIES)))]
     pub gateway_retries: u32,
 }
 

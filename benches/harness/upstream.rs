@@ -1,5 +1,6 @@
-//! A fake LLM provider for the gateway benchmarks: an OpenAI-compatible
-//! `/v1/chat/completions` answering at once, with a small completion or a three-event stream.
+//! A fake LLM provider for the gateway benchmarks: OpenAI-compatible
+//! `/v1/chat/completions` (a small completion or a three-event stream), `/v1/responses`
+//! and `/v1/embeddings`, answering at once.
 
 use axum::Router;
 use axum::body::Body;
@@ -39,13 +40,46 @@ async fn completion(body: Bytes) -> Response {
         .expect("response")
 }
 
+/// A small Responses API answer.
+async fn responses(body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let reply = json!({
+        "id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+        "model": request["model"],
+        "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": "Hello", "annotations": []}]}],
+        "usage": {"input_tokens": 11, "output_tokens": 7, "total_tokens": 18},
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(reply.to_string()))
+        .expect("response")
+}
+
+/// A small embedding.
+async fn embeddings(body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let reply = json!({
+        "object": "list", "model": request["model"],
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 1.0, 0.125]}],
+        "usage": {"prompt_tokens": 8, "total_tokens": 8},
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(reply.to_string()))
+        .expect("response")
+}
+
 /// The fake provider, on port 0; its base URL.
 pub async fn start() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let address = listener.local_addr().expect("addr");
-    let app = Router::new().route("/v1/chat/completions", post(completion));
+    let app = Router::new()
+        .route("/v1/chat/completions", post(completion))
+        .route("/v1/responses", post(responses))
+        .route("/v1/embeddings", post(embeddings));
     let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
         stream.set_nodelay(true).expect("nodelay");
     });
@@ -69,14 +103,33 @@ pub fn chat(model: &str, stream: bool) -> Bytes {
     )
 }
 
-/// A gateway configuration file with one model, `claude`, served by `api_base` as
-/// `claude-sonnet`, client headers forwarded.
+/// An Anthropic Messages API request for `model`, streamed or not, as Claude Code sends
+/// them.
+pub fn message(model: &str, stream: bool) -> Bytes {
+    Bytes::from(
+        json!({
+            "model": model,
+            "max_tokens": 1024,
+            "system": [{"type": "text", "text": "You are a coding agent."}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Write a function that adds two numbers."}]}
+            ],
+            "tools": [{"name": "read", "description": "Reads a file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+            "stream": stream,
+        })
+        .to_string(),
+    )
+}
+
+/// A gateway configuration file with two models served by `api_base`: `claude` (a
+/// gateway of the same kind) as `claude-sonnet`, and `gpt` (an OpenAI-compatible API,
+/// which gets Anthropic's API translated) as `gpt-up`; client headers forwarded.
 pub fn gateway_config(api_base: &str) -> tempfile::NamedTempFile {
     let config = tempfile::NamedTempFile::new().expect("config");
     std::fs::write(
         config.path(),
         format!(
-            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{api_base}\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{api_base}\", api_key: sk-upstream}}\n  - model_name: gpt\n    gateway_params: {{model: openai/gpt-up, api_base: \"{api_base}/v1\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
         ),
     )
     .expect("write config");

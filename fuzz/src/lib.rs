@@ -7,6 +7,7 @@
 pub mod config;
 pub mod conversation;
 pub mod gateway;
+pub mod messages;
 
 /// A target's entry point: returns, or panics on a crash or a broken invariant.
 pub type Entry = fn(&[u8]);
@@ -17,6 +18,8 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("conversation_webhook", conversation::webhook_body),
     ("gateway_request", gateway::chat_request),
     ("gateway_answer", gateway::upstream_answer),
+    ("messages_request", messages::messages_request),
+    ("messages_stream", messages::messages_stream),
     ("gateway_config", config::gateway_config),
     ("warm_runtimes", config::warm_runtimes),
     ("storage_quantity", config::storage_quantity),

@@ -6,6 +6,7 @@
 pub mod config;
 mod forward;
 mod headers;
+#[doc(hidden)]
 pub mod messages;
 mod metrics;
 mod openai;

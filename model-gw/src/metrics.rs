@@ -13,7 +13,7 @@ pub const UNROUTED: &str = "unrouted";
 pub fn describe_metrics() {
     metrics::describe_counter!(
         "sandgate_gateway_requests_total",
-        "chat completions, by model entry and the status answered (counted when the call ends)"
+        "LLM calls (every API), by model entry and the status answered (counted when the call ends)"
     );
     metrics::describe_histogram!(
         "sandgate_upstream_duration_seconds",
@@ -30,7 +30,7 @@ pub fn describe_metrics() {
     );
 }
 
-/// A chat completion refused before routing (auth, body, unknown model).
+/// A call refused before routing (auth, body, unknown model).
 pub fn refused(status: u16) {
     metrics::counter!(
         "sandgate_gateway_requests_total",
@@ -51,7 +51,7 @@ pub fn retried(model: &str, reason: String) {
     .increment(1);
 }
 
-/// A routed chat completion, at its end: `status` is what the client got.
+/// A routed call, at its end: `status` is what the client got.
 pub fn finished(model: &str, status: u16, elapsed: Duration, usage: Option<Usage>) {
     let status = status.to_string();
     metrics::counter!(
