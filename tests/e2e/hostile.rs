@@ -349,3 +349,106 @@ async fn hostile_bodies_get_a_4xx_on_every_json_endpoint() {
         server.log()
     );
 }
+
+/// A caller without credentials learns nothing of what it sent: a body or query that does
+/// not decode is 401 to it, and the field's error only to a caller the service accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_comes_before_any_body_or_query_is_judged() {
+    let backend = Backend::embedded();
+    let upstream = FakeUpstream::start().await;
+    let config = gateway_config(&upstream);
+    let path = config.path().display().to_string();
+    let sandgate = crate::common::Sandgate::start_with(
+        &backend,
+        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+    )
+    .await;
+    let id = new_id();
+    let cases: [(reqwest::Method, String, &str, &str, &str); 8] = [
+        (
+            reqwest::Method::POST,
+            "/start".into(),
+            "{\"image\": 7}",
+            "x-api-key",
+            RUNTIME_KEY,
+        ),
+        (
+            reqwest::Method::POST,
+            "/pause".into(),
+            "[]",
+            "x-api-key",
+            RUNTIME_KEY,
+        ),
+        (
+            reqwest::Method::POST,
+            "/stop".into(),
+            "{",
+            "x-api-key",
+            RUNTIME_KEY,
+        ),
+        (
+            reqwest::Method::POST,
+            "/resume".into(),
+            "{\"runtime_id\": 1}",
+            "x-api-key",
+            RUNTIME_KEY,
+        ),
+        (
+            reqwest::Method::PATCH,
+            format!("/api/v1/conversations/{id}"),
+            "{\"tags\": 5}",
+            "x-api-key",
+            RUNTIME_KEY,
+        ),
+        (
+            reqwest::Method::GET,
+            "/api/v1/conversations?tag=no-colon".into(),
+            "",
+            "x-api-key",
+            RUNTIME_KEY,
+        ),
+        (
+            reqwest::Method::GET,
+            format!("/api/v1/conversations/{id}/events?limit=many"),
+            "",
+            "x-api-key",
+            RUNTIME_KEY,
+        ),
+        (
+            reqwest::Method::POST,
+            "/model/new".into(),
+            "{\"model_name\": []}",
+            "authorization",
+            &format!("Bearer {MASTER_KEY}"),
+        ),
+    ];
+    for (method, path, body, header, key) in &cases {
+        let send = |credentials: Option<(&str, &str)>| {
+            let mut request = sandgate
+                .client
+                .request(method.clone(), sandgate.url(path))
+                .header("content-type", "application/json");
+            if !body.is_empty() {
+                request = request.body(body.to_string());
+            }
+            if let Some((name, value)) = credentials {
+                request = request.header(name, value);
+            }
+            request.send()
+        };
+        let anonymous = send(None).await.expect("request");
+        assert_eq!(
+            anonymous.status(),
+            401,
+            "{method} {path} without credentials"
+        );
+        let wrong = send(Some((header, "wrong-key"))).await.expect("request");
+        assert_eq!(wrong.status(), 401, "{method} {path} with a wrong key");
+        let accepted = send(Some((header, key))).await.expect("request");
+        assert!(
+            matches!(accepted.status().as_u16(), 400 | 422),
+            "{method} {path} with its key: {}",
+            accepted.status()
+        );
+    }
+}

@@ -15,7 +15,7 @@ use sandgate_proto::conversations::v1::{
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, after_caller};
 use crate::{AppState, body, metadata};
 
 fn rfc3339(timestamp: Option<&prost_types::Timestamp>) -> Value {
@@ -91,6 +91,13 @@ pub async fn get(
     conversation(response.into_inner().conversation)
 }
 
+/// `error` (a body or query that does not decode), unless the caller is refused: judged by
+/// a read of no conversation.
+async fn judged(state: &AppState, headers: &HeaderMap, error: ApiError) -> ApiError {
+    let probe = metadata::request(headers, GetConversationRequest::default());
+    after_caller(error, state.conversations.clone().get_conversation(probe)).await
+}
+
 /// `?parent_id=<uuid>&tag=<key>:<value>&tag=…&limit=<n>&page_id=<token>`
 fn list_request(query: Option<&str>) -> Result<ListConversationsRequest, ApiError> {
     let mut request = ListConversationsRequest::default();
@@ -121,7 +128,10 @@ pub async fn list(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let request = list_request(query.as_deref())?;
+    let request = match list_request(query.as_deref()) {
+        Ok(request) => request,
+        Err(error) => return Err(judged(&state, &headers, error).await),
+    };
     let response = state
         .conversations
         .clone()
@@ -184,7 +194,10 @@ pub async fn events(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let request = events_request(id, query.as_deref())?;
+    let request = match events_request(id, query.as_deref()) {
+        Ok(request) => request,
+        Err(error) => return Err(judged(&state, &headers, error).await),
+    };
     let response = state
         .conversations
         .clone()
@@ -216,7 +229,10 @@ pub async fn update_tags(
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
-    let TagsBody { tags } = body::decode(&payload)?;
+    let TagsBody { tags } = match body::decode(&payload) {
+        Ok(body) => body,
+        Err(error) => return Err(judged(&state, &headers, error).await),
+    };
     let request = UpdateTagsRequest {
         id,
         tags: tags.into_iter().collect::<HashMap<_, _>>(),

@@ -27,6 +27,31 @@ impl ApiError {
     }
 }
 
+/// What is wrong with a request's body or query, answered only to a caller the service
+/// accepts: `probe` asks the service the same call with an empty request (which it
+/// refuses without acting), and its authentication or permission refusal is the answer
+/// instead. The service decides who may call, never the edge, and a caller it refuses
+/// learns nothing of what it sent.
+pub async fn after_caller<E, T>(
+    error: E,
+    probe: impl Future<Output = Result<T, tonic::Status>>,
+) -> E
+where
+    E: From<tonic::Status>,
+{
+    match probe.await {
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            ) =>
+        {
+            status.into()
+        }
+        _ => error,
+    }
+}
+
 impl From<tonic::Status> for ApiError {
     fn from(status: tonic::Status) -> Self {
         let detail = ErrorDetail::from_status(&status);

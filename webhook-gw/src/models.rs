@@ -20,6 +20,7 @@ use sandgate_proto::models::v1::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::error::after_caller;
 use crate::model_gw::ModelGw;
 use crate::{AppState, metadata};
 
@@ -167,22 +168,14 @@ pub async fn add(
     let new: NewModel = match sandgate_proto::json::from_slice(&payload) {
         Ok(new) => new,
         Err(err) => {
-            // Authentication is decided before the body: the service judges the caller on
-            // an empty request, and only a caller it accepts learns what is wrong.
-            let refused = client
-                .add_model(metadata::request(&headers, AddModelRequest::default()))
-                .await
-                .err()
-                .map(GatewayError::from)
-                .filter(|refused| refused.0.code() == ErrorCode::Unauthenticated);
-            return Err(refused.unwrap_or_else(|| {
-                GatewayError::new(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "expected {{model_name, gateway_params: {{model, api_base, api_key}}}}: {err}"
-                    ),
-                )
-            }));
+            let error = GatewayError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "expected {{model_name, gateway_params: {{model, api_base, api_key}}}}: {err}"
+                ),
+            );
+            let probe = metadata::request(&headers, AddModelRequest::default());
+            return Err(after_caller(error, client.add_model(probe)).await);
         }
     };
     let added = client

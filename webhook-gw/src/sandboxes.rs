@@ -15,7 +15,7 @@ use sandgate_proto::sandboxes::v1::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, after_caller};
 use crate::{AppState, body, metadata};
 
 /// `POST /start`'s body.
@@ -87,7 +87,13 @@ pub async fn start(
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
-    let body: StartBody = body::decode(&payload)?;
+    let body: StartBody = match body::decode(&payload) {
+        Ok(body) => body,
+        Err(error) => {
+            let probe = metadata::request(&headers, StartRequest::default());
+            return Err(after_caller(error, state.sandboxes.clone().start(probe)).await);
+        }
+    };
     let request = StartRequest {
         spec: Some(pb::SandboxSpec {
             image: body.image,
@@ -181,13 +187,21 @@ pub async fn list(
     ))
 }
 
-fn runtime_id(
+/// The `runtime_id` of a `/pause`, `/resume` or `/stop` body; a body that does not decode
+/// is answered after the caller is judged, by a `/pause` of no sandbox.
+async fn runtime_id(
     state: &AppState,
+    headers: &HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<String, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
-    let body: RuntimeBody = body::decode(&payload)?;
-    Ok(body.runtime_id)
+    match body::decode::<RuntimeBody>(&payload) {
+        Ok(body) => Ok(body.runtime_id),
+        Err(error) => {
+            let probe = metadata::request(headers, PauseRequest::default());
+            Err(after_caller(error, state.sandboxes.clone().pause(probe)).await)
+        }
+    }
 }
 
 pub async fn pause(
@@ -195,7 +209,7 @@ pub async fn pause(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, payload)?;
+    let runtime_id = runtime_id(&state, &headers, payload).await?;
     let response = state
         .sandboxes
         .clone()
@@ -210,7 +224,7 @@ pub async fn resume(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, payload)?;
+    let runtime_id = runtime_id(&state, &headers, payload).await?;
     let response = state
         .sandboxes
         .clone()
@@ -225,7 +239,7 @@ pub async fn stop(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, payload)?;
+    let runtime_id = runtime_id(&state, &headers, payload).await?;
     let response = state
         .sandboxes
         .clone()
