@@ -217,6 +217,13 @@ pub struct StoreArgs {
     /// PEM file of the client certificate's private key.
     #[arg(long, env = "REDIS_CLIENT_KEY", requires = "redis_client_cert")]
     pub redis_client_key: Option<PathBuf>,
+    /// Replicas that must have a write before it is acknowledged (Redis `WAIT`, within
+    /// 1.5 s; else the write is answered 503 and its sender sends it again): with N ≥ 1,
+    /// a write answered success survives the primary's loss. 0: acknowledged once the
+    /// primary has it.
+    #[arg(long, env = "REDIS_MIN_REPLICAS_ACK", default_value_t = 0, requires = "redis",
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub redis_min_replicas_ack: u32,
 }
 
 #[derive(Debug, Args)]

@@ -94,6 +94,7 @@ pub(crate) async fn open_store(args: &StoreArgs) -> anyhow::Result<Store> {
         Some(url) => Backend::Redis {
             url: url.clone(),
             tls: redis_tls(args)?,
+            min_replicas_ack: args.redis_min_replicas_ack,
         },
         None => Backend::Embedded {
             data_dir: args.data_dir.clone(),

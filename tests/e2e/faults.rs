@@ -428,3 +428,46 @@ async fn the_reconciler_lease_passes_to_a_surviving_replica() {
         "lease takeover: the survivor reconciled {takeover:?} after the holder's SIGKILL (lease TTL 3 s, interval 1 s)"
     ));
 }
+
+/// `--redis-min-replicas-ack 1`: a delivery is answered 200 only once a replica has it
+/// (it can be read there at once), and 503, never 200 or 500, while no replica confirms
+/// it; the sender's retry is stored once the replica is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_min_replicas_ack_a_delivery_is_acknowledged_only_once_a_replica_has_it() {
+    let primary = RedisServer::start().await;
+    let mut replica = RedisServer::start().await;
+    replica.replicate(&primary).await;
+    let backend = Backend::Redis(primary);
+    let mut args = serve_args(&backend);
+    args.extend(["--redis-min-replicas-ack".to_owned(), "1".to_owned()]);
+    let server = SandgateProcess::spawn(&args, &[]).await;
+    let client = reqwest::Client::new();
+
+    let id = new_id();
+    let body = conversation(&id, "2026-03-01T12:00:00Z", "running").to_string();
+    assert_eq!(deliver(&client, &server, &body).await, 200);
+    let mut on_replica = replica.connection().await;
+    let stored: Option<Vec<u8>> = ::redis::cmd("HGET")
+        .arg(format!("sandgate:conv:{{{id}}}"))
+        .arg("d")
+        .query_async(&mut on_replica)
+        .await
+        .expect("read the replica");
+    assert!(
+        stored.is_some(),
+        "the acknowledged delivery is not on the replica"
+    );
+
+    // No replica: the primary stores it, but it is not acknowledged.
+    replica.kill().await;
+    let later = conversation(&id, "2026-03-01T12:05:00Z", "paused").to_string();
+    let started = Instant::now();
+    assert_eq!(deliver(&client, &server, &later).await, 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the refusal took {:?}",
+        started.elapsed()
+    );
+    // What its sender sends again is refused alike: 503, never 500, never a 200.
+    assert_eq!(deliver(&client, &server, &later).await, 503);
+}

@@ -22,6 +22,7 @@ pub async fn open(backend: &Backend) -> Store {
         Backend::Redis(redis) => store::Backend::Redis {
             url: redis.url(),
             tls: redis.tls(),
+            min_replicas_ack: 0,
         },
     };
     Store::open(&backend).await.expect("store opens")

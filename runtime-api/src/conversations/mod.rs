@@ -160,6 +160,11 @@ impl ConversationsService {
                 match lifecycle::order(previous, summary.updated_at, &record) {
                     Order::Newer => {}
                     order => {
+                        self.store
+                            .conversations
+                            .settled()
+                            .await
+                            .map_err(ErrorDetail::from)?;
                         tracing::info!(conversation = %id, ?order, "delivery acknowledged without a write");
                         return Ok(());
                     }

@@ -75,6 +75,14 @@ pub trait ConversationStore: Send + Sync + 'static {
     async fn compare_and_swap(&self, expected: u64, next: &StoredConversation)
     -> StoreResult<bool>;
 
+    /// Before a delivery is acknowledged without a write (what it says is stored
+    /// already): returns once what was read is as durable as a write would have been. A
+    /// sender's retry of a write that reached the primary but not its replicas is
+    /// acknowledged only once they have it. Nothing to wait for by default.
+    async fn settled(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Up to `limit` records whose ids are members of `index` and greater than `after`,
     /// ordered by id. Hits may be stale (see the module docs): callers re-check them.
     async fn scan(
@@ -120,8 +128,13 @@ pub enum Backend {
     /// A redb database in this directory.
     Embedded { data_dir: PathBuf },
     /// A Redis server, by URL (`redis://…`, `rediss://…`, `redis+unix://…`), with the TLS
-    /// material a `rediss://` server may need beyond the system's roots.
-    Redis { url: String, tls: RedisTls },
+    /// material a `rediss://` server may need beyond the system's roots; with
+    /// `min_replicas_ack`, a write is acknowledged only once that many replicas have it.
+    Redis {
+        url: String,
+        tls: RedisTls,
+        min_replicas_ack: u32,
+    },
 }
 
 /// PEM material for a `rediss://` server: the CA that signed its certificate (instead of
@@ -214,8 +227,12 @@ impl Store {
             Backend::Embedded { data_dir } => Ok(Self::from_backend(Arc::new(
                 EmbeddedStore::open(data_dir.clone()).await?,
             ))),
-            Backend::Redis { url, tls } => Ok(Self::from_backend(Arc::new(
-                RedisStore::connect(url, tls).await?,
+            Backend::Redis {
+                url,
+                tls,
+                min_replicas_ack,
+            } => Ok(Self::from_backend(Arc::new(
+                RedisStore::connect(url, tls, *min_replicas_ack).await?,
             ))),
         }
     }

@@ -34,8 +34,14 @@ redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3])
 return 1
 ";
 
+/// How long a write waits for its replicas (`WAIT`) before it is refused as unavailable:
+/// less than the connection's response timeout, so that the wait is the one that ends.
+const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(1500);
+
 pub struct RedisStore {
     connection: ConnectionManager,
+    /// Replicas that must have a write before it is acknowledged (`WAIT`); 0: none.
+    min_replicas_ack: u32,
     swap: Script,
     /// For the connections opened later (the Pub/Sub one).
     client: redis::Client,
@@ -67,7 +73,7 @@ fn profile_key(owner: &str, name: &str) -> String {
 impl RedisStore {
     /// Connects, failing fast when the server cannot be reached. Later outages make calls
     /// fail with [`StoreError::Unavailable`] until the connection manager reconnects.
-    pub async fn connect(url: &str, tls: &RedisTls) -> StoreResult<Self> {
+    pub async fn connect(url: &str, tls: &RedisTls, min_replicas_ack: u32) -> StoreResult<Self> {
         if let Some(problem) = redis_url_problem(url) {
             return Err(StoreError::Unavailable(problem));
         }
@@ -94,10 +100,37 @@ impl RedisStore {
             })?;
         Ok(Self {
             connection,
+            min_replicas_ack,
             swap,
             client,
             model_changes: std::sync::OnceLock::new(),
         })
+    }
+}
+
+impl RedisStore {
+    /// Once a write has succeeded on the primary: with `--redis-min-replicas-ack N`, waits
+    /// until N replicas have every write made so far on this connection (`WAIT`), and
+    /// refuses it as unavailable when they do not within [`REPLICA_ACK_TIMEOUT`]. The
+    /// caller then answers 503 and the sender sends again (every write is idempotent); a
+    /// write answered success survives the primary's loss.
+    async fn replicated(&self, connection: &mut ConnectionManager) -> StoreResult<()> {
+        if self.min_replicas_ack == 0 {
+            return Ok(());
+        }
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(self.min_replicas_ack)
+            .arg(REPLICA_ACK_TIMEOUT.as_millis() as u64)
+            .query_async(connection)
+            .await
+            .map_err(unavailable)?;
+        if acked < i64::from(self.min_replicas_ack) {
+            return Err(StoreError::Unavailable(format!(
+                "the write reached {acked} of the {} replicas --redis-min-replicas-ack asks for",
+                self.min_replicas_ack
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -154,7 +187,14 @@ impl ConversationStore for RedisStore {
             }
             answer => answer.map_err(unavailable)?,
         };
+        if swapped {
+            self.replicated(&mut connection).await?;
+        }
         Ok(swapped)
+    }
+
+    async fn settled(&self) -> StoreResult<()> {
+        self.replicated(&mut self.connection.clone()).await
     }
 
     async fn scan(
@@ -214,7 +254,8 @@ impl SessionKeyStore for RedisStore {
         connection
             .set::<_, _, ()>(format!("sandgate:session-key:{key_sha256}"), sandbox_id)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await
     }
 
     async fn delete_session_key(&self, key_sha256: &str) -> StoreResult<()> {
@@ -234,7 +275,8 @@ impl ProfileStore for RedisStore {
         connection
             .set::<_, _, ()>(profile_key(owner, &profile.name), data)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await
     }
 
     async fn get_profile(&self, owner: &str, name: &str) -> StoreResult<Option<StoredProfile>> {

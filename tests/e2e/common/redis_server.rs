@@ -134,6 +134,35 @@ impl RedisServer {
         None
     }
 
+    /// Makes this server a replica of `primary` and waits until it has synchronised.
+    pub async fn replicate(&self, primary: &RedisServer) {
+        let mut connection = self.connection().await;
+        redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(primary.port)
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("REPLICAOF");
+        let mut primary_connection = primary.connection().await;
+        for _ in 0..200 {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut primary_connection)
+                .await
+                .expect("INFO");
+            let mine: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut connection)
+                .await
+                .expect("INFO");
+            if info.contains("connected_slaves:1") && mine.contains("master_link_status:up") {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the replica did not synchronise");
+    }
+
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() {
             "rediss"

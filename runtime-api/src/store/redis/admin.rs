@@ -107,7 +107,8 @@ impl ChallengeStore for RedisStore {
             .arg(ttl.as_millis().max(1) as u64)
             .query_async::<()>(&mut connection)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await
     }
 
     async fn take_challenge(&self, challenge: &str) -> StoreResult<Option<StoredChallenge>> {
@@ -116,6 +117,9 @@ impl ChallengeStore for RedisStore {
             .get_del(challenge_key(challenge))
             .await
             .map_err(unavailable)?;
+        // A challenge taken on a primary that dies before its replicas know could be
+        // taken again on the new one: single use holds only once they have the take.
+        self.replicated(&mut connection).await?;
         data.map(|data| serde_json::from_slice(&data).map_err(corrupt))
             .transpose()
     }
@@ -167,6 +171,7 @@ impl WarmConfigStore for RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
+        self.replicated(&mut connection).await?;
         Ok(if owner.is_empty() {
             PutWarmConfig::Saved
         } else {
@@ -176,7 +181,7 @@ impl WarmConfigStore for RedisStore {
 
     async fn delete_warm_config(&self, name: &str) -> StoreResult<bool> {
         let mut connection = self.connection.clone();
-        DELETE
+        let deleted = DELETE
             .key(CONFIGS)
             .key(IMAGES)
             .key(VERSION)
@@ -184,7 +189,9 @@ impl WarmConfigStore for RedisStore {
             .arg(new_version())
             .invoke_async(&mut connection)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await?;
+        Ok(deleted)
     }
 }
 

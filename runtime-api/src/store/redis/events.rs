@@ -130,6 +130,7 @@ impl EventStore for RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
+        self.replicated(&mut connection).await?;
         Ok(match answer.as_slice() {
             [1, stored, duplicates, dropped] => Some(AppendOutcome {
                 stored: *stored as u32,

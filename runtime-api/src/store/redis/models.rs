@@ -100,6 +100,7 @@ impl ModelStore for RedisStore {
             .query_async::<()>(&mut connection)
             .await
             .map_err(unavailable)?;
+        self.replicated(&mut connection).await?;
         // The model is added: a notification that fails (a Redis user without Pub/Sub)
         // only leaves other replicas' kept entries to age out, and a name they do not know
         // is looked up anyway.
@@ -161,7 +162,8 @@ impl SpendLogStore for RedisStore {
         let mut connection = self.connection.clone();
         pipe.query_async::<()>(&mut connection)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await
     }
 
     async fn spend_logs(&self, limit: usize) -> StoreResult<Vec<SpendLogEntry>> {

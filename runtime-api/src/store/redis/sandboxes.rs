@@ -326,7 +326,8 @@ impl SandboxStore for RedisStore {
         let previous_sweep = previous.and_then(StoredSandbox::sweep_index);
         let next_sweep = next.sweep_index();
         let mut connection = self.connection.clone();
-        PUT.key(RECORDS)
+        let written: bool = PUT
+            .key(RECORDS)
             .key(VERSIONS)
             .key(SESSIONS)
             .key(warm_key(previous_warm.unwrap_or_default()))
@@ -354,14 +355,18 @@ impl SandboxStore for RedisStore {
             .arg(next_sweep.map_or(0, |(_, position)| position))
             .invoke_async(&mut connection)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        if written {
+            self.replicated(&mut connection).await?;
+        }
+        Ok(written)
     }
 
     async fn delete_sandbox(&self, current: &StoredSandbox) -> StoreResult<bool> {
         let warm = current.warm_index();
         let sweep = current.sweep_index();
         let mut connection = self.connection.clone();
-        DELETE
+        let deleted: bool = DELETE
             .key(RECORDS)
             .key(VERSIONS)
             .key(SESSIONS)
@@ -376,7 +381,11 @@ impl SandboxStore for RedisStore {
             .arg(flag(sweep.is_some()))
             .invoke_async(&mut connection)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        if deleted {
+            self.replicated(&mut connection).await?;
+        }
+        Ok(deleted)
     }
 
     async fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration) -> StoreResult<bool> {
