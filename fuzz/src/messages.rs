@@ -21,7 +21,9 @@ pub fn messages_request(data: &[u8]) {
             )
         });
         assert_eq!(chat["model"], "up/model");
-        let messages = chat["messages"].as_array().expect("a list of messages");
+        let Some(messages) = chat["messages"].as_array() else {
+            panic!("no list of messages in {chat}");
+        };
         for message in messages {
             let role = message["role"].as_str().unwrap_or_default();
             assert!(
@@ -70,7 +72,8 @@ pub fn messages_stream(data: &[u8]) {
         whole,
         "cutting the stream at {at} changed the events"
     );
-    let text = String::from_utf8(whole).expect("the events are UTF-8");
+    let text =
+        String::from_utf8(whole).unwrap_or_else(|err| panic!("the events are not UTF-8: {err}"));
     let events: Vec<Value> = text
         .split("\n\n")
         .filter(|event| !event.is_empty())
@@ -79,7 +82,8 @@ pub fn messages_stream(data: &[u8]) {
                 .strip_prefix("event: ")
                 .and_then(|event| event.split_once("\ndata: "))
                 .unwrap_or_else(|| panic!("not an event: {event:?}"));
-            let data: Value = serde_json::from_str(data).expect("an event's data is JSON");
+            let data: Value = serde_json::from_str(data)
+                .unwrap_or_else(|err| panic!("an event's data is not JSON ({err}): {event:?}"));
             assert_eq!(data["type"], kind, "{event}");
             data
         })
