@@ -51,7 +51,8 @@ pub struct ModelEntry {
 /// An entry's settings for its upstream calls; `None`: the gateway's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallParams {
-    /// How long the upstream may stay silent (LiteLLM's `timeout`, in seconds).
+    /// How long the upstream may take to begin its answer (LiteLLM's `timeout`, in
+    /// seconds); between a stream's chunks `--gateway-read-timeout` still applies.
     pub timeout: Option<Duration>,
     /// How many times a call is tried again (LiteLLM's `num_retries`).
     pub num_retries: Option<u32>,

@@ -1103,6 +1103,40 @@ async fn model_gw_and_edge_run_apart_with_keys_from_the_environment() {
     );
     assert!(!model_gw.log().contains("sk-from-env"));
     assert!(!model_gw.log().contains(MASTER_KEY));
+
+    // An edge older than the Call rpc, during a rolling upgrade, still gets its chat
+    // completions through the deprecated ChatCompletion rpc.
+    #[expect(deprecated, reason = "what an older edge calls")]
+    {
+        use sandgate_proto::models::v1::ChatCompletionRequest;
+        use sandgate_proto::models::v1::model_gateway_client::ModelGatewayClient;
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", model_gw.address))
+                .expect("endpoint")
+                .connect()
+                .await
+                .expect("connect");
+        let mut request = tonic::Request::new(ChatCompletionRequest {
+            body: chat_body("claude").to_string().into(),
+        });
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {MASTER_KEY}").parse().expect("metadata"),
+        );
+        let mut answer = ModelGatewayClient::new(channel)
+            .chat_completion(request)
+            .await
+            .expect("the deprecated rpc answers")
+            .into_inner();
+        let first = answer.next().await.expect("a message").expect("no error");
+        assert_eq!(first.status, 200);
+        let mut body = first.chunk.to_vec();
+        while let Some(message) = answer.next().await {
+            body.extend_from_slice(&message.expect("no error").chunk);
+        }
+        let body: Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(body["model"], "claude");
+    }
 }
 
 /// A configuration naming an unset variable stops the start, naming the entry.
