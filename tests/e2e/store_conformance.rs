@@ -554,7 +554,7 @@ async fn put(store: &Store, previous: Option<&StoredSandbox>, next: &StoredSandb
     assert!(
         store
             .sandboxes
-            .put_sandbox(previous, next)
+            .put_sandbox(previous, next, None)
             .await
             .expect("put"),
         "{} written",
@@ -655,7 +655,7 @@ async fn sweep_indexes_follow_each_record(backend: Backend) {
     assert!(
         store
             .sandboxes
-            .delete_sandbox(&stopped)
+            .delete_sandbox(&stopped, None)
             .await
             .expect("delete")
     );
@@ -670,7 +670,107 @@ async fn sweep_indexes_follow_each_record(backend: Backend) {
     );
 }
 
+/// A lease's writes carry its fencing token: a holder that was paused past its lease,
+/// while another took it over, writes nothing once it wakes; the token stays while a
+/// holder renews and grows each time the lease passes on.
+async fn a_holder_past_its_lease_writes_nothing(backend: Backend) {
+    use sandgate_runtime_api::store::{Fence, StoreError};
+
+    let store = open(&backend).await;
+    let ttl = Duration::from_secs(60);
+    let lease = "reconcile";
+    let first = store
+        .sandboxes
+        .acquire_lease(lease, "paused-holder", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert_eq!(
+        store
+            .sandboxes
+            .acquire_lease(lease, "paused-holder", ttl)
+            .await
+            .expect("renew"),
+        Some(first),
+        "a renewal keeps the token"
+    );
+    assert_eq!(
+        store
+            .sandboxes
+            .acquire_lease(lease, "other", ttl)
+            .await
+            .expect("acquire"),
+        None,
+        "held"
+    );
+    let stale = Fence {
+        lease: lease.to_owned(),
+        token: first,
+    };
+    let record = sandbox("fenced", Some("fenced"), SandboxState::Running);
+    assert!(
+        store
+            .sandboxes
+            .put_sandbox(None, &record, Some(&stale))
+            .await
+            .expect("a write under the lease")
+    );
+
+    // The holder stops renewing (paused); the lease lapses and passes on.
+    store
+        .sandboxes
+        .release_lease(lease, "paused-holder")
+        .await
+        .expect("release");
+    let second = store
+        .sandboxes
+        .acquire_lease(lease, "new-holder", ttl)
+        .await
+        .expect("acquire")
+        .expect("free again");
+    assert!(second > first, "{second} after {first}");
+
+    let stopped = next(&record, |record| record.state = SandboxState::Stopped);
+    for refused in [
+        store
+            .sandboxes
+            .put_sandbox(Some(&record), &stopped, Some(&stale))
+            .await,
+        store.sandboxes.delete_sandbox(&record, Some(&stale)).await,
+    ] {
+        assert!(
+            matches!(refused, Err(StoreError::Fenced(ref name)) if name == lease),
+            "{refused:?}"
+        );
+    }
+    let current = Fence {
+        lease: lease.to_owned(),
+        token: second,
+    };
+    assert!(
+        store
+            .sandboxes
+            .put_sandbox(Some(&record), &stopped, Some(&current))
+            .await
+            .expect("the new holder writes")
+    );
+    // The old holder back: a new token, larger again.
+    store
+        .sandboxes
+        .release_lease(lease, "new-holder")
+        .await
+        .expect("release");
+    let third = store
+        .sandboxes
+        .acquire_lease(lease, "paused-holder", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert!(third > second);
+}
+
 crate::on_both_backends!(
+    a_holder_past_its_lease_writes_nothing,
     sweep_indexes_follow_each_record,
     rate_limit_counts_restart_with_each_window,
     added_models_are_kept_per_scope_in_order,

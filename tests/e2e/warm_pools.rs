@@ -17,8 +17,8 @@ use sandgate_runtime_api::sandboxes::{
     Reconciler, SandboxError, SandboxOptions, Sandboxes, SandboxesService,
 };
 use sandgate_runtime_api::store::{
-    SandboxSpec, SandboxState, SandboxStore, Store, StoreResult, StoredSandbox, StoredWarmConfig,
-    SweepIndex,
+    Fence, SandboxSpec, SandboxState, SandboxStore, Store, StoreResult, StoredSandbox,
+    StoredWarmConfig, SweepIndex,
 };
 use serde_json::json;
 
@@ -612,7 +612,7 @@ impl SandboxDriver for MeddlingDriver {
             assert!(
                 self.store
                     .sandboxes
-                    .put_sandbox(Some(&stored), &bumped)
+                    .put_sandbox(Some(&stored), &bumped, None)
                     .await
                     .expect("write")
             );
@@ -722,15 +722,25 @@ impl SandboxStore for CountingReads {
         &self,
         previous: Option<&StoredSandbox>,
         next: &StoredSandbox,
+        fence: Option<&Fence>,
     ) -> StoreResult<bool> {
-        self.inner.put_sandbox(previous, next).await
+        self.inner.put_sandbox(previous, next, fence).await
     }
 
-    async fn delete_sandbox(&self, current: &StoredSandbox) -> StoreResult<bool> {
-        self.inner.delete_sandbox(current).await
+    async fn delete_sandbox(
+        &self,
+        current: &StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> StoreResult<bool> {
+        self.inner.delete_sandbox(current, fence).await
     }
 
-    async fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration) -> StoreResult<bool> {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<u64>> {
         self.inner.acquire_lease(name, holder, ttl).await
     }
 

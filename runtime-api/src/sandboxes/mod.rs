@@ -18,7 +18,9 @@ use tokio::sync::Notify;
 use crate::admin::login::{Clock, random_hex};
 use crate::admin::source::WarmConfigSource;
 use crate::auth::session_key_digest;
-use crate::store::{SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex};
+use crate::store::{
+    Fence, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
+};
 use driver::{DriverError, SandboxDriver};
 pub use reconciler::Reconciler;
 pub use service::SandboxesService;
@@ -196,28 +198,39 @@ impl Sandboxes {
     }
 
     /// Records a new sandbox, issues its key and asks the platform for it. A platform
-    /// failure leaves the record in error, saying why.
+    /// failure leaves the record in error, saying why. `fence`: the reconciler's lease,
+    /// for the writes of a pass (none for a caller's start).
     pub async fn launch(
         &self,
         spec: SandboxSpec,
         pool: Option<String>,
         session: Option<String>,
+        fence: Option<&Fence>,
     ) -> SandboxResult<StoredSandbox> {
         let record = self.record(spec, pool, session);
         self.store
             .session_keys
             .put_session_key(&record.key_sha256, &record.runtime_id)
             .await?;
-        if !self.store.sandboxes.put_sandbox(None, &record).await? {
+        if !self
+            .store
+            .sandboxes
+            .put_sandbox(None, &record, fence)
+            .await?
+        {
             return Err(SandboxError::Contention);
         }
         let key = self.keys.key(&record.runtime_id, &record.key_nonce);
         if let Err(err) = self.driver.create(&record, &key).await {
             let detail = format!("cannot create the sandbox: {err}");
-            self.update(record, |record| {
-                record.state = SandboxState::Error;
-                record.status_detail = Some(detail.clone());
-            })
+            self.update(
+                record,
+                |record| {
+                    record.state = SandboxState::Error;
+                    record.status_detail = Some(detail.clone());
+                },
+                fence,
+            )
             .await?;
             return Err(err.into());
         }
@@ -225,11 +238,12 @@ impl Sandboxes {
     }
 
     /// Writes `change` applied to `record`, re-reading and re-applying it when another
-    /// writer got there first. `None`: the sandbox is gone.
+    /// writer got there first. `None`: the sandbox is gone. `fence`: see [`Self::launch`].
     async fn update(
         &self,
         mut record: StoredSandbox,
         change: impl Fn(&mut StoredSandbox),
+        fence: Option<&Fence>,
     ) -> SandboxResult<Option<StoredSandbox>> {
         for _ in 0..CAS_ATTEMPTS {
             let mut next = record.clone();
@@ -241,7 +255,7 @@ impl Sandboxes {
             if self
                 .store
                 .sandboxes
-                .put_sandbox(Some(&record), &next)
+                .put_sandbox(Some(&record), &next, fence)
                 .await?
             {
                 return Ok(Some(next));
@@ -254,8 +268,13 @@ impl Sandboxes {
         Err(SandboxError::Contention)
     }
 
-    /// `records` with what the platform says of the live ones written back.
-    pub async fn refresh(&self, records: Vec<StoredSandbox>) -> SandboxResult<Vec<StoredSandbox>> {
+    /// `records` with what the platform says of the live ones written back. `fence`: see
+    /// [`Self::launch`].
+    pub async fn refresh(
+        &self,
+        records: Vec<StoredSandbox>,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<Vec<StoredSandbox>> {
         let live: Vec<_> = records
             .iter()
             .filter(|record| record.state.is_live())
@@ -273,10 +292,14 @@ impl Sandboxes {
                         && (seen.state != record.state || seen.detail != record.status_detail) =>
                 {
                     if let Some(updated) = self
-                        .update(record, |record| {
-                            record.state = seen.state;
-                            record.status_detail = seen.detail.clone();
-                        })
+                        .update(
+                            record,
+                            |record| {
+                                record.state = seen.state;
+                                record.status_detail = seen.detail.clone();
+                            },
+                            fence,
+                        )
                         .await?
                     {
                         refreshed.push(updated);
@@ -321,7 +344,7 @@ impl Sandboxes {
         let Some(record) = self.store.sandboxes.sandbox_for_session(session_id).await? else {
             return Ok(None);
         };
-        Ok(self.refresh(vec![record]).await?.pop())
+        Ok(self.refresh(vec![record], None).await?.pop())
     }
 
     async fn by_id(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
@@ -341,7 +364,7 @@ impl Sandboxes {
             .into_iter()
             .filter(|record| record.session_id.is_some())
             .collect();
-        let mut listed = self.refresh(claimed).await?;
+        let mut listed = self.refresh(claimed, None).await?;
         listed.sort_by_key(|record| std::cmp::Reverse(record.created_at_ms));
         Ok(listed)
     }
@@ -361,7 +384,7 @@ impl Sandboxes {
             self.claimed.notify_one();
             return Ok((claimed, true));
         }
-        let started = self.launch(spec, None, Some(session_id)).await?;
+        let started = self.launch(spec, None, Some(session_id), None).await?;
         Ok((started, false))
     }
 
@@ -410,7 +433,7 @@ impl Sandboxes {
                 if self
                     .store
                     .sandboxes
-                    .put_sandbox(Some(&candidate), &next)
+                    .put_sandbox(Some(&candidate), &next, None)
                     .await?
                 {
                     return Ok(Some(next));
@@ -432,10 +455,14 @@ impl Sandboxes {
             _ => {}
         }
         self.driver.pause(&record).await?;
-        self.update(record, |record| {
-            record.state = SandboxState::Paused;
-            record.status_detail = None;
-        })
+        self.update(
+            record,
+            |record| {
+                record.state = SandboxState::Paused;
+                record.status_detail = None;
+            },
+            None,
+        )
         .await?
         .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
     }
@@ -463,12 +490,16 @@ impl Sandboxes {
         self.driver.resume(&resumed, &key).await?;
         let old_key = record.key_sha256.clone();
         let updated = self
-            .update(record, |record| {
-                record.state = SandboxState::Starting;
-                record.status_detail = None;
-                record.key_nonce.clone_from(&nonce);
-                record.key_sha256.clone_from(&key_sha256);
-            })
+            .update(
+                record,
+                |record| {
+                    record.state = SandboxState::Starting;
+                    record.status_detail = None;
+                    record.key_nonce.clone_from(&nonce);
+                    record.key_sha256.clone_from(&key_sha256);
+                },
+                None,
+            )
             .await?
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
         self.store.session_keys.delete_session_key(&old_key).await?;
@@ -480,21 +511,29 @@ impl Sandboxes {
         if record.state == SandboxState::Stopped {
             return Ok(record);
         }
-        self.retire(record)
+        self.retire(record, None)
             .await?
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
     }
 
     /// Deletes a claimed sandbox from the platform and marks it stopped; its key stops
     /// working. The record stays listed for the stopped retention.
-    async fn retire(&self, record: StoredSandbox) -> SandboxResult<Option<StoredSandbox>> {
+    async fn retire(
+        &self,
+        record: StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<Option<StoredSandbox>> {
         self.driver.delete(&record).await?;
         let key = record.key_sha256.clone();
         let stopped = self
-            .update(record, |record| {
-                record.state = SandboxState::Stopped;
-                record.status_detail = None;
-            })
+            .update(
+                record,
+                |record| {
+                    record.state = SandboxState::Stopped;
+                    record.status_detail = None;
+                },
+                fence,
+            )
             .await?;
         self.store.session_keys.delete_session_key(&key).await?;
         Ok(stopped)
@@ -505,7 +544,7 @@ impl Sandboxes {
     /// alone) or can no longer take it; then the platform's workload goes, then the
     /// record. A platform failure leaves the record stopped, culled again next pass.
     /// `false`: a claim took it first, or it is gone.
-    async fn cull(&self, record: StoredSandbox) -> SandboxResult<bool> {
+    async fn cull(&self, record: StoredSandbox, fence: Option<&Fence>) -> SandboxResult<bool> {
         let mut current = record;
         for _ in 0..CAS_ATTEMPTS {
             if current.session_id.is_some() {
@@ -519,7 +558,7 @@ impl Sandboxes {
                 if self
                     .store
                     .sandboxes
-                    .put_sandbox(Some(&current), &next)
+                    .put_sandbox(Some(&current), &next, fence)
                     .await?
                 {
                     current = next;
@@ -532,7 +571,7 @@ impl Sandboxes {
                 }
             }
             self.driver.delete(&current).await?;
-            if self.store.sandboxes.delete_sandbox(&current).await? {
+            if self.store.sandboxes.delete_sandbox(&current, fence).await? {
                 self.store
                     .session_keys
                     .delete_session_key(&current.key_sha256)

@@ -25,7 +25,7 @@ use super::spec::pool_spec;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_counts};
 use crate::admin::login::random_hex;
 use crate::admin::source::Generation;
-use crate::store::{SandboxState, StoredSandbox, SweepIndex};
+use crate::store::{Fence, SandboxState, StoredSandbox, SweepIndex};
 
 /// How long a claim's wake-up waits for more claims before the refilling pass.
 const CLAIM_COALESCE: Duration = Duration::from_millis(20);
@@ -229,14 +229,21 @@ impl Reconciler {
     /// The pass itself, and each configured pool's counts after it.
     async fn reconcile(&self) -> SandboxResult<(Pass, HashMap<String, PoolCounts>)> {
         let store = &self.sandboxes.store;
-        if !store
+        let Some(token) = store
             .sandboxes
             .acquire_lease(LEASE, &self.holder, self.lease_ttl())
             .await?
-        {
+        else {
             *self.lock_reindexed_at() = None;
             return Ok((Pass::default(), HashMap::new()));
-        }
+        };
+        // Every write of the pass carries the lease's token: should this process be
+        // paused past its lease while another took it over, none of them lands.
+        let fence = Fence {
+            lease: LEASE.to_owned(),
+            token,
+        };
+        let fence = Some(&fence);
         self.reindex_when_due().await?;
         let mut pass = Pass {
             acted: true,
@@ -251,7 +258,7 @@ impl Reconciler {
             .await?
         {
             tracing::info!(runtime_id = %record.runtime_id, "deleting a sandbox paused for too long");
-            self.sandboxes.retire(record).await?;
+            self.sandboxes.retire(record, fence).await?;
             pass.retired += 1;
         }
         let kept_since = now.saturating_sub(options.stopped_retention.as_millis() as i64);
@@ -260,7 +267,7 @@ impl Reconciler {
             .swept(SweepIndex::Stopped, kept_since, SWEEP_BATCH)
             .await?
         {
-            if store.sandboxes.delete_sandbox(&record).await? {
+            if store.sandboxes.delete_sandbox(&record, fence).await? {
                 pass.retired += 1;
             }
         }
@@ -269,7 +276,7 @@ impl Reconciler {
         let limits = self.sandboxes.configs.limits();
         let records = self
             .sandboxes
-            .refresh(self.sandboxes.pooled().await?)
+            .refresh(self.sandboxes.pooled().await?, fence)
             .await?;
         let specs: HashMap<_, _> = configs
             .iter()
@@ -295,7 +302,7 @@ impl Reconciler {
             match current {
                 Some((pool, _)) => warm.entry(pool).or_default().push(record),
                 None => {
-                    if self.sandboxes.cull(record).await? {
+                    if self.sandboxes.cull(record, fence).await? {
                         pass.culled += 1;
                     }
                 }
@@ -329,7 +336,7 @@ impl Reconciler {
                     )
                 });
                 for record in pool.drain(target..) {
-                    if self.sandboxes.cull(record).await? {
+                    if self.sandboxes.cull(record, fence).await? {
                         pass.culled += 1;
                     }
                 }
@@ -353,6 +360,7 @@ impl Reconciler {
                         spec.clone(),
                         Some((*name).to_owned()),
                         None,
+                        fence,
                     ));
                     scheduled += 1;
                 }

@@ -305,7 +305,11 @@ impl SandboxesApi for SandboxesService {
             .await
             .map_err(|err| Status::from(ErrorDetail::from(err)))?;
         let records = self.sandboxes.pooled().await.map_err(failed)?;
-        let records = self.sandboxes.refresh(records).await.map_err(failed)?;
+        let records = self
+            .sandboxes
+            .refresh(records, None)
+            .await
+            .map_err(failed)?;
         // Only sandboxes on their pool's current spec count: the others await their cull.
         let specs: HashMap<&str, SandboxSpec> = configs
             .iter()

@@ -38,7 +38,7 @@ pub use events::{
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
-pub use sandboxes::{SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex};
+pub use sandboxes::{Fence, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex};
 
 /// Why the store could not serve a call.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +49,10 @@ pub enum StoreError {
     /// A stored value could not be decoded: a bug or a foreign writer.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A fenced write refused: the lease it was made under passed to another holder (this
+    /// one was paused, or cut off, past its lease).
+    #[error("the lease {0} passed to another holder; the write was refused")]
+    Fenced(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -124,6 +124,14 @@ impl StoredSandbox {
 }
 
 /// Sandboxes, and the reconciler's lease.
+/// What a lease holder's writes carry so that none lands once the lease has passed on:
+/// the lease and the token its holder got ([`SandboxStore::acquire_lease`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub lease: String,
+    pub token: u64,
+}
+
 #[async_trait]
 pub trait SandboxStore: Send + Sync + 'static {
     /// Every sandbox the store knows.
@@ -162,19 +170,33 @@ pub trait SandboxStore: Send + Sync + 'static {
     /// Writes `next` (whose version is one more than the stored one) when the stored
     /// version is `next.version - 1` (0: none stored), moving its index entries from
     /// `previous` (the record read at that version) to `next`. `Ok(false)`: another
-    /// writer got there first.
+    /// writer got there first. With `fence`, only while its lease's token is still the
+    /// current one ([`StoreError::Fenced`](crate::store::StoreError::Fenced) otherwise).
     async fn put_sandbox(
         &self,
         previous: Option<&StoredSandbox>,
         next: &StoredSandbox,
+        fence: Option<&Fence>,
     ) -> StoreResult<bool>;
 
-    /// Deletes `current` and its index entries when it is still at its version.
-    async fn delete_sandbox(&self, current: &StoredSandbox) -> StoreResult<bool>;
+    /// Deletes `current` and its index entries when it is still at its version; with
+    /// `fence`, only while its lease's token is still the current one.
+    async fn delete_sandbox(
+        &self,
+        current: &StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> StoreResult<bool>;
 
-    /// Takes the lease `name` for `holder`, or extends it when `holder` has it; `false`
-    /// when another holder has it. The lease lapses `ttl` after its last renewal.
-    async fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration) -> StoreResult<bool>;
+    /// Takes the lease `name` for `holder`, or extends it when `holder` has it; `None`
+    /// when another holder has it. The lease lapses `ttl` after its last renewal. The
+    /// answer is the lease's fencing token: the same while `holder` keeps the lease,
+    /// larger each time it passes to a holder (`holder` again after a lapse included).
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<u64>>;
 
     /// Gives the lease up, when `holder` has it.
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()>;

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableHandle, WriteTransaction};
 
 use super::{EmbeddedStore, unavailable};
-use crate::store::sandboxes::{SandboxStore, StoredSandbox, SweepIndex};
+use crate::store::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
 use crate::store::{StoreError, StoreResult};
 
 /// runtime id → the record's JSON.
@@ -18,6 +18,8 @@ const WARM: TableDefinition<&str, ()> = TableDefinition::new("sandbox_warm_index
 const SESSIONS: TableDefinition<&str, &str> = TableDefinition::new("sandbox_sessions");
 /// lease name → its holder and the milliseconds since the epoch when it lapses.
 const LEASES: TableDefinition<&str, (&str, u64)> = TableDefinition::new("leases");
+/// lease name → its fencing token, which grows each time the lease passes to a holder.
+const LEASE_TOKENS: TableDefinition<&str, u64> = TableDefinition::new("lease_tokens");
 /// (sweep index ordinal, position, runtime id) → nothing: the sweep indexes.
 const SWEEP: TableDefinition<(u8, i64, &str), ()> = TableDefinition::new("sandbox_sweep_index");
 
@@ -30,6 +32,7 @@ pub(super) fn create_tables(txn: &WriteTransaction) -> StoreResult<()> {
     txn.open_table(WARM).map_err(unavailable)?;
     txn.open_table(SESSIONS).map_err(unavailable)?;
     txn.open_table(LEASES).map_err(unavailable)?;
+    txn.open_table(LEASE_TOKENS).map_err(unavailable)?;
     txn.open_table(SWEEP).map_err(unavailable)?;
     if !has_sweep_index {
         // A database from before the sweep indexes: its records are indexed once, here.
@@ -224,11 +227,14 @@ impl SandboxStore for EmbeddedStore {
         &self,
         previous: Option<&StoredSandbox>,
         next: &StoredSandbox,
+        fence: Option<&Fence>,
     ) -> StoreResult<bool> {
         let previous = previous.cloned();
         let next = next.clone();
+        let fence = fence.cloned();
         let json = serde_json::to_vec(&next).map_err(|err| StoreError::Corrupt(err.to_string()))?;
         self.transact(move |txn| {
+            check_fence(txn, fence.as_ref())?;
             if stored_version(txn, &next.runtime_id)? != next.version.saturating_sub(1) {
                 return Ok(false);
             }
@@ -259,9 +265,15 @@ impl SandboxStore for EmbeddedStore {
         .await
     }
 
-    async fn delete_sandbox(&self, current: &StoredSandbox) -> StoreResult<bool> {
+    async fn delete_sandbox(
+        &self,
+        current: &StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> StoreResult<bool> {
         let current = current.clone();
+        let fence = fence.cloned();
         self.transact(move |txn| {
+            check_fence(txn, fence.as_ref())?;
             if stored_version(txn, &current.runtime_id)? != current.version {
                 return Ok(false);
             }
@@ -275,26 +287,46 @@ impl SandboxStore for EmbeddedStore {
         .await
     }
 
-    async fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration) -> StoreResult<bool> {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<u64>> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.transact(move |txn| {
             let mut leases = txn.open_table(LEASES).map_err(unavailable)?;
             let now = now_ms();
-            let taken = leases
+            let live_holder = leases
                 .get(name.as_str())
                 .map_err(unavailable)?
-                .is_some_and(|lease| {
+                .and_then(|lease| {
                     let (current, lapses_at) = lease.value();
-                    current != holder && lapses_at > now
+                    (lapses_at > now).then(|| current.to_owned())
                 });
-            if taken {
-                return Ok(false);
+            if live_holder
+                .as_ref()
+                .is_some_and(|current| *current != holder)
+            {
+                return Ok(None);
             }
             let lapses_at = now + ttl.as_millis() as u64;
             leases
                 .insert(name.as_str(), (holder.as_str(), lapses_at))
                 .map_err(unavailable)?;
-            Ok(true)
+            let mut tokens = txn.open_table(LEASE_TOKENS).map_err(unavailable)?;
+            let token = tokens
+                .get(name.as_str())
+                .map_err(unavailable)?
+                .map_or(0, |token| token.value());
+            if live_holder.is_some() && token > 0 {
+                // A renewal: the holder keeps its token.
+                return Ok(Some(token));
+            }
+            tokens
+                .insert(name.as_str(), token + 1)
+                .map_err(unavailable)?;
+            Ok(Some(token + 1))
         })
         .await
     }
@@ -313,6 +345,21 @@ impl SandboxStore for EmbeddedStore {
             Ok(())
         })
         .await
+    }
+}
+
+/// Refuses the transaction's write when `fence`'s lease has a newer token.
+fn check_fence(txn: &WriteTransaction, fence: Option<&Fence>) -> StoreResult<()> {
+    let Some(fence) = fence else { return Ok(()) };
+    let tokens = txn.open_table(LEASE_TOKENS).map_err(unavailable)?;
+    let current = tokens
+        .get(fence.lease.as_str())
+        .map_err(unavailable)?
+        .map(|token| token.value());
+    if current == Some(fence.token) {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced(fence.lease.clone()))
     }
 }
 

@@ -7,7 +7,9 @@
 //!   that claim key may take;
 //! - `sandgate:{sandboxes}:sweep:<pooled|paused|stopped>`: a sorted set per sweep index,
 //!   runtime id → its position there (see [`SweepIndex`]);
-//! - `sandgate:{sandboxes}:lease:<name>`: the holder of a lease, with a TTL.
+//! - `sandgate:{sandboxes}:lease:<name>`: the holder of a lease, with a TTL;
+//! - `sandgate:{sandboxes}:lease-token:<name>`: the lease's fencing token, which grows
+//!   each time the lease passes to a holder (no TTL: it must never go back).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -16,8 +18,8 @@ use async_trait::async_trait;
 use redis::Script;
 
 use super::{RedisStore, corrupt, unavailable};
-use crate::store::StoreResult;
-use crate::store::sandboxes::{SandboxStore, StoredSandbox, SweepIndex};
+use crate::store::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
+use crate::store::{StoreError, StoreResult};
 
 const RECORDS: &str = "sandgate:{sandboxes}:records";
 const VERSIONS: &str = "sandgate:{sandboxes}:versions";
@@ -35,14 +37,37 @@ fn lease_key(name: &str) -> String {
     format!("sandgate:{{sandboxes}}:lease:{name}")
 }
 
+fn lease_token_key(name: &str) -> String {
+    format!("sandgate:{{sandboxes}}:lease-token:{name}")
+}
+
+/// A write's fence as a script's key and argument: the lease's token key and the token,
+/// or (unfenced) a token key no lease uses and an empty token, which the script skips.
+fn fence_parts(fence: Option<&Fence>) -> (String, String) {
+    match fence {
+        Some(fence) => (lease_token_key(&fence.lease), fence.token.to_string()),
+        None => (lease_token_key(""), String::new()),
+    }
+}
+
+/// A write script's answer: 1 written, 0 another writer got there first, -1 fenced out.
+fn written(answer: i64, fence: Option<&Fence>) -> StoreResult<bool> {
+    match (answer, fence) {
+        (-1, Some(fence)) => Err(StoreError::Fenced(fence.lease.clone())),
+        (answer, _) => Ok(answer == 1),
+    }
+}
+
 /// KEYS: records, versions, sessions, previous warm set, next warm set, previous sweep
-/// index, next sweep index.
+/// index, next sweep index, the fence's lease token.
 /// ARGV: id, expected version, next version, JSON, in previous warm set (0/1), in next
 /// warm set (0/1), previous session, next session, in previous sweep index (0/1), in next
-/// sweep index (0/1), position in the next sweep index. Returns 1 when written.
+/// sweep index (0/1), position in the next sweep index, the fence's token ('' unfenced).
+/// Returns 1 when written, 0 at another version, -1 when the fence's lease moved on.
 static PUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+if ARGV[12] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[12] then return -1 end
 local current = redis.call('HGET', KEYS[2], ARGV[1])
 if (current or '0') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
@@ -60,11 +85,14 @@ return 1
     )
 });
 
-/// KEYS: records, versions, sessions, warm set, sweep index. ARGV: id, expected version,
-/// in the warm set (0/1), session, in the sweep index (0/1). Returns 1 when deleted.
+/// KEYS: records, versions, sessions, warm set, sweep index, the fence's lease token.
+/// ARGV: id, expected version, in the warm set (0/1), session, in the sweep index (0/1),
+/// the fence's token ('' unfenced). Returns 1 when deleted, 0 at another version, -1 when
+/// the fence's lease moved on.
 static DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+if ARGV[6] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[6] then return -1 end
 local current = redis.call('HGET', KEYS[2], ARGV[1])
 if (current or '0') ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
@@ -102,14 +130,19 @@ return changed
 /// Records a reindex reads at a time.
 const REINDEX_PAGE: usize = 256;
 
-/// KEYS: the lease. ARGV: holder, TTL in milliseconds. Returns 1 when `holder` has it.
+/// KEYS: the lease, its token. ARGV: holder, TTL in milliseconds. Returns the token when
+/// `holder` has the lease (a new one when it just took it), 0 when another holder has it.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
+if holder == ARGV[1] then
+  local token = redis.call('GET', KEYS[2])
+  if token then return tonumber(token) end
+end
+return redis.call('INCR', KEYS[2])
 ",
     )
 });
@@ -319,14 +352,16 @@ impl SandboxStore for RedisStore {
         &self,
         previous: Option<&StoredSandbox>,
         next: &StoredSandbox,
+        fence: Option<&Fence>,
     ) -> StoreResult<bool> {
+        let (fence_key, fence_token) = fence_parts(fence);
         let json = serde_json::to_vec(next).map_err(corrupt)?;
         let previous_warm = previous.and_then(StoredSandbox::warm_index);
         let next_warm = next.warm_index();
         let previous_sweep = previous.and_then(StoredSandbox::sweep_index);
         let next_sweep = next.sweep_index();
         let mut connection = self.connection.clone();
-        let written: bool = PUT
+        let answer: i64 = PUT
             .key(RECORDS)
             .key(VERSIONS)
             .key(SESSIONS)
@@ -338,6 +373,7 @@ impl SandboxStore for RedisStore {
             .key(sweep_key(
                 next_sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
             ))
+            .key(fence_key)
             .arg(&next.runtime_id)
             .arg(next.version.saturating_sub(1))
             .arg(next.version)
@@ -353,20 +389,27 @@ impl SandboxStore for RedisStore {
             .arg(flag(previous_sweep.is_some()))
             .arg(flag(next_sweep.is_some()))
             .arg(next_sweep.map_or(0, |(_, position)| position))
+            .arg(fence_token)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
+        let written = written(answer, fence)?;
         if written {
             self.replicated(&mut connection).await?;
         }
         Ok(written)
     }
 
-    async fn delete_sandbox(&self, current: &StoredSandbox) -> StoreResult<bool> {
+    async fn delete_sandbox(
+        &self,
+        current: &StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> StoreResult<bool> {
+        let (fence_key, fence_token) = fence_parts(fence);
         let warm = current.warm_index();
         let sweep = current.sweep_index();
         let mut connection = self.connection.clone();
-        let deleted: bool = DELETE
+        let answer: i64 = DELETE
             .key(RECORDS)
             .key(VERSIONS)
             .key(SESSIONS)
@@ -374,29 +417,39 @@ impl SandboxStore for RedisStore {
             .key(sweep_key(
                 sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
             ))
+            .key(fence_key)
             .arg(&current.runtime_id)
             .arg(current.version)
             .arg(flag(warm.is_some()))
             .arg(current.session_id.as_deref().unwrap_or_default())
             .arg(flag(sweep.is_some()))
+            .arg(fence_token)
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
+        let deleted = written(answer, fence)?;
         if deleted {
             self.replicated(&mut connection).await?;
         }
         Ok(deleted)
     }
 
-    async fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration) -> StoreResult<bool> {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> StoreResult<Option<u64>> {
         let mut connection = self.connection.clone();
-        ACQUIRE
+        let token: u64 = ACQUIRE
             .key(lease_key(name))
+            .key(lease_token_key(name))
             .arg(holder)
             .arg(ttl.as_millis().max(1) as u64)
             .invoke_async(&mut connection)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable)?;
+        Ok((token > 0).then_some(token))
     }
 
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {
