@@ -338,12 +338,34 @@ fn usage_only(data: &[u8]) -> Option<Usage> {
     if no_choices { usage_of(&members) } else { None }
 }
 
+/// The lines of a byte stream as they complete: what arrives is kept until its line ends.
+#[derive(Default)]
+pub(crate) struct Lines {
+    /// The start of a line whose end has not arrived yet.
+    pending: Vec<u8>,
+}
+
+impl Lines {
+    /// The complete lines of what arrived so far, `chunk` included, ends kept; `None`
+    /// while no line has ended.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Option<Vec<u8>> {
+        self.pending.extend_from_slice(chunk);
+        let end = self.pending.iter().rposition(|byte| *byte == b'\n')?;
+        let rest = self.pending.split_off(end + 1);
+        Some(std::mem::replace(&mut self.pending, rest))
+    }
+
+    /// What is left once the stream ended: a last line without its end.
+    pub(crate) fn rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+}
+
 /// Renames `model` in every `data:` event of a server-sent event stream, line by line as
 /// the bytes arrive, and keeps the usage seen.
 pub struct SseRenamer {
     model: String,
-    /// The start of a line whose end has not arrived yet.
-    pending: Vec<u8>,
+    lines: Lines,
     pub usage: Option<Usage>,
     /// Usage-only chunks (`"choices":[]` and a usage) are kept from the client.
     hide_usage: bool,
@@ -355,7 +377,7 @@ impl SseRenamer {
     pub fn new(model: &str) -> Self {
         Self {
             model: model.to_owned(),
-            pending: Vec::new(),
+            lines: Lines::default(),
             usage: None,
             hide_usage: false,
             hidden: false,
@@ -369,14 +391,11 @@ impl SseRenamer {
         self
     }
 
-    /// The complete lines of `pending` + `chunk`, rewritten; the rest is kept.
+    /// The lines of what arrived so far that are complete, rewritten; the rest is kept.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        self.pending.extend_from_slice(chunk);
-        let Some(end) = self.pending.iter().rposition(|byte| *byte == b'\n') else {
+        let Some(complete) = self.lines.push(chunk) else {
             return Vec::new();
         };
-        let rest = self.pending.split_off(end + 1);
-        let complete = std::mem::replace(&mut self.pending, rest);
         let mut out = Vec::with_capacity(complete.len() + 16);
         for line in complete.split_inclusive(|byte| *byte == b'\n') {
             self.line(line, &mut out);
@@ -386,7 +405,7 @@ impl SseRenamer {
 
     /// Whatever is left when the stream ends.
     pub fn finish(&mut self) -> Vec<u8> {
-        let rest = std::mem::take(&mut self.pending);
+        let rest = self.lines.rest();
         let mut out = Vec::with_capacity(rest.len());
         if !rest.is_empty() {
             self.line(&rest, &mut out);

@@ -15,7 +15,7 @@
 use serde_json::{Value, json};
 
 use super::{stop_reason, usage};
-use crate::rewrite::Usage;
+use crate::rewrite::{Lines, Usage};
 
 /// The block being streamed.
 #[derive(Debug, PartialEq, Eq)]
@@ -27,8 +27,7 @@ enum Block {
 
 pub struct StreamTranslator {
     model: String,
-    /// The start of a line whose end has not arrived yet.
-    pending: Vec<u8>,
+    lines: Lines,
     started: bool,
     /// The block open, and its index.
     open: Option<(Block, u64)>,
@@ -54,7 +53,7 @@ impl StreamTranslator {
     pub fn new(model: &str) -> Self {
         Self {
             model: model.to_owned(),
-            pending: Vec::new(),
+            lines: Lines::default(),
             started: false,
             open: None,
             next_index: 0,
@@ -67,12 +66,9 @@ impl StreamTranslator {
 
     /// The events of the complete lines of what arrived so far.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        self.pending.extend_from_slice(chunk);
-        let Some(end) = self.pending.iter().rposition(|byte| *byte == b'\n') else {
+        let Some(complete) = self.lines.push(chunk) else {
             return Vec::new();
         };
-        let rest = self.pending.split_off(end + 1);
-        let complete = std::mem::replace(&mut self.pending, rest);
         let mut out = Vec::new();
         for line in complete.split(|byte| *byte == b'\n') {
             self.line(line, &mut out);
@@ -82,7 +78,7 @@ impl StreamTranslator {
 
     /// The last events, once the upstream's stream ended (with `[DONE]` or not).
     pub fn finish(&mut self) -> Vec<u8> {
-        let rest = std::mem::take(&mut self.pending);
+        let rest = self.lines.rest();
         let mut out = Vec::new();
         self.line(&rest, &mut out);
         self.stop(&mut out);
