@@ -203,7 +203,9 @@ pub struct StoreArgs {
     #[arg(long, env = "SANDGATE_DATA_DIR", default_value = "./.sandgate")]
     pub data_dir: PathBuf,
     /// Redis URL; when given, Redis replaces the embedded store. `redis://`, `rediss://`
-    /// (TLS, checked against the system's roots or `--redis-ca-cert`), `redis+unix://`.
+    /// (TLS, checked against the system's roots or `--redis-ca-cert`), `redis+unix://`,
+    /// `redis+sentinel://host:port[,host:port…]/<master>` (and `rediss+sentinel://`): the
+    /// primary the sentinels name, followed through failovers.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis: Option<String>,
     /// PEM file of the CA that signed the Redis server's certificate, trusted instead of

@@ -20,7 +20,7 @@ pub fn redis(settings: &RuntimeApiSettings) -> Vec<Finding> {
     if let Some(problem) = redis_url_problem(url) {
         findings.push(Finding::new(Severity::Fatal, "REDIS_URL", problem));
     }
-    let tls = url.starts_with("rediss://");
+    let tls = url.starts_with("rediss://") || url.starts_with("rediss+sentinel://");
     for (setting, path) in &settings.redis_tls_files {
         match std::fs::read(path) {
             Err(err) => findings.push(Finding::new(
@@ -38,7 +38,7 @@ pub fn redis(settings: &RuntimeApiSettings) -> Vec<Finding> {
             Ok(_) if !tls => findings.push(Finding::new(
                 Severity::Warning,
                 setting,
-                "set, but REDIS_URL is not rediss://: the connection does not use TLS",
+                "set, but REDIS_URL is not rediss:// (or rediss+sentinel://): the connection does not use TLS",
             )),
             Ok(_) => {}
         }
@@ -87,6 +87,8 @@ mod tests {
             "redis://:secret@redis:6379",
             "rediss://:secret@redis.example.internal:6380/0",
             "redis+unix:///run/redis.sock",
+            "redis+sentinel://:secret@s1:26379,s2:26379,s3:26379/mymaster",
+            "rediss+sentinel://s1:26380/mymaster/1",
         ] {
             assert_eq!(redis(&with_url(url)), [], "{url}");
         }
@@ -95,7 +97,8 @@ mod tests {
     #[test]
     fn other_url_forms_are_fatal_and_never_echo_the_password() {
         for url in [
-            "redis+sentinel://:hunter2@s1:26379,s2:26379/mymaster",
+            "redis+sentinel://:hunter2@s1:26379,s2:26379",
+            "redis+sentinel://:hunter2@s1:port/mymaster",
             "redis+cluster://:hunter2@n1:6379",
             "http://:hunter2@redis:6379",
             "redis-host:6379",

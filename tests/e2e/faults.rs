@@ -471,3 +471,105 @@ async fn with_min_replicas_ack_a_delivery_is_acknowledged_only_once_a_replica_ha
     // What its sender sends again is refused alike: 503, never 500, never a 200.
     assert_eq!(deliver(&client, &server, &later).await, 503);
 }
+
+/// Sentinel: the primary is SIGKILLed under webhook load (`--redis-min-replicas-ack 1`,
+/// two replicas). Clients see 503s only, never a 500 or a hang; deliveries are answered
+/// 200 again within 15 s without restarting Sandgate, `/health` comes back, and every
+/// delivery answered 200, before or after the failover, is readable afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_under_load_loses_no_acknowledged_delivery() {
+    let mut group = crate::common::SentinelGroup::start(2).await;
+    let mut args = vec![
+        "serve".to_owned(),
+        "--listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--redis".to_owned(),
+        group.url(),
+        "--redis-min-replicas-ack".to_owned(),
+        "1".to_owned(),
+    ];
+    args.extend(crate::common::base_args_without_store());
+    let server = Arc::new(SandgateProcess::spawn(&args, &[]).await);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    assert_eq!(
+        deliver(
+            &client,
+            &server,
+            &conversation(&new_id(), "2026-03-01T12:00:00Z", "running").to_string()
+        )
+        .await,
+        200
+    );
+
+    // Four senders, each delivering new conversations one after the other.
+    let (stop, stopped) = watch::channel(false);
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        let (client, server, stopped) = (client.clone(), server.clone(), stopped.clone());
+        senders.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            while !*stopped.borrow() {
+                let id = new_id();
+                let body = conversation(&id, "2026-03-01T12:00:00Z", "running").to_string();
+                let status = deliver(&client, &server, &body).await;
+                answers.push((id, status, Instant::now()));
+            }
+            answers
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed_at = Instant::now();
+    group.primary.kill().await;
+    // Until the deliveries come back, then a second more of them.
+    let deadline = killed_at + Duration::from_secs(15);
+    let mut back_at = None;
+    while Instant::now() < deadline {
+        let probe = conversation(&new_id(), "2026-03-01T12:00:00Z", "running").to_string();
+        if deliver(&client, &server, &probe).await == 200 {
+            back_at = Some(Instant::now());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let back_at = back_at.expect("deliveries answered 200 again within 15 s of the kill");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.send_replace(true);
+    let mut answers = Vec::new();
+    for sender in senders {
+        answers.extend(sender.await.expect("sender"));
+    }
+    let statuses: std::collections::BTreeMap<u16, usize> =
+        answers
+            .iter()
+            .fold(Default::default(), |mut counts, (_, status, _)| {
+                *counts.entry(*status).or_default() += 1;
+                counts
+            });
+    assert!(
+        statuses.keys().all(|status| matches!(status, 200 | 503)),
+        "only 200 and 503: {statuses:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|(_, status, at)| *status == 200 && *at > back_at),
+        "deliveries succeed after the failover: {statuses:?}"
+    );
+    health_becomes(&client, &server, 200, Duration::from_secs(5)).await;
+    for (id, _, _) in answers.iter().filter(|(_, status, _)| *status == 200) {
+        let read = client
+            .get(server.url(&format!("/api/v1/conversations/{id}")))
+            .header("x-api-key", RUNTIME_KEY)
+            .send()
+            .await
+            .expect("read");
+        assert_eq!(read.status(), 200, "acknowledged delivery {id} lost");
+    }
+    report(&format!(
+        "sentinel failover: deliveries back {:?} after the kill; answers {statuses:?}",
+        back_at - killed_at
+    ));
+}

@@ -141,19 +141,14 @@ async fn check_config_connects_when_asked_and_names_what_is_wrong() {
 
     // A URL form Sandgate does not connect with fails before any connection, naming it.
     let env = [
-        (
-            "REDIS_URL",
-            "redis+sentinel://:hunter2@127.0.0.1:26379/mymaster",
-        ),
+        ("REDIS_URL", "redis+cluster://:hunter2@127.0.0.1:6379"),
         ("SANDGATE_WEBHOOK_API_KEYS", WEBHOOK_KEY),
     ];
     let output = run_sandgate(&check, &env).await;
     assert_eq!(output.status.code(), Some(1));
     let text = report(&output);
     assert!(
-        text.contains(
-            "error: REDIS_URL: redis+sentinel://***@127.0.0.1:26379/mymaster is not a URL form"
-        ),
+        text.contains("error: REDIS_URL: redis+cluster://***@127.0.0.1:6379 is not a URL form"),
         "{text}"
     );
     assert!(!text.contains("hunter2"), "{text}");

@@ -159,22 +159,24 @@ impl RedisTls {
     /// A client of `url` with this material: a plain one when there is none (the URL
     /// alone then decides on TLS, with the system's roots).
     pub fn client(&self, url: &str) -> ::redis::RedisResult<::redis::Client> {
-        if self.is_empty() {
-            return ::redis::Client::open(url);
+        match self.certificates() {
+            None => ::redis::Client::open(url),
+            Some(certificates) => ::redis::Client::build_with_tls(url, certificates),
         }
-        ::redis::Client::build_with_tls(
-            url,
-            ::redis::TlsCertificates {
-                client_tls: self
-                    .client
-                    .as_ref()
-                    .map(|(cert, key)| ::redis::ClientTlsConfig {
-                        client_cert: cert.clone(),
-                        client_key: key.clone(),
-                    }),
-                root_cert: self.ca_cert.clone(),
-            },
-        )
+    }
+
+    /// The material as the redis crate takes it; `None` when there is none.
+    pub(crate) fn certificates(&self) -> Option<::redis::TlsCertificates> {
+        (!self.is_empty()).then(|| ::redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| ::redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca_cert.clone(),
+        })
     }
 }
 
@@ -188,7 +190,14 @@ impl std::fmt::Debug for RedisTls {
 }
 
 /// The URL forms the Redis backend connects with, as `scheme://`.
-pub const REDIS_URL_SCHEMES: [&str; 4] = ["redis", "rediss", "redis+unix", "unix"];
+pub const REDIS_URL_SCHEMES: [&str; 6] = [
+    "redis",
+    "rediss",
+    "redis+unix",
+    "unix",
+    "redis+sentinel",
+    "rediss+sentinel",
+];
 
 /// Why the Redis backend cannot use `url`, if it cannot: a scheme it does not speak, or a
 /// URL the client does not parse. Never echoes a password.
@@ -202,6 +211,11 @@ pub fn redis_url_problem(url: &str) -> Option<String> {
                 .map(|scheme| format!("{scheme}://"))
                 .join(", ")
         ));
+    }
+    if let Some(sentinel) = redis::sentinel::parse(url) {
+        return sentinel
+            .err()
+            .map(|err| format!("{} does not parse: {err}", redact_url(url)));
     }
     ::redis::IntoConnectionInfo::into_connection_info(url)
         .err()

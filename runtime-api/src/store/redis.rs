@@ -13,7 +13,9 @@ mod admin;
 mod events;
 mod models;
 mod sandboxes;
+pub(super) mod sentinel;
 
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -38,13 +40,42 @@ return 1
 /// less than the connection's response timeout, so that the wait is the one that ends.
 const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(1500);
 
-pub struct RedisStore {
+/// The primary's connection (multiplexed: every call shares it) and client (for the
+/// connections opened later, the Pub/Sub one): fixed for one Redis, replaced when the
+/// sentinels name another primary.
+#[derive(Clone)]
+pub(super) struct Primary {
     connection: ConnectionManager,
+    client: redis::Client,
+}
+
+impl Primary {
+    /// Connects to `client`'s server, failing fast when it cannot be reached. Later
+    /// outages make calls fail with [`StoreError::Unavailable`] until the connection
+    /// manager reconnects.
+    async fn open(client: redis::Client) -> redis::RedisResult<Self> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let connection = ConnectionManager::new_with_config(client.clone(), config).await?;
+        Ok(Self { connection, client })
+    }
+
+    /// The server's address, for the log (never credentials).
+    fn address(&self) -> String {
+        self.client.get_connection_info().addr().to_string()
+    }
+}
+
+pub struct RedisStore {
+    primary: Arc<RwLock<Primary>>,
+    /// The primary is the one the sentinels name (and `/health` checks that it still is).
+    sentinel: bool,
     /// Replicas that must have a write before it is acknowledged (`WAIT`); 0: none.
     min_replicas_ack: u32,
     swap: Script,
-    /// For the connections opened later (the Pub/Sub one).
-    client: redis::Client,
     /// Model additions, followed once someone asks (`ModelStore::model_changes`), until the
     /// store is dropped with this receiver.
     model_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
@@ -73,23 +104,34 @@ fn profile_key(owner: &str, name: &str) -> String {
 impl RedisStore {
     /// Connects, failing fast when the server cannot be reached. Later outages make calls
     /// fail with [`StoreError::Unavailable`] until the connection manager reconnects.
+    /// With a Sentinel URL, the primary is the one the sentinels name, followed from then
+    /// on (see [`sentinel`]).
     pub async fn connect(url: &str, tls: &RedisTls, min_replicas_ack: u32) -> StoreResult<Self> {
         if let Some(problem) = redis_url_problem(url) {
             return Err(StoreError::Unavailable(problem));
         }
-        let client = tls.client(url).map_err(|err| {
+        let invalid = |err: redis::RedisError| {
             StoreError::Unavailable(format!("invalid Redis URL {}: {err}", redact_url(url)))
-        })?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|err| {
-                StoreError::Unavailable(format!("cannot reach Redis at {}: {err}", redact_url(url)))
-            })?;
+        };
+        let unreachable = |err: redis::RedisError| {
+            StoreError::Unavailable(format!("cannot reach Redis at {}: {err}", redact_url(url)))
+        };
+        let (primary, sentinels) = match sentinel::parse(url) {
+            Some(parsed) => {
+                let parsed = parsed.map_err(StoreError::Unavailable)?;
+                let mut sentinels = parsed.client(tls).map_err(invalid)?;
+                let client = sentinels.async_get_client().await.map_err(unreachable)?;
+                (
+                    Primary::open(client).await.map_err(unreachable)?,
+                    Some(sentinels),
+                )
+            }
+            None => {
+                let client = tls.client(url).map_err(invalid)?;
+                (Primary::open(client).await.map_err(unreachable)?, None)
+            }
+        };
+        let connection = primary.connection.clone();
         let swap = Script::new(SWAP_SCRIPT);
         let mut loader = connection.clone();
         swap.prepare_invoke()
@@ -98,13 +140,29 @@ impl RedisStore {
             .map_err(|err| {
                 StoreError::Unavailable(format!("cannot load the Lua scripts into Redis: {err}"))
             })?;
+        let primary = Arc::new(RwLock::new(primary));
+        if let Some(sentinels) = sentinels {
+            tokio::spawn(sentinel::follow_primary(
+                Arc::downgrade(&primary),
+                sentinels,
+            ));
+        }
         Ok(Self {
-            connection,
+            primary,
+            sentinel: sentinel::parse(url).is_some(),
             min_replicas_ack,
             swap,
-            client,
             model_changes: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The primary's connection, for one call.
+    fn connection(&self) -> ConnectionManager {
+        self.primary
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .connection
+            .clone()
     }
 }
 
@@ -137,7 +195,7 @@ impl RedisStore {
 #[async_trait]
 impl ConversationStore for RedisStore {
     async fn get(&self, id: Uuid) -> StoreResult<Option<StoredConversation>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let data: Option<Vec<u8>> = connection
             .hget(conversation_key(id), "d")
             .await
@@ -166,7 +224,7 @@ impl ConversationStore for RedisStore {
                 .arg(next.version)
                 .arg(data),
         );
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let (swapped,): (bool,) = match pipe.query_async(&mut connection).await {
             // A pipeline sends the script by its hash only, and a restarted (or failed
             // over, or flushed) server has forgotten it: load it again and retry once, or
@@ -194,7 +252,7 @@ impl ConversationStore for RedisStore {
     }
 
     async fn settled(&self) -> StoreResult<()> {
-        self.replicated(&mut self.connection.clone()).await
+        self.replicated(&mut self.connection()).await
     }
 
     async fn scan(
@@ -203,7 +261,7 @@ impl ConversationStore for RedisStore {
         after: Option<Uuid>,
         limit: usize,
     ) -> StoreResult<Vec<StoredConversation>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let min = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
         let ids: Vec<String> = connection
             .zrangebylex_limit(index_key(index), min, "+", 0, limit as isize)
@@ -232,7 +290,7 @@ impl ConversationStore for RedisStore {
         for index in stale {
             pipe.zrem(index_key(index), id.to_string()).ignore();
         }
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         pipe.query_async::<()>(&mut connection)
             .await
             .map_err(unavailable)
@@ -242,7 +300,7 @@ impl ConversationStore for RedisStore {
 #[async_trait]
 impl SessionKeyStore for RedisStore {
     async fn sandbox_for_key(&self, key_sha256: &str) -> StoreResult<Option<String>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         connection
             .get(format!("sandgate:session-key:{key_sha256}"))
             .await
@@ -250,7 +308,7 @@ impl SessionKeyStore for RedisStore {
     }
 
     async fn put_session_key(&self, key_sha256: &str, sandbox_id: &str) -> StoreResult<()> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         connection
             .set::<_, _, ()>(format!("sandgate:session-key:{key_sha256}"), sandbox_id)
             .await
@@ -259,7 +317,7 @@ impl SessionKeyStore for RedisStore {
     }
 
     async fn delete_session_key(&self, key_sha256: &str) -> StoreResult<()> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         connection
             .del::<_, ()>(format!("sandgate:session-key:{key_sha256}"))
             .await
@@ -271,7 +329,7 @@ impl SessionKeyStore for RedisStore {
 impl ProfileStore for RedisStore {
     async fn put_profile(&self, owner: &str, profile: &StoredProfile) -> StoreResult<()> {
         let data = serde_json::to_vec(profile).map_err(corrupt)?;
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         connection
             .set::<_, _, ()>(profile_key(owner, &profile.name), data)
             .await
@@ -280,7 +338,7 @@ impl ProfileStore for RedisStore {
     }
 
     async fn get_profile(&self, owner: &str, name: &str) -> StoreResult<Option<StoredProfile>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let data: Option<Vec<u8>> = connection
             .get(profile_key(owner, name))
             .await
@@ -293,7 +351,18 @@ impl ProfileStore for RedisStore {
 #[async_trait]
 impl StoreHealth for RedisStore {
     async fn ping(&self) -> StoreResult<()> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
+        if self.sentinel {
+            // Reachable is not enough: a demoted primary answers, and refuses every write.
+            return if sentinel::is_primary(&mut connection).await {
+                Ok(())
+            } else {
+                Err(StoreError::Unavailable(
+                    "no writable Redis primary (the sentinels' primary is gone or demoted)"
+                        .to_owned(),
+                ))
+            };
+        }
         redis::cmd("PING")
             .query_async::<String>(&mut connection)
             .await

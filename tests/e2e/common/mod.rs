@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub use process::{SandgateProcess, run_sandgate};
-pub use redis_server::RedisServer;
+pub use redis_server::{RedisServer, SentinelGroup};
 
 /// A session key every test server accepts from external senders.
 pub const WEBHOOK_KEY: &str = "test-session-key";
@@ -96,14 +96,19 @@ impl Backend {
 
 /// The flags every test server runs with.
 pub fn base_args(backend: &Backend) -> Vec<String> {
-    let mut args = vec![
+    let mut args = base_args_without_store();
+    args.extend(backend.args());
+    args
+}
+
+/// The test keys, for a process whose store flags a test names itself.
+pub fn base_args_without_store() -> Vec<String> {
+    vec![
         "--webhook-api-keys".to_owned(),
         format!("{WEBHOOK_KEY},{OTHER_WEBHOOK_KEY}"),
         "--default-api-key".to_owned(),
         RUNTIME_KEY.to_owned(),
-    ];
-    args.extend(backend.args());
-    args
+    ]
 }
 
 /// `serve` on port 0 with the test keys and `backend`: the real binary's arguments.

@@ -144,6 +144,7 @@ impl RedisServer {
             .await
             .expect("REPLICAOF");
         let mut primary_connection = primary.connection().await;
+        let listed = format!("port={},state=online", self.port);
         for _ in 0..200 {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
@@ -155,7 +156,7 @@ impl RedisServer {
                 .query_async(&mut connection)
                 .await
                 .expect("INFO");
-            if info.contains("connected_slaves:1") && mine.contains("master_link_status:up") {
+            if info.contains(&listed) && mine.contains("master_link_status:up") {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -303,5 +304,128 @@ impl Tls {
                 .client_auth
                 .then(|| (read("client.pem"), read("client.key"))),
         }
+    }
+}
+
+/// A Sentinel group on free ports: a primary, its replicas and three sentinels watching
+/// it as `mymaster` (down after 1 s, as a test wants a failover quickly). Stopped when
+/// dropped.
+pub struct SentinelGroup {
+    pub primary: RedisServer,
+    /// Kept running for as long as the group.
+    _replicas: Vec<RedisServer>,
+    sentinels: Vec<(u16, Box<Child>)>,
+    /// The sentinels' configuration files, which they rewrite.
+    _dir: tempfile::TempDir,
+}
+
+/// The name the sentinels know the primary by.
+pub const SENTINEL_MASTER: &str = "mymaster";
+
+impl SentinelGroup {
+    pub async fn start(replicas: usize) -> Self {
+        let primary = RedisServer::start().await;
+        let mut replica_servers = Vec::with_capacity(replicas);
+        for _ in 0..replicas {
+            let replica = RedisServer::start().await;
+            replica.replicate(&primary).await;
+            replica_servers.push(replica);
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut sentinels = Vec::new();
+        for index in 0..3 {
+            sentinels.push(Self::spawn_sentinel(dir.path(), index, primary.port).await);
+        }
+        let group = Self {
+            primary,
+            _replicas: replica_servers,
+            sentinels,
+            _dir: dir,
+        };
+        group.wait_until_known(replicas).await;
+        group
+    }
+
+    async fn spawn_sentinel(dir: &Path, index: usize, primary: u16) -> (u16, Box<Child>) {
+        for _ in 0..10 {
+            let port = free_port();
+            let config = dir.join(format!("sentinel-{index}.conf"));
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind 127.0.0.1\nsentinel monitor {SENTINEL_MASTER} 127.0.0.1 {primary} 2\n\
+                     sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
+                     sentinel failover-timeout {SENTINEL_MASTER} 4000\n\
+                     sentinel parallel-syncs {SENTINEL_MASTER} 2\n"
+                ),
+            )
+            .expect("write the sentinel's configuration");
+            let mut child = Command::new("redis-server")
+                .arg(&config)
+                .args(["--sentinel", "--logfile", "", "--loglevel", "notice"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("redis-server --sentinel can be spawned");
+            let Some(stdout) = child.stdout.take() else {
+                continue;
+            };
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("+monitor master") {
+                    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                    return (port, Box::new(child));
+                }
+            }
+            drop(child.kill().await);
+        }
+        panic!("no sentinel started");
+    }
+
+    /// Waits until every sentinel knows the primary's `replicas` replicas and the other
+    /// sentinels: a failover needs them.
+    async fn wait_until_known(&self, replicas: usize) {
+        for _ in 0..400 {
+            let mut ready = true;
+            for (port, _) in &self.sentinels {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
+                let Ok(mut connection) = client.get_multiplexed_async_connection().await else {
+                    ready = false;
+                    break;
+                };
+                let known: redis::RedisResult<Vec<redis::Value>> = redis::cmd("SENTINEL")
+                    .arg("replicas")
+                    .arg(SENTINEL_MASTER)
+                    .query_async(&mut connection)
+                    .await;
+                let others: redis::RedisResult<Vec<redis::Value>> = redis::cmd("SENTINEL")
+                    .arg("sentinels")
+                    .arg(SENTINEL_MASTER)
+                    .query_async(&mut connection)
+                    .await;
+                if known.map_or(0, |known| known.len()) < replicas
+                    || others.map_or(0, |others| others.len()) < 2
+                {
+                    ready = false;
+                    break;
+                }
+            }
+            if ready {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the sentinels did not learn the group");
+    }
+
+    /// `redis+sentinel://…/mymaster`.
+    pub fn url(&self) -> String {
+        let sentinels: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(port, _)| format!("127.0.0.1:{port}"))
+            .collect();
+        format!("redis+sentinel://{}/{SENTINEL_MASTER}", sentinels.join(","))
     }
 }

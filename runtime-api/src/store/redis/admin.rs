@@ -99,7 +99,7 @@ impl ChallengeStore for RedisStore {
         ttl: Duration,
     ) -> StoreResult<()> {
         let data = serde_json::to_vec(record).map_err(corrupt)?;
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         redis::cmd("SET")
             .arg(challenge_key(challenge))
             .arg(data)
@@ -112,7 +112,7 @@ impl ChallengeStore for RedisStore {
     }
 
     async fn take_challenge(&self, challenge: &str) -> StoreResult<Option<StoredChallenge>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let data: Option<Vec<u8>> = connection
             .get_del(challenge_key(challenge))
             .await
@@ -128,13 +128,13 @@ impl ChallengeStore for RedisStore {
 #[async_trait]
 impl WarmConfigStore for RedisStore {
     async fn warm_config_version(&self) -> StoreResult<u64> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let version: Option<u64> = connection.get(VERSION).await.map_err(unavailable)?;
         Ok(version.unwrap_or(0))
     }
 
     async fn warm_configs(&self) -> StoreResult<WarmConfigSnapshot> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let (version, entries): (Option<u64>, Vec<(String, Vec<u8>)>) = redis::pipe()
             .atomic()
             .get(VERSION)
@@ -159,7 +159,7 @@ impl WarmConfigStore for RedisStore {
         config: &StoredWarmConfig,
     ) -> StoreResult<PutWarmConfig> {
         let data = serde_json::to_vec(config).map_err(corrupt)?;
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let owner: String = PUT
             .key(CONFIGS)
             .key(IMAGES)
@@ -180,7 +180,7 @@ impl WarmConfigStore for RedisStore {
     }
 
     async fn delete_warm_config(&self, name: &str) -> StoreResult<bool> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let deleted = DELETE
             .key(CONFIGS)
             .key(IMAGES)
@@ -198,7 +198,7 @@ impl WarmConfigStore for RedisStore {
 #[async_trait]
 impl RateLimitStore for RedisStore {
     async fn hit(&self, key: &str, window: Duration) -> StoreResult<RateCount> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let (count, resets_in_ms): (u64, i64) = HIT
             .key(format!("sandgate:rate:{key}"))
             .arg(window.as_millis().max(1) as u64)

@@ -125,7 +125,7 @@ impl EventStore for RedisStore {
         for letter in dead_letters {
             invocation.arg(serde_json::to_vec(letter).map_err(corrupt)?);
         }
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let answer: Vec<u64> = invocation
             .invoke_async(&mut connection)
             .await
@@ -143,7 +143,7 @@ impl EventStore for RedisStore {
 
     async fn event_stats(&self, conversation: Uuid) -> StoreResult<Option<EventStats>> {
         let [meta, _, _, order, _] = keys(conversation);
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let (owner, count, newest): (Option<String>, u64, Vec<String>) = redis::pipe()
             .hget(meta, "owner")
             .zcard(&order)
@@ -164,7 +164,7 @@ impl EventStore for RedisStore {
         page: &EventPage,
     ) -> StoreResult<Vec<StoredEvent>> {
         let [_, _, data, order, _] = keys(conversation);
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let limit = page.limit as isize;
         let order_keys: Vec<String> = match (&page.after, page.descending) {
             (None, false) => connection.zrangebylex_limit(&order, "-", "+", 0, limit),
@@ -197,7 +197,7 @@ impl EventStore for RedisStore {
 
     async fn dead_letters(&self, conversation: Uuid) -> StoreResult<Vec<DeadLetter>> {
         let [_, _, _, _, dead] = keys(conversation);
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let letters: Vec<Vec<u8>> = connection
             .lrange(dead, 0, MAX_DEAD_LETTERS as isize - 1)
             .await

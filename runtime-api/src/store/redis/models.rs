@@ -6,13 +6,14 @@
 //! - `sandgate:spend-log`: a stream of entries (field `d`, the JSON), trimmed with
 //!   `MAXLEN ~` on every append.
 
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use super::{RedisStore, corrupt, unavailable};
+use super::{Primary, RedisStore, corrupt, unavailable};
 use crate::store::StoreResult;
 use crate::store::models::{
     ModelStore, SPEND_LOG_RETENTION, SpendLogEntry, SpendLogStore, StoredModel,
@@ -43,11 +44,24 @@ async fn subscribe(client: &redis::Client) -> redis::RedisResult<redis::aio::Pub
 
 /// Follows `MODELS_CHANGED` until every receiver of `generation` is gone: the generation
 /// moves on with each notification, and with each new subscription (what was said while
-/// unsubscribed is unknown); it is `None` while unsubscribed.
-async fn follow_model_changes(client: redis::Client, generation: watch::Sender<Option<u64>>) {
+/// unsubscribed is unknown); it is `None` while unsubscribed. Each subscription is to the
+/// primary of the moment (the sentinels may have named another).
+async fn follow_model_changes(
+    primary: Weak<RwLock<Primary>>,
+    generation: watch::Sender<Option<u64>>,
+) {
     let mut next = 0_u64;
     let mut warned = false;
     loop {
+        let Some(client) = primary.upgrade().map(|primary| {
+            primary
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .client
+                .clone()
+        }) else {
+            return;
+        };
         let subscribed = tokio::select! {
             subscribed = subscribe(&client) => subscribed,
             () = generation.closed() => return,
@@ -92,7 +106,7 @@ async fn follow_model_changes(client: redis::Client, generation: watch::Sender<O
 impl ModelStore for RedisStore {
     async fn add_model(&self, scope: &str, model: &StoredModel) -> StoreResult<()> {
         let data = serde_json::to_vec(model).map_err(corrupt)?;
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         redis::cmd("HSET")
             .arg(models_key(scope))
             .arg(&model.model_name)
@@ -116,7 +130,7 @@ impl ModelStore for RedisStore {
     }
 
     async fn added_models(&self, scope: &str) -> StoreResult<Vec<StoredModel>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let entries: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
             .arg(models_key(scope))
             .query_async(&mut connection)
@@ -136,7 +150,10 @@ impl ModelStore for RedisStore {
         self.model_changes
             .get_or_init(|| {
                 let (generation, changes) = watch::channel(None);
-                tokio::spawn(follow_model_changes(self.client.clone(), generation));
+                tokio::spawn(follow_model_changes(
+                    Arc::downgrade(&self.primary),
+                    generation,
+                ));
                 changes
             })
             .clone()
@@ -159,7 +176,7 @@ impl SpendLogStore for RedisStore {
                 .arg(data)
                 .ignore();
         }
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         pipe.query_async::<()>(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -167,7 +184,7 @@ impl SpendLogStore for RedisStore {
     }
 
     async fn spend_logs(&self, limit: usize) -> StoreResult<Vec<SpendLogEntry>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XREVRANGE")
             .arg(SPEND_LOG)
             .arg("+")

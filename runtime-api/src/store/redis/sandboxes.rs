@@ -172,7 +172,7 @@ impl RedisStore {
         if records.is_empty() {
             return Ok(0);
         }
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let indexes = SweepIndex::ALL.map(sweep_key);
         let mut positions = redis::pipe();
         for record in records {
@@ -218,7 +218,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let records: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
             .arg(RECORDS)
             .arg(ids)
@@ -232,7 +232,7 @@ impl RedisStore {
 #[async_trait]
 impl SandboxStore for RedisStore {
     async fn sandboxes(&self) -> StoreResult<Vec<StoredSandbox>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let records: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
             .arg(RECORDS)
             .query_async(&mut connection)
@@ -250,7 +250,7 @@ impl SandboxStore for RedisStore {
     }
 
     async fn sandbox_for_session(&self, session_id: &str) -> StoreResult<Option<StoredSandbox>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let id: Option<String> = redis::cmd("HGET")
             .arg(SESSIONS)
             .arg(session_id)
@@ -270,7 +270,7 @@ impl SandboxStore for RedisStore {
         limit: usize,
     ) -> StoreResult<Vec<StoredSandbox>> {
         let key = sweep_key(index);
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
             .arg(&key)
             .arg("-inf")
@@ -309,7 +309,7 @@ impl SandboxStore for RedisStore {
     }
 
     async fn reindex_sandboxes(&self) -> StoreResult<usize> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let mut cursor = 0_u64;
         let mut changed = 0;
         loop {
@@ -338,7 +338,7 @@ impl SandboxStore for RedisStore {
         claim_key: &str,
         limit: usize,
     ) -> StoreResult<Vec<StoredSandbox>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let ids: Vec<String> = redis::cmd("SRANDMEMBER")
             .arg(warm_key(claim_key))
             .arg(limit)
@@ -360,7 +360,7 @@ impl SandboxStore for RedisStore {
         let next_warm = next.warm_index();
         let previous_sweep = previous.and_then(StoredSandbox::sweep_index);
         let next_sweep = next.sweep_index();
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let answer: i64 = PUT
             .key(RECORDS)
             .key(VERSIONS)
@@ -408,7 +408,7 @@ impl SandboxStore for RedisStore {
         let (fence_key, fence_token) = fence_parts(fence);
         let warm = current.warm_index();
         let sweep = current.sweep_index();
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let answer: i64 = DELETE
             .key(RECORDS)
             .key(VERSIONS)
@@ -440,7 +440,7 @@ impl SandboxStore for RedisStore {
         holder: &str,
         ttl: Duration,
     ) -> StoreResult<Option<u64>> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         let token: u64 = ACQUIRE
             .key(lease_key(name))
             .key(lease_token_key(name))
@@ -453,7 +453,7 @@ impl SandboxStore for RedisStore {
     }
 
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection();
         RELEASE
             .key(lease_key(name))
             .arg(holder)
