@@ -478,17 +478,9 @@ async fn with_min_replicas_ack_a_delivery_is_acknowledged_only_once_a_replica_ha
 /// delivery answered 200, before or after the failover, is readable afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_under_load_loses_no_acknowledged_delivery() {
-    let mut group = crate::common::SentinelGroup::start(2).await;
-    let mut args = vec![
-        "serve".to_owned(),
-        "--listen".to_owned(),
-        "127.0.0.1:0".to_owned(),
-        "--redis".to_owned(),
-        group.url(),
-        "--redis-min-replicas-ack".to_owned(),
-        "1".to_owned(),
-    ];
-    args.extend(crate::common::base_args_without_store());
+    let mut backend = Backend::Redis(RedisServer::start_sentinel(2, true).await);
+    let mut args = serve_args(&backend);
+    args.extend(["--redis-min-replicas-ack".to_owned(), "1".to_owned()]);
     let server = Arc::new(SandgateProcess::spawn(&args, &[]).await);
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -522,7 +514,10 @@ async fn a_sentinel_failover_under_load_loses_no_acknowledged_delivery() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed_at = Instant::now();
-    group.primary.kill().await;
+    let Backend::Redis(primary) = &mut backend else {
+        unreachable!("a Redis backend")
+    };
+    primary.kill().await;
     // Until the deliveries come back, then a second more of them.
     let deadline = killed_at + Duration::from_secs(15);
     let mut back_at = None;

@@ -271,17 +271,14 @@ async fn logs_hold_no_secret(mut backend: Backend, format: &str) {
     let path = config.path().display().to_string();
     // Secrets travel in the environment, as the README advises (the test keys of
     // `serve_args` are on the command line; they are searched for all the same).
-    let mut args: Vec<String> = serve_args(&backend)
-        .into_iter()
-        .filter(|arg| !arg.starts_with("redis://") && !arg.starts_with("rediss://"))
-        .collect();
     let redis_url = match &backend {
-        Backend::Redis(redis) => {
-            args.retain(|arg| arg != "--redis");
-            Some(redis.url())
-        }
+        Backend::Redis(redis) => Some(redis.url()),
         Backend::Embedded(_) => None,
     };
+    let mut args: Vec<String> = serve_args(&backend)
+        .into_iter()
+        .filter(|arg| arg != "--redis" && Some(arg) != redis_url.as_ref())
+        .collect();
     args.extend([
         "--gateway-config".to_owned(),
         path,

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub use process::{SandgateProcess, run_sandgate};
-pub use redis_server::{RedisServer, SentinelGroup};
+pub use redis_server::RedisServer;
 
 /// A session key every test server accepts from external senders.
 pub const WEBHOOK_KEY: &str = "test-session-key";
@@ -81,6 +81,13 @@ impl Backend {
         Self::Redis(RedisServer::start_tls(false).await)
     }
 
+    /// Redis behind Sentinel (`redis+sentinel://`): a primary and three sentinels (no
+    /// replica: what these tests check is the store through the sentinels; the failover
+    /// tests start their replicas).
+    pub async fn redis_sentinel() -> Self {
+        Self::Redis(RedisServer::start_sentinel(0, false).await)
+    }
+
     /// The command-line flags that select this backend.
     pub fn args(&self) -> Vec<String> {
         match self {
@@ -96,19 +103,14 @@ impl Backend {
 
 /// The flags every test server runs with.
 pub fn base_args(backend: &Backend) -> Vec<String> {
-    let mut args = base_args_without_store();
-    args.extend(backend.args());
-    args
-}
-
-/// The test keys, for a process whose store flags a test names itself.
-pub fn base_args_without_store() -> Vec<String> {
-    vec![
+    let mut args = vec![
         "--webhook-api-keys".to_owned(),
         format!("{WEBHOOK_KEY},{OTHER_WEBHOOK_KEY}"),
         "--default-api-key".to_owned(),
         RUNTIME_KEY.to_owned(),
-    ]
+    ];
+    args.extend(backend.args());
+    args
 }
 
 /// `serve` on port 0 with the test keys and `backend`: the real binary's arguments.
@@ -265,6 +267,14 @@ macro_rules! on_both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test($crate::common::Backend::redis_tls().await).await;
+                }
+            )*
+        }
+        mod redis_sentinel {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Backend::redis_sentinel().await).await;
                 }
             )*
         }

@@ -18,6 +18,9 @@ pub struct RedisServer {
     durable: Option<tempfile::TempDir>,
     /// The password clients must give (`requirepass`), if any.
     password: Option<String>,
+    /// With a Sentinel group around this server (the primary): its replicas and
+    /// sentinels. Its URL is then the group's, `redis+sentinel://…`.
+    sentinels: Option<Box<Sentinels>>,
 }
 
 /// A port nobody listens on right now (another process may take it before Redis does;
@@ -77,6 +80,7 @@ impl RedisServer {
                     child,
                     durable,
                     password,
+                    sentinels: None,
                 };
             }
         }
@@ -136,6 +140,15 @@ impl RedisServer {
 
     /// Makes this server a replica of `primary` and waits until it has synchronised.
     pub async fn replicate(&self, primary: &RedisServer) {
+        let mut primary_connection = primary.connection().await;
+        // A primary waits 5 s by default for more replicas before it sends its data.
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("repl-diskless-sync-delay")
+            .arg(0)
+            .query_async::<()>(&mut primary_connection)
+            .await
+            .expect("CONFIG SET");
         let mut connection = self.connection().await;
         redis::cmd("REPLICAOF")
             .arg("127.0.0.1")
@@ -143,7 +156,6 @@ impl RedisServer {
             .query_async::<()>(&mut connection)
             .await
             .expect("REPLICAOF");
-        let mut primary_connection = primary.connection().await;
         let listed = format!("port={},state=online", self.port);
         for _ in 0..200 {
             let info: String = redis::cmd("INFO")
@@ -164,7 +176,16 @@ impl RedisServer {
         panic!("the replica did not synchronise");
     }
 
+    /// Its URL: `redis+sentinel://…` with a Sentinel group, else the server's own.
     pub fn url(&self) -> String {
+        match &self.sentinels {
+            Some(sentinels) => sentinels.url(),
+            None => self.direct_url(),
+        }
+    }
+
+    /// The server's own URL, whatever names it to Sandgate.
+    fn direct_url(&self) -> String {
         let scheme = if self.tls.is_some() {
             "rediss"
         } else {
@@ -204,7 +225,7 @@ impl RedisServer {
 
     /// A plain connection, to look at what Sandgate stored.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        let client = self.tls().client(&self.url());
+        let client = self.tls().client(&self.direct_url());
         client
             .expect("url")
             .get_multiplexed_async_connection()
@@ -307,106 +328,116 @@ impl Tls {
     }
 }
 
-/// A Sentinel group on free ports: a primary, its replicas and three sentinels watching
-/// it as `mymaster` (down after 1 s, as a test wants a failover quickly). Stopped when
-/// dropped.
-pub struct SentinelGroup {
-    pub primary: RedisServer,
+/// The name the sentinels know the primary by.
+pub const SENTINEL_MASTER: &str = "mymaster";
+
+/// The replicas and sentinels of a Sentinel group around a primary.
+struct Sentinels {
     /// Kept running for as long as the group.
     _replicas: Vec<RedisServer>,
-    sentinels: Vec<(u16, Box<Child>)>,
+    nodes: Vec<(u16, Box<Child>)>,
     /// The sentinels' configuration files, which they rewrite.
     _dir: tempfile::TempDir,
 }
 
-/// The name the sentinels know the primary by.
-pub const SENTINEL_MASTER: &str = "mymaster";
-
-impl SentinelGroup {
-    pub async fn start(replicas: usize) -> Self {
-        let primary = RedisServer::start().await;
+impl RedisServer {
+    /// A primary in a Sentinel group on free ports: `replicas` replicas and three
+    /// sentinels watching it as `mymaster` (down after 1 s: a test wants its failover
+    /// quick). Its URL is the group's. With `failover`, returns once the sentinels know the
+    /// replicas and each other, as a failover needs; else once they monitor the primary.
+    pub async fn start_sentinel(replicas: usize, failover: bool) -> Self {
+        let mut primary = Self::start().await;
         let mut replica_servers = Vec::with_capacity(replicas);
         for _ in 0..replicas {
-            let replica = RedisServer::start().await;
+            let replica = Self::start().await;
             replica.replicate(&primary).await;
             replica_servers.push(replica);
         }
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut sentinels = Vec::new();
+        let mut nodes = Vec::new();
         for index in 0..3 {
-            sentinels.push(Self::spawn_sentinel(dir.path(), index, primary.port).await);
+            nodes.push(spawn_sentinel(dir.path(), index, primary.port).await);
         }
-        let group = Self {
-            primary,
+        let sentinels = Sentinels {
             _replicas: replica_servers,
-            sentinels,
+            nodes,
             _dir: dir,
         };
-        group.wait_until_known(replicas).await;
-        group
-    }
-
-    async fn spawn_sentinel(dir: &Path, index: usize, primary: u16) -> (u16, Box<Child>) {
-        for _ in 0..10 {
-            let port = free_port();
-            let config = dir.join(format!("sentinel-{index}.conf"));
-            std::fs::write(
-                &config,
-                format!(
-                    "port {port}\nbind 127.0.0.1\nsentinel monitor {SENTINEL_MASTER} 127.0.0.1 {primary} 2\n\
-                     sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
-                     sentinel failover-timeout {SENTINEL_MASTER} 4000\n\
-                     sentinel parallel-syncs {SENTINEL_MASTER} 2\n"
-                ),
-            )
-            .expect("write the sentinel's configuration");
-            let mut child = Command::new("redis-server")
-                .arg(&config)
-                .args(["--sentinel", "--logfile", "", "--loglevel", "notice"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("redis-server --sentinel can be spawned");
-            let Some(stdout) = child.stdout.take() else {
-                continue;
-            };
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("+monitor master") {
-                    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-                    return (port, Box::new(child));
-                }
-            }
-            drop(child.kill().await);
+        if failover {
+            sentinels.wait_until_known(replicas).await;
         }
-        panic!("no sentinel started");
+        primary.sentinels = Some(Box::new(sentinels));
+        primary
     }
+}
 
+async fn spawn_sentinel(dir: &Path, index: usize, primary: u16) -> (u16, Box<Child>) {
+    for _ in 0..10 {
+        let port = free_port();
+        let config = dir.join(format!("sentinel-{index}.conf"));
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\nsentinel monitor {SENTINEL_MASTER} 127.0.0.1 {primary} 2\n\
+                 sentinel down-after-milliseconds {SENTINEL_MASTER} 1000\n\
+                 sentinel failover-timeout {SENTINEL_MASTER} 4000\n\
+                 sentinel parallel-syncs {SENTINEL_MASTER} 2\n"
+            ),
+        )
+        .expect("write the sentinel's configuration");
+        let mut child = Command::new("redis-server")
+            .arg(&config)
+            .args(["--sentinel", "--logfile", "", "--loglevel", "notice"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server --sentinel can be spawned");
+        let Some(stdout) = child.stdout.take() else {
+            continue;
+        };
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("+monitor master") {
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                return (port, Box::new(child));
+            }
+        }
+        drop(child.kill().await);
+    }
+    panic!("no sentinel started");
+}
+
+impl Sentinels {
     /// Waits until every sentinel knows the primary's `replicas` replicas and the other
     /// sentinels: a failover needs them.
     async fn wait_until_known(&self, replicas: usize) {
         for _ in 0..400 {
             let mut ready = true;
-            for (port, _) in &self.sentinels {
+            for (port, _) in &self.nodes {
                 let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
                 let Ok(mut connection) = client.get_multiplexed_async_connection().await else {
                     ready = false;
                     break;
                 };
-                let known: redis::RedisResult<Vec<redis::Value>> = redis::cmd("SENTINEL")
-                    .arg("replicas")
-                    .arg(SENTINEL_MASTER)
-                    .query_async(&mut connection)
-                    .await;
-                let others: redis::RedisResult<Vec<redis::Value>> = redis::cmd("SENTINEL")
-                    .arg("sentinels")
-                    .arg(SENTINEL_MASTER)
-                    .query_async(&mut connection)
-                    .await;
-                if known.map_or(0, |known| known.len()) < replicas
-                    || others.map_or(0, |others| others.len()) < 2
-                {
+                let count = |answer: redis::RedisResult<Vec<redis::Value>>| {
+                    answer.map_or(0, |list| list.len())
+                };
+                let known = count(
+                    redis::cmd("SENTINEL")
+                        .arg("replicas")
+                        .arg(SENTINEL_MASTER)
+                        .query_async(&mut connection)
+                        .await,
+                );
+                let others = count(
+                    redis::cmd("SENTINEL")
+                        .arg("sentinels")
+                        .arg(SENTINEL_MASTER)
+                        .query_async(&mut connection)
+                        .await,
+                );
+                if known < replicas || others < 2 {
                     ready = false;
                     break;
                 }
@@ -420,12 +451,12 @@ impl SentinelGroup {
     }
 
     /// `redis+sentinel://…/mymaster`.
-    pub fn url(&self) -> String {
-        let sentinels: Vec<String> = self
-            .sentinels
+    fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
             .iter()
             .map(|(port, _)| format!("127.0.0.1:{port}"))
             .collect();
-        format!("redis+sentinel://{}/{SENTINEL_MASTER}", sentinels.join(","))
+        format!("redis+sentinel://{}/{SENTINEL_MASTER}", nodes.join(","))
     }
 }
