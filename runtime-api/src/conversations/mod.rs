@@ -209,12 +209,7 @@ impl ConversationsService {
             return Ok(false);
         }
         if let Some(previous) = previous {
-            let current = next.index_keys();
-            let stale: Vec<IndexKey> = previous
-                .index_keys()
-                .into_iter()
-                .filter(|key| !current.contains(key))
-                .collect();
+            let stale = previous.index_keys_dropped_by(&next.index_keys());
             if !stale.is_empty()
                 && let Err(err) = self
                     .store

@@ -323,11 +323,7 @@ fn swap(
     };
     let new_keys = next.index_keys();
     if let Some(previous) = previous {
-        for stale in previous
-            .index_keys()
-            .iter()
-            .filter(|key| !new_keys.contains(key))
-        {
+        for stale in previous.index_keys_dropped_by(&new_keys) {
             index
                 .remove(index_entry(&stale.encode(), &id).as_str())
                 .map_err(unavailable)?;

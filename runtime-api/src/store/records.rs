@@ -95,6 +95,18 @@ impl StoredConversation {
         );
         keys
     }
+
+    /// The index keys of this record that `next_keys` (a later version's) no longer has:
+    /// the entries a write of that version leaves stale. Linear in the keys: a record
+    /// re-tagged with 150,000 tags took 100 s to compare them pairwise, holding every
+    /// other write of the embedded store meanwhile.
+    pub fn index_keys_dropped_by(&self, next_keys: &[IndexKey]) -> Vec<IndexKey> {
+        let kept: std::collections::HashSet<&IndexKey> = next_keys.iter().collect();
+        self.index_keys()
+            .into_iter()
+            .filter(|key| !kept.contains(key))
+            .collect()
+    }
 }
 
 /// An LLM profile saved through the settings endpoint.
@@ -105,4 +117,49 @@ pub struct StoredProfile {
     pub model: String,
     pub base_url: String,
     pub extra_headers: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(owner: &str, parent: Option<Uuid>, tags: &[(&str, &str)]) -> StoredConversation {
+        StoredConversation {
+            id: Uuid::nil(),
+            version: 1,
+            owner: owner.to_owned(),
+            execution_status: "idle".to_owned(),
+            updated_at: None,
+            received_at: 0,
+            deleted: false,
+            parent_id: parent,
+            tags: tags
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect(),
+            model: None,
+            lifecycle: Vec::new(),
+            record: RawValue::from_string("{}".to_owned()).expect("JSON"),
+        }
+    }
+
+    #[test]
+    fn the_keys_a_new_version_drops_are_the_stale_ones() {
+        let parent = Uuid::from_u128(7);
+        let before = record("a", Some(parent), &[("team", "x"), ("env", "prod")]);
+        let after = record("b", None, &[("team", "x"), ("env", "dev")]);
+        assert_eq!(
+            before.index_keys_dropped_by(&after.index_keys()),
+            [
+                IndexKey::Owner("a".into()),
+                IndexKey::Parent(parent),
+                IndexKey::Tag("env".into(), "prod".into()),
+            ]
+        );
+        assert!(
+            before
+                .index_keys_dropped_by(&before.index_keys())
+                .is_empty()
+        );
+    }
 }

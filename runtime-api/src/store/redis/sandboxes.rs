@@ -449,6 +449,11 @@ impl SandboxStore for RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
+        if token > 0 {
+            // A token lost with a primary that died before its replicas had it could be
+            // handed out again: the lease is the holder's once they have it.
+            self.replicated(&mut connection).await?;
+        }
         Ok((token > 0).then_some(token))
     }
 
