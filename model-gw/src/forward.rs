@@ -32,6 +32,11 @@ use crate::rewrite::{SseRenamer, Usage, rename_model};
 use crate::routing::{Kind, Upstream};
 use crate::service::{ModelGatewayService, error, now_ms};
 
+/// Anthropic's API version header, sent with every `/messages` call.
+const ANTHROPIC_VERSION: &str = "anthropic-version";
+/// The version sent when the client named none: the one every Messages API release serves.
+const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
 /// The largest piece of a whole body one message carries.
 const MESSAGE_CHUNK: usize = 1024 * 1024;
 /// Messages of a streamed answer buffered ahead of a slow reader.
@@ -212,7 +217,7 @@ impl ModelGatewayService {
             statuses: upstream.kind != Kind::GatewayProxy || upstream.params.num_retries.is_some(),
         };
         let url = upstream.url(call.path);
-        let outbound_base = self.outbound(&headers, config, &upstream, &url);
+        let outbound_base = self.outbound(&headers, config, &upstream, &call, &url);
         let mut attempt = 0;
         let response = loop {
             let Some(outbound) = outbound_base.try_clone() else {
@@ -329,6 +334,7 @@ impl ModelGatewayService {
         headers: &HeaderMap,
         config: &GatewayConfig,
         upstream: &Upstream,
+        call: &Prepared,
         url: &str,
     ) -> reqwest::RequestBuilder {
         let mut outbound = self
@@ -348,9 +354,24 @@ impl ModelGatewayService {
                 }
             }
         }
+        if call.path.starts_with("/messages") {
+            // Anthropic's API as it is: it needs its version header, whether or not client
+            // headers are forwarded (the client's own when it sent one).
+            if !forwarded.contains_key(ANTHROPIC_VERSION) {
+                let version = headers
+                    .get(ANTHROPIC_VERSION)
+                    .cloned()
+                    .unwrap_or(http::HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION));
+                forwarded.insert(ANTHROPIC_VERSION, version);
+            }
+        }
         outbound = outbound.headers(forwarded);
         if !upstream.api_key.is_empty() {
             outbound = outbound.bearer_auth(&upstream.api_key);
+            if call.path.starts_with("/messages") {
+                // Anthropic's own API takes the key as `x-api-key`; gateways take either.
+                outbound = outbound.header("x-api-key", &upstream.api_key);
+            }
         }
         let mut trace_context = HeaderMap::new();
         sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);

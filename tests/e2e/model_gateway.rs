@@ -1411,6 +1411,10 @@ async fn messages_pass_to_a_gateway_and_are_translated_for_an_openai_upstream() 
     let sent = gateway.upstream.last();
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.body["system"], "Be brief.");
+    // Anthropic's API needs its version and takes the key as x-api-key, forwarding off
+    // or not; the client's x-api-key (the master key) never goes.
+    assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
+    assert_eq!(sent.headers["x-api-key"], UPSTREAM_KEY);
     assert_eq!(sent.body["model"], "claude-sonnet");
 
     // OpenAI-compatible: a chat completion upstream, a message back.

@@ -41,9 +41,7 @@ impl GatewayError {
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self(ErrorDetail::new(code, message))
     }
-}
 
-impl GatewayError {
     /// The error in Anthropic's shape, as the Messages API's clients expect it.
     fn anthropic(self) -> Response {
         let status = self.0.code().http_status();
