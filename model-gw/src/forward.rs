@@ -409,7 +409,8 @@ async fn whole_answer(
     let status = response.status();
     match whole_body(response).await {
         Ok(body) => {
-            let (mut rest, usage) = edit_whole(call, status.as_u16(), body);
+            let (status, mut rest, usage) = edit_whole(call, status.as_u16(), body);
+            first.status = u32::from(status);
             first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
             let mut messages = vec![first];
             while !rest.is_empty() {
@@ -418,7 +419,7 @@ async fn whole_answer(
                     ..CallResponse::default()
                 });
             }
-            (messages, record.finish(status.as_u16(), usage), None)
+            (messages, record.finish(status, usage), None)
         }
         Err(err) => {
             let (code, status, message) = upstream_failure(&err);
@@ -432,18 +433,18 @@ async fn whole_answer(
     }
 }
 
-/// A whole answer as the client gets it, and the usage it reports.
-fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (Bytes, Option<Usage>) {
+/// A whole answer as the client gets it (its status, its body), and the usage it reports.
+fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (u16, Bytes, Option<Usage>) {
     let success = (200..300).contains(&status);
     match call.answer {
         AnswerEdit::Rename { .. } if success => {
             let (renamed, usage) = rename_model(&body, &call.asked);
             match renamed {
-                std::borrow::Cow::Borrowed(_) => (body, usage),
-                std::borrow::Cow::Owned(renamed) => (Bytes::from(renamed), usage),
+                std::borrow::Cow::Borrowed(_) => (status, body, usage),
+                std::borrow::Cow::Owned(renamed) => (status, Bytes::from(renamed), usage),
             }
         }
-        AnswerEdit::Rename { .. } => (body, None),
+        AnswerEdit::Rename { .. } => (status, body, None),
         AnswerEdit::Message | AnswerEdit::CountTokens if success => {
             let usage = rename_model(&body, &call.asked).1;
             let translated = if call.answer == AnswerEdit::Message {
@@ -451,13 +452,21 @@ fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (Bytes, Option<Usage
             } else {
                 messages::token_count(&body)
             };
-            let translated = translated.unwrap_or_else(|| {
-                messages::error(502, b"the upstream's answer is not a chat completion")
-            });
-            (Bytes::from(translated), usage)
+            match translated {
+                Some(translated) => (status, Bytes::from(translated), usage),
+                // A success that is not a chat completion: the upstream's fault, said so.
+                None => (
+                    502,
+                    Bytes::from(messages::error(
+                        502,
+                        b"the upstream's answer is not a chat completion",
+                    )),
+                    usage,
+                ),
+            }
         }
         AnswerEdit::Message | AnswerEdit::CountTokens => {
-            (Bytes::from(messages::error(status, &body)), None)
+            (status, Bytes::from(messages::error(status, &body)), None)
         }
     }
 }
@@ -568,5 +577,53 @@ fn message(chunk: Vec<u8>) -> CallResponse {
     CallResponse {
         chunk: chunk.into(),
         ..CallResponse::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(answer: AnswerEdit) -> Prepared {
+        Prepared {
+            api: Api::Messages,
+            path: "/chat/completions",
+            body: Vec::new(),
+            asked: "claude".to_owned(),
+            user: None,
+            answer,
+        }
+    }
+
+    #[test]
+    fn a_translated_answer_keeps_its_status_unless_it_cannot_be_translated() {
+        let chat = br#"{"id":"c","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}"#;
+        let (status, body, usage) =
+            edit_whole(&call(AnswerEdit::Message), 200, Bytes::from_static(chat));
+        assert_eq!(status, 200);
+        assert!(
+            body.starts_with(br#"{"id":"msg_c","type":"message""#),
+            "{body:?}"
+        );
+        assert_eq!(usage.and_then(|usage| usage.total_tokens), Some(3));
+
+        let (status, body, _) = edit_whole(
+            &call(AnswerEdit::Message),
+            200,
+            Bytes::from_static(b"<html>"),
+        );
+        assert_eq!(status, 502);
+        assert!(body.starts_with(br#"{"type":"error""#), "{body:?}");
+
+        let (status, body, _) = edit_whole(
+            &call(AnswerEdit::CountTokens),
+            429,
+            Bytes::from_static(br#"{"error":{"message":"slow down"}}"#),
+        );
+        assert_eq!(status, 429);
+        assert_eq!(
+            &body[..],
+            br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#
+        );
     }
 }
