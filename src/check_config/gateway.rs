@@ -205,6 +205,30 @@ model_list:
         assert!(findings.iter().all(|f| f.severity == Severity::Fatal));
     }
 
+    /// A LiteLLM config.yaml loads; what the gateway does not use is a warning.
+    #[test]
+    fn keys_the_gateway_does_not_use_are_warnings() {
+        let text = "model_list:\n  - model_name: a\n    litellm_params: {model: openai/x/y, api_base: 'http://g/v1', temperature: 0.1}\nlitellm_settings: {drop_params: true}\n";
+        let findings = gateway_text("g.yaml", text, &environment(&[]));
+        let found: Vec<(&str, Severity)> = findings
+            .iter()
+            .map(|finding| (finding.message.as_str(), finding.severity))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "g.yaml: litellm_settings: not used by this gateway; ignored",
+                    Severity::Warning
+                ),
+                (
+                    "g.yaml: model_list[0] (a).gateway_params.temperature: not used by this gateway; ignored",
+                    Severity::Warning
+                ),
+            ]
+        );
+    }
+
     #[test]
     fn a_file_that_does_not_parse_is_fatal() {
         for text in [
