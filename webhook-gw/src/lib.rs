@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::IntoResponse;
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, Router};
 use http::StatusCode;
 use sandgate_proto::MAX_MESSAGE_BYTES;
@@ -105,55 +105,11 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         body_limit: config.body_limit,
         trusted_proxies: config.trusted_proxies.into(),
     };
-    Router::new()
-        .route("/health", get(health))
-        .route("/openapi.json", get(openapi))
-        .route("/api/v1/webhooks/conversations", post(webhook::receive))
-        .route(
-            "/api/v1/webhooks/events/{conversation_id}",
-            post(webhook::receive_events),
-        )
-        .route("/api/v1/conversations", get(conversations::list))
-        .route(
-            "/api/v1/conversations/{id}",
-            get(conversations::get).patch(conversations::update_tags),
-        )
-        .route(
-            "/api/v1/conversations/{id}/events",
-            get(conversations::events),
-        )
-        .route(
-            "/api/v1/settings/profiles/{profile_name}",
-            post(settings::save).get(settings::get),
-        )
-        .route("/api/admin/challenge", get(admin::challenge))
-        .route("/api/admin/login", post(admin::login))
-        .route("/api/admin/api-keys", get(admin::api_keys))
-        .route("/api/warm-runtime-configs", get(admin::list_configs))
-        .route(
-            "/api/admin/warm-runtime-configs/{name}",
-            put(admin::put_config).delete(admin::delete_config),
-        )
-        .route("/api/warm-runtime-pools", get(sandboxes::pools))
-        .route("/start", post(sandboxes::start))
-        .route("/sessions/batch", get(sandboxes::batch))
-        .route("/sessions/{session_id}", get(sandboxes::session))
-        .route("/list", get(sandboxes::list))
-        .route("/pause", post(sandboxes::pause))
-        .route("/resume", post(sandboxes::resume))
-        .route("/stop", post(sandboxes::stop))
-        .route("/v1/models", get(models::list))
-        .route("/models", get(models::list))
-        .route("/v1/models/{*id}", get(models::get))
-        .route("/model/new", post(models::add))
-        .route("/v1/model/info", get(models::model_info))
-        .route("/model/info", get(models::model_info))
-        .route("/model_group/info", get(models::model_group_info))
-        .route("/health/liveliness", get(liveliness))
-        .route("/health/liveness", get(liveliness))
-        .route("/health/readiness", get(readiness))
-        .route("/spend/logs", get(models::spend_logs))
-        .merge(llm_routes(config.gateway_body_limit))
+    let mut router = Router::new();
+    for (path, route) in routes(config.gateway_body_limit) {
+        router = router.route(&path, route);
+    }
+    router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))
@@ -161,9 +117,61 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .with_state(state)
 }
 
-/// The model gateway's LLM APIs, each also without `/v1` (as LiteLLM's proxy serves
-/// them), with their own body limit.
-fn llm_routes(body_limit: usize) -> Router<AppState> {
+/// Every route of the edge: its path and what serves it. The OpenAPI document describes
+/// each (`tests::every_route_is_documented`; catalog.rs checks the other way round).
+fn routes(gateway_body_limit: usize) -> Vec<(String, MethodRouter<AppState>)> {
+    let mut routes: Vec<(&str, MethodRouter<AppState>)> = vec![
+        ("/health", get(health)),
+        ("/openapi.json", get(openapi)),
+        ("/api/v1/webhooks/conversations", post(webhook::receive)),
+        (
+            "/api/v1/webhooks/events/{conversation_id}",
+            post(webhook::receive_events),
+        ),
+        ("/api/v1/conversations", get(conversations::list)),
+        (
+            "/api/v1/conversations/{id}",
+            get(conversations::get).patch(conversations::update_tags),
+        ),
+        (
+            "/api/v1/conversations/{id}/events",
+            get(conversations::events),
+        ),
+        (
+            "/api/v1/settings/profiles/{profile_name}",
+            post(settings::save).get(settings::get),
+        ),
+        ("/api/admin/challenge", get(admin::challenge)),
+        ("/api/admin/login", post(admin::login)),
+        ("/api/admin/api-keys", get(admin::api_keys)),
+        ("/api/warm-runtime-configs", get(admin::list_configs)),
+        (
+            "/api/admin/warm-runtime-configs/{name}",
+            put(admin::put_config).delete(admin::delete_config),
+        ),
+        ("/api/warm-runtime-pools", get(sandboxes::pools)),
+        ("/start", post(sandboxes::start)),
+        ("/sessions/batch", get(sandboxes::batch)),
+        ("/sessions/{session_id}", get(sandboxes::session)),
+        ("/list", get(sandboxes::list)),
+        ("/pause", post(sandboxes::pause)),
+        ("/resume", post(sandboxes::resume)),
+        ("/stop", post(sandboxes::stop)),
+        ("/v1/models", get(models::list)),
+        ("/models", get(models::list)),
+        ("/v1/models/{*id}", get(models::get)),
+        ("/model/new", post(models::add)),
+        ("/v1/model/info", get(models::model_info)),
+        ("/model/info", get(models::model_info)),
+        ("/model_group/info", get(models::model_group_info)),
+        ("/health/liveliness", get(liveliness)),
+        ("/health/liveness", get(liveliness)),
+        ("/health/readiness", get(readiness)),
+        ("/spend/logs", get(models::spend_logs)),
+    ];
+    // The model gateway's LLM APIs, each also without `/v1` (as LiteLLM's proxy serves
+    // them), with their own body limit: closer to the handler than the edge's, so it is
+    // the one in effect there.
     use models::call;
     const CHAT: i32 = Api::ChatCompletions as i32;
     const RESPONSES: i32 = Api::Responses as i32;
@@ -171,21 +179,41 @@ fn llm_routes(body_limit: usize) -> Router<AppState> {
     const COUNT_TOKENS: i32 = Api::MessagesCountTokens as i32;
     const EMBEDDINGS: i32 = Api::Embeddings as i32;
     const COMPLETIONS: i32 = Api::Completions as i32;
-    let mut router = Router::new();
+    let limit = || DefaultBodyLimit::max(gateway_body_limit);
+    let mut llm = Vec::new();
     for prefix in ["/v1", ""] {
-        router = router
-            .route(&format!("{prefix}/chat/completions"), post(call::<CHAT>))
-            .route(&format!("{prefix}/responses"), post(call::<RESPONSES>))
-            .route(&format!("{prefix}/messages"), post(call::<MESSAGES>))
-            .route(
-                &format!("{prefix}/messages/count_tokens"),
-                post(call::<COUNT_TOKENS>),
-            )
-            .route(&format!("{prefix}/embeddings"), post(call::<EMBEDDINGS>))
-            .route(&format!("{prefix}/completions"), post(call::<COMPLETIONS>));
+        llm.extend([
+            (
+                format!("{prefix}/chat/completions"),
+                post(call::<CHAT>).layer(limit()),
+            ),
+            (
+                format!("{prefix}/responses"),
+                post(call::<RESPONSES>).layer(limit()),
+            ),
+            (
+                format!("{prefix}/messages"),
+                post(call::<MESSAGES>).layer(limit()),
+            ),
+            (
+                format!("{prefix}/messages/count_tokens"),
+                post(call::<COUNT_TOKENS>).layer(limit()),
+            ),
+            (
+                format!("{prefix}/embeddings"),
+                post(call::<EMBEDDINGS>).layer(limit()),
+            ),
+            (
+                format!("{prefix}/completions"),
+                post(call::<COMPLETIONS>).layer(limit()),
+            ),
+        ]);
     }
-    // Closer to the handlers than the edge's own limit, so it is the one in effect here.
-    router.layer(DefaultBodyLimit::max(body_limit))
+    routes
+        .drain(..)
+        .map(|(path, route)| (path.to_owned(), route))
+        .chain(llm)
+        .collect()
 }
 
 /// LiteLLM's liveness probe: the process answers.
@@ -267,4 +295,25 @@ async fn not_found(uri: http::Uri) -> axum::response::Response {
 
 async fn method_not_allowed() -> ApiError {
     ApiError::Edge(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed".into())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A route cannot be added without its entry in the OpenAPI document.
+    #[test]
+    fn every_route_is_documented() {
+        let document: serde_json::Value =
+            serde_json::from_str(crate::openapi::DOCUMENT).expect("the document is JSON");
+        let paths = document["paths"].as_object().expect("paths");
+        let routes = super::routes(1);
+        assert!(routes.len() > 40);
+        for (path, _) in routes {
+            // The router's catch-all segment is a plain parameter in the document.
+            let documented = path.replace("{*", "{");
+            assert!(
+                paths.contains_key(&documented),
+                "{path} is routed but not in openapi.json"
+            );
+        }
+    }
 }

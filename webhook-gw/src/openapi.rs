@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-const DOCUMENT: &str = include_str!("openapi.json");
+pub(crate) const DOCUMENT: &str = include_str!("openapi.json");
 
 /// The document, with `schema`'s `$defs` (and `schema` itself as `ConversationInfo`)
 /// added to `components.schemas`.
