@@ -125,7 +125,7 @@ fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
     }
 }
 
-pub fn upstream_failure(err: &reqwest::Error) -> (ErrorCode, u16, &'static str) {
+fn upstream_failure(err: &reqwest::Error) -> (ErrorCode, u16, &'static str) {
     if err.is_timeout() {
         (
             ErrorCode::GatewayTimeout,
@@ -380,7 +380,7 @@ impl ModelGatewayService {
 }
 
 /// The spend log's name of an API (LiteLLM's `call_type`).
-pub fn api_name(api: Api) -> &'static str {
+fn api_name(api: Api) -> &'static str {
     match api {
         // Refused before a call is prepared.
         Api::ChatCompletions | Api::Unspecified => "completion",

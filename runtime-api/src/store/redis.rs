@@ -141,6 +141,7 @@ impl RedisStore {
                 StoreError::Unavailable(format!("cannot load the Lua scripts into Redis: {err}"))
             })?;
         let primary = Arc::new(RwLock::new(primary));
+        let followed = sentinels.is_some();
         if let Some(sentinels) = sentinels {
             tokio::spawn(sentinel::follow_primary(
                 Arc::downgrade(&primary),
@@ -149,7 +150,7 @@ impl RedisStore {
         }
         Ok(Self {
             primary,
-            sentinel: sentinel::parse(url).is_some(),
+            sentinel: followed,
             min_replicas_ack,
             swap,
             model_changes: std::sync::OnceLock::new(),
@@ -171,7 +172,9 @@ impl RedisStore {
     /// until N replicas have every write made so far on this connection (`WAIT`), and
     /// refuses it as unavailable when they do not within [`REPLICA_ACK_TIMEOUT`]. The
     /// caller then answers 503 and the sender sends again (every write is idempotent); a
-    /// write answered success survives the primary's loss.
+    /// write answered success survives the primary's loss. `WAIT` blocks the connection it
+    /// runs on, and every call of the process shares that one: each write holds the others
+    /// for one replication round trip, which bounds the process's rate by it.
     async fn replicated(&self, connection: &mut ConnectionManager) -> StoreResult<()> {
         if self.min_replicas_ack == 0 {
             return Ok(());
