@@ -13,9 +13,12 @@ pub struct RedisServer {
     tls: Option<Tls>,
     /// Boxed: a `Backend` holds a server, and stays small.
     child: Box<Child>,
-    /// For a durable server: its data directory (append-only file fsynced on every write),
-    /// kept across `stop` and `restart`.
-    durable: Option<tempfile::TempDir>,
+    /// Its data directory, kept across `stop` and `restart`. Every server has one, so
+    /// that nothing it writes (a replica's copy of its primary's data) lands in the
+    /// directory the tests run in.
+    dir: tempfile::TempDir,
+    /// Whether it keeps what it acknowledged: an append-only file fsynced on every write.
+    durable: bool,
     /// The password clients must give (`requirepass`), if any.
     password: Option<String>,
     /// With a Sentinel group around this server (the primary): its replicas and
@@ -34,50 +37,44 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub async fn start() -> Self {
-        Self::start_on_free_port(None, None).await
+        Self::start_on_free_port(false, None).await
     }
 
     /// A server that keeps what it acknowledged: `--appendonly yes --appendfsync always`
     /// in a data directory of its own, so that after `stop` (a crash) and `restart` every
     /// write it answered is still there.
     pub async fn start_durable() -> Self {
-        Self::start_on_free_port(Some(tempfile::tempdir().expect("temp dir")), None).await
+        Self::start_on_free_port(true, None).await
     }
 
     /// A server that refuses clients without `password` (its URL carries it).
     pub async fn start_with_password(password: &str) -> Self {
-        Self::start_on_free_port(None, Some(password.to_owned())).await
+        Self::start_on_free_port(false, Some(password.to_owned())).await
     }
 
     /// A server that speaks TLS only (`rediss://`), with a certificate for 127.0.0.1
     /// issued by a CA of its own; with `client_auth`, it also refuses clients without a
     /// certificate from that CA.
     pub async fn start_tls(client_auth: bool) -> Self {
-        Self::start_with(None, None, Some(Tls::issue(client_auth))).await
+        Self::start_with(false, None, Some(Tls::issue(client_auth))).await
     }
 
-    async fn start_on_free_port(
-        durable: Option<tempfile::TempDir>,
-        password: Option<String>,
-    ) -> Self {
+    async fn start_on_free_port(durable: bool, password: Option<String>) -> Self {
         Self::start_with(durable, password, None).await
     }
 
-    async fn start_with(
-        durable: Option<tempfile::TempDir>,
-        password: Option<String>,
-        tls: Option<Tls>,
-    ) -> Self {
+    async fn start_with(durable: bool, password: Option<String>, tls: Option<Tls>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
         for _ in 0..10 {
             let port = free_port();
-            let data_dir = durable.as_ref().map(|dir| dir.path());
             if let Some(child) =
-                Self::spawn(port, data_dir, password.as_deref(), tls.as_ref()).await
+                Self::spawn(port, dir.path(), durable, password.as_deref(), tls.as_ref()).await
             {
                 return Self {
                     port,
                     tls,
                     child,
+                    dir,
                     durable,
                     password,
                     sentinels: None,
@@ -89,7 +86,8 @@ impl RedisServer {
 
     async fn spawn(
         port: u16,
-        data_dir: Option<&Path>,
+        dir: &Path,
+        durable: bool,
         password: Option<&str>,
         tls: Option<&Tls>,
     ) -> Option<Box<Child>> {
@@ -113,12 +111,12 @@ impl RedisServer {
         if let Some(password) = password {
             command.args(["--requirepass", password]);
         }
-        match data_dir {
-            Some(dir) => command
-                .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
-                .arg(dir),
-            None => command.args(["--appendonly", "no"]),
-        };
+        command.arg("--dir").arg(dir);
+        if durable {
+            command.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            command.args(["--appendonly", "no"]);
+        }
         let mut child = command
             .args(["--logfile", "", "--loglevel", "notice"])
             .stdout(Stdio::piped())
@@ -241,7 +239,7 @@ impl RedisServer {
     /// Crashes a durable server (SIGKILL: nothing is flushed at exit, so only what it
     /// fsynced before answering survives) and waits until it is gone.
     pub async fn stop(&mut self) {
-        assert!(self.durable.is_some(), "only a durable server can restart");
+        assert!(self.durable, "only a durable server can restart");
         drop(self.child.kill().await);
         drop(self.child.wait().await);
     }
@@ -250,15 +248,12 @@ impl RedisServer {
     /// port was free while it was down: another process may take it meanwhile, so this
     /// retries for a while before giving up.
     pub async fn restart(&mut self) {
-        let data_dir = self
-            .durable
-            .as_ref()
-            .map(|dir| dir.path().to_owned())
-            .expect("only a durable server can restart");
+        assert!(self.durable, "only a durable server can restart");
         for _ in 0..50 {
             if let Some(child) = Self::spawn(
                 self.port,
-                Some(&data_dir),
+                self.dir.path(),
+                true,
                 self.password.as_deref(),
                 self.tls.as_ref(),
             )
