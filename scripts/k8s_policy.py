@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Render, validate and check Sandgate's Kubernetes install (k8s/overlays/*).
+"""Render, validate and check Sandgate's Helm chart (k8s/chart) with example values files.
 
-For every overlay given on the command line it
-  1. renders it with `kubectl kustomize`;
+For every values file given on the command line (k8s/values/dev.yaml, prod.yaml) it
+  1. lints the chart with it (`helm lint --strict`) and renders it (`helm template`),
+     hooks and `helm test` pods included;
   2. validates every rendered object against the Kubernetes JSON schemas of
      kubernetes-validate, strictly (unknown fields fail; an object with no schema fails);
   3. checks the install's policy: security contexts, resources, probes, no secret values,
@@ -13,8 +14,11 @@ For every overlay given on the command line it
      way per check, and expects that check to fail (the "self-test" lines).
 
 It prints one line per check and ends with `N passed, M failed`; it exits 1 when anything
-failed. Run through scripts/check-k8s, which installs kubectl, kubernetes-validate and
-PyYAML into .tools/k8s-venv and calls this file with that venv's python.
+failed. With --values-tests it also proves that the chart's values.schema.json and
+render-time guards refuse bad values files, naming the key (VALUES_TESTS), and that a
+platform-style values file renders the same objects as the example it mirrors. Run
+through scripts/check-k8s, which installs helm (from the npm registry), kubernetes-validate
+and PyYAML into .tools/ and calls this file with that venv's python.
 """
 
 from __future__ import annotations
@@ -63,9 +67,8 @@ RUNTIME_API_NEEDS = [
     ("networking.k8s.io", "ingresses", {"get", "list", "create", "delete"}),
     ("", "events", {"get", "list", "watch"}),
 ]
-PLACEHOLDERS = ("SET_IN_VALUES", "BASE_DOMAIN")
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
-DEFAULT_VALUES = {"ingressControllerNamespace": "ingress-nginx", "monitoringNamespace": "monitoring"}
+RELEASE = "sandgate"
 
 
 # --------------------------------------------------------------------------------------
@@ -74,9 +77,9 @@ DEFAULT_VALUES = {"ingressControllerNamespace": "ingress-nginx", "monitoringName
 
 @dataclass
 class Install:
-    name: str  # the overlay's directory name: dev, prod, ...
+    name: str  # the values file's name: dev, prod, ...
     docs: list[dict]
-    values: dict[str, str]
+    values: dict[str, Any]  # the chart's values merged with the file's: the `sandgate:` section
 
     def profile(self) -> str:
         return self.name if self.name in ("dev", "prod") else "other"
@@ -127,6 +130,20 @@ def pod_labels(doc: dict) -> dict:
 
 def workloads(docs: list[dict]) -> list[dict]:
     return [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
+
+
+def hook(doc: dict) -> str | None:
+    """The Helm hook an object is (`test`, `pre-install,pre-upgrade`, ...), or None."""
+    return ((doc.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook")
+
+
+def is_test_hook(doc: dict) -> bool:
+    return hook(doc) == "test"
+
+
+def long_running(w: dict) -> bool:
+    """A workload that serves (a Deployment's pods), not a hook's Job or `helm test` pod."""
+    return w.get("kind") in ("Deployment", "StatefulSet", "DaemonSet") and hook(w) is None
 
 
 def containers(spec: dict) -> list[dict]:
@@ -206,17 +223,6 @@ def secret_refs(spec: dict) -> set[str]:
     return names
 
 
-def walk_strings(node: Any, path: str = "") -> Iterable[tuple[str, str]]:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from walk_strings(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from walk_strings(v, f"{path}[{i}]")
-    elif isinstance(node, str):
-        yield path, node
-
-
 def port_number(port: Any, container_ports: list[dict]) -> int | None:
     if isinstance(port, int):
         return port
@@ -273,6 +279,8 @@ def ingress_allowed(docs: list[dict], w: dict) -> list[tuple[Peer, int | str]] |
     selected = False
     allowed: list[tuple[Peer, int | str]] = []
     for pol in objects(docs, "NetworkPolicy", ns):
+        if is_test_hook(pol):
+            continue  # exists only while `helm test` runs: see helm_test_policy
         spec = pol.get("spec") or {}
         types = spec.get("policyTypes") or ["Ingress"]
         if "Ingress" not in types or not selector_matches(spec.get("podSelector", {}), labels):
@@ -335,7 +343,7 @@ Mutation = tuple[str, Callable[[list[dict]], None]]
 class Check:
     title: str
     fn: Callable[[Install], list[str]]
-    profiles: tuple[str, ...]  # which overlays it applies to
+    profiles: tuple[str, ...]  # which example values files (dev, prod, other) it applies to
     mutations: list[Mutation] = field(default_factory=list)
 
 
@@ -367,11 +375,21 @@ def set_sc(docs, deployment, key, value):
 
 
 @check(
-    "no install value is left unset (SET_IN_VALUES, BASE_DOMAIN)",
-    mutations=[("an env value still reads SET_IN_VALUES", lambda d: container_of(d, "runtime-api")["env"].append({"name": "X", "value": "SET_IN_VALUES"}))],
+    "no environment variable is set to an empty value, none twice",
+    mutations=[
+        ("runtime-api's STORAGE_CLASS is empty", lambda d: [e.update(value="") for e in container_of(d, "runtime-api")["env"] if e["name"] == "STORAGE_CLASS"]),
+        ("the edge sets REDIS_URL twice", lambda d: container_of(d, "edge")["env"].append({"name": "REDIS_URL", "value": "redis://x"})),
+    ],
 )
-def no_placeholders(inst: Install) -> list[str]:
-    return [f"{ref(d)}: {path} = {s!r}" for d in inst.docs for path, s in walk_strings(d) if any(p in s for p in PLACEHOLDERS)]
+def env_values_set(inst: Install) -> list[str]:
+    out = []
+    for w, _, c in each_container(inst.docs):
+        names = [e.get("name") for e in c.get("env") or []]
+        for e in c.get("env") or []:
+            if "value" in e and str(e["value"]) == "":
+                out.append(f"{ref(w)} container {c['name']}: {e['name']} is empty")
+        out += [f"{ref(w)} container {c['name']}: {n} is set twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    return out
 
 
 @check(
@@ -461,7 +479,7 @@ def resources(inst: Install) -> list[str]:
 
 
 @check(
-    "every container has readiness and liveness probes; Sandgate's run `sandgate health-check`",
+    "every serving container has readiness and liveness probes; Sandgate's run `sandgate health-check`",
     mutations=[
         ("runtime-api has no readiness probe", lambda d: container_of(d, "runtime-api").pop("readinessProbe")),
         ("the edge probes with curl", lambda d: container_of(d, "edge")["livenessProbe"]["exec"].update(command=["curl", "-f", "http://127.0.0.1:8080/health"])),
@@ -470,7 +488,7 @@ def resources(inst: Install) -> list[str]:
 def probes(inst: Install) -> list[str]:
     out = []
     for w, spec, c in each_container(inst.docs):
-        if c in (spec.get("initContainers") or []):
+        if c in (spec.get("initContainers") or []) or not long_running(w):
             continue
         for probe in ("readinessProbe", "livenessProbe"):
             if probe not in c:
@@ -594,10 +612,11 @@ def no_secret_rights(inst: Install) -> list[str]:
 
 
 @check(
-    "gateway-api-key and gateway-env-secrets are given to model-gw's pods only",
+    "gateway-api-key and gateway-env-secrets are given to model-gw's pods (and its preflight Job) only",
     mutations=[
         ("the edge reads gateway-api-key", lambda d: container_of(d, "edge")["env"].append({"name": "GATEWAY_API_KEY", "valueFrom": {"secretKeyRef": {"name": "gateway-api-key", "key": "gateway-api-key"}}})),
         ("runtime-api mounts gateway-env-secrets", lambda d: spec_of(d, "runtime-api")["volumes"].append({"name": "s", "secret": {"secretName": "gateway-env-secrets"}})),
+        ("the runtime-api preflight reads gateway-api-key", lambda d: pod_spec(find(d, "Job", "preflight"))["containers"][0]["env"].append({"name": "K", "valueFrom": {"secretKeyRef": {"name": "gateway-api-key", "key": "gateway-api-key"}}})),
         ("model-gw no longer loads gateway-env-secrets", lambda d: container_of(d, "model-gw").pop("envFrom")),
     ],
 )
@@ -605,10 +624,9 @@ def gateway_secrets_scoped(inst: Install) -> list[str]:
     out = []
     for secret in GATEWAY_SECRETS:
         users = sorted(ref(w) for w in workloads(inst.docs) if secret in secret_refs(pod_spec(w)))
-        mgw = find(inst.docs, "Deployment", "model-gw")
-        want = [ref(mgw)] if mgw else []
+        want = sorted(ref(w) for w in (find(inst.docs, "Deployment", "model-gw"), find(inst.docs, "Job", "preflight-model-gw")) if w)
         if users != want:
-            out.append(f"{secret} is referenced by {users or 'nothing'}, want only {want or 'Deployment/model-gw'}")
+            out.append(f"{secret} is referenced by {users or 'nothing'}, want only {want or 'Deployment/model-gw'} (model-gw and its preflight)")
     return out
 
 
@@ -1105,6 +1123,81 @@ def prod_hpas(inst: Install) -> list[str]:
     return out
 
 
+@check(
+    "the preflight: pre-install/pre-upgrade Jobs run `sandgate check-config` per service with the service's own environment",
+    mutations=[
+        ("the preflight is a post-install hook", lambda d: find(d, "Job", "preflight")["metadata"]["annotations"].update({"helm.sh/hook": "post-install"})),
+        ("the runtime-api check lacks STORAGE_CLASS", lambda d: pod_spec(find(d, "Job", "preflight"))["containers"][0].update(env=[e for e in pod_spec(find(d, "Job", "preflight"))["containers"][0]["env"] if e["name"] != "STORAGE_CLASS"])),
+        ("the preflight retries", lambda d: find(d, "Job", "preflight")["spec"].update(backoffLimit=3)),
+    ],
+)
+def preflight(inst: Install) -> list[str]:
+    out = []
+    checked: set[str] = set()
+    for job in objects(inst.docs, "Job", APP_NS):
+        if "check-config" not in json.dumps(pod_spec(job)):
+            continue
+        if set((hook(job) or "").split(",")) != {"pre-install", "pre-upgrade"}:
+            out.append(f"{ref(job)} is hook {hook(job)!r}, want pre-install,pre-upgrade")
+        if job["spec"].get("backoffLimit") != 0 or not job["spec"].get("activeDeadlineSeconds"):
+            out.append(f"{ref(job)}: want backoffLimit 0 and an activeDeadlineSeconds (a pod that cannot start must fail the install)")
+        for c in containers(pod_spec(job)):
+            args = c.get("args") or []
+            if args[:2] != ["check-config", "--service"] or len(args) < 3:
+                out.append(f"{ref(job)} container {c['name']}: runs {args!r}")
+                continue
+            svc = args[2]
+            checked.add(svc)
+            served = service_container(inst.docs, svc)
+            if served is None:
+                out.append(f"{ref(job)} checks {svc}, which is not deployed")
+                continue
+            extra = {"NODE_EPHEMERAL_STORAGE", "SANDBOX_NODES"}
+            have = [e for e in c.get("env") or [] if e.get("name") not in extra]
+            if have != (served.get("env") or []) or c.get("envFrom") != served.get("envFrom"):
+                out.append(f"{ref(job)} container {c['name']}: its environment is not {svc}'s")
+    deployed = {svc for svc in SERVICES if find(inst.docs, "Deployment", svc)}
+    if checked != deployed:
+        out.append(f"the preflight checks {sorted(checked)}, want {sorted(deployed)}")
+    return out
+
+
+@check(
+    "helm test: a pod per service runs `sandgate health-check` on it; the test's NetworkPolicy lets in those pods only, as a test hook",
+    mutations=[
+        ("the test policy admits every pod", lambda d: find(d, "NetworkPolicy", "helm-test")["spec"]["ingress"][0].update({"from": [{"podSelector": {}}]})),
+        ("the test policy is a plain object (always there)", lambda d: find(d, "NetworkPolicy", "helm-test")["metadata"].pop("annotations")),
+        ("model-gw's test pod is gone", lambda d: d.remove(find(d, "Pod", "test-model-gw"))),
+    ],
+)
+def helm_test(inst: Install) -> list[str]:
+    out = []
+    tests = [p for p in objects(inst.docs, "Pod", APP_NS) if is_test_hook(p)]
+    targets = set()
+    for p in tests:
+        for c in containers(pod_spec(p)):
+            args = c.get("args") or []
+            if args[:1] == ["health-check"] and len(args) >= 3:
+                targets.add(args[2].split("//", 1)[-1].split(":", 1)[0])
+    deployed = {svc for svc in SERVICES if find(inst.docs, "Deployment", svc)}
+    if targets != deployed:
+        out.append(f"helm test checks {sorted(targets)}, want {sorted(deployed)}")
+    test_labels = [pod_labels(p) for p in tests]
+    for pol in objects(inst.docs, "NetworkPolicy", APP_NS):
+        peers = [f.get("podSelector") for r in (pol.get("spec") or {}).get("ingress") or [] for f in r.get("from") or []]
+        admits_tests = any(sel is not None and any(selector_matches(sel, l) for l in test_labels) for sel in peers)
+        if not admits_tests:
+            continue
+        if not is_test_hook(pol):
+            out.append(f"{ref(pol)} lets helm test pods in, and is not a test hook: it would stay after the test")
+        for r in (pol.get("spec") or {}).get("ingress") or []:
+            for f in r.get("from") or [{}]:
+                sel = f.get("podSelector")
+                if sel is None or not test_labels or any(selector_matches(sel, pod_labels(w)) for w in workloads(inst.docs) if not is_test_hook(w)):
+                    out.append(f"{ref(pol)} admits more than the helm test pods: {f}")
+    return out
+
+
 def add_redis(docs: list[dict]) -> None:
     redis = copy.deepcopy(find(docs, "Deployment", "model-gw"))
     redis["metadata"]["name"] = "redis"
@@ -1169,11 +1262,86 @@ class Report:
             self.failed += 1
 
 
-def render(kubectl: str, overlay: str) -> tuple[list[dict] | None, str]:
-    proc = subprocess.run([kubectl, "kustomize", overlay], capture_output=True, text=True)
+def render(helm: str, chart: str, values: list[str], sets: list[str] = ()) -> tuple[list[dict] | None, str]:
+    """`helm template` of the chart with these values files (and --set-json pairs), as the
+    release RELEASE in namespace APP_NS: the objects, or None and helm's error."""
+    cmd = [helm, "template", RELEASE, chart, "--namespace", APP_NS]
+    for v in values:
+        cmd += ["--values", v]
+    for kv in sets:
+        cmd += ["--set-json", kv]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         return None, proc.stderr.strip() or f"exit {proc.returncode}"
     return [d for d in yaml.safe_load_all(proc.stdout) if d], proc.stdout
+
+
+def lint(helm: str, chart: str, values: str) -> list[str]:
+    proc = subprocess.run([helm, "lint", "--strict", chart, "--namespace", APP_NS, "--values", values], capture_output=True, text=True)
+    return [] if proc.returncode == 0 else [line for line in (proc.stdout + proc.stderr).splitlines() if "[ERROR]" in line or "[WARNING]" in line or "Error" in line]
+
+
+def merged(base: Any, over: Any) -> Any:
+    """Helm's merge of values: maps merge key by key, anything else is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = merged(base.get(k), v) if k in base else v
+        return out
+    return over
+
+
+def chart_values(chart: str, values: str) -> dict[str, Any]:
+    with open(os.path.join(chart, "values.yaml")) as f:
+        base = yaml.safe_load(f) or {}
+    with open(values) as f:
+        return merged(base, yaml.safe_load(f) or {})
+
+
+# Bad values files (as --set-json changes to the prod example) that the schema or the
+# render-time guards must refuse, and what helm's error must say: the key, named.
+VALUES_TESTS: list[tuple[str, list[str], list[str]]] = [
+    ("a wrong type: runtime-api.replicaCount as a string", ['runtime-api.replicaCount="two"'], ["replicaCount"]),
+    ("a wrong type: tls.enabled as a string", ['tls.enabled="yes"'], ["/tls/enabled"]),
+    ("a wrong type: a warm configuration's command as a number", ['runtime-api.warmRuntimes.configs[0].command=5'], ["command"]),
+    ("a typo in a known section: ingress.hots", ['ingress.hots="app.example.com"'], ["hots"]),
+    ("a typo in runtime-api: sandbox_namepsace", ['runtime-api.sandbox_namepsace="sandboxes"'], ["sandbox_namepsace"]),
+    ("a typo in runtime-api.env: RUNTIME_BASE_ULR", ['runtime-api.env.RUNTIME_BASE_ULR="runtime.example.com"'], ["RUNTIME_BASE_ULR"]),
+    ("a typo at the top: ingres", ['ingres={"enabled":true}'], ["ingres"]),
+    ("a typo in Sandgate's own: sandgate.redis.uri", ['sandgate.redis.uri="redis://x"'], ["uri"]),
+    ("a missing required host: ingress.host", ['ingress.host=""'], ["ingress.host"]),
+    ("a missing required host: runtime-api.ingress.host (and no sandbox.apiHostname)", ['runtime-api.ingress.host=""', 'sandbox.apiHostname=""'], ["runtime-api.ingress.host"]),
+    ("a host with a scheme: ingress.host", ['ingress.host="https://app.example.com"'], ["/ingress/host"]),
+    ("sandbox.apiHostname naming another host than runtime-api.ingress.host", ['sandbox.apiHostname="https://api.other.example.com"'], ["sandbox.apiHostname", "runtime-api.ingress.host"]),
+    ("RUNTIME_URL_PATTERN disagreeing with RUNTIME_BASE_URL", ['env.RUNTIME_URL_PATTERN="https://{runtime_id}-runtime.other.example.com"'], ["env.RUNTIME_URL_PATTERN", "RUNTIME_BASE_URL"]),
+    ("RUNTIME_URL_PATTERN disagreeing with the separator", ['runtime-api.env.RUNTIME_URL_SEPARATOR="--"'], ["env.RUNTIME_URL_PATTERN", "RUNTIME_URL_SEPARATOR"]),
+    ("RUNTIME_URL_PATTERN https while RUNTIME_DISABLE_SSL is true", ['runtime-api.env.RUNTIME_DISABLE_SSL="true"'], ["env.RUNTIME_URL_PATTERN", "RUNTIME_DISABLE_SSL"]),
+    ("a missing STORAGE_CLASS", ['runtime-api.env.STORAGE_CLASS=""'], ["runtime-api.env.STORAGE_CLASS"]),
+    ("no Redis: neither sandgate.redis.url nor bundled", ['sandgate.redis.url=""'], ["sandgate.redis.url"]),
+    ("a model entry without gateway_params", ['gateway-helm.proxy_config.model_list=[{"model_name":"m"}]'], ["model_list"]),
+    ("disruption budgets over a single replica", ['runtime-api.replicaCount=1'], ["sandgate.podDisruptionBudgets", "runtime-api.replicaCount"]),
+]
+
+
+def values_tests(report: "Report", helm: str, chart: str, example: str, platform: str | None) -> None:
+    print(f"== values: the chart refuses bad values files, naming the key ({example} changed)")
+    for what, sets, want in VALUES_TESTS:
+        docs, err = render(helm, chart, [example], sets)
+        missing = [w for w in want if w not in err]
+        ok = docs is None and not missing
+        detail = [] if ok else (["rendered without an error"] if docs is not None else [f"the error does not name {missing}: {err}"])
+        report.line(ok, f"values: refused, naming {', '.join(want)}: {what}", detail)
+    if platform:
+        a, err_a = render(helm, chart, [example])
+        b, err_b = render(helm, chart, [platform])
+        problems = [e for e in (err_a if a is None else "", err_b if b is None else "") if e]
+        if not problems:
+            ka = {ref(d): d for d in a}
+            kb = {ref(d): d for d in b}
+            problems += [f"only with {example}: {k}" for k in sorted(ka.keys() - kb.keys())]
+            problems += [f"only with {platform}: {k}" for k in sorted(kb.keys() - ka.keys())]
+            problems += [f"{k} differs" for k in sorted(ka.keys() & kb.keys()) if ka[k] != kb[k]]
+        report.line(not problems, f"values: the platform-style {platform} renders the same objects as {example}", problems)
 
 
 def schema_problems(docs: list[dict], versions: list[str]) -> list[str]:
@@ -1204,105 +1372,29 @@ def namespace_problems(docs: list[dict]) -> list[str]:
     return out
 
 
-def overlay_values(overlay: str) -> dict[str, str]:
-    values = dict(DEFAULT_VALUES)
-    path = os.path.join(overlay, "values.yaml")
-    if os.path.exists(path):
-        with open(path) as f:
-            for d in yaml.safe_load_all(f):
-                if d and d.get("kind") == "ConfigMap" and name_of(d) == "install-values":
-                    values.update({k: str(v) for k, v in (d.get("data") or {}).items()})
-    return values
-
-
-def shell_quote(v: str) -> str:
-    return "'" + v.replace("'", "'\\''") + "'"
-
-
-def print_env(kubectl: str, overlay: str, service: str, config_dir: str) -> int:
-    """Print, as shell `export` lines, the environment the overlay gives one service: its
-    literal values, its secrets read from the cluster with kubectl when the lines are
-    evaluated, and its mounted ConfigMaps written under config_dir (the paths rewritten to
-    them). For running `sandgate check-config` with the install's settings before a deploy."""
-    docs, text = render(kubectl, overlay)
-    if docs is None:
-        print(text, file=sys.stderr)
-        return 1
-    w = find(docs, "Deployment", service)
-    c = service_container(docs, service)
-    if w is None or c is None:
-        print(f"no Deployment {service} in {overlay}", file=sys.stderr)
-        return 1
-    ns = ns_of(w)
-    spec = pod_spec(w)
-    vols = {v["name"]: v for v in spec.get("volumes") or []}
-    mounts: dict[str, str] = {}
-    for m in c.get("volumeMounts") or []:
-        cm = ((vols.get(m["name"]) or {}).get("configMap") or {}).get("name")
-        obj = find(docs, "ConfigMap", cm, ns) if cm else None
-        if obj is None:
-            continue
-        d = os.path.abspath(os.path.join(config_dir, os.path.basename(os.path.normpath(overlay)), cm))
-        os.makedirs(d, exist_ok=True)
-        for key, value in (obj.get("data") or {}).items():
-            with open(os.path.join(d, key), "w") as f:
-                f.write(value)
-        mounts[m["mountPath"].rstrip("/")] = d
-    lines = [f"# {service}'s environment in {overlay}; secrets are read from namespace {ns} when evaluated"]
-    for ef in c.get("envFrom") or []:
-        sec = (ef.get("secretRef") or {}).get("name")
-        if sec:
-            template = "{{range $k, $v := .data}}{{$k}}={{$v}}{{\"\\n\"}}{{end}}"
-            lines.append(
-                f"while IFS== read -r k v; do export \"$k=$(printf %s \"$v\" | base64 -d)\"; done "
-                f"< <(kubectl -n {ns} get secret {sec} -o go-template={shell_quote(template)})"
-            )
-    for e in c.get("env") or []:
-        name = e["name"]
-        kref = ((e.get("valueFrom") or {}).get("secretKeyRef") or {})
-        if kref:
-            template = f'{{{{index .data "{kref["key"]}"}}}}'
-            lines.append(f"export {name}=\"$(kubectl -n {ns} get secret {kref['name']} -o go-template={shell_quote(template)} | base64 -d)\"")
-        elif "value" in e:
-            v = str(e["value"])
-            for mp, d in mounts.items():
-                if v.startswith(mp + "/"):
-                    v = d + v[len(mp):]
-            if "$(" in v:
-                # Kubernetes' $(VAR) expansion, as the shell's ${VAR}.
-                esc = re.sub(r'([\\"`$])', r"\\\1", v)
-                esc = re.sub(r"\\\$\((\w+)\)", r"${\1}", esc)
-                lines.append(f'export {name}="{esc}"')
-            else:
-                lines.append(f"export {name}={shell_quote(v)}")
-    print("\n".join(lines))
-    return 0
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kubectl", default="kubectl", help="the kubectl that renders the overlays")
+    ap.add_argument("--helm", default="helm", help="the helm (4 or later) that lints and renders the chart")
+    ap.add_argument("--chart", default="k8s/chart", help="the chart's directory")
     ap.add_argument("--kubernetes-version", action="append", dest="versions", help="validate against this Kubernetes version's schemas (repeatable)")
     ap.add_argument("--no-self-test", action="store_true", help="skip proving that each check can fail")
-    ap.add_argument("--write-rendered", metavar="DIR", help="also write each overlay's rendered YAML to DIR/<overlay>.yaml")
-    ap.add_argument("--print-env", metavar="SERVICE", help="print the environment one service (edge, runtime-api, model-gw) gets from the one overlay given, as shell export lines, and exit")
+    ap.add_argument("--write-rendered", metavar="DIR", help="also write each rendering to DIR/<values file's name>.yaml")
     ap.add_argument("--namespaces", metavar="FILE", help="also validate and check the namespaces file (k8s/namespaces.yaml)")
-    ap.add_argument("--config-dir", default=".tools/k8s-config", help="where --print-env writes the service's ConfigMap files")
-    ap.add_argument("overlays", nargs="+", help="overlay directories, e.g. k8s/overlays/dev")
+    ap.add_argument("--values-tests", metavar="EXAMPLE", help="prove the chart refuses bad values (VALUES_TESTS, as changes to this values file)")
+    ap.add_argument("--platform-values", metavar="FILE", help="with --values-tests: a platform-style values file that must render as EXAMPLE does")
+    ap.add_argument("values", nargs="+", help="example values files, e.g. k8s/values/dev.yaml; the name (dev, prod, other) picks the profile checked")
     args = ap.parse_args()
-    if args.print_env:
-        if len(args.overlays) != 1:
-            ap.error("--print-env takes exactly one overlay")
-        return print_env(args.kubectl, args.overlays[0], args.print_env, args.config_dir)
     versions = args.versions or ["1.37.0"]
 
     report = Report()
     installs: list[Install] = []
-    for overlay in args.overlays:
-        name = os.path.basename(os.path.normpath(overlay))
-        print(f"== {name} ({overlay})")
-        docs, text = render(args.kubectl, overlay)
-        report.line(docs is not None, f"{name}: renders with kubectl kustomize", [] if docs is not None else [text])
+    for values in args.values:
+        name = os.path.splitext(os.path.basename(values))[0]
+        print(f"== {name} ({values})")
+        problems = lint(args.helm, args.chart, values)
+        report.line(not problems, f"{name}: helm lint --strict", problems)
+        docs, text = render(args.helm, args.chart, [values])
+        report.line(docs is not None, f"{name}: renders with helm template (hooks and tests included)", [] if docs is not None else [text])
         if docs is None:
             continue
         if args.write_rendered:
@@ -1311,7 +1403,7 @@ def main() -> int:
                 f.write(text)
         problems = schema_problems(docs, versions)
         report.line(not problems, f"{name}: {len(docs)} objects validate against the Kubernetes {', '.join(versions)} schemas (strict)", problems)
-        inst = Install(name, docs, overlay_values(overlay))
+        inst = Install(name, docs, chart_values(args.chart, values)["sandgate"])
         installs.append(inst)
         for chk in CHECKS:
             if inst.profile() not in chk.profiles:
@@ -1321,6 +1413,9 @@ def main() -> int:
             except Exception as e:  # a check that crashes has failed, and says why
                 problems = [f"the check crashed: {type(e).__name__}: {e}"]
             report.line(not problems, f"{name}: {chk.title}", problems)
+
+    if args.values_tests:
+        values_tests(report, args.helm, args.chart, args.values_tests, args.platform_values)
 
     if args.namespaces:
         print(f"== namespaces ({args.namespaces})")

@@ -55,45 +55,43 @@ pub fn run(args: &crate::cli::GenSecretsArgs, out: &mut dyn std::io::Write) -> s
 mod tests {
     use std::collections::BTreeSet;
 
-    use serde::Deserialize;
-
     use super::*;
 
-    /// Every `secretKeyRef` (name, key) of the base manifests in `k8s/`.
+    /// Every `secretKeyRef` (name, key) of the chart's templates (`k8s/chart/templates`),
+    /// written as every one of them is: `secretKeyRef:`, then `name:` and `key:` lines.
     fn referenced_in_manifests() -> BTreeSet<(String, String)> {
-        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("k8s/base");
+        let templates =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("k8s/chart/templates");
         let mut referenced = BTreeSet::new();
-        let entries = std::fs::read_dir(&base).unwrap_or_else(|err| panic!("{err}"));
+        let entries = std::fs::read_dir(&templates).unwrap_or_else(|err| panic!("{err}"));
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_none_or(|ext| ext != "yaml") {
+            if path
+                .extension()
+                .is_none_or(|ext| ext != "yaml" && ext != "tpl")
+            {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{err}"));
-            for document in serde_norway::Deserializer::from_str(&text) {
-                let value = serde_json::Value::deserialize(document).unwrap_or_default();
-                collect_key_refs(&value, &mut referenced);
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (index, line) in lines.iter().enumerate() {
+                if *line != "secretKeyRef:" {
+                    continue;
+                }
+                let field = |prefix: &str| {
+                    lines[index + 1..]
+                        .iter()
+                        .take(2)
+                        .find_map(|line| line.strip_prefix(prefix))
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| {
+                            panic!("{}: a secretKeyRef without {prefix}", path.display())
+                        })
+                };
+                referenced.insert((field("name: "), field("key: ")));
             }
         }
         referenced
-    }
-
-    fn collect_key_refs(value: &serde_json::Value, out: &mut BTreeSet<(String, String)>) {
-        match value {
-            serde_json::Value::Object(map) => {
-                if let Some(reference) = map.get("secretKeyRef")
-                    && let (Some(name), Some(key)) =
-                        (reference["name"].as_str(), reference["key"].as_str())
-                {
-                    out.insert((name.to_owned(), key.to_owned()));
-                }
-                map.values().for_each(|value| collect_key_refs(value, out));
-            }
-            serde_json::Value::Array(items) => {
-                items.iter().for_each(|value| collect_key_refs(value, out))
-            }
-            _ => {}
-        }
     }
 
     #[test]

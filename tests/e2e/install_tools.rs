@@ -23,41 +23,103 @@ fn stderr(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// runtime-api's environment in the prod overlay (k8s/base/runtime-api.yaml with
-/// k8s/overlays/prod/values.yaml), with strong secrets and the nodes' capacity.
-fn prod_runtime_api_env(warm_runtimes: &str) -> Vec<(&'static str, String)> {
-    [
-        (
-            "REDIS_URL",
-            "rediss://:secret@redis.sandgate.example.internal:6380/0",
-        ),
-        ("ADMIN_PASSWORD", STRONG),
-        ("JWT_SECRET", STRONG),
-        ("DEFAULT_API_KEY", STRONG),
-        ("SANDGATE_WEBHOOK_API_KEYS", STRONG),
-        ("WARM_RUNTIMES_FILE", warm_runtimes),
-        ("WARM_RUNTIME_CONFIG_OVERLAY", "true"),
-        ("SANDBOX_DRIVER", "kubernetes"),
-        ("SANDBOX_NAMESPACE", "sandgate-sandboxes"),
-        ("STORAGE_CLASS", "standard-rwo"),
-        ("EPHEMERAL_STORAGE_SIZE", "25Gi"),
-        ("RUNTIME_BASE_URL", "runtime.sandgate.example.com"),
-        ("RUNTIME_URL_SEPARATOR", "-"),
-        (
-            "RUNTIME_URL_PATTERN",
-            "https://{runtime_id}-runtime.sandgate.example.com",
-        ),
-        ("RUNTIME_DISABLE_SSL", "false"),
-        ("SANDBOX_INGRESS_CLASS", "nginx"),
-        ("SANDBOX_TLS_SECRET", "sandgate-wildcard-tls"),
-        ("RECONCILE_INTERVAL", "30"),
-        ("RUNTIME_DEAD_SECONDS", "864000"),
-        ("NODE_EPHEMERAL_STORAGE", "100Gi"),
-        ("SANDBOX_NODES", "2"),
-    ]
-    .into_iter()
-    .map(|(name, value)| (name, value.to_owned()))
-    .collect()
+/// The prod example values file of the chart (k8s/values/prod.yaml), read as the chart
+/// reads it: runtime-api's and model-gw's settings and the files it renders for them.
+struct ProdValues {
+    values: serde_norway::Value,
+    /// warm-runtimes.json and gateway.yaml, as the chart's ConfigMaps hold them.
+    files: tempfile::TempDir,
+}
+
+impl ProdValues {
+    fn load() -> Self {
+        let text = std::fs::read_to_string(repository("k8s/values/prod.yaml")).expect("prod.yaml");
+        let values: serde_norway::Value = serde_norway::from_str(&text).expect("prod.yaml is YAML");
+        let files = tempfile::tempdir().expect("temp dir");
+        let warm = &values["runtime-api"]["warmRuntimes"];
+        let warm = serde_json::json!({
+            "count": serde_json::to_value(&warm["count"]).expect("count"),
+            "configs": serde_json::to_value(&warm["configs"]).expect("configs"),
+        });
+        std::fs::write(files.path().join("warm-runtimes.json"), warm.to_string()).expect("write");
+        let gateway =
+            serde_norway::to_string(&values["gateway-helm"]["proxy_config"]).expect("yaml");
+        std::fs::write(files.path().join("gateway.yaml"), gateway).expect("write");
+        Self { values, files }
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.files.path().join(name).display().to_string()
+    }
+
+    fn text(value: &serde_norway::Value) -> String {
+        match value {
+            serde_norway::Value::String(text) => text.clone(),
+            other => serde_norway::to_string(other)
+                .expect("yaml")
+                .trim()
+                .to_owned(),
+        }
+    }
+
+    /// runtime-api's environment in the prod example (the chart's sandgate.env.runtimeApi),
+    /// with strong secrets and the nodes' capacity, warm runtimes from `warm_runtimes`.
+    fn runtime_api_env(&self, warm_runtimes: &str) -> Vec<(&'static str, String)> {
+        let values = &self.values;
+        let sandgate = &values["sandgate"];
+        let mut env: Vec<(&'static str, String)> = [
+            (
+                "REDIS_URL",
+                Self::text(&sandgate["redis"]["url"]).replace("$(REDIS_PASSWORD)", "secret"),
+            ),
+            ("ADMIN_PASSWORD", STRONG.to_owned()),
+            ("JWT_SECRET", STRONG.to_owned()),
+            ("DEFAULT_API_KEY", STRONG.to_owned()),
+            ("SANDGATE_WEBHOOK_API_KEYS", STRONG.to_owned()),
+            ("WARM_RUNTIMES_FILE", warm_runtimes.to_owned()),
+            ("SANDBOX_DRIVER", "kubernetes".to_owned()),
+            (
+                "SANDBOX_NAMESPACE",
+                Self::text(&values["runtime-api"]["sandbox_namespace"]),
+            ),
+            (
+                "EPHEMERAL_STORAGE_SIZE",
+                Self::text(&sandgate["ephemeralStorageSize"]),
+            ),
+            (
+                "RUNTIME_URL_PATTERN",
+                Self::text(&values["env"]["RUNTIME_URL_PATTERN"]),
+            ),
+            (
+                "SANDBOX_INGRESS_CLASS",
+                Self::text(&values["ingress"]["class"]),
+            ),
+            ("SANDBOX_TLS_SECRET", "sandgate-wildcard-tls".to_owned()),
+            (
+                "RECONCILE_INTERVAL",
+                Self::text(&sandgate["reconcileInterval"]),
+            ),
+            (
+                "RUNTIME_DEAD_SECONDS",
+                Self::text(&sandgate["runtimeDeadSeconds"]),
+            ),
+            ("NODE_EPHEMERAL_STORAGE", "100Gi".to_owned()),
+            ("SANDBOX_NODES", "2".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        // runtime-api.env: the spec's keys, passed as they are.
+        for name in [
+            "RUNTIME_BASE_URL",
+            "RUNTIME_URL_SEPARATOR",
+            "RUNTIME_DISABLE_SSL",
+            "STORAGE_CLASS",
+            "WARM_RUNTIME_CONFIG_OVERLAY",
+        ] {
+            env.push((name, Self::text(&values["runtime-api"]["env"][name])));
+        }
+        env
+    }
 }
 
 /// `env` with some variables replaced (or added), and some removed.
@@ -80,9 +142,9 @@ fn as_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
 }
 
 #[tokio::test]
-async fn check_config_passes_the_prod_overlays_settings() {
-    let warm = repository("k8s/overlays/prod/config/warm-runtimes.json");
-    let runtime_env = prod_runtime_api_env(&warm);
+async fn check_config_passes_the_charts_prod_example_values() {
+    let prod = ProdValues::load();
+    let runtime_env = prod.runtime_api_env(&prod.file("warm-runtimes.json"));
     let output = run_sandgate(
         &["check-config", "--service", "runtime-api"],
         &as_refs(&runtime_env),
@@ -94,7 +156,7 @@ async fn check_config_passes_the_prod_overlays_settings() {
     );
     assert_eq!(output.status.code(), Some(0));
 
-    let gateway = repository("k8s/overlays/prod/config/gateway.yaml");
+    let gateway = prod.file("gateway.yaml");
     let output = run_sandgate(
         &["check-config", "--service", "model-gw"],
         &[
@@ -125,7 +187,7 @@ async fn check_config_passes_the_prod_overlays_settings() {
 async fn check_config_names_every_wrong_setting_never_a_secret_and_exits_1() {
     let broken = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(broken.path(), r#"{"count": -1, "configs": []}"#).expect("write");
-    let runtime_env = prod_runtime_api_env(&broken.path().display().to_string());
+    let runtime_env = ProdValues::load().runtime_api_env(&broken.path().display().to_string());
     let env = changed(
         &runtime_env,
         &[
@@ -238,7 +300,7 @@ async fn check_config_refuses_warm_pools_larger_than_the_nodes() {
         ]}"#,
     )
     .expect("write");
-    let runtime_env = prod_runtime_api_env(&warm.path().display().to_string());
+    let runtime_env = ProdValues::load().runtime_api_env(&warm.path().display().to_string());
     let env = changed(
         &runtime_env,
         &[("NODE_EPHEMERAL_STORAGE", "40Gi"), ("SANDBOX_NODES", "1")],
