@@ -10,6 +10,7 @@ mod admin;
 mod agent_server;
 
 mod catalog;
+mod chart;
 mod event_store;
 mod events;
 mod faults;
