@@ -1323,6 +1323,52 @@ VALUES_TESTS: list[tuple[str, list[str], list[str]]] = [
 ]
 
 
+def runtime_env(docs: list[dict]) -> dict[str, str]:
+    c = service_container(docs, "runtime-api") or {}
+    return {e["name"]: e.get("value") for e in c.get("env") or []}
+
+
+# Values that switch parts of the install, rendered as changes to the prod example, and
+# what the rendering must then show (an empty list of problems).
+SWITCHES: list[tuple[str, list[str], Callable[[list[dict]], list[str]]]] = [
+    (
+        "tls.enabled false: no Ingress serves TLS, sandboxes get no TLS secret",
+        ["tls.enabled=false"],
+        lambda d: [f"{ref(i)} has tls" for i in objects(d, "Ingress") if i["spec"].get("tls")]
+        + (["SANDBOX_TLS_SECRET is set"] if "SANDBOX_TLS_SECRET" in runtime_env(d) else []),
+    ),
+    (
+        "an empty ingress.class: the cluster's default class, for the sandboxes too",
+        ['ingress.class=""'],
+        lambda d: [f"{ref(i)} names a class" for i in objects(d, "Ingress") if "ingressClassName" in i["spec"]]
+        + (["SANDBOX_INGRESS_CLASS is set"] if "SANDBOX_INGRESS_CLASS" in runtime_env(d) else []),
+    ),
+    (
+        "runtime-api.ingress.host empty: taken from sandbox.apiHostname",
+        ['runtime-api.ingress.host=""'],
+        lambda d: [] if (find(d, "Ingress", "runtime-api") or {}).get("spec", {}).get("rules", [{}])[0].get("host") == "runtime-api.sandgate.example.com" else ["the runtime-api Ingress's host is not sandbox.apiHostname's"],
+    ),
+    (
+        "gateway-helm.enabled false: no model-gw, the edge without its URL",
+        ["gateway-helm.enabled=false"],
+        lambda d: [ref(o) for o in d if name_of(o) in ("model-gw", "gateway-config", "preflight-model-gw", "test-model-gw")]
+        + [e["name"] for e in (service_container(d, "edge") or {}).get("env") or [] if e["name"] == "SANDGATE_MODEL_GW_URL"],
+    ),
+    (
+        "another sandbox namespace: the Role, SANDBOX_NAMESPACE and the edge's policy follow",
+        ['runtime-api.sandbox_namespace="agents"'],
+        lambda d: ([] if find(d, "Role", "runtime-api-sandboxes", "agents") else ["no Role in agents"])
+        + ([] if runtime_env(d).get("SANDBOX_NAMESPACE") == "agents" else ["SANDBOX_NAMESPACE is not agents"])
+        + ([] if "agents" in json.dumps(find(d, "NetworkPolicy", "edge")) else ["the edge's policy does not let agents in"]),
+    ),
+    (
+        "sandgate.redis.minReplicasAck 1: every service acknowledges with a replica",
+        ["sandgate.redis.minReplicasAck=1"],
+        lambda d: [f"{svc}: no REDIS_MIN_REPLICAS_ACK=1" for svc in SERVICES if env_value(service_container(d, svc) or {}, "REDIS_MIN_REPLICAS_ACK") != "1"],
+    ),
+]
+
+
 def values_tests(report: "Report", helm: str, chart: str, example: str, platform: str | None) -> None:
     print(f"== values: the chart refuses bad values files, naming the key ({example} changed)")
     for what, sets, want in VALUES_TESTS:
@@ -1331,6 +1377,12 @@ def values_tests(report: "Report", helm: str, chart: str, example: str, platform
         ok = docs is None and not missing
         detail = [] if ok else (["rendered without an error"] if docs is not None else [f"the error does not name {missing}: {err}"])
         report.line(ok, f"values: refused, naming {', '.join(want)}: {what}", detail)
+    for what, sets, problems_of in SWITCHES:
+        docs, err = render(helm, chart, [example], sets)
+        problems = [err] if docs is None else problems_of(docs)
+        if docs is not None:
+            problems += schema_problems(docs, ["1.37.0"])
+        report.line(not problems, f"values: {what}", problems)
     if platform:
         a, err_a = render(helm, chart, [example])
         b, err_b = render(helm, chart, [platform])
