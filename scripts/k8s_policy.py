@@ -280,7 +280,7 @@ def ingress_allowed(docs: list[dict], w: dict) -> list[tuple[Peer, int | str]] |
     allowed: list[tuple[Peer, int | str]] = []
     for pol in objects(docs, "NetworkPolicy", ns):
         if is_test_hook(pol):
-            continue  # exists only while `helm test` runs: see helm_test_policy
+            continue  # made by `helm test`, deleted once it passed: see helm_test
         spec = pol.get("spec") or {}
         types = spec.get("policyTypes") or ["Ingress"]
         if "Ingress" not in types or not selector_matches(spec.get("podSelector", {}), labels):
@@ -1168,6 +1168,7 @@ def preflight(inst: Install) -> list[str]:
         ("the test policy admits every pod", lambda d: find(d, "NetworkPolicy", "helm-test")["spec"]["ingress"][0].update({"from": [{"podSelector": {}}]})),
         ("the test policy is a plain object (always there)", lambda d: find(d, "NetworkPolicy", "helm-test")["metadata"].pop("annotations")),
         ("model-gw's test pod is gone", lambda d: d.remove(find(d, "Pod", "test-model-gw"))),
+        ("the test policy stays after the test", lambda d: find(d, "NetworkPolicy", "helm-test")["metadata"]["annotations"].update({"helm.sh/hook-delete-policy": "before-hook-creation"})),
     ],
 )
 def helm_test(inst: Install) -> list[str]:
@@ -1190,6 +1191,8 @@ def helm_test(inst: Install) -> list[str]:
             continue
         if not is_test_hook(pol):
             out.append(f"{ref(pol)} lets helm test pods in, and is not a test hook: it would stay after the test")
+        elif "hook-succeeded" not in ((pol["metadata"].get("annotations") or {}).get("helm.sh/hook-delete-policy") or ""):
+            out.append(f"{ref(pol)} stays after a passed test (no hook-succeeded delete policy)")
         for r in (pol.get("spec") or {}).get("ingress") or []:
             for f in r.get("from") or [{}]:
                 sel = f.get("podSelector")
