@@ -5,8 +5,9 @@
 //! `cargo bench --bench webhook_load` (needs `redis-server`; `scripts/test` installs it).
 //! Each request carries a new conversation id, so every delivery is a real write.
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default `1,16,64`),
-//! `BENCH_BODIES` (`small`, `large`; default both), `BENCH_BACKENDS` (`redis`, `embedded`;
-//! default both), `BENCH_ROUNDS` (how many times each cell runs, interleaved; default 1) and
+//! `BENCH_BODIES` (`small`, `large`; default both), `BENCH_BACKENDS` (`redis`, `embedded`,
+//! and `replicated`: Redis with a replica and `--redis-min-replicas-ack 1`; default the
+//! first two), `BENCH_ROUNDS` (how many times each cell runs, interleaved; default 1) and
 //! `BENCH_SANDGATE` (`label=path,…`: release binaries to compare side by side in one run,
 //! e.g. a copy of the previous build against the current one; default the current build).
 
@@ -21,6 +22,8 @@ mod binaries;
 #[path = "harness/closed_loop.rs"]
 mod closed_loop;
 mod harness;
+#[path = "harness/replica.rs"]
+mod replica;
 
 use std::sync::Arc;
 
@@ -183,6 +186,11 @@ async fn main() {
 
     let data = tempfile::tempdir().expect("temp dir");
     let (_redis, redis) = harness::redis().await;
+    let _replica = if backends.contains("replicated") {
+        Some(replica::redis_replica(&redis).await)
+    } else {
+        None
+    };
     let baseline_url = baseline().await;
     let mut targets = vec![("baseline (no-op HTTP)".to_owned(), None, baseline_url)];
     for (index, (label, binary)) in binaries.iter().enumerate() {
@@ -191,6 +199,22 @@ async fn main() {
             let redis_url = format!("{redis}{index}");
             let (child, url) = sandgate(binary, &["--redis".into(), redis_url]).await;
             targets.push((format!("{label}sandgate serve, Redis"), Some(child), url));
+        }
+        if backends.contains("replicated") {
+            // Databases of their own again, past the plain Redis targets'.
+            let redis_url = format!("{redis}{}", index + binaries.len());
+            let args = [
+                "--redis".into(),
+                redis_url,
+                "--redis-min-replicas-ack".into(),
+                "1".into(),
+            ];
+            let (child, url) = sandgate(binary, &args).await;
+            targets.push((
+                format!("{label}sandgate serve, Redis + replica, min-replicas-ack 1"),
+                Some(child),
+                url,
+            ));
         }
         if backends.contains("embedded") {
             let dir = data.path().join(index.to_string());

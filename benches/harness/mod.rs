@@ -18,11 +18,13 @@ pub async fn spawn_listening(mut command: Command, ready: &str) -> (Child, Strin
         .kill_on_drop(true)
         .spawn()
         .expect("spawn");
-    let stream: Box<dyn tokio::io::AsyncRead + Unpin + Send> = if ready.contains("Ready") {
-        Box::new(child.stdout.take().expect("stdout"))
-    } else {
-        Box::new(child.stderr.take().expect("stderr"))
-    };
+    // redis-server logs to stdout; Sandgate to stderr.
+    let stream: Box<dyn tokio::io::AsyncRead + Unpin + Send> =
+        if ready.contains("Ready") || ready.contains("REPLICA") {
+            Box::new(child.stdout.take().expect("stdout"))
+        } else {
+            Box::new(child.stderr.take().expect("stderr"))
+        };
     let mut lines = BufReader::new(stream).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if let Some((_, rest)) = line.split_once(ready) {
@@ -34,7 +36,7 @@ pub async fn spawn_listening(mut command: Command, ready: &str) -> (Child, Strin
     panic!("{command:?} exited before it was ready");
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -42,22 +44,30 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `redis-server` on `port`, keeping nothing on disk. Its working directory is a new empty
+/// one: a `dump.rdb` left where it runs would be loaded at start, and would let a replica
+/// resume from it instead of synchronising afresh.
+pub fn redis_command(port: u16) -> Command {
+    let dir = tempfile::Builder::new()
+        .prefix("sandgate-bench-redis")
+        .tempdir()
+        .expect("temp dir")
+        .keep();
+    let mut redis = Command::new("redis-server");
+    redis
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+        .arg("--dir")
+        .arg(dir);
+    redis
+}
+
 /// A `redis-server` of its own on a free port, keeping nothing on disk; its URL.
 pub async fn redis() -> (Child, String) {
     let port = free_port();
-    let mut redis = Command::new("redis-server");
-    redis.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--logfile",
-        "",
-    ]);
+    let mut redis = redis_command(port);
+    // A replica, when one is started, is served at once, not 5 s later.
+    redis.args(["--repl-diskless-sync-delay", "0"]);
     let (child, _) = spawn_listening(redis, "Ready to accept connections").await;
     (child, format!("redis://127.0.0.1:{port}/"))
 }
