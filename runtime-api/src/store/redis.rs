@@ -15,6 +15,7 @@ mod models;
 mod sandboxes;
 pub(super) mod sentinel;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -40,27 +41,43 @@ return 1
 /// less than the connection's response timeout, so that the wait is the one that ends.
 const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(1500);
 
-/// The primary's connection (multiplexed: every call shares it) and client (for the
-/// connections opened later, the Pub/Sub one): fixed for one Redis, replaced when the
-/// sentinels name another primary.
+/// With replica acknowledgements, the connections writes take turns on (see
+/// [`RedisStore::write_connection`]).
+const WRITE_LANES: usize = 8;
+
+/// The primary's connection (multiplexed: every call shares it), its write lanes, and its
+/// client (for the connections opened later, the Pub/Sub one): fixed for one Redis,
+/// replaced when the sentinels name another primary.
 #[derive(Clone)]
 pub(super) struct Primary {
     connection: ConnectionManager,
+    /// With `--redis-min-replicas-ack`: connections of their own for the writes that
+    /// `WAIT` for replicas (a `WAIT` blocks its connection until the replicas answer).
+    /// Empty without.
+    lanes: Vec<ConnectionManager>,
     client: redis::Client,
 }
 
 impl Primary {
-    /// Connects to `client`'s server, failing fast when it cannot be reached. Later
-    /// outages make calls fail with [`StoreError::Unavailable`] until the connection
-    /// manager reconnects.
-    async fn open(client: redis::Client) -> redis::RedisResult<Self> {
+    /// Connects to `client`'s server, with `lanes` write lanes, failing fast when it
+    /// cannot be reached. Later outages make calls fail with [`StoreError::Unavailable`]
+    /// until the connection manager reconnects.
+    async fn open(client: redis::Client, lanes: usize) -> redis::RedisResult<Self> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(2)))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Self { connection, client })
+        let connection = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
+        let lanes = futures::future::try_join_all(
+            (0..lanes).map(|_| ConnectionManager::new_with_config(client.clone(), config.clone())),
+        )
+        .await?;
+        Ok(Self {
+            connection,
+            lanes,
+            client,
+        })
     }
 
     /// The server's address, for the log (never credentials).
@@ -75,6 +92,8 @@ pub struct RedisStore {
     sentinel: bool,
     /// Replicas that must have a write before it is acknowledged (`WAIT`); 0: none.
     min_replicas_ack: u32,
+    /// The write lane the next write takes.
+    next_lane: AtomicUsize,
     swap: Script,
     /// Model additions, followed once someone asks (`ModelStore::model_changes`), until the
     /// store is dropped with this receiver.
@@ -116,19 +135,23 @@ impl RedisStore {
         let unreachable = |err: redis::RedisError| {
             StoreError::Unavailable(format!("cannot reach Redis at {}: {err}", redact_url(url)))
         };
+        let lanes = if min_replicas_ack > 0 { WRITE_LANES } else { 0 };
         let (primary, sentinels) = match sentinel::parse(url) {
             Some(parsed) => {
                 let parsed = parsed.map_err(StoreError::Unavailable)?;
                 let mut sentinels = parsed.client(tls).map_err(invalid)?;
                 let client = sentinels.async_get_client().await.map_err(unreachable)?;
                 (
-                    Primary::open(client).await.map_err(unreachable)?,
+                    Primary::open(client, lanes).await.map_err(unreachable)?,
                     Some(sentinels),
                 )
             }
             None => {
                 let client = tls.client(url).map_err(invalid)?;
-                (Primary::open(client).await.map_err(unreachable)?, None)
+                (
+                    Primary::open(client, lanes).await.map_err(unreachable)?,
+                    None,
+                )
             }
         };
         let connection = primary.connection.clone();
@@ -152,6 +175,7 @@ impl RedisStore {
             primary,
             sentinel: followed,
             min_replicas_ack,
+            next_lane: AtomicUsize::new(0),
             swap,
             model_changes: std::sync::OnceLock::new(),
         })
@@ -165,6 +189,20 @@ impl RedisStore {
             .connection
             .clone()
     }
+
+    /// The connection for one call that writes and then waits for its replicas
+    /// ([`Self::replicated`]). With replica acknowledgements: the primary's write lanes in
+    /// turn, so that a write's `WAIT`, which blocks its connection until the replicas
+    /// answer, holds the writes of its lane only, and the reads none. Without: the shared
+    /// connection.
+    fn write_connection(&self) -> ConnectionManager {
+        let primary = self.primary.read().unwrap_or_else(PoisonError::into_inner);
+        if primary.lanes.is_empty() {
+            return primary.connection.clone();
+        }
+        let lane = self.next_lane.fetch_add(1, Ordering::Relaxed) % primary.lanes.len();
+        primary.lanes[lane].clone()
+    }
 }
 
 impl RedisStore {
@@ -173,8 +211,8 @@ impl RedisStore {
     /// refuses it as unavailable when they do not within [`REPLICA_ACK_TIMEOUT`]. The
     /// caller then answers 503 and the sender sends again (every write is idempotent); a
     /// write answered success survives the primary's loss. `WAIT` blocks the connection it
-    /// runs on, and every call of the process shares that one: each write holds the others
-    /// for one replication round trip, which bounds the process's rate by it.
+    /// runs on for one replication round trip: `connection` is a write lane
+    /// ([`Self::write_connection`]), so that only the writes of that lane wait behind it.
     async fn replicated(&self, connection: &mut ConnectionManager) -> StoreResult<()> {
         if self.min_replicas_ack == 0 {
             return Ok(());
@@ -227,7 +265,7 @@ impl ConversationStore for RedisStore {
                 .arg(next.version)
                 .arg(data),
         );
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let (swapped,): (bool,) = match pipe.query_async(&mut connection).await {
             // A pipeline sends the script by its hash only, and a restarted (or failed
             // over, or flushed) server has forgotten it: load it again and retry once, or
@@ -254,8 +292,25 @@ impl ConversationStore for RedisStore {
         Ok(swapped)
     }
 
+    /// A no-op write's acknowledgement: the write it repeats may have been made on any
+    /// lane, and may still be waiting for its replicas, so every lane waits.
     async fn settled(&self) -> StoreResult<()> {
-        self.replicated(&mut self.connection()).await
+        if self.min_replicas_ack == 0 {
+            return Ok(());
+        }
+        let lanes = self
+            .primary
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .lanes
+            .clone();
+        futures::future::try_join_all(
+            lanes
+                .into_iter()
+                .map(|mut lane| async move { self.replicated(&mut lane).await }),
+        )
+        .await
+        .map(drop)
     }
 
     async fn scan(
@@ -311,7 +366,7 @@ impl SessionKeyStore for RedisStore {
     }
 
     async fn put_session_key(&self, key_sha256: &str, sandbox_id: &str) -> StoreResult<()> {
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         connection
             .set::<_, _, ()>(format!("sandgate:session-key:{key_sha256}"), sandbox_id)
             .await
@@ -332,7 +387,7 @@ impl SessionKeyStore for RedisStore {
 impl ProfileStore for RedisStore {
     async fn put_profile(&self, owner: &str, profile: &StoredProfile) -> StoreResult<()> {
         let data = serde_json::to_vec(profile).map_err(corrupt)?;
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         connection
             .set::<_, _, ()>(profile_key(owner, &profile.name), data)
             .await

@@ -99,7 +99,7 @@ impl ChallengeStore for RedisStore {
         ttl: Duration,
     ) -> StoreResult<()> {
         let data = serde_json::to_vec(record).map_err(corrupt)?;
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         redis::cmd("SET")
             .arg(challenge_key(challenge))
             .arg(data)
@@ -112,7 +112,7 @@ impl ChallengeStore for RedisStore {
     }
 
     async fn take_challenge(&self, challenge: &str) -> StoreResult<Option<StoredChallenge>> {
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let data: Option<Vec<u8>> = connection
             .get_del(challenge_key(challenge))
             .await
@@ -159,7 +159,7 @@ impl WarmConfigStore for RedisStore {
         config: &StoredWarmConfig,
     ) -> StoreResult<PutWarmConfig> {
         let data = serde_json::to_vec(config).map_err(corrupt)?;
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let owner: String = PUT
             .key(CONFIGS)
             .key(IMAGES)
@@ -180,7 +180,7 @@ impl WarmConfigStore for RedisStore {
     }
 
     async fn delete_warm_config(&self, name: &str) -> StoreResult<bool> {
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let deleted = DELETE
             .key(CONFIGS)
             .key(IMAGES)

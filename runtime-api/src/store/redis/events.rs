@@ -125,7 +125,7 @@ impl EventStore for RedisStore {
         for letter in dead_letters {
             invocation.arg(serde_json::to_vec(letter).map_err(corrupt)?);
         }
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let answer: Vec<u64> = invocation
             .invoke_async(&mut connection)
             .await

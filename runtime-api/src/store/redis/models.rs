@@ -106,7 +106,7 @@ async fn follow_model_changes(
 impl ModelStore for RedisStore {
     async fn add_model(&self, scope: &str, model: &StoredModel) -> StoreResult<()> {
         let data = serde_json::to_vec(model).map_err(corrupt)?;
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         redis::cmd("HSET")
             .arg(models_key(scope))
             .arg(&model.model_name)
@@ -176,7 +176,7 @@ impl SpendLogStore for RedisStore {
                 .arg(data)
                 .ignore();
         }
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         pipe.query_async::<()>(&mut connection)
             .await
             .map_err(unavailable)?;

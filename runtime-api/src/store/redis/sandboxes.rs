@@ -360,7 +360,7 @@ impl SandboxStore for RedisStore {
         let next_warm = next.warm_index();
         let previous_sweep = previous.and_then(StoredSandbox::sweep_index);
         let next_sweep = next.sweep_index();
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let answer: i64 = PUT
             .key(RECORDS)
             .key(VERSIONS)
@@ -408,7 +408,7 @@ impl SandboxStore for RedisStore {
         let (fence_key, fence_token) = fence_parts(fence);
         let warm = current.warm_index();
         let sweep = current.sweep_index();
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let answer: i64 = DELETE
             .key(RECORDS)
             .key(VERSIONS)
@@ -440,7 +440,7 @@ impl SandboxStore for RedisStore {
         holder: &str,
         ttl: Duration,
     ) -> StoreResult<Option<u64>> {
-        let mut connection = self.connection();
+        let mut connection = self.write_connection();
         let token: u64 = ACQUIRE
             .key(lease_key(name))
             .key(lease_token_key(name))

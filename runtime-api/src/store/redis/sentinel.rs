@@ -165,16 +165,15 @@ pub async fn follow_primary(primary: Weak<RwLock<Primary>>, mut sentinels: Senti
         let Some(shared) = primary.upgrade() else {
             return;
         };
-        let mut connection = shared
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .connection
-            .clone();
+        let (mut connection, lanes) = {
+            let current = shared.read().unwrap_or_else(PoisonError::into_inner);
+            (current.connection.clone(), current.lanes.len())
+        };
         if is_primary(&mut connection).await {
             continue;
         }
         let opened = match sentinels.async_get_client().await {
-            Ok(client) => Primary::open(client).await,
+            Ok(client) => Primary::open(client, lanes).await,
             Err(err) => Err(err),
         };
         match opened {
