@@ -18,11 +18,16 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, after_caller};
 use crate::{AppState, body, metadata};
 
-/// `POST /start`'s body.
+/// `POST /start`'s body. Fields the clients send that Sandgate has no use for are ignored.
 #[derive(Deserialize)]
 struct StartBody {
     image: String,
-    command: Vec<String>,
+    /// A list of arguments; one string, a command line (the SDK's `APIRemoteWorkspace`
+    /// sends one), split into arguments as a POSIX shell splits words, without running a
+    /// shell; or null (the app server's `RemoteSandboxService` may send it), the image's
+    /// own entrypoint. A warm claim compares the arguments.
+    #[serde(default)]
+    command: Option<Command>,
     working_dir: String,
     #[serde(default)]
     environment: BTreeMap<String, String>,
@@ -38,6 +43,32 @@ struct StartBody {
     fs_group: Option<i64>,
     #[serde(default)]
     fuse_s3_mount: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Command {
+    Arguments(Vec<String>),
+    Line(String),
+}
+
+impl Command {
+    /// The arguments, or a 422 at `command` for a line a shell could not split (an
+    /// unclosed quote, a trailing backslash).
+    fn arguments(command: Option<Self>) -> Result<Vec<String>, ApiError> {
+        match command {
+            None => Ok(Vec::new()),
+            Some(Self::Arguments(arguments)) => Ok(arguments),
+            Some(Self::Line(line)) => shlex::split(&line).ok_or_else(|| {
+                ApiError::invalid(
+                    "value_error",
+                    json!(["body", "command"]),
+                    "Value error, the command line has an unclosed quote or ends in a backslash",
+                    Value::String(line),
+                )
+            }),
+        }
+    }
 }
 
 /// `POST /pause|/resume|/stop`'s body.
@@ -64,9 +95,22 @@ fn optional(text: String) -> Value {
     }
 }
 
+/// The legacy runtime API's `pod_status` for a status (design.md), which older clients
+/// (the SDK's `APIRemoteWorkspace`) poll: `ready` is up, `pending` starting, `not found`
+/// no pod (paused or stopped), `failed` an error. `status` stays the source of truth.
+fn pod_status(status: pb::SandboxStatus) -> &'static str {
+    match status {
+        pb::SandboxStatus::Starting | pb::SandboxStatus::Unspecified => "pending",
+        pb::SandboxStatus::Running => "ready",
+        pb::SandboxStatus::Paused | pb::SandboxStatus::Stopped => "not found",
+        pb::SandboxStatus::Error => "failed",
+    }
+}
+
 /// A sandbox as the REST contract shows it.
 fn runtime(sandbox: pb::Sandbox) -> Value {
     let status = status_name(sandbox.status());
+    let pod_status = pod_status(sandbox.status());
     let spec = sandbox.spec.unwrap_or_default();
     json!({
         "runtime_id": sandbox.runtime_id,
@@ -74,6 +118,11 @@ fn runtime(sandbox: pb::Sandbox) -> Value {
         "url": sandbox.url,
         "session_api_key": optional(sandbox.session_api_key),
         "status": status,
+        "pod_status": pod_status,
+        // The legacy fields beside pod_status: Sandgate does not count a sandbox's
+        // container restarts (a restarted sandbox is in error, or running again).
+        "restart_count": 0,
+        "restart_reasons": [],
         "status_detail": optional(sandbox.status_detail),
         "image": spec.image,
         "pool": optional(sandbox.pool),
@@ -94,10 +143,17 @@ pub async fn start(
             return Err(after_caller(error, state.sandboxes.clone().start(probe)).await);
         }
     };
+    let command = match Command::arguments(body.command) {
+        Ok(command) => command,
+        Err(error) => {
+            let probe = metadata::request(&headers, StartRequest::default());
+            return Err(after_caller(error, state.sandboxes.clone().start(probe)).await);
+        }
+    };
     let request = StartRequest {
         spec: Some(pb::SandboxSpec {
             image: body.image,
-            command: body.command,
+            command,
             working_dir: body.working_dir,
             environment: body.environment.into_iter().collect(),
             run_as_user: body.run_as_user,
@@ -171,17 +227,61 @@ pub async fn batch(
     )))
 }
 
+/// `?show_all=` as FastAPI reads a boolean; absent: false.
+fn show_all(query: Option<&str>) -> Result<bool, ApiError> {
+    let mut show_all = false;
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        if name == "show_all" {
+            show_all = match value.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" | "t" | "y" => true,
+                "false" | "0" | "no" | "off" | "f" | "n" => false,
+                _ => {
+                    return Err(ApiError::invalid(
+                        "bool_parsing",
+                        json!(["query", "show_all"]),
+                        "Input should be a valid boolean, unable to interpret input",
+                        Value::String(value.into_owned()),
+                    ));
+                }
+            };
+        }
+    }
+    Ok(show_all)
+}
+
+/// `GET /list`: the caller's sandboxes that are starting or running, which the app
+/// server's client counts as running when it enforces its sandbox limit; with
+/// `?show_all=true`, paused, stopped and failed ones too.
 pub async fn list(
     State(state): State<AppState>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
+    let show_all = match show_all(query.as_deref()) {
+        Ok(show_all) => show_all,
+        Err(error) => {
+            let probe = metadata::request(&headers, ListSandboxesRequest {});
+            return Err(after_caller(error, state.sandboxes.clone().list_sandboxes(probe)).await);
+        }
+    };
     let response = state
         .sandboxes
         .clone()
         .list_sandboxes(metadata::request(&headers, ListSandboxesRequest {}))
         .await?
         .into_inner();
-    let runtimes: Vec<Value> = response.sandboxes.into_iter().map(runtime).collect();
+    let runtimes: Vec<Value> = response
+        .sandboxes
+        .into_iter()
+        .filter(|sandbox| {
+            show_all
+                || matches!(
+                    sandbox.status(),
+                    pb::SandboxStatus::Starting | pb::SandboxStatus::Running
+                )
+        })
+        .map(runtime)
+        .collect();
     Ok(Json(
         json!({ "total": runtimes.len(), "runtimes": runtimes }),
     ))
