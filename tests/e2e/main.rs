@@ -28,6 +28,7 @@ mod ordering;
 mod process;
 mod redaction;
 mod redis_tls;
+mod runtime_clients;
 mod sandbox_api;
 mod slow_clients;
 mod store_conformance;

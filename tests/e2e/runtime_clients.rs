@@ -1,0 +1,159 @@
+//! The app server's own runtime API client, unchanged, against Sandgate: openhands-ai
+//! 1.11.0's `RemoteSandboxService` (installed from PyPI into `.tools/app-server` by
+//! `scripts/install-real-clients`), driven by `tests/real_clients/runtime_client_drive.py`
+//! through a warm start and a cold one (`command: null`), get, batch, search, pause,
+//! resume with a new key, delete, and its sandbox limit with a paused sandbox.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use crate::common::{Backend, RUNTIME_KEY, Sandgate};
+
+const WARM_IMAGE: &str = "ghcr.io/acme/agent:warm";
+const COLD_IMAGE: &str = "ghcr.io/acme/agent:cold";
+
+fn repository(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// What the client's start of a warm spec sends, as a pool configuration: its command, the
+/// working directory and worker ports it always sets.
+fn warm_runtimes() -> Value {
+    json!({"count": 1, "configs": [{
+        "name": "v1_current", "image": WARM_IMAGE, "working_dir": "/workspace",
+        "command": ["/usr/local/bin/agent-server", "--port", "60000"],
+        "environment": {"WORKER_1": "12000", "WORKER_2": "12001"},
+    }]})
+}
+
+/// Runs the driver against `sandgate`; its steps by name.
+async fn drive(sandgate: &Sandgate) -> std::collections::HashMap<String, Value> {
+    let python = repository(".tools/app-server/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/install-real-clients (scripts/test does)",
+        python.display()
+    );
+    let output = Command::new(python)
+        .arg(repository("tests/real_clients/runtime_client_drive.py"))
+        .args(["--url", &sandgate.url("")])
+        .args(["--api-key", RUNTIME_KEY])
+        .args(["--warm-image", WARM_IMAGE, "--cold-image", COLD_IMAGE])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run the driver");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the driver failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|step| Some((step["step"].as_str()?.to_owned(), step)))
+        .collect()
+}
+
+async fn remote_sandbox_service(backend: Backend) {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), warm_runtimes().to_string()).expect("write");
+    let path = file.path().display().to_string();
+    let sandgate = Sandgate::start_with(
+        &backend,
+        &[
+            "--warm-runtimes-file",
+            &path,
+            "--local-sandbox-start-seconds",
+            "1",
+        ],
+    )
+    .await;
+    // The warm sandbox is ready before the client starts one.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let pools: Value = sandgate
+            .client
+            .get(sandgate.url("/api/warm-runtime-pools"))
+            .header("x-api-key", RUNTIME_KEY)
+            .send()
+            .await
+            .expect("pools")
+            .json()
+            .await
+            .expect("JSON");
+        if pools["pools"][0]["ready"] == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pool never filled: {pools}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let steps = drive(&sandgate).await;
+    let step = |name: &str| {
+        steps
+            .get(name)
+            .unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
+    };
+    assert_eq!(
+        step("start_warm")["status"],
+        "RUNNING",
+        "claimed: already up"
+    );
+    assert_eq!(step("start_warm")["has_key"], true);
+    assert_eq!(step("start_cold")["status"], "STARTING", "{steps:?}");
+    assert_eq!(step("get")["same_key"], true);
+    assert_eq!(
+        step("batch")["statuses"],
+        json!(["RUNNING", "STARTING", null])
+    );
+    assert_eq!(step("search")["ids"].as_array().map(Vec::len), Some(2));
+    assert_eq!(step("pause")["ok"], true);
+    assert_eq!(step("paused")["status"], "PAUSED");
+    assert_eq!(step("resume")["ok"], true);
+    assert_eq!(step("resumed")["key_rotated"], true);
+    // The limit (3): the paused third sandbox does not count, so the fourth start pauses
+    // none of the running ones.
+    let limit = &step("limit")["statuses"];
+    assert_eq!(limit["warm"], "RUNNING", "{limit}");
+    assert_ne!(limit["cold"], "PAUSED", "{limit}");
+    assert_eq!(limit["third"], "PAUSED", "{limit}");
+    assert_ne!(limit["fourth"], "PAUSED", "{limit}");
+    assert_eq!(step("delete")["ok"], true);
+    assert_eq!(step("deleted")["found"], false);
+
+    // Sandgate's side: the warm start claimed the pool's sandbox, the cold one did not.
+    let warm_id = step("start_warm")["id"].as_str().expect("id");
+    let cold_id = step("start_cold")["id"].as_str().expect("id");
+    for (id, pool) in [(warm_id, json!("v1_current")), (cold_id, Value::Null)] {
+        let runtime: Value = sandgate
+            .client
+            .get(sandgate.url(&format!("/sessions/{id}")))
+            .header("x-api-key", RUNTIME_KEY)
+            .send()
+            .await
+            .expect("session")
+            .json()
+            .await
+            .expect("JSON");
+        assert_eq!(runtime["pool"], pool, "{runtime}");
+    }
+}
+
+// On the embedded store and on Redis (the client's calls are the same on the others).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_sandbox_service_on_the_embedded_store() {
+    remote_sandbox_service(Backend::embedded()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_sandbox_service_on_redis() {
+    remote_sandbox_service(Backend::redis().await).await;
+}
