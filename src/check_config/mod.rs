@@ -104,6 +104,9 @@ pub struct RuntimeApiSettings {
     pub sandbox_driver: SandboxDriverKind,
     pub sandbox_namespace: String,
     pub storage_class: Option<String>,
+    pub sandbox_ingress_class: Option<String>,
+    pub sandbox_tls_secret: Option<String>,
+    pub sandbox_port: u16,
     pub ephemeral_storage_size: String,
     pub runtime_base_url: String,
     pub runtime_url_separator: String,
@@ -131,6 +134,9 @@ impl Default for RuntimeApiSettings {
             sandbox_driver: SandboxDriverKind::Local,
             sandbox_namespace: "sandgate-sandboxes".to_owned(),
             storage_class: None,
+            sandbox_ingress_class: None,
+            sandbox_tls_secret: None,
+            sandbox_port: 8000,
             ephemeral_storage_size: "25Gi".to_owned(),
             runtime_base_url: "runtime.localhost".to_owned(),
             runtime_url_separator: "-".to_owned(),
@@ -166,6 +172,7 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
         findings.extend(sandboxes::runtime_url_pattern(runtime));
         findings.extend(sandboxes::storage_class(runtime));
         findings.extend(sandboxes::sandbox_namespace(runtime));
+        findings.extend(sandboxes::kubernetes_names(runtime));
         findings.extend(sandboxes::ephemeral_storage_size(runtime));
         let installer = match sandboxes::warm_runtimes_file(runtime) {
             Ok(installer) => installer,

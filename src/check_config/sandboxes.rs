@@ -114,6 +114,87 @@ pub fn sandbox_namespace(settings: &RuntimeApiSettings) -> Vec<Finding> {
     )]
 }
 
+/// Whether `name` is a DNS-1123 subdomain, as the API server requires of a storage class's,
+/// an ingress class's and a secret's name, and of an Ingress host: labels of lowercase
+/// letters, digits and '-' (each starting and ending with a letter or digit), joined by
+/// dots, at most 253 in all.
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
+/// A runtime id as the Kubernetes driver draws them (20 hex digits), to build a sandbox
+/// host as the API server will see it.
+const EXAMPLE_RUNTIME_ID: &str = "0123456789abcdef0123";
+
+/// With the Kubernetes driver, every name and host the driver puts in the objects it
+/// sends is one the API server accepts: otherwise every sandbox is refused at its
+/// creation (422), the warm pools stay empty and starts fail.
+pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
+    if !kubernetes(settings) {
+        return Vec::new();
+    }
+    let mut findings = Vec::new();
+    let names = [
+        ("STORAGE_CLASS", &settings.storage_class),
+        ("SANDBOX_INGRESS_CLASS", &settings.sandbox_ingress_class),
+        ("SANDBOX_TLS_SECRET", &settings.sandbox_tls_secret),
+    ];
+    for (setting, name) in names {
+        if let Some(name) = name
+            && !is_dns_subdomain(name)
+        {
+            findings.push(Finding::new(
+                Severity::Fatal,
+                setting,
+                format!(
+                    "{name:?} is not a name Kubernetes accepts (a DNS-1123 subdomain: lowercase                      letters, digits, '-' and '.', each part starting and ending with a letter                      or digit)"
+                ),
+            ));
+        }
+    }
+    let base = &settings.runtime_base_url;
+    if base.contains("://") || base.contains(':') || base.contains('/') {
+        findings.push(Finding::new(
+            Severity::Fatal,
+            "RUNTIME_BASE_URL",
+            format!(
+                "{base:?} is a host suffix, without scheme, port or path: sandbox Ingresses                  are served on the ingress controller's ports (e.g. runtime.sandgate.example.com)"
+            ),
+        ));
+    } else if !is_dns_subdomain(base) {
+        findings.push(Finding::new(
+            Severity::Fatal,
+            "RUNTIME_BASE_URL",
+            format!(
+                "{base:?} is not a host an Ingress accepts (lowercase letters, digits, '-' and                  '.', each label starting and ending with a letter or digit)"
+            ),
+        ));
+    } else {
+        let host = format!(
+            "{EXAMPLE_RUNTIME_ID}{}{base}",
+            settings.runtime_url_separator
+        );
+        if !is_dns_subdomain(&host) {
+            findings.push(Finding::new(
+                Severity::Fatal,
+                "RUNTIME_URL_SEPARATOR",
+                format!(
+                    "{:?} makes sandbox hosts like {host:?}, which an Ingress refuses: use '-'                      (or lowercase letters, digits, '-' and '.')",
+                    settings.runtime_url_separator
+                ),
+            ));
+        }
+    }
+    if settings.sandbox_port == 0 {
+        findings.push(Finding::new(
+            Severity::Fatal,
+            "SANDBOX_PORT",
+            "is 0: a sandbox's Service and container port must be 1 to 65535 (the agent              server's port, 8000 by default)",
+        ));
+    }
+    findings
+}
+
 /// `EPHEMERAL_STORAGE_SIZE` is a quantity, where it is used: by the Kubernetes driver
 /// (fatal: every sandbox would be refused), and by the node capacity check.
 pub fn ephemeral_storage_size(settings: &RuntimeApiSettings) -> Vec<Finding> {
@@ -315,6 +396,94 @@ mod tests {
             storage_class: Some("standard-rwo".to_owned()),
             ..settings()
         }
+    }
+
+    #[test]
+    fn names_and_hosts_the_api_server_would_refuse_are_fatal_each_named() {
+        let valid = RuntimeApiSettings {
+            sandbox_ingress_class: Some("nginx".to_owned()),
+            sandbox_tls_secret: Some("sandgate-wildcard-tls".to_owned()),
+            runtime_base_url: "runtime.sandgate.example.com".to_owned(),
+            ..on_kubernetes()
+        };
+        assert_eq!(kubernetes_names(&valid), []);
+        let cases: Vec<(RuntimeApiSettings, &str)> = vec![
+            (
+                RuntimeApiSettings {
+                    storage_class: Some("Standard-RWO".to_owned()),
+                    ..valid.clone()
+                },
+                "STORAGE_CLASS",
+            ),
+            (
+                RuntimeApiSettings {
+                    storage_class: Some("standard_rwo".to_owned()),
+                    ..valid.clone()
+                },
+                "STORAGE_CLASS",
+            ),
+            (
+                RuntimeApiSettings {
+                    sandbox_ingress_class: Some("Nginx".to_owned()),
+                    ..valid.clone()
+                },
+                "SANDBOX_INGRESS_CLASS",
+            ),
+            (
+                RuntimeApiSettings {
+                    sandbox_tls_secret: Some("wildcard_tls".to_owned()),
+                    ..valid.clone()
+                },
+                "SANDBOX_TLS_SECRET",
+            ),
+            (
+                RuntimeApiSettings {
+                    runtime_base_url: "Runtime.Example.com".to_owned(),
+                    ..valid.clone()
+                },
+                "RUNTIME_BASE_URL",
+            ),
+            (
+                RuntimeApiSettings {
+                    runtime_base_url: "runtime_sandboxes.example.com".to_owned(),
+                    ..valid.clone()
+                },
+                "RUNTIME_BASE_URL",
+            ),
+            (
+                RuntimeApiSettings {
+                    runtime_base_url: "runtime.example.com:8443".to_owned(),
+                    ..valid.clone()
+                },
+                "RUNTIME_BASE_URL",
+            ),
+            (
+                RuntimeApiSettings {
+                    runtime_url_separator: "_".to_owned(),
+                    ..valid.clone()
+                },
+                "RUNTIME_URL_SEPARATOR",
+            ),
+            (
+                RuntimeApiSettings {
+                    sandbox_port: 0,
+                    ..valid.clone()
+                },
+                "SANDBOX_PORT",
+            ),
+        ];
+        for (settings, named) in cases {
+            let findings = kubernetes_names(&settings);
+            assert_eq!(settings_named(&findings), [named]);
+            assert_eq!(findings[0].severity, Severity::Fatal);
+        }
+        // The local driver sends nothing to an API server.
+        let local = RuntimeApiSettings {
+            sandbox_driver: SandboxDriverKind::Local,
+            runtime_url_separator: "_".to_owned(),
+            ..valid
+        };
+        assert_eq!(kubernetes_names(&local), []);
     }
 
     #[test]

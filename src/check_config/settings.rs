@@ -54,6 +54,9 @@ impl RuntimeApiSettings {
             sandbox_driver: sandboxes.sandbox_driver,
             sandbox_namespace: sandboxes.sandbox_namespace.clone(),
             storage_class: given(sandboxes.storage_class.as_ref()),
+            sandbox_ingress_class: given(sandboxes.sandbox_ingress_class.as_ref()),
+            sandbox_tls_secret: given(sandboxes.sandbox_tls_secret.as_ref()),
+            sandbox_port: sandboxes.sandbox_port,
             ephemeral_storage_size: sandboxes.ephemeral_storage_size.clone(),
             runtime_base_url: sandboxes.runtime_base_url.clone(),
             runtime_url_separator: sandboxes.runtime_url_separator.clone(),
@@ -180,6 +183,10 @@ mod tests {
             defaults.ephemeral_storage_size
         );
         assert_eq!(default_of("runtime_base_url"), defaults.runtime_base_url);
+        assert_eq!(
+            default_of("sandbox_port"),
+            defaults.sandbox_port.to_string()
+        );
         assert_eq!(
             default_of("runtime_url_separator"),
             defaults.runtime_url_separator

@@ -234,6 +234,64 @@ async fn check_config_names_every_wrong_setting_never_a_secret_and_exits_1() {
     }
 }
 
+/// Names the Kubernetes API server would refuse, caught before a deploy rather than as
+/// every sandbox's 422.
+#[tokio::test]
+async fn check_config_refuses_names_the_api_server_would() {
+    let prod = ProdValues::load();
+    let runtime_env = prod.runtime_api_env(&prod.file("warm-runtimes.json"));
+    let env = changed(
+        &runtime_env,
+        &[
+            ("STORAGE_CLASS", "Standard_RWO"),
+            ("SANDBOX_INGRESS_CLASS", "Nginx"),
+            ("SANDBOX_TLS_SECRET", "wildcard_tls"),
+            ("RUNTIME_URL_SEPARATOR", "_"),
+            (
+                "RUNTIME_URL_PATTERN",
+                "https://{runtime_id}_runtime.sandgate.example.com",
+            ),
+            ("SANDBOX_PORT", "0"),
+        ],
+        &[],
+    );
+    let output = run_sandgate(&["check-config", "--service", "runtime-api"], &env).await;
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    for line in [
+        "error: STORAGE_CLASS: \"Standard_RWO\" is not a name Kubernetes accepts",
+        "error: SANDBOX_INGRESS_CLASS: \"Nginx\" is not a name Kubernetes accepts",
+        "error: SANDBOX_TLS_SECRET: \"wildcard_tls\" is not a name Kubernetes accepts",
+        "error: RUNTIME_URL_SEPARATOR: \"_\" makes sandbox hosts like",
+        "error: SANDBOX_PORT: is 0",
+    ] {
+        assert!(
+            report.lines().any(|reported| reported.starts_with(line)),
+            "no line {line:?} in\n{report}"
+        );
+    }
+    let base = changed(
+        &runtime_env,
+        &[
+            ("RUNTIME_BASE_URL", "runtime.sandgate.example.com:8443"),
+            (
+                "RUNTIME_URL_PATTERN",
+                "https://{runtime_id}-runtime.sandgate.example.com:8443",
+            ),
+        ],
+        &[],
+    );
+    let output = run_sandgate(&["check-config", "--service", "runtime-api"], &base).await;
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    assert!(
+        report.lines().any(|line| line.starts_with(
+            "error: RUNTIME_BASE_URL: \"runtime.sandgate.example.com:8443\" is a host suffix"
+        )),
+        "{report}"
+    );
+}
+
 #[tokio::test]
 async fn check_config_reports_the_gateway_entries_by_name() {
     let config = tempfile::NamedTempFile::new().expect("temp file");
