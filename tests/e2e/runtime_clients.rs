@@ -74,27 +74,7 @@ async fn remote_sandbox_service(backend: Backend) {
     )
     .await;
     // The warm sandbox is ready before the client starts one.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let pools: Value = sandgate
-            .client
-            .get(sandgate.url("/api/warm-runtime-pools"))
-            .header("x-api-key", RUNTIME_KEY)
-            .send()
-            .await
-            .expect("pools")
-            .json()
-            .await
-            .expect("JSON");
-        if pools["pools"][0]["ready"] == 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pool never filled: {pools}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sandgate.first_pool_ready(1, Duration::from_secs(15)).await;
 
     let steps = drive(&sandgate).await;
     let step = |name: &str| {

@@ -1,6 +1,8 @@
 //! The sandbox lifecycle API over REST (design.md), on the local driver: statuses and
 //! bodies, and the session keys it issues as the webhook sees them.
 
+use std::time::Duration;
+
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -362,25 +364,8 @@ async fn a_saved_configuration_fills_its_pool_at_once(backend: Backend) {
     let (status, body) = crate::admin::put(&sandgate, &token, "custom", &config).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let (_, pools) = call(
-            &sandgate,
-            reqwest::Method::GET,
-            "/api/warm-runtime-pools",
-            None,
-        )
-        .await;
-        if pools["pools"][0]["ready"] == 3 {
-            assert_eq!(pools["pools"][0]["name"], "custom");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pool never filled: {pools}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let pools = sandgate.first_pool_ready(3, Duration::from_secs(20)).await;
+    assert_eq!(pools["pools"][0]["name"], "custom");
     // A start with the saved spec now claims one of them.
     let (_, started) = call(
         &sandgate,
@@ -406,24 +391,7 @@ async fn the_shapes_the_real_clients_send_and_read(backend: Backend) {
     std::fs::write(file.path(), text.to_string()).expect("write");
     let path = file.path().display().to_string();
     let sandgate = Sandgate::start_with(&backend, &["--warm-runtimes-file", &path]).await;
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let (_, pools) = call(
-            &sandgate,
-            reqwest::Method::GET,
-            "/api/warm-runtime-pools",
-            None,
-        )
-        .await;
-        if pools["pools"][0]["ready"] == 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pool never filled: {pools}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    sandgate.first_pool_ready(1, Duration::from_secs(10)).await;
 
     // One command line, split as a shell splits words: the same arguments as the pool's,
     // so it claims the warm sandbox. Unknown fields are ignored.

@@ -199,6 +199,37 @@ impl Sandgate {
         }
     }
 
+    /// The warm pools' status (`GET /api/warm-runtime-pools`, runtime API key) once the
+    /// first pool has `ready` sandboxes ready; fails the test past `within`. Polls, never
+    /// a fixed sleep.
+    pub async fn first_pool_ready(
+        &self,
+        ready: u64,
+        within: std::time::Duration,
+    ) -> serde_json::Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let pools: serde_json::Value = self
+                .client
+                .get(self.url("/api/warm-runtime-pools"))
+                .header("x-api-key", RUNTIME_KEY)
+                .send()
+                .await
+                .expect("pools")
+                .json()
+                .await
+                .expect("JSON");
+            if pools["pools"][0]["ready"] == ready {
+                return pools;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the pool never filled: {pools}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Posts a webhook body with the given session key.
     pub async fn deliver(&self, key: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
         self.client
