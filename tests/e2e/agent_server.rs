@@ -14,24 +14,16 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-use crate::common::{Backend, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, serve_args};
+use crate::common::{
+    Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, repository, serve_args, tool,
+};
 
 /// How much slower the four turns may be against Sandgate than against the baseline.
 const TURNS_SLACK_SECONDS: f64 = 3.0;
 
-fn repository(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
 /// The python of the venv that holds `release` of the agent-server.
 fn python(release: &str) -> PathBuf {
-    let python = repository(&format!(".tools/agent-server-{release}/bin/python"));
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/install-real-clients (scripts/test does)",
-        python.display()
-    );
-    python
+    tool(&format!("agent-server-{release}/bin/python"), REAL_CLIENTS)
 }
 
 /// Runs the driver against `webhook_base`; its report. With `record_url` (Sandgate's

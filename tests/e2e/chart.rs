@@ -5,29 +5,18 @@
 //! values file passes; a bad one fails the Job, which fails `helm install`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::common::{RedisServer, run_sandgate};
+use crate::common::{RedisServer, repository, run_sandgate, tool};
 
 /// A secret as strong as `gen-secrets` makes them: what every referenced secret holds.
 const SECRET: &str = "5f0c6a1d2b3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccdd";
 
-fn repository(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
 /// The preflight hook's objects, `helm template` of the prod example values with `sets`
 /// (`--set-json` pairs) as JSON values.
 fn render_preflight(sets: &[String]) -> Vec<Value> {
-    let helm = repository(".tools/helm/helm");
-    assert!(
-        helm.exists(),
-        "{} is missing: run scripts/check-k8s (scripts/test does)",
-        helm.display()
-    );
-    let mut command = std::process::Command::new(helm);
+    let mut command = std::process::Command::new(tool("helm/helm", "scripts/check-k8s"));
     command
         .args(["template", "sandgate"])
         .arg(repository("k8s/chart"))

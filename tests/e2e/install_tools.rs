@@ -6,14 +6,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
-use crate::common::{Backend, Sandgate, SandgateProcess, run_sandgate, serve_args};
+use crate::common::{Backend, Sandgate, SandgateProcess, repository, run_sandgate, serve_args};
 
 /// A secret as strong as `gen-secrets` makes them.
 const STRONG: &str = "5f0c6a1d2b3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccdd";
-
-fn repository(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
-}
 
 fn stdout(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

@@ -4,30 +4,14 @@
 //! chains to. `scripts/install-real-clients` installs them into `.tools/` (`scripts/test`
 //! runs it).
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use crate::common::{Backend, Sandgate};
+use crate::common::{Backend, REAL_CLIENTS, Sandgate, repository, tool};
 use crate::model_gateway::{FakeUpstream, MASTER_KEY, UPSTREAM_KEY};
-
-fn repository(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// A file of `.tools/`, which `scripts/install-real-clients` makes.
-fn tool(path: &str) -> PathBuf {
-    let tool = repository(&format!(".tools/{path}"));
-    assert!(
-        tool.exists(),
-        "{} is missing: run scripts/install-real-clients (scripts/test does)",
-        tool.display()
-    );
-    tool
-}
 
 /// Sandgate with `claude` on a gateway of the same kind and `gpt` on an OpenAI-compatible
 /// API, both the fake upstream.
@@ -103,7 +87,7 @@ async fn the_python_sdks_speak_every_api_through_sandgate() {
     let backend = Backend::embedded();
     let upstream = FakeUpstream::start().await;
     let (sandgate, _config) = gateway(&backend, &upstream).await;
-    let mut command = Command::new(tool("llm-clients/bin/python"));
+    let mut command = Command::new(tool("llm-clients/bin/python", REAL_CLIENTS));
     command
         .arg(repository("tests/real_clients/llm_sdks.py"))
         .args(["--base", &sandgate.url(""), "--key", MASTER_KEY]);
@@ -195,7 +179,7 @@ async fn the_node_openai_sdk_speaks_the_responses_api_through_sandgate() {
     let mut command = Command::new("node");
     command
         .arg(repository("tests/real_clients/openai_node.cjs"))
-        .arg(tool("node-clients"))
+        .arg(tool("node-clients", REAL_CLIENTS))
         .args([&sandgate.url(""), MASTER_KEY]);
     let report = tokio::time::timeout(Duration::from_secs(120), report(command))
         .await
@@ -264,7 +248,7 @@ recorder = Recorder()
         ),
     )
     .expect("write the config");
-    let child = Command::new(tool("llm-clients/bin/litellm"))
+    let child = Command::new(tool("llm-clients/bin/litellm", REAL_CLIENTS))
         .args([
             "--config",
             &config.display().to_string(),

@@ -4,20 +4,15 @@
 //! through a warm start and a cold one (`command: null`), get, batch, search, pause,
 //! resume with a new key, delete, and its sandbox limit with a paused sandbox.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use crate::common::{Backend, RUNTIME_KEY, Sandgate};
+use crate::common::{Backend, REAL_CLIENTS, RUNTIME_KEY, Sandgate, repository, tool};
 
 const WARM_IMAGE: &str = "ghcr.io/acme/agent:warm";
 const COLD_IMAGE: &str = "ghcr.io/acme/agent:cold";
-
-fn repository(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 /// What the client's start of a warm spec sends, as a pool configuration: its command, the
 /// working directory and worker ports it always sets.
@@ -31,13 +26,7 @@ fn warm_runtimes() -> Value {
 
 /// Runs the driver against `sandgate`; its steps by name.
 async fn drive(sandgate: &Sandgate) -> std::collections::HashMap<String, Value> {
-    let python = repository(".tools/app-server/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/install-real-clients (scripts/test does)",
-        python.display()
-    );
-    let output = Command::new(python)
+    let output = Command::new(tool("app-server/bin/python", REAL_CLIENTS))
         .arg(repository("tests/real_clients/runtime_client_drive.py"))
         .args(["--url", &sandgate.url("")])
         .args(["--api-key", RUNTIME_KEY])

@@ -9,6 +9,7 @@ mod redis_server;
 pub mod scripted_upstream;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use sandgate::cli::{Cli, Command};
 use tokio::net::TcpListener;
@@ -16,6 +17,26 @@ use tokio::sync::oneshot;
 
 pub use process::{SandgateProcess, run_sandgate};
 pub use redis_server::RedisServer;
+
+/// A path in the repository.
+pub fn repository(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The script that installs the real clients into `.tools/`.
+pub const REAL_CLIENTS: &str = "scripts/install-real-clients";
+
+/// A file of `.tools/` (`path` relative to it) that the repository's script `installer`
+/// installs; a test that needs it fails naming the script when it is missing.
+pub fn tool(path: &str, installer: &str) -> PathBuf {
+    let tool = repository(&format!(".tools/{path}"));
+    assert!(
+        tool.exists(),
+        "{} is missing: run {installer} (scripts/test does)",
+        tool.display()
+    );
+    tool
+}
 
 /// A session key every test server accepts from external senders.
 pub const WEBHOOK_KEY: &str = "test-session-key";
