@@ -61,9 +61,6 @@ capabilities:
   drop: ["ALL"]
 {{- end }}
 
-{{/* Is TLS served by the Ingresses (and the sandboxes' Ingresses)? */}}
-{{- define "sandgate.tls" -}}{{ if .Values.tls.enabled }}true{{ end }}{{- end }}
-
 {{/* The store's URL: the bundled Redis's, or sandgate.redis.url. */}}
 {{- define "sandgate.redisUrl" -}}
 {{- if .Values.sandgate.redis.bundled -}}
