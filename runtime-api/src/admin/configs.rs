@@ -350,6 +350,16 @@ impl WarmLimits {
 
 /// Every rule a configuration's body breaks, each at its field.
 pub fn check(config: &StoredWarmConfig) -> Vec<ValidationError> {
+    rules(config, true)
+}
+
+/// Every rule a start's spec breaks: a configuration's, except that a start may leave the
+/// command out (the image's own entrypoint runs).
+pub fn check_start(config: &StoredWarmConfig) -> Vec<ValidationError> {
+    rules(config, false)
+}
+
+fn rules(config: &StoredWarmConfig, command_required: bool) -> Vec<ValidationError> {
     let mut errors = Vec::new();
     if config.image.trim().is_empty() {
         errors.push(error(
@@ -371,7 +381,7 @@ pub fn check(config: &StoredWarmConfig) -> Vec<ValidationError> {
             "Value error, working_dir must be an absolute path",
         ));
     }
-    if config.command.is_empty() {
+    if command_required && config.command.is_empty() {
         errors.push(error(
             &["command"],
             "too_short",

@@ -19,7 +19,6 @@ use super::{SandboxError, SandboxView, Sandboxes, pool_counts};
 use crate::admin::configs;
 use crate::admin::login::random_hex;
 use crate::auth::Authenticator;
-use crate::model::LocItem;
 use crate::store::{SandboxSpec, SandboxState, StoredWarmConfig};
 use crate::validation;
 
@@ -100,10 +99,6 @@ fn is_id(id: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_'))
 }
 
-fn is_command(loc: &[LocItem]) -> bool {
-    matches!(loc, [LocItem::Key(key)] if key == "command")
-}
-
 /// The start's spec, checked field by field with the rules of a warm configuration.
 fn start_spec(request: StartRequest) -> Result<(SandboxSpec, String), Status> {
     let spec = request.spec.unwrap_or_default();
@@ -119,10 +114,7 @@ fn start_spec(request: StartRequest) -> Result<(SandboxSpec, String), Status> {
         fs_group: spec.fs_group,
         fuse_s3_mount: spec.fuse_s3_mount,
     };
-    let mut errors = configs::check(&as_config);
-    // A start may leave the command out: the image's own entrypoint runs (a warm
-    // configuration must name one).
-    errors.retain(|error| error.error_type != "too_short" || !is_command(&error.loc));
+    let mut errors = configs::check_start(&as_config);
     if let Some(factor) = spec.resource_factor
         && !(factor > 0.0 && factor <= MAX_RESOURCE_FACTOR)
     {
