@@ -6,8 +6,8 @@
 //! Each request carries a new conversation id, so every delivery is a real write.
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default `1,16,64`),
 //! `BENCH_BODIES` (`small`, `large`; default both), `BENCH_BACKENDS` (`redis`, `embedded`,
-//! and `replicated`: Redis with a replica and `--redis-min-replicas-ack 1`; default the
-//! first two), `BENCH_ROUNDS` (how many times each cell runs, interleaved; default 1) and
+//! `replicated`: Redis with a replica and `--redis-min-replicas-ack 1`, and `cluster`: a
+//! Redis Cluster of three masters; default the first two), `BENCH_ROUNDS` (how many times each cell runs, interleaved; default 1) and
 //! `BENCH_SANDGATE` (`label=path,…`: release binaries to compare side by side in one run,
 //! e.g. a copy of the previous build against the current one; default the current build).
 
@@ -21,6 +21,8 @@
 mod binaries;
 #[path = "harness/closed_loop.rs"]
 mod closed_loop;
+#[path = "harness/cluster.rs"]
+mod cluster;
 mod harness;
 #[path = "harness/replica.rs"]
 mod replica;
@@ -193,6 +195,8 @@ async fn main() {
     };
     let baseline_url = baseline().await;
     let mut targets = vec![("baseline (no-op HTTP)".to_owned(), None, baseline_url)];
+    // Kept running until the end.
+    let mut clusters = Vec::new();
     for (index, (label, binary)) in binaries.iter().enumerate() {
         if backends.contains("redis") {
             // Each binary gets its own database, so one's records do not slow the other's.
@@ -212,6 +216,17 @@ async fn main() {
             let (child, url) = sandgate(binary, &args).await;
             targets.push((
                 format!("{label}sandgate serve, Redis + replica, min-replicas-ack 1"),
+                Some(child),
+                url,
+            ));
+        }
+        if backends.contains("cluster") {
+            // A cluster has one database: one cluster per binary.
+            let (nodes, redis_url) = cluster::redis_cluster(3).await;
+            clusters.push(nodes);
+            let (child, url) = sandgate(binary, &["--redis".into(), redis_url]).await;
+            targets.push((
+                format!("{label}sandgate serve, Redis Cluster (3 masters)"),
                 Some(child),
                 url,
             ));

@@ -205,7 +205,9 @@ pub struct StoreArgs {
     /// Redis URL; when given, Redis replaces the embedded store. `redis://`, `rediss://`
     /// (TLS, checked against the system's roots or `--redis-ca-cert`), `redis+unix://`,
     /// `redis+sentinel://host:port[,host:port…]/<master>` (and `rediss+sentinel://`): the
-    /// primary the sentinels name, followed through failovers.
+    /// primary the sentinels name, followed through failovers;
+    /// `redis+cluster://host:port[,host:port…]` (and `rediss+cluster://`): a Redis Cluster,
+    /// learnt from the nodes named.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis: Option<String>,
     /// PEM file of the CA that signed the Redis server's certificate, trusted instead of
@@ -222,7 +224,7 @@ pub struct StoreArgs {
     /// Replicas that must have a write before it is acknowledged (Redis `WAIT`, within
     /// 1.5 s; else the write is answered 503 and its sender sends it again): with N ≥ 1,
     /// a write answered success survives the primary's loss. 0: acknowledged once the
-    /// primary has it.
+    /// primary has it. Not with a cluster.
     #[arg(long, env = "REDIS_MIN_REPLICAS_ACK", default_value_t = 0, requires = "redis",
           value_parser = clap::value_parser!(u32).range(0..=16))]
     pub redis_min_replicas_ack: u32,

@@ -20,7 +20,16 @@ pub fn redis(settings: &RuntimeApiSettings) -> Vec<Finding> {
     if let Some(problem) = redis_url_problem(url) {
         findings.push(Finding::new(Severity::Fatal, "REDIS_URL", problem));
     }
-    let tls = url.starts_with("rediss://") || url.starts_with("rediss+sentinel://");
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if scheme.ends_with("+cluster") && settings.redis_min_replicas_ack > 0 {
+        findings.push(Finding::new(
+            Severity::Fatal,
+            "REDIS_MIN_REPLICAS_ACK",
+            "needs one primary (a Redis or a Sentinel group), not a cluster: set \
+             min-replicas-to-write on the cluster's masters instead",
+        ));
+    }
+    let tls = scheme.starts_with("rediss");
     for (setting, path) in &settings.redis_tls_files {
         match std::fs::read(path) {
             Err(err) => findings.push(Finding::new(
@@ -38,7 +47,7 @@ pub fn redis(settings: &RuntimeApiSettings) -> Vec<Finding> {
             Ok(_) if !tls => findings.push(Finding::new(
                 Severity::Warning,
                 setting,
-                "set, but REDIS_URL is not rediss:// (or rediss+sentinel://): the connection does not use TLS",
+                "set, but REDIS_URL is not rediss:// (or rediss+sentinel://, rediss+cluster://): the connection does not use TLS",
             )),
             Ok(_) => {}
         }
@@ -89,9 +98,28 @@ mod tests {
             "redis+unix:///run/redis.sock",
             "redis+sentinel://:secret@s1:26379,s2:26379,s3:26379/mymaster",
             "rediss+sentinel://s1:26380/mymaster/1",
+            "redis+cluster://:secret@n1:6379,n2:6379,n3",
+            "rediss+cluster://n1:6380/",
         ] {
             assert_eq!(redis(&with_url(url)), [], "{url}");
         }
+    }
+
+    #[test]
+    fn replica_acknowledgements_need_one_primary() {
+        let cluster = RuntimeApiSettings {
+            redis_min_replicas_ack: 1,
+            ..with_url("redis+cluster://n1:6379")
+        };
+        assert_eq!(
+            settings_of(&redis(&cluster)),
+            [("REDIS_MIN_REPLICAS_ACK", Severity::Fatal)]
+        );
+        let sentinel = RuntimeApiSettings {
+            redis_min_replicas_ack: 1,
+            ..with_url("redis+sentinel://s1/mymaster")
+        };
+        assert_eq!(redis(&sentinel), []);
     }
 
     #[test]
@@ -99,7 +127,7 @@ mod tests {
         for url in [
             "redis+sentinel://:hunter2@s1:26379,s2:26379",
             "redis+sentinel://:hunter2@s1:port/mymaster",
-            "redis+cluster://:hunter2@n1:6379",
+            "redis+cluster://:hunter2@n1:6379/0",
             "http://:hunter2@redis:6379",
             "redis-host:6379",
         ] {

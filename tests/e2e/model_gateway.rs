@@ -1164,21 +1164,26 @@ async fn an_unset_variable_is_a_start_error_naming_the_entry() {
     assert!(stderr.contains("SANDGATE_TEST_NEVER_SET"), "{stderr}");
 }
 
-/// Calls of Redis's `HGETALL` so far (the read of the added models).
+/// Calls of Redis's `HGETALL` so far (the read of the added models), on every server that
+/// holds data.
 async fn hgetall_calls(backend: &Backend) -> u64 {
     let Backend::Redis(redis) = backend else {
         unreachable!("a Redis backend")
     };
-    let stats: String = ::redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut redis.connection().await)
-        .await
-        .expect("INFO");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().expect("a count"))
+    let mut calls = 0;
+    for mut connection in redis.node_connections().await {
+        let stats: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut connection)
+            .await
+            .expect("INFO");
+        calls += stats
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_hgetall:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse::<u64>().expect("a count"));
+    }
+    calls
 }
 
 /// Two replicas on one Redis with one configuration: a model added through one is routed

@@ -54,32 +54,34 @@ fn leaked(text: &str) -> Vec<&'static str> {
 async fn stored_bytes(backend: &Backend) -> String {
     match backend {
         Backend::Redis(redis) => {
-            let mut connection = redis.connection().await;
-            let keys: Vec<String> = ::redis::cmd("KEYS")
-                .arg("*")
-                .query_async(&mut connection)
-                .await
-                .expect("keys");
             let mut dump = String::new();
-            for key in keys {
-                // Every value as Redis hands it out (DUMP would compress long strings).
-                let kind: String = ::redis::cmd("TYPE")
-                    .arg(&key)
+            // Every server that holds data: the server, or each master of a cluster.
+            for mut connection in redis.node_connections().await {
+                let keys: Vec<String> = ::redis::cmd("KEYS")
+                    .arg("*")
                     .query_async(&mut connection)
                     .await
-                    .expect("type");
-                let command = match kind.as_str() {
-                    "string" => ::redis::cmd("GET").arg(&key).clone(),
-                    "hash" => ::redis::cmd("HGETALL").arg(&key).clone(),
-                    "zset" => ::redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).clone(),
-                    other => panic!("unexpected key type {other} at {key}"),
-                };
-                let values: Vec<Vec<u8>> = match kind.as_str() {
-                    "string" => vec![command.query_async(&mut connection).await.expect("read")],
-                    _ => command.query_async(&mut connection).await.expect("read"),
-                };
-                for value in values {
-                    dump.push_str(&String::from_utf8_lossy(&value));
+                    .expect("keys");
+                for key in keys {
+                    // Every value as Redis hands it out (DUMP would compress long strings).
+                    let kind: String = ::redis::cmd("TYPE")
+                        .arg(&key)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("type");
+                    let command = match kind.as_str() {
+                        "string" => ::redis::cmd("GET").arg(&key).clone(),
+                        "hash" => ::redis::cmd("HGETALL").arg(&key).clone(),
+                        "zset" => ::redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).clone(),
+                        other => panic!("unexpected key type {other} at {key}"),
+                    };
+                    let values: Vec<Vec<u8>> = match kind.as_str() {
+                        "string" => vec![command.query_async(&mut connection).await.expect("read")],
+                        _ => command.query_async(&mut connection).await.expect("read"),
+                    };
+                    for value in values {
+                        dump.push_str(&String::from_utf8_lossy(&value));
+                    }
                 }
             }
             dump

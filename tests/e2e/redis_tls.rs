@@ -139,17 +139,26 @@ async fn check_config_connects_when_asked_and_names_what_is_wrong() {
         report(&output)
     );
 
-    // A URL form Sandgate does not connect with fails before any connection, naming it.
-    let env = [
-        ("REDIS_URL", "redis+cluster://:hunter2@127.0.0.1:6379"),
-        ("SANDGATE_WEBHOOK_API_KEYS", WEBHOOK_KEY),
-    ];
-    let output = run_sandgate(&check, &env).await;
-    assert_eq!(output.status.code(), Some(1));
-    let text = report(&output);
-    assert!(
-        text.contains("error: REDIS_URL: redis+cluster://***@127.0.0.1:6379 is not a URL form"),
-        "{text}"
-    );
-    assert!(!text.contains("hunter2"), "{text}");
+    // A URL form Sandgate does not connect with, or one that does not parse, fails before
+    // any connection, naming it.
+    for (url, problem) in [
+        (
+            "redis+cluster://:hunter2@127.0.0.1:1/3",
+            "error: REDIS_URL: redis+cluster://***@127.0.0.1:1/3 does not parse: a cluster has one database",
+        ),
+        (
+            "http://:hunter2@127.0.0.1:1",
+            "error: REDIS_URL: http://***@127.0.0.1:1 is not a URL form",
+        ),
+    ] {
+        let env = [
+            ("REDIS_URL", url),
+            ("SANDGATE_WEBHOOK_API_KEYS", WEBHOOK_KEY),
+        ];
+        let output = run_sandgate(&check, &env).await;
+        assert_eq!(output.status.code(), Some(1));
+        let text = report(&output);
+        assert!(text.contains(problem), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+    }
 }

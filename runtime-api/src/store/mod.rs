@@ -190,13 +190,15 @@ impl std::fmt::Debug for RedisTls {
 }
 
 /// The URL forms the Redis backend connects with, as `scheme://`.
-pub const REDIS_URL_SCHEMES: [&str; 6] = [
+pub const REDIS_URL_SCHEMES: [&str; 8] = [
     "redis",
     "rediss",
     "redis+unix",
     "unix",
     "redis+sentinel",
     "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
 ];
 
 /// Why the Redis backend cannot use `url`, if it cannot: a scheme it does not speak, or a
@@ -214,6 +216,11 @@ pub fn redis_url_problem(url: &str) -> Option<String> {
     }
     if let Some(sentinel) = redis::sentinel::parse(url) {
         return sentinel
+            .err()
+            .map(|err| format!("{} does not parse: {err}", redact_url(url)));
+    }
+    if let Some(cluster) = redis::cluster::parse(url) {
+        return cluster
             .err()
             .map(|err| format!("{} does not parse: {err}", redact_url(url)));
     }

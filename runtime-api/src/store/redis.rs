@@ -1,15 +1,19 @@
-//! The Redis backend, for production and for several replicas sharing one store.
+//! The Redis backend, for production and for several replicas sharing one store: one
+//! Redis, a Sentinel group's primary ([`sentinel`]) or a Redis Cluster ([`cluster`]).
 //!
-//! Layout (every key a script touches shares one hash tag, so a move to Redis Cluster
-//! keeps each script on one slot):
+//! Layout (every key a script or pipeline touches shares one hash tag, so that on a
+//! cluster each stays on one slot; the keys a kind of record shares are in buckets on a
+//! cluster, see [`cluster::Layout`]):
 //! - `sandgate:conv:{<id>}`: a hash, `v` the version and `d` the record's JSON;
-//! - `sandgate:idx:<index>`: a sorted set of ids, all with score 0, read in lexical order;
+//! - `sandgate:idx:<index>` (a cluster: `sandgate:idx:{<bucket>:<index>}`): a sorted set
+//!   of ids, all with score 0, read in lexical order;
 //! - `sandgate:session-key:<sha256>`: the sandbox a session key was issued to;
 //! - `sandgate:profile:{<owner>}:<name>`: an LLM profile's JSON;
 //! - runtime management's keys: see [`admin`]; the model gateway's: see [`models`];
 //!   sandboxes and the reconciler's lease: see [`sandboxes`].
 
 mod admin;
+pub(super) mod cluster;
 mod events;
 mod models;
 mod sandboxes;
@@ -21,9 +25,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Script};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, FromRedisValue, Script};
 use uuid::Uuid;
 
+use self::cluster::Layout;
 use super::{
     ConversationStore, IndexKey, ProfileStore, RedisTls, SessionKeyStore, StoreError, StoreHealth,
     StoreResult, StoredConversation, StoredProfile, redact_url, redis_url_problem,
@@ -45,17 +51,55 @@ const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(1500);
 /// [`RedisStore::write_connection`]).
 const WRITE_LANES: usize = 8;
 
-/// The primary's connection (multiplexed: every call shares it), its write lanes, and its
-/// client (for the connections opened later, the Pub/Sub one): fixed for one Redis,
-/// replaced when the sentinels name another primary.
+/// A connection to one Redis (the primary), or to a whole cluster, which routes each
+/// command to the master of its key's slot. Both multiplex: every call shares it.
+#[derive(Clone)]
+pub(super) enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Single(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(connection) => connection.get_db(),
+            Self::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+/// The primary's connection (or the cluster's), its write lanes, and clients of its
+/// server(s) for the connections opened later (the Pub/Sub one): fixed for one Redis or a
+/// cluster, replaced when the sentinels name another primary.
 #[derive(Clone)]
 pub(super) struct Primary {
-    connection: ConnectionManager,
+    connection: Connection,
     /// With `--redis-min-replicas-ack`: connections of their own for the writes that
     /// `WAIT` for replicas (a `WAIT` blocks its connection until the replicas answer).
     /// Empty without.
     lanes: Vec<ConnectionManager>,
-    client: redis::Client,
+    /// Where Pub/Sub subscribes: the server, or each seed node of a cluster (tried in
+    /// turn: a message published on any node reaches every node's subscribers).
+    subscribers: Vec<redis::Client>,
 }
 
 impl Primary {
@@ -74,15 +118,28 @@ impl Primary {
         )
         .await?;
         Ok(Self {
-            connection,
+            connection: Connection::Single(connection),
             lanes,
-            client,
+            subscribers: vec![client],
+        })
+    }
+
+    /// Connects to the cluster `url` names, failing fast when no seed node answers.
+    async fn open_cluster(url: &cluster::ClusterUrl, tls: &RedisTls) -> redis::RedisResult<Self> {
+        let connection = url.client(tls)?.get_async_connection().await?;
+        Ok(Self {
+            connection: Connection::Cluster(connection),
+            lanes: Vec::new(),
+            subscribers: url.node_clients(tls)?,
         })
     }
 
     /// The server's address, for the log (never credentials).
     fn address(&self) -> String {
-        self.client.get_connection_info().addr().to_string()
+        self.subscribers
+            .first()
+            .map(|client| client.get_connection_info().addr().to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -90,6 +147,8 @@ pub struct RedisStore {
     primary: Arc<RwLock<Primary>>,
     /// The primary is the one the sentinels name (and `/health` checks that it still is).
     sentinel: bool,
+    /// Where records' keys live: one place on one Redis, buckets on a cluster.
+    layout: Layout,
     /// Replicas that must have a write before it is acknowledged (`WAIT`); 0: none.
     min_replicas_ack: u32,
     /// The write lane the next write takes.
@@ -112,19 +171,21 @@ fn conversation_key(id: impl std::fmt::Display) -> String {
     format!("sandgate:conv:{{{id}}}")
 }
 
-fn index_key(index: &IndexKey) -> String {
-    format!("sandgate:idx:{}", index.encode())
-}
-
 fn profile_key(owner: &str, name: &str) -> String {
     format!("sandgate:profile:{{{owner}}}:{name}")
 }
+
+/// Why `--redis-min-replicas-ack` cannot be used with a cluster.
+const CLUSTER_REPLICA_ACK: &str = "--redis-min-replicas-ack needs one primary (a Redis, or \
+    a Sentinel group): on a cluster, WAIT would hold every call to a master behind one \
+    write; leave it at 0 and set min-replicas-to-write on the masters instead";
 
 impl RedisStore {
     /// Connects, failing fast when the server cannot be reached. Later outages make calls
     /// fail with [`StoreError::Unavailable`] until the connection manager reconnects.
     /// With a Sentinel URL, the primary is the one the sentinels name, followed from then
-    /// on (see [`sentinel`]).
+    /// on (see [`sentinel`]); with a Cluster URL, the cluster's nodes are learnt from the
+    /// ones it names (see [`cluster`]).
     pub async fn connect(url: &str, tls: &RedisTls, min_replicas_ack: u32) -> StoreResult<Self> {
         if let Some(problem) = redis_url_problem(url) {
             return Err(StoreError::Unavailable(problem));
@@ -136,27 +197,29 @@ impl RedisStore {
             StoreError::Unavailable(format!("cannot reach Redis at {}: {err}", redact_url(url)))
         };
         let lanes = if min_replicas_ack > 0 { WRITE_LANES } else { 0 };
-        let (primary, sentinels) = match sentinel::parse(url) {
-            Some(parsed) => {
-                let parsed = parsed.map_err(StoreError::Unavailable)?;
-                let mut sentinels = parsed.client(tls).map_err(invalid)?;
-                let client = sentinels.async_get_client().await.map_err(unreachable)?;
-                (
-                    Primary::open(client, lanes).await.map_err(unreachable)?,
-                    Some(sentinels),
-                )
+        let mut sentinels = None;
+        let mut layout = Layout::SINGLE;
+        let primary = if let Some(parsed) = cluster::parse(url) {
+            let parsed = parsed.map_err(StoreError::Unavailable)?;
+            if min_replicas_ack > 0 {
+                return Err(StoreError::Unavailable(CLUSTER_REPLICA_ACK.to_owned()));
             }
-            None => {
-                let client = tls.client(url).map_err(invalid)?;
-                (
-                    Primary::open(client, lanes).await.map_err(unreachable)?,
-                    None,
-                )
-            }
+            layout = Layout::CLUSTER;
+            Primary::open_cluster(&parsed, tls)
+                .await
+                .map_err(unreachable)?
+        } else if let Some(parsed) = sentinel::parse(url) {
+            let parsed = parsed.map_err(StoreError::Unavailable)?;
+            let mut client = parsed.client(tls).map_err(invalid)?;
+            let primary = client.async_get_client().await.map_err(unreachable)?;
+            sentinels = Some(client);
+            Primary::open(primary, lanes).await.map_err(unreachable)?
+        } else {
+            let client = tls.client(url).map_err(invalid)?;
+            Primary::open(client, lanes).await.map_err(unreachable)?
         };
-        let connection = primary.connection.clone();
         let swap = Script::new(SWAP_SCRIPT);
-        let mut loader = connection.clone();
+        let mut loader = primary.connection.clone();
         swap.prepare_invoke()
             .load_async(&mut loader)
             .await
@@ -174,6 +237,7 @@ impl RedisStore {
         Ok(Self {
             primary,
             sentinel: followed,
+            layout,
             min_replicas_ack,
             next_lane: AtomicUsize::new(0),
             swap,
@@ -181,8 +245,8 @@ impl RedisStore {
         })
     }
 
-    /// The primary's connection, for one call.
-    fn connection(&self) -> ConnectionManager {
+    /// The primary's (or the cluster's) connection, for one call.
+    fn connection(&self) -> Connection {
         self.primary
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -195,13 +259,66 @@ impl RedisStore {
     /// turn, so that a write's `WAIT`, which blocks its connection until the replicas
     /// answer, holds the writes of its lane only, and the reads none. Without: the shared
     /// connection.
-    fn write_connection(&self) -> ConnectionManager {
+    fn write_connection(&self) -> Connection {
         let primary = self.primary.read().unwrap_or_else(PoisonError::into_inner);
         if primary.lanes.is_empty() {
             return primary.connection.clone();
         }
         let lane = self.next_lane.fetch_add(1, Ordering::Relaxed) % primary.lanes.len();
-        primary.lanes[lane].clone()
+        Connection::Single(primary.lanes[lane].clone())
+    }
+
+    /// The index `index`'s key that holds (or would hold) `id`.
+    fn index_key(&self, index: &IndexKey, id: Uuid) -> String {
+        self.layout.bucket(id.as_bytes()).index_key(&index.encode())
+    }
+
+    /// Sends `commands`, each with the key that places it, in as few round trips as the
+    /// topology allows: one pipeline on one Redis; on a cluster one per slot, concurrently
+    /// (a pipeline must stay on one slot there). Answers in the commands' order.
+    async fn spread<T: FromRedisValue>(&self, commands: Vec<(String, Cmd)>) -> StoreResult<Vec<T>> {
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut connection = self.connection();
+        if !self.layout.is_cluster() {
+            let mut pipe = redis::pipe();
+            for (_, command) in commands {
+                pipe.add_command(command);
+            }
+            return pipe.query_async(&mut connection).await.map_err(unavailable);
+        }
+        let mut slots: std::collections::HashMap<_, (Vec<usize>, redis::Pipeline)> =
+            std::collections::HashMap::new();
+        let count = commands.len();
+        for (position, (key, command)) in commands.into_iter().enumerate() {
+            let (positions, pipe) = slots
+                .entry(redis::cluster_routing::Slot::for_key(&key))
+                .or_insert_with(|| (Vec::new(), redis::pipe()));
+            positions.push(position);
+            pipe.add_command(command);
+        }
+        let answers =
+            futures::future::try_join_all(slots.into_values().map(|(positions, pipe)| {
+                let mut connection = connection.clone();
+                async move {
+                    let values: Vec<redis::Value> = pipe.query_async(&mut connection).await?;
+                    Ok::<_, redis::RedisError>(positions.into_iter().zip(values))
+                }
+            }))
+            .await
+            .map_err(unavailable)?;
+        let mut ordered: Vec<Option<redis::Value>> = vec![None; count];
+        for (position, value) in answers.into_iter().flatten() {
+            ordered[position] = Some(value);
+        }
+        ordered
+            .into_iter()
+            .map(|value| {
+                redis::from_redis_value(value.unwrap_or(redis::Value::Nil))
+                    .map_err(|err| StoreError::Corrupt(err.to_string()))
+            })
+            .collect()
     }
 }
 
@@ -213,7 +330,7 @@ impl RedisStore {
     /// write answered success survives the primary's loss. `WAIT` blocks the connection it
     /// runs on for one replication round trip: `connection` is a write lane
     /// ([`Self::write_connection`]), so that only the writes of that lane wait behind it.
-    async fn replicated(&self, connection: &mut ConnectionManager) -> StoreResult<()> {
+    async fn replicated(&self, connection: &mut Connection) -> StoreResult<()> {
         if self.min_replicas_ack == 0 {
             return Ok(());
         }
@@ -251,21 +368,48 @@ impl ConversationStore for RedisStore {
         next: &StoredConversation,
     ) -> StoreResult<bool> {
         let data = serde_json::to_vec(next).map_err(corrupt)?;
-        // Index entries first, in the same round trip: an index may hold a member whose
-        // write then lost the race (readers re-check), but never misses a written one.
-        let mut pipe = redis::pipe();
-        for index in next.index_keys() {
-            pipe.zadd(index_key(&index), next.id.to_string(), 0)
-                .ignore();
-        }
-        pipe.invoke_script(
-            self.swap
+        let member = next.id.to_string();
+        let swap = |invocation: &mut redis::ScriptInvocation<'_>| {
+            invocation
                 .key(conversation_key(next.id))
                 .arg(expected)
                 .arg(next.version)
-                .arg(data),
-        );
+                .arg(&data);
+        };
         let mut connection = self.write_connection();
+        if self.layout.is_cluster() {
+            // Index entries first (on their own slots), as on one Redis: an index may hold
+            // a member whose write then lost the race (readers re-check), but never misses
+            // a written one.
+            let entries = next
+                .index_keys()
+                .iter()
+                .map(|index| {
+                    let key = self.index_key(index, next.id);
+                    let mut command = redis::cmd("ZADD");
+                    command.arg(&key).arg(0).arg(&member);
+                    (key, command)
+                })
+                .collect();
+            self.spread::<redis::Value>(entries).await?;
+            let mut invocation = self.swap.prepare_invoke();
+            swap(&mut invocation);
+            // Loads the script again where a node has forgotten it.
+            let swapped: bool = invocation
+                .invoke_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            return Ok(swapped);
+        }
+        // Index entries first, in the same round trip.
+        let mut pipe = redis::pipe();
+        for index in next.index_keys() {
+            pipe.zadd(self.index_key(&index, next.id), &member, 0)
+                .ignore();
+        }
+        let mut invocation = self.swap.prepare_invoke();
+        swap(&mut invocation);
+        pipe.invoke_script(&invocation);
         let (swapped,): (bool,) = match pipe.query_async(&mut connection).await {
             // A pipeline sends the script by its hash only, and a restarted (or failed
             // over, or flushed) server has forgotten it: load it again and retry once, or
@@ -307,7 +451,7 @@ impl ConversationStore for RedisStore {
         futures::future::try_join_all(
             lanes
                 .into_iter()
-                .map(|mut lane| async move { self.replicated(&mut lane).await }),
+                .map(|lane| async move { self.replicated(&mut Connection::Single(lane)).await }),
         )
         .await
         .map(drop)
@@ -319,23 +463,49 @@ impl ConversationStore for RedisStore {
         after: Option<Uuid>,
         limit: usize,
     ) -> StoreResult<Vec<StoredConversation>> {
-        let mut connection = self.connection();
         let min = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
-        let ids: Vec<String> = connection
-            .zrangebylex_limit(index_key(index), min, "+", 0, limit as isize)
-            .await
-            .map_err(unavailable)?;
+        let encoded = index.encode();
+        // Each bucket's first `limit` after `after`, merged: the first `limit` of all.
+        let pages: Vec<Vec<String>> = self
+            .spread(
+                self.layout
+                    .buckets()
+                    .map(|bucket| {
+                        let key = bucket.index_key(&encoded);
+                        let mut command = redis::cmd("ZRANGEBYLEX");
+                        command
+                            .arg(&key)
+                            .arg(&min)
+                            .arg("+")
+                            .arg("LIMIT")
+                            .arg(0)
+                            .arg(limit);
+                        (key, command)
+                    })
+                    .collect(),
+            )
+            .await?;
+        let mut ids: Vec<String> = pages.into_iter().flatten().collect();
+        if self.layout.is_cluster() {
+            ids.sort_unstable();
+            ids.dedup();
+            ids.truncate(limit);
+        }
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.cmd("HGET").arg(conversation_key(id)).arg("d");
-        }
-        let records: Vec<Option<Vec<u8>>> = pipe
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let records: Vec<Option<Vec<u8>>> = self
+            .spread(
+                ids.iter()
+                    .map(|id| {
+                        let key = conversation_key(id);
+                        let mut command = redis::cmd("HGET");
+                        command.arg(&key).arg("d");
+                        (key, command)
+                    })
+                    .collect(),
+            )
+            .await?;
         records
             .into_iter()
             .flatten()
@@ -344,14 +514,20 @@ impl ConversationStore for RedisStore {
     }
 
     async fn drop_stale_entries(&self, id: Uuid, stale: &[IndexKey]) -> StoreResult<()> {
-        let mut pipe = redis::pipe();
-        for index in stale {
-            pipe.zrem(index_key(index), id.to_string()).ignore();
-        }
-        let mut connection = self.connection();
-        pipe.query_async::<()>(&mut connection)
-            .await
-            .map_err(unavailable)
+        let member = id.to_string();
+        self.spread::<redis::Value>(
+            stale
+                .iter()
+                .map(|index| {
+                    let key = self.index_key(index, id);
+                    let mut command = redis::cmd("ZREM");
+                    command.arg(&key).arg(&member);
+                    (key, command)
+                })
+                .collect(),
+        )
+        .await
+        .map(drop)
     }
 }
 
@@ -410,6 +586,23 @@ impl ProfileStore for RedisStore {
 impl StoreHealth for RedisStore {
     async fn ping(&self) -> StoreResult<()> {
         let mut connection = self.connection();
+        if self.layout.is_cluster() {
+            // A node that answers is not enough: the cluster serves every slot until its
+            // nodes judge a master failed (`cluster-node-timeout`), and then none.
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            return if info.lines().any(|line| line.trim() == "cluster_state:ok") {
+                Ok(())
+            } else {
+                Err(StoreError::Unavailable(
+                    "the Redis cluster's state is not ok (a master's slots are unserved)"
+                        .to_owned(),
+                ))
+            };
+        }
         if self.sentinel {
             // Reachable is not enough: a demoted primary answers, and refuses every write.
             return if sentinel::is_primary(&mut connection).await {

@@ -109,6 +109,11 @@ impl Backend {
         Self::Redis(RedisServer::start_sentinel(0, false).await)
     }
 
+    /// A Redis Cluster of three masters (`redis+cluster://`).
+    pub async fn redis_cluster() -> Self {
+        Self::Redis(RedisServer::start_cluster(3).await)
+    }
+
     /// The command-line flags that select this backend.
     pub fn args(&self) -> Vec<String> {
         match self {
@@ -293,8 +298,8 @@ impl Drop for Sandgate {
     }
 }
 
-/// Runs each named `async fn(Backend)` on the embedded store, on Redis and on Redis over
-/// TLS (`rediss://` with a private CA).
+/// Runs each named `async fn(Backend)` on the embedded store, on Redis, on Redis over TLS
+/// (`rediss://` with a private CA), behind Sentinel, and on a three-master Redis Cluster.
 #[macro_export]
 macro_rules! on_both_backends {
     ($($test:ident),* $(,)?) => {
@@ -330,7 +335,38 @@ macro_rules! on_both_backends {
                 }
             )*
         }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Backend::redis_cluster().await).await;
+                }
+            )*
+        }
     };
+}
+
+/// Polls `status` until it answers `wanted`, for at most `within` (and once at least):
+/// the statuses seen meanwhile, the last one `wanted` unless it never came.
+pub async fn until_status<F, Fut>(
+    within: std::time::Duration,
+    wanted: u16,
+    mut status: F,
+) -> Vec<u16>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = u16>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen = Vec::new();
+    loop {
+        let answer = status().await;
+        seen.push(answer);
+        if answer == wanted || tokio::time::Instant::now() >= deadline {
+            return seen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// A valid ConversationInfo body built from a real fixture, with the given id and

@@ -24,6 +24,11 @@ pub struct RedisServer {
     /// With a Sentinel group around this server (the primary): its replicas and
     /// sentinels. Its URL is then the group's, `redis+sentinel://…`.
     sentinels: Option<Box<Sentinels>>,
+    /// A cluster node's bus port; with `others`, this server is a cluster's first master.
+    cluster_port: Option<u16>,
+    /// The other masters of this server's cluster. Its URL is then the cluster's,
+    /// `redis+cluster://…`.
+    others: Vec<RedisServer>,
 }
 
 /// A port nobody listens on right now (another process may take it before Redis does;
@@ -64,11 +69,28 @@ impl RedisServer {
     }
 
     async fn start_with(durable: bool, password: Option<String>, tls: Option<Tls>) -> Self {
+        Self::start_node(durable, password, tls, false).await
+    }
+
+    async fn start_node(
+        durable: bool,
+        password: Option<String>,
+        tls: Option<Tls>,
+        cluster: bool,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         for _ in 0..10 {
             let port = free_port();
-            if let Some(child) =
-                Self::spawn(port, dir.path(), durable, password.as_deref(), tls.as_ref()).await
+            let cluster_port = cluster.then(free_port);
+            if let Some(child) = Self::spawn(
+                port,
+                dir.path(),
+                durable,
+                password.as_deref(),
+                tls.as_ref(),
+                cluster_port,
+            )
+            .await
             {
                 return Self {
                     port,
@@ -78,6 +100,8 @@ impl RedisServer {
                     durable,
                     password,
                     sentinels: None,
+                    cluster_port,
+                    others: Vec::new(),
                 };
             }
         }
@@ -90,6 +114,7 @@ impl RedisServer {
         durable: bool,
         password: Option<&str>,
         tls: Option<&Tls>,
+        cluster_port: Option<u16>,
     ) -> Option<Box<Child>> {
         let mut command = Command::new("redis-server");
         match tls {
@@ -108,6 +133,14 @@ impl RedisServer {
                 ]),
         };
         command.args(["--bind", "127.0.0.1", "--save", ""]);
+        if let Some(cluster_port) = cluster_port {
+            command
+                .args(["--cluster-enabled", "yes", "--cluster-port"])
+                .arg(cluster_port.to_string())
+                .arg("--cluster-config-file")
+                .arg(dir.join("nodes.conf"))
+                .args(["--cluster-node-timeout", "2000"]);
+        }
         if let Some(password) = password {
             command.args(["--requirepass", password]);
         }
@@ -174,12 +207,20 @@ impl RedisServer {
         panic!("the replica did not synchronise");
     }
 
-    /// Its URL: `redis+sentinel://…` with a Sentinel group, else the server's own.
+    /// Its URL: `redis+sentinel://…` with a Sentinel group, `redis+cluster://…` for a
+    /// cluster, else the server's own.
     pub fn url(&self) -> String {
-        match &self.sentinels {
-            Some(sentinels) => sentinels.url(),
-            None => self.direct_url(),
+        if let Some(sentinels) = &self.sentinels {
+            return sentinels.url();
         }
+        if !self.others.is_empty() {
+            let nodes: Vec<String> = std::iter::once(self)
+                .chain(&self.others)
+                .map(|node| format!("127.0.0.1:{}", node.port))
+                .collect();
+            return format!("redis+cluster://{}", nodes.join(","));
+        }
+        self.direct_url()
     }
 
     /// The server's own URL, whatever names it to Sandgate.
@@ -231,6 +272,27 @@ impl RedisServer {
             .expect("connect to the test redis")
     }
 
+    /// A plain connection to each server that holds data: the server, or every master of
+    /// a cluster.
+    pub async fn node_connections(&self) -> Vec<redis::aio::MultiplexedConnection> {
+        let mut connections = vec![self.connection().await];
+        for node in &self.others {
+            connections.push(node.connection().await);
+        }
+        connections
+    }
+
+    /// How long clients may still be served once this server is killed: none for one
+    /// server; a cluster's other masters serve their slots until they judge it failed
+    /// (`cluster-node-timeout`, 2 s here), and then refuse every call.
+    pub fn failure_detection(&self) -> std::time::Duration {
+        if self.others.is_empty() {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_secs(10)
+        }
+    }
+
     /// Stops the server at once (a crash, as far as clients can tell).
     pub async fn kill(&mut self) {
         drop(self.child.kill().await);
@@ -256,6 +318,7 @@ impl RedisServer {
                 true,
                 self.password.as_deref(),
                 self.tls.as_ref(),
+                self.cluster_port,
             )
             .await
             {
@@ -453,5 +516,69 @@ impl Sentinels {
             .map(|(port, _)| format!("127.0.0.1:{port}"))
             .collect();
         format!("redis+sentinel://{}/{SENTINEL_MASTER}", nodes.join(","))
+    }
+}
+
+impl RedisServer {
+    /// A Redis Cluster of `masters` masters (no replicas) on free ports, its 16384 slots
+    /// split evenly; returns once every node sees the cluster as ok. The first master
+    /// stands for the cluster: its URL is the cluster's.
+    pub async fn start_cluster(masters: u16) -> Self {
+        let mut nodes = Vec::new();
+        for _ in 0..masters {
+            nodes.push(Self::start_node(false, None, None, true).await);
+        }
+        const SLOTS: u16 = 16384;
+        let mut connections = Vec::new();
+        for (index, node) in (0_u16..).zip(&nodes) {
+            let mut connection = node.connection().await;
+            let first = SLOTS / masters * index;
+            let last = if index + 1 == masters {
+                SLOTS - 1
+            } else {
+                SLOTS / masters * (index + 1) - 1
+            };
+            redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query_async::<()>(&mut connection)
+                .await
+                .expect("CLUSTER ADDSLOTSRANGE");
+            connections.push(connection);
+        }
+        for node in &nodes[1..] {
+            redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(node.port)
+                .arg(node.cluster_port.expect("a cluster node"))
+                .query_async::<()>(&mut connections[0])
+                .await
+                .expect("CLUSTER MEET");
+        }
+        // Polled: the nodes learn each other and the slot map over their bus.
+        for _ in 0..400 {
+            let mut ready = true;
+            for connection in &mut connections {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query_async(connection)
+                    .await
+                    .expect("CLUSTER INFO");
+                let known = format!("cluster_known_nodes:{masters}");
+                if !(info.contains("cluster_state:ok") && info.contains(&known)) {
+                    ready = false;
+                    break;
+                }
+            }
+            if ready {
+                let mut first = nodes.remove(0);
+                first.others = nodes;
+                return first;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the cluster did not form");
     }
 }

@@ -45,20 +45,22 @@ async fn subscribe(client: &redis::Client) -> redis::RedisResult<redis::aio::Pub
 /// Follows `MODELS_CHANGED` until every receiver of `generation` is gone: the generation
 /// moves on with each notification, and with each new subscription (what was said while
 /// unsubscribed is unknown); it is `None` while unsubscribed. Each subscription is to the
-/// primary of the moment (the sentinels may have named another).
+/// primary of the moment (the sentinels may have named another), or to a cluster's seed
+/// nodes in turn (a message published on any node reaches the subscribers of every one).
 async fn follow_model_changes(
     primary: Weak<RwLock<Primary>>,
     generation: watch::Sender<Option<u64>>,
 ) {
     let mut next = 0_u64;
     let mut warned = false;
+    // Which of the servers to subscribe on (a cluster's seed nodes, in turn).
+    let mut attempt = 0_usize;
     loop {
-        let Some(client) = primary.upgrade().map(|primary| {
-            primary
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .client
-                .clone()
+        let Some(client) = primary.upgrade().and_then(|primary| {
+            let primary = primary.read().unwrap_or_else(PoisonError::into_inner);
+            let subscribers = &primary.subscribers;
+            attempt = attempt.wrapping_add(1);
+            subscribers.get(attempt % subscribers.len().max(1)).cloned()
         }) else {
             return;
         };

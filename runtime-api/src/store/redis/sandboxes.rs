@@ -1,52 +1,88 @@
-//! Sandboxes in Redis. Every key shares the hash tag `{sandboxes}`, so the scripts that
-//! keep records and indexes consistent run on one Cluster slot:
-//! - `sandgate:{sandboxes}:records`: a hash, runtime id → the record's JSON;
-//! - `sandgate:{sandboxes}:versions`: a hash, runtime id → the record's version;
-//! - `sandgate:{sandboxes}:sessions`: a hash, session id → runtime id;
-//! - `sandgate:{sandboxes}:warm:<claim key>`: a set of the warm sandboxes a start with
-//!   that claim key may take;
-//! - `sandgate:{sandboxes}:sweep:<pooled|paused|stopped>`: a sorted set per sweep index,
-//!   runtime id → its position there (see [`SweepIndex`]);
+//! Sandboxes in Redis. A sandbox's keys are those of its bucket (see
+//! [`Layout`](super::cluster::Layout)), whose hash tag is `{sandboxes}` on one Redis and
+//! `{sandboxes:<n>}` on a cluster, so that the scripts that keep records and indexes
+//! consistent run on one slot while a cluster's sandboxes spread over its masters. In
+//! each bucket (`<tag>` its hash tag):
+//! - `sandgate:<tag>:records`: a hash, runtime id → the record's JSON;
+//! - `sandgate:<tag>:versions`: a hash, runtime id → the record's version;
+//! - `sandgate:<tag>:sessions`: a hash, session id → runtime id;
+//! - `sandgate:<tag>:warm:<claim key>`: a set of the warm sandboxes a start with that claim
+//!   key may take;
+//! - `sandgate:<tag>:sweep:<pooled|paused|stopped>`: a sorted set per sweep index, runtime
+//!   id → its position there (see [`SweepIndex`]);
+//! - `sandgate:<tag>:lease-token:<name>`: the highest fencing token of the lease `name`
+//!   this bucket has seen, which its fenced writes check.
+//!
+//! And once, in `{sandboxes}`:
 //! - `sandgate:{sandboxes}:lease:<name>`: the holder of a lease, with a TTL;
 //! - `sandgate:{sandboxes}:lease-token:<name>`: the lease's fencing token, which grows
-//!   each time the lease passes to a holder (no TTL: it must never go back).
+//!   each time the lease passes to a holder (no TTL: it must never go back). On one Redis
+//!   it is also the bucket's; on a cluster a holder raises every bucket's to it before it
+//!   writes, so that no write of an earlier holder lands from then on.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rand::seq::SliceRandom;
 use redis::Script;
 
+use super::cluster::Bucket;
 use super::{RedisStore, corrupt, unavailable};
 use crate::store::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
 use crate::store::{StoreError, StoreResult};
 
-const RECORDS: &str = "sandgate:{sandboxes}:records";
-const VERSIONS: &str = "sandgate:{sandboxes}:versions";
-const SESSIONS: &str = "sandgate:{sandboxes}:sessions";
-
-fn warm_key(claim_key: &str) -> String {
-    format!("sandgate:{{sandboxes}}:warm:{claim_key}")
-}
-
-fn sweep_key(index: SweepIndex) -> String {
-    format!("sandgate:{{sandboxes}}:sweep:{}", index.name())
-}
+/// The hash tag's kind, and the lease's keys' tag.
+const KIND: &str = "sandboxes";
 
 fn lease_key(name: &str) -> String {
-    format!("sandgate:{{sandboxes}}:lease:{name}")
+    format!("sandgate:{{{KIND}}}:lease:{name}")
 }
 
 fn lease_token_key(name: &str) -> String {
-    format!("sandgate:{{sandboxes}}:lease-token:{name}")
+    format!("sandgate:{{{KIND}}}:lease-token:{name}")
 }
 
-/// A write's fence as a script's key and argument: the lease's token key and the token,
-/// or (unfenced) a token key no lease uses and an empty token, which the script skips.
-fn fence_parts(fence: Option<&Fence>) -> (String, String) {
-    match fence {
-        Some(fence) => (lease_token_key(&fence.lease), fence.token.to_string()),
-        None => (lease_token_key(""), String::new()),
+/// One bucket's keys.
+struct Keys(String);
+
+impl Keys {
+    fn of(bucket: Bucket) -> Self {
+        Self(bucket.tag(KIND))
+    }
+
+    fn records(&self) -> String {
+        format!("sandgate:{}:records", self.0)
+    }
+
+    fn versions(&self) -> String {
+        format!("sandgate:{}:versions", self.0)
+    }
+
+    fn sessions(&self) -> String {
+        format!("sandgate:{}:sessions", self.0)
+    }
+
+    fn warm(&self, claim_key: &str) -> String {
+        format!("sandgate:{}:warm:{claim_key}", self.0)
+    }
+
+    fn sweep(&self, index: SweepIndex) -> String {
+        format!("sandgate:{}:sweep:{}", self.0, index.name())
+    }
+
+    fn lease_token(&self, name: &str) -> String {
+        format!("sandgate:{}:lease-token:{name}", self.0)
+    }
+
+    /// A write's fence as a script's key and argument: this bucket's token of the lease
+    /// and the holder's, or (unfenced) a token key no lease uses and an empty token, which
+    /// the script skips.
+    fn fence(&self, fence: Option<&Fence>) -> (String, String) {
+        match fence {
+            Some(fence) => (self.lease_token(&fence.lease), fence.token.to_string()),
+            None => (self.lease_token(""), String::new()),
+        }
     }
 }
 
@@ -63,11 +99,16 @@ fn written(answer: i64, fence: Option<&Fence>) -> StoreResult<bool> {
 /// ARGV: id, expected version, next version, JSON, in previous warm set (0/1), in next
 /// warm set (0/1), previous session, next session, in previous sweep index (0/1), in next
 /// sweep index (0/1), position in the next sweep index, the fence's token ('' unfenced).
-/// Returns 1 when written, 0 at another version, -1 when the fence's lease moved on.
+/// Returns 1 when written, 0 at another version, -1 when the fence's lease moved on (the
+/// bucket has seen a higher token; one it has not seen yet it keeps from then on).
 static PUT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if ARGV[12] ~= '' and redis.call('GET', KEYS[8]) ~= ARGV[12] then return -1 end
+if ARGV[12] ~= '' then
+  local seen = tonumber(redis.call('GET', KEYS[8]) or '0')
+  if tonumber(ARGV[12]) < seen then return -1 end
+  if tonumber(ARGV[12]) > seen then redis.call('SET', KEYS[8], ARGV[12]) end
+end
 local current = redis.call('HGET', KEYS[2], ARGV[1])
 if (current or '0') ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
@@ -88,11 +129,15 @@ return 1
 /// KEYS: records, versions, sessions, warm set, sweep index, the fence's lease token.
 /// ARGV: id, expected version, in the warm set (0/1), session, in the sweep index (0/1),
 /// the fence's token ('' unfenced). Returns 1 when deleted, 0 at another version, -1 when
-/// the fence's lease moved on.
+/// the fence's lease moved on (as [`PUT`]).
 static DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if ARGV[6] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[6] then return -1 end
+if ARGV[6] ~= '' then
+  local seen = tonumber(redis.call('GET', KEYS[6]) or '0')
+  if tonumber(ARGV[6]) < seen then return -1 end
+  if tonumber(ARGV[6]) > seen then redis.call('SET', KEYS[6], ARGV[6]) end
+end
 local current = redis.call('HGET', KEYS[2], ARGV[1])
 if (current or '0') ~= ARGV[2] then return 0 end
 redis.call('HDEL', KEYS[1], ARGV[1])
@@ -147,6 +192,18 @@ return redis.call('INCR', KEYS[2])
     )
 });
 
+/// KEYS: a bucket's token of a lease. ARGV: the lease's token. Raises the bucket's to it.
+static RAISE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+",
+    )
+});
+
 /// KEYS: the lease. ARGV: holder.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -166,14 +223,25 @@ fn flag(set: bool) -> &'static str {
 }
 
 impl RedisStore {
-    /// Puts `records` in their sweep indexes (see `reindex_sandboxes`): where each stands
-    /// is read in one round trip, and only a misplaced one costs a version-checked fix.
-    async fn reindex(&self, records: &[StoredSandbox]) -> StoreResult<usize> {
+    /// The keys of the bucket that holds `runtime_id`.
+    fn sandbox_keys(&self, runtime_id: &str) -> Keys {
+        Keys::of(self.layout.bucket(runtime_id.as_bytes()))
+    }
+
+    /// Every bucket's keys.
+    fn every_bucket(&self) -> impl Iterator<Item = Keys> {
+        self.layout.buckets().map(Keys::of)
+    }
+
+    /// Puts `records`, all of one bucket, in their sweep indexes (see
+    /// `reindex_sandboxes`): where each stands is read in one round trip, and only a
+    /// misplaced one costs a version-checked fix.
+    async fn reindex(&self, keys: &Keys, records: &[StoredSandbox]) -> StoreResult<usize> {
         if records.is_empty() {
             return Ok(0);
         }
         let mut connection = self.connection();
-        let indexes = SweepIndex::ALL.map(sweep_key);
+        let indexes = SweepIndex::ALL.map(|index| keys.sweep(index));
         let mut positions = redis::pipe();
         for record in records {
             for key in &indexes {
@@ -198,7 +266,7 @@ impl RedisStore {
                 (belongs.ordinal() + 1, position)
             });
             let fixed: usize = REINDEX
-                .key(VERSIONS)
+                .key(keys.versions())
                 .key(&indexes[0])
                 .key(&indexes[1])
                 .key(&indexes[2])
@@ -214,62 +282,46 @@ impl RedisStore {
         Ok(changed)
     }
 
+    /// The records of `ids` that exist, each read from its bucket (one `HMGET` per
+    /// bucket).
     async fn records(&self, ids: &[String]) -> StoreResult<Vec<StoredSandbox>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+        let mut buckets: Vec<(String, Vec<&String>)> = Vec::new();
+        for id in ids {
+            let key = self.sandbox_keys(id).records();
+            match buckets.iter_mut().find(|(records, _)| *records == key) {
+                Some((_, members)) => members.push(id),
+                None => buckets.push((key, vec![id])),
+            }
         }
-        let mut connection = self.connection();
-        let records: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(RECORDS)
-            .arg(ids)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        records.iter().flatten().map(|data| decode(data)).collect()
-    }
-}
-
-#[async_trait]
-impl SandboxStore for RedisStore {
-    async fn sandboxes(&self) -> StoreResult<Vec<StoredSandbox>> {
-        let mut connection = self.connection();
-        let records: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
-            .arg(RECORDS)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        records.iter().map(|(_, data)| decode(data)).collect()
+        let records: Vec<Vec<Option<Vec<u8>>>> = self
+            .spread(
+                buckets
+                    .into_iter()
+                    .map(|(key, members)| {
+                        let mut command = redis::cmd("HMGET");
+                        command.arg(&key).arg(members);
+                        (key, command)
+                    })
+                    .collect(),
+            )
+            .await?;
+        records
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|data| decode(data))
+            .collect()
     }
 
-    async fn sandbox(&self, runtime_id: &str) -> StoreResult<Option<StoredSandbox>> {
-        Ok(self
-            .records(&[runtime_id.to_owned()])
-            .await?
-            .into_iter()
-            .next())
-    }
-
-    async fn sandbox_for_session(&self, session_id: &str) -> StoreResult<Option<StoredSandbox>> {
-        let mut connection = self.connection();
-        let id: Option<String> = redis::cmd("HGET")
-            .arg(SESSIONS)
-            .arg(session_id)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        match id {
-            Some(id) => self.sandbox(&id).await,
-            None => Ok(None),
-        }
-    }
-
-    async fn swept_sandboxes(
+    /// One bucket's sandboxes in `index` up to `until_ms`, at most `limit` of them.
+    async fn swept_in_bucket(
         &self,
+        keys: Keys,
         index: SweepIndex,
         until_ms: i64,
         limit: usize,
     ) -> StoreResult<Vec<StoredSandbox>> {
-        let key = sweep_key(index);
+        let key = keys.sweep(index);
         let mut connection = self.connection();
         let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
             .arg(&key)
@@ -285,7 +337,7 @@ impl SandboxStore for RedisStore {
             return Ok(Vec::new());
         }
         let records: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(RECORDS)
+            .arg(keys.records())
             .arg(&ids)
             .query_async(&mut connection)
             .await
@@ -308,13 +360,14 @@ impl SandboxStore for RedisStore {
         records.iter().flatten().map(|data| decode(data)).collect()
     }
 
-    async fn reindex_sandboxes(&self) -> StoreResult<usize> {
+    /// One bucket's sweep indexes repaired (see `reindex_sandboxes`).
+    async fn reindex_bucket(&self, keys: Keys) -> StoreResult<usize> {
         let mut connection = self.connection();
         let mut cursor = 0_u64;
         let mut changed = 0;
         loop {
             let (next, page): (u64, Vec<(String, Vec<u8>)>) = redis::cmd("HSCAN")
-                .arg(RECORDS)
+                .arg(keys.records())
                 .arg(cursor)
                 .arg("COUNT")
                 .arg(REINDEX_PAGE)
@@ -325,12 +378,94 @@ impl SandboxStore for RedisStore {
                 .iter()
                 .map(|(_, data)| decode(data))
                 .collect::<StoreResult<Vec<_>>>()?;
-            changed += self.reindex(&records).await?;
+            changed += self.reindex(&keys, &records).await?;
             if next == 0 {
                 return Ok(changed);
             }
             cursor = next;
         }
+    }
+}
+
+#[async_trait]
+impl SandboxStore for RedisStore {
+    async fn sandboxes(&self) -> StoreResult<Vec<StoredSandbox>> {
+        let buckets: Vec<Vec<(String, Vec<u8>)>> = self
+            .spread(
+                self.every_bucket()
+                    .map(|keys| {
+                        let key = keys.records();
+                        let mut command = redis::cmd("HGETALL");
+                        command.arg(&key);
+                        (key, command)
+                    })
+                    .collect(),
+            )
+            .await?;
+        buckets
+            .iter()
+            .flatten()
+            .map(|(_, data)| decode(data))
+            .collect()
+    }
+
+    async fn sandbox(&self, runtime_id: &str) -> StoreResult<Option<StoredSandbox>> {
+        let mut connection = self.connection();
+        let data: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(self.sandbox_keys(runtime_id).records())
+            .arg(runtime_id)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        data.map(|data| decode(&data)).transpose()
+    }
+
+    async fn sandbox_for_session(&self, session_id: &str) -> StoreResult<Option<StoredSandbox>> {
+        // A session's entry is in its sandbox's bucket: every bucket is asked.
+        let ids: Vec<Option<String>> = self
+            .spread(
+                self.every_bucket()
+                    .map(|keys| {
+                        let key = keys.sessions();
+                        let mut command = redis::cmd("HGET");
+                        command.arg(&key).arg(session_id);
+                        (key, command)
+                    })
+                    .collect(),
+            )
+            .await?;
+        match ids.into_iter().flatten().next() {
+            Some(id) => self.sandbox(&id).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn swept_sandboxes(
+        &self,
+        index: SweepIndex,
+        until_ms: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<StoredSandbox>> {
+        let buckets = futures::future::try_join_all(
+            self.every_bucket()
+                .map(|keys| self.swept_in_bucket(keys, index, until_ms, limit)),
+        )
+        .await?;
+        let mut records: Vec<StoredSandbox> = buckets.into_iter().flatten().collect();
+        if self.layout.is_cluster() {
+            // The first `limit` of all: each bucket's first `limit`, merged by position.
+            records.sort_by_key(|record| record.sweep_index().map(|(_, position)| position));
+            records.truncate(limit);
+        }
+        Ok(records)
+    }
+
+    async fn reindex_sandboxes(&self) -> StoreResult<usize> {
+        let changed = futures::future::try_join_all(
+            self.every_bucket().map(|keys| self.reindex_bucket(keys)),
+        )
+        .await?;
+        Ok(changed.into_iter().sum())
     }
 
     async fn warm_sandboxes(
@@ -338,13 +473,24 @@ impl SandboxStore for RedisStore {
         claim_key: &str,
         limit: usize,
     ) -> StoreResult<Vec<StoredSandbox>> {
-        let mut connection = self.connection();
-        let ids: Vec<String> = redis::cmd("SRANDMEMBER")
-            .arg(warm_key(claim_key))
-            .arg(limit)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let buckets: Vec<Vec<String>> = self
+            .spread(
+                self.every_bucket()
+                    .map(|keys| {
+                        let key = keys.warm(claim_key);
+                        let mut command = redis::cmd("SRANDMEMBER");
+                        command.arg(&key).arg(limit);
+                        (key, command)
+                    })
+                    .collect(),
+            )
+            .await?;
+        let mut ids: Vec<String> = buckets.into_iter().flatten().collect();
+        if self.layout.is_cluster() {
+            // Random candidates of all the buckets, as SRANDMEMBER picks from one.
+            ids.shuffle(&mut rand::rng());
+            ids.truncate(limit);
+        }
         self.records(&ids).await
     }
 
@@ -354,7 +500,8 @@ impl SandboxStore for RedisStore {
         next: &StoredSandbox,
         fence: Option<&Fence>,
     ) -> StoreResult<bool> {
-        let (fence_key, fence_token) = fence_parts(fence);
+        let keys = self.sandbox_keys(&next.runtime_id);
+        let (fence_key, fence_token) = keys.fence(fence);
         let json = serde_json::to_vec(next).map_err(corrupt)?;
         let previous_warm = previous.and_then(StoredSandbox::warm_index);
         let next_warm = next.warm_index();
@@ -362,17 +509,13 @@ impl SandboxStore for RedisStore {
         let next_sweep = next.sweep_index();
         let mut connection = self.write_connection();
         let answer: i64 = PUT
-            .key(RECORDS)
-            .key(VERSIONS)
-            .key(SESSIONS)
-            .key(warm_key(previous_warm.unwrap_or_default()))
-            .key(warm_key(next_warm.unwrap_or_default()))
-            .key(sweep_key(
-                previous_sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
-            ))
-            .key(sweep_key(
-                next_sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
-            ))
+            .key(keys.records())
+            .key(keys.versions())
+            .key(keys.sessions())
+            .key(keys.warm(previous_warm.unwrap_or_default()))
+            .key(keys.warm(next_warm.unwrap_or_default()))
+            .key(keys.sweep(previous_sweep.map_or(SweepIndex::Pooled, |(index, _)| index)))
+            .key(keys.sweep(next_sweep.map_or(SweepIndex::Pooled, |(index, _)| index)))
             .key(fence_key)
             .arg(&next.runtime_id)
             .arg(next.version.saturating_sub(1))
@@ -405,18 +548,17 @@ impl SandboxStore for RedisStore {
         current: &StoredSandbox,
         fence: Option<&Fence>,
     ) -> StoreResult<bool> {
-        let (fence_key, fence_token) = fence_parts(fence);
+        let keys = self.sandbox_keys(&current.runtime_id);
+        let (fence_key, fence_token) = keys.fence(fence);
         let warm = current.warm_index();
         let sweep = current.sweep_index();
         let mut connection = self.write_connection();
         let answer: i64 = DELETE
-            .key(RECORDS)
-            .key(VERSIONS)
-            .key(SESSIONS)
-            .key(warm_key(warm.unwrap_or_default()))
-            .key(sweep_key(
-                sweep.map_or(SweepIndex::Pooled, |(index, _)| index),
-            ))
+            .key(keys.records())
+            .key(keys.versions())
+            .key(keys.sessions())
+            .key(keys.warm(warm.unwrap_or_default()))
+            .key(keys.sweep(sweep.map_or(SweepIndex::Pooled, |(index, _)| index)))
             .key(fence_key)
             .arg(&current.runtime_id)
             .arg(current.version)
@@ -449,12 +591,29 @@ impl SandboxStore for RedisStore {
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
-        if token > 0 {
-            // A token lost with a primary that died before its replicas had it could be
-            // handed out again: the lease is the holder's once they have it.
-            self.replicated(&mut connection).await?;
+        if token == 0 {
+            return Ok(None);
         }
-        Ok((token > 0).then_some(token))
+        // A token lost with a primary that died before its replicas had it could be
+        // handed out again: the lease is the holder's once they have it.
+        self.replicated(&mut connection).await?;
+        if self.layout.is_cluster() {
+            // Every bucket learns the token before the holder writes: from then on no
+            // earlier holder's write lands anywhere.
+            futures::future::try_join_all(self.every_bucket().map(|keys| {
+                let mut connection = connection.clone();
+                async move {
+                    RAISE
+                        .key(keys.lease_token(name))
+                        .arg(token)
+                        .invoke_async::<i64>(&mut connection)
+                        .await
+                }
+            }))
+            .await
+            .map_err(unavailable)?;
+        }
+        Ok(Some(token))
     }
 
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {

@@ -54,7 +54,7 @@ fn parse_rest(tls: bool, rest: &str) -> Result<SentinelUrl, String> {
     };
     let sentinels = hosts
         .split(',')
-        .map(host_port)
+        .map(|sentinel| host_port(sentinel, SENTINEL_PORT))
         .collect::<Result<Vec<_>, _>>()?;
     let mut segments = path.split('/');
     let master = segments.next().unwrap_or_default().to_owned();
@@ -76,7 +76,8 @@ fn parse_rest(tls: bool, rest: &str) -> Result<SentinelUrl, String> {
     })
 }
 
-fn host_port(text: &str) -> Result<(String, u16), String> {
+/// `host[:port]` or `[v6][:port]`, with `default_port` when none is given.
+pub(super) fn host_port(text: &str, default_port: u16) -> Result<(String, u16), String> {
     let (host, port) = match text.strip_prefix('[') {
         // [v6]:port
         Some(v6) => {
@@ -94,7 +95,7 @@ fn host_port(text: &str) -> Result<(String, u16), String> {
         return Err(format!("{text:?} is not host:port"));
     }
     let port = match port {
-        None => SENTINEL_PORT,
+        None => default_port,
         Some(port) => port
             .parse()
             .map_err(|_| format!("{text:?}: the port is not a number"))?,
@@ -147,7 +148,7 @@ impl SentinelUrl {
 }
 
 /// Whether `connection` is to a primary (`ROLE` says `master`).
-pub async fn is_primary(connection: &mut redis::aio::ConnectionManager) -> bool {
+pub async fn is_primary(connection: &mut impl redis::aio::ConnectionLike) -> bool {
     let role: redis::RedisResult<Vec<redis::Value>> =
         redis::cmd("ROLE").query_async(connection).await;
     matches!(
