@@ -311,6 +311,16 @@ pub fn check_model(model: &str) -> Result<(), String> {
     }
 }
 
+/// Why an `api_key` cannot be sent (as `Authorization: Bearer <key>`), if it cannot: it
+/// must be a header value. Never echoes the key.
+pub fn check_api_key(api_key: &str) -> Result<(), String> {
+    if http::HeaderValue::from_str(api_key).is_ok() {
+        Ok(())
+    } else {
+        Err("api_key cannot be sent in a header: it holds a control character".to_owned())
+    }
+}
+
 /// Why an `api_base` cannot be called, if it cannot.
 pub fn check_api_base(api_base: &str) -> Result<(), String> {
     match reqwest::Url::parse(api_base) {
@@ -423,12 +433,14 @@ impl GatewayConfig {
             {
                 return Err(format!("{what}: model_info must be a mapping"));
             }
+            let api_key = resolve(&params.api_key, &what, env)?;
+            check_api_key(&api_key).map_err(|err| format!("{what}: {err}"))?;
             models.push(ModelEntry {
                 params: call_params(&params, &model, &what)?,
                 model_name: entry.model_name,
                 model,
                 api_base,
-                api_key: resolve(&params.api_key, &what, env)?,
+                api_key,
                 model_info: entry.model_info,
             });
         }
@@ -574,6 +586,15 @@ impl ConfigFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_key_must_be_a_header_value() {
+        assert!(check_api_key("sk-abc 123\tok").is_ok());
+        for bad in ["sk-abc\n", "sk\u{7f}", "sk\r\nx-injected: 1"] {
+            let err = check_api_key(bad).expect_err(bad);
+            assert!(!err.contains("sk"), "{err}");
+        }
+    }
 
     #[test]
     fn extra_headers_may_not_set_what_is_per_client_or_per_call() {

@@ -221,7 +221,12 @@ impl ModelGatewayService {
         let mut attempt = 0;
         let response = loop {
             let Some(outbound) = outbound_base.try_clone() else {
-                return Err(error(ErrorCode::Internal, "cannot build the upstream call"));
+                // The entry's URL or a header cannot be sent (the checks at load and at
+                // `/model/new` keep such entries out): the upstream cannot be reached.
+                return Err(error(
+                    ErrorCode::BadGateway,
+                    "the model entry's api_base or api_key cannot be sent upstream",
+                ));
             };
             let outbound = outbound.body(request_body(&call.body));
             let Ok(sent) = tokio::time::timeout(read_timeout, outbound.send()).await else {

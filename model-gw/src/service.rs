@@ -24,7 +24,9 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::config::{ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_model};
+use crate::config::{
+    ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_api_key, check_model,
+};
 use crate::forward::{AnswerEdit, Prepared};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
 use crate::retry::RetryPolicy;
@@ -385,6 +387,7 @@ impl ModelGateway for ModelGatewayService {
         }
         check_model(&params.model).map_err(|err| error(ErrorCode::BadRequest, err))?;
         check_api_base(&params.api_base).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        check_api_key(&params.api_key).map_err(|err| error(ErrorCode::BadRequest, err))?;
         let config = self.config.current();
         let stored = StoredModel {
             model_name,

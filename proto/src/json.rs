@@ -17,6 +17,34 @@ where
     T::deserialize(ObjectOnly(deserializer))
 }
 
+/// An optional integer as the reference's models read one: a JSON integer, or a number
+/// with no fractional part (`3.0`, which JSON Schema's `integer` includes and pydantic
+/// takes as 3). Use it as `#[serde(default, deserialize_with = "...")]` on an `Option<i64>`.
+pub fn optional_integer<'de, D>(deserializer: D) -> Result<Option<i64>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Number {
+        Integer(i64),
+        Float(f64),
+    }
+    match Option::<Number>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(Number::Integer(integer)) => Ok(Some(integer)),
+        // Within i64's range, so that the cast is exact.
+        Some(Number::Float(float))
+            if float.fract() == 0.0 && (-9.2e18..=9.2e18).contains(&float) =>
+        {
+            Ok(Some(float as i64))
+        }
+        Some(Number::Float(float)) => Err(serde::de::Error::custom(format!(
+            "invalid type: floating point `{float}`, expected an integer"
+        ))),
+    }
+}
+
 /// `T` from a whole body: an object at the top, nothing but whitespace after it.
 pub fn from_slice<T: DeserializeOwned>(body: &[u8]) -> serde_json::Result<T> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
@@ -154,6 +182,30 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for ObjectOnly<D> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn integers_may_be_written_with_a_zero_fraction() {
+        #[derive(serde::Deserialize)]
+        struct Body {
+            #[serde(default, deserialize_with = "super::optional_integer")]
+            count: Option<i64>,
+        }
+        let count = |text: &str| serde_json::from_str::<Body>(text).map(|body| body.count);
+        assert_eq!(count(r#"{"count": 3}"#).ok(), Some(Some(3)));
+        assert_eq!(
+            count(r#"{"count": 20363257.0}"#).ok(),
+            Some(Some(20_363_257))
+        );
+        assert_eq!(count(r#"{"count": null}"#).ok(), Some(None));
+        assert_eq!(count("{}").ok(), Some(None));
+        for refused in [
+            r#"{"count": 2.5}"#,
+            r#"{"count": "3"}"#,
+            r#"{"count": 1e300}"#,
+        ] {
+            assert!(count(refused).is_err(), "{refused}");
+        }
+    }
+
     use super::*;
 
     #[derive(Debug, Deserialize, PartialEq)]

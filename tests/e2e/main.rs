@@ -30,6 +30,7 @@ mod redaction;
 mod redis_tls;
 mod runtime_clients;
 mod sandbox_api;
+mod schemathesis;
 mod slow_clients;
 mod store_conformance;
 mod tenancy;

@@ -156,6 +156,15 @@ fn query_integer(name: &'static str, value: &str) -> Result<u32, ApiError> {
     })
 }
 
+/// A class name, as event kinds are.
+fn is_identifier(text: &str) -> bool {
+    let mut bytes = text.bytes();
+    bytes
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+        && bytes.all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+}
+
 /// `?limit=<n>&page_id=<token>&order=asc|desc&kind=<kind>&kind=…`
 fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, ApiError> {
     let mut request = ListEventsRequest {
@@ -166,7 +175,16 @@ fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, 
         match name.as_ref() {
             "limit" => request.page_size = query_integer("limit", &value)?,
             "page_id" => request.page_token = value.into_owned(),
-            "kind" => request.kinds.push(value.into_owned()),
+            // An event kind is a class name: anything else can match no event.
+            "kind" if is_identifier(&value) => request.kinds.push(value.into_owned()),
+            "kind" => {
+                return Err(ApiError::invalid(
+                    "string_pattern_mismatch",
+                    json!(["query", "kind"]),
+                    "An event kind is a name: letters, digits and '_', not starting with a digit",
+                    Value::from(value.as_ref()),
+                ));
+            }
             "order" => {
                 request.descending = match value.as_ref() {
                     "asc" => false,

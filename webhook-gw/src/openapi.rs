@@ -24,6 +24,8 @@ pub fn document(conversation_schema: &Value) -> Value {
         }
         schemas.insert("ConversationInfo".into(), Value::Object(root));
     }
+    require_discriminators(&mut schemas);
+    require_validated_fields(&mut schemas);
     if let Some(Value::Object(components)) = document.get_mut("components")
         && let Some(Value::Object(existing)) = components.get_mut("schemas")
     {
@@ -32,8 +34,139 @@ pub fn document(conversation_schema: &Value) -> Value {
     document
 }
 
+/// Fields the models' own validators demand although their schema gives them a default:
+/// the model, its field, and that a value must be non-empty.
+const VALIDATED_FIELDS: [(&str, &str); 1] = [
+    // `LLM`'s before-validator: "model must be specified in LLM" when absent or empty.
+    ("LLM", "model"),
+];
+
+/// Each of [`VALIDATED_FIELDS`] required, and non-empty.
+fn require_validated_fields(schemas: &mut Map<String, Value>) {
+    for (model, field) in VALIDATED_FIELDS {
+        let Some(Value::Object(schema)) = schemas.get_mut(model) else {
+            continue;
+        };
+        if let Some(Value::Object(property)) = schema
+            .get_mut("properties")
+            .and_then(|properties| properties.get_mut(field))
+        {
+            property.remove("default");
+            property.insert("minLength".into(), Value::from(1));
+        }
+        let required = schema
+            .entry("required")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(required) = required
+            && !required.iter().any(|name| name == field)
+        {
+            required.push(Value::from(field));
+        }
+    }
+}
+
+/// The models' unions as the models judge them: pydantic's schema maps each variant under
+/// a generated name and leaves the discriminator (`kind`, `type`) optional in the
+/// variants, while the models refuse a variant without it. Each union's mapping becomes
+/// discriminator value → variant, and each variant requires its discriminator.
+fn require_discriminators(schemas: &mut Map<String, Value>) {
+    // Each variant's value of the union's discriminator.
+    let tag = |schemas: &Map<String, Value>, variant: &str, property: &str| {
+        schemas
+            .get(variant)?
+            .get("properties")?
+            .get(property)?
+            .get("const")?
+            .as_str()
+            .map(str::to_owned)
+    };
+    // (union, its discriminator, its variants as (reference, name, tag)).
+    let mut unions = Vec::new();
+    for (union, schema) in schemas.iter() {
+        let Some(discriminator) = schema.get("discriminator") else {
+            continue;
+        };
+        let Some(property) = discriminator.get("propertyName").and_then(Value::as_str) else {
+            continue;
+        };
+        let variants: Vec<(Value, String, String)> = discriminator
+            .get("mapping")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|mapping| mapping.values())
+            .filter_map(|reference| {
+                let name = reference.as_str()?.rsplit('/').next()?.to_owned();
+                let value = tag(schemas, &name, property)?;
+                Some((reference.clone(), name, value))
+            })
+            .collect();
+        unions.push((union.clone(), property.to_owned(), variants));
+    }
+    for (union, property, variants) in unions {
+        let mapping: Map<String, Value> = variants
+            .iter()
+            .map(|(reference, _, value)| (value.clone(), reference.clone()))
+            .collect();
+        if let Some(Value::Object(discriminator)) = schemas
+            .get_mut(&union)
+            .and_then(|schema| schema.get_mut("discriminator"))
+        {
+            discriminator.insert("mapping".into(), Value::Object(mapping));
+        }
+        for (_, name, _) in variants {
+            let Some(Value::Object(variant)) = schemas.get_mut(&name) else {
+                continue;
+            };
+            let required = variant
+                .entry("required")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(required) = required
+                && !required.iter().any(|field| field == property.as_str())
+            {
+                required.push(Value::from(property.as_str()));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    /// A variant of a discriminated union requires its `kind`, and the mapping is keyed
+    /// by the `kind` values, as the models judge them.
+    #[test]
+    fn union_variants_require_their_kind() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"workspace": {"$ref": "#/$defs/BaseWorkspace"}},
+            "$defs": {
+                "BaseWorkspace": {
+                    "discriminator": {
+                        "propertyName": "kind",
+                        "mapping": {"pkg__Local-Input__1": "#/$defs/LocalWorkspace"}
+                    },
+                    "oneOf": [{"$ref": "#/$defs/LocalWorkspace"}]
+                },
+                "LocalWorkspace": {
+                    "type": "object",
+                    "properties": {"kind": {"const": "LocalWorkspace"}, "working_dir": {}},
+                    "required": ["working_dir"]
+                }
+            }
+        });
+        let document = super::document(&schema);
+        let schemas = &document["components"]["schemas"];
+        assert_eq!(
+            schemas["BaseWorkspace"]["discriminator"]["mapping"],
+            json!({"LocalWorkspace": "#/components/schemas/LocalWorkspace"})
+        );
+        assert_eq!(
+            schemas["LocalWorkspace"]["required"],
+            json!(["working_dir", "kind"])
+        );
+    }
+
     #[test]
     fn the_embedded_document_is_json() {
         let document: serde_json::Value = serde_json::from_str(super::DOCUMENT).unwrap();

@@ -35,11 +35,11 @@ struct StartBody {
     session_id: Option<String>,
     #[serde(default)]
     resource_factor: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
     run_as_user: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
     run_as_group: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
     fs_group: Option<i64>,
     #[serde(default)]
     fuse_s3_mount: Option<bool>,

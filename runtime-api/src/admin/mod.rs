@@ -113,13 +113,13 @@ struct ConfigBody {
     working_dir: String,
     command: Vec<String>,
     environment: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
     count: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
     run_as_user: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
     run_as_group: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
     fs_group: Option<i64>,
     #[serde(default)]
     fuse_s3_mount: Option<bool>,

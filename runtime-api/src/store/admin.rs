@@ -28,13 +28,29 @@ pub struct StoredWarmConfig {
     pub working_dir: String,
     pub command: Vec<String>,
     pub environment: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "sandgate_proto::json::optional_integer"
+    )]
     pub count: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "sandgate_proto::json::optional_integer"
+    )]
     pub run_as_user: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "sandgate_proto::json::optional_integer"
+    )]
     pub run_as_group: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "sandgate_proto::json::optional_integer"
+    )]
     pub fs_group: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fuse_s3_mount: Option<bool>,
