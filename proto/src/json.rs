@@ -24,25 +24,50 @@ pub fn optional_integer<'de, D>(deserializer: D) -> Result<Option<i64>, D::Error
 where
     D: Deserializer<'de>,
 {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Number {
-        Integer(i64),
-        Float(f64),
-    }
-    match Option::<Number>::deserialize(deserializer)? {
-        None => Ok(None),
-        Some(Number::Integer(integer)) => Ok(Some(integer)),
-        // Within i64's range, so that the cast is exact.
-        Some(Number::Float(float))
-            if float.fract() == 0.0 && (-9.2e18..=9.2e18).contains(&float) =>
-        {
-            Ok(Some(float as i64))
+    /// Says `i64` in its errors, as serde's own integers do (the validation error's type
+    /// is read from it).
+    struct Integer;
+
+    impl<'de> Visitor<'de> for Integer {
+        type Value = Option<i64>;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+            formatter.write_str("i64")
         }
-        Some(Number::Float(float)) => Err(serde::de::Error::custom(format!(
-            "invalid type: floating point `{float}`, expected an integer"
-        ))),
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D2: Deserializer<'de>>(self, inner: D2) -> Result<Self::Value, D2::Error> {
+            inner.deserialize_any(self)
+        }
+
+        fn visit_i64<E>(self, value: i64) -> Result<Self::Value, E> {
+            Ok(Some(value))
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Self::Value, E> {
+            i64::try_from(value)
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(value), &self))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Self::Value, E> {
+            // Within i64's range, so that the cast is exact.
+            if value.fract() == 0.0 && (-9.2e18..=9.2e18).contains(&value) {
+                Ok(Some(value as i64))
+            } else {
+                Err(E::invalid_type(serde::de::Unexpected::Float(value), &self))
+            }
+        }
     }
+
+    deserializer.deserialize_option(Integer)
 }
 
 /// `T` from a whole body: an object at the top, nothing but whitespace after it.

@@ -395,7 +395,9 @@ async fn the_openapi_document_describes_routed_paths_and_methods() {
             .replace("{id}", &new_id())
             .replace("{profile_name}", "p")
             .replace("{name}", "custom");
-        for method in operations.as_object().expect("operations").keys() {
+        // Every method: a documented one is routed; any other answers 405 (and every
+        // routed path is in the document: webhook-gw's `every_route_is_documented`).
+        for method in ["get", "post", "put", "patch", "delete"] {
             let response = server
                 .client
                 .request(
@@ -407,31 +409,14 @@ async fn the_openapi_document_describes_routed_paths_and_methods() {
                 .expect("request");
             let status = response.status().as_u16();
             let body: Value = response.json().await.unwrap_or(Value::Null);
-            assert!(
-                status != 405 && body != json!({"detail": "Not Found"}),
-                "{method} {path} is documented but not routed: {status} {body}"
-            );
-        }
-        // And the other way round: a method the path serves is documented (every routed
-        // path is in the document: webhook-gw's `every_route_is_documented`).
-        for method in ["get", "post", "put", "patch", "delete"] {
             if operations.get(method).is_some() {
-                continue;
+                assert!(
+                    status != 405 && body != json!({"detail": "Not Found"}),
+                    "{method} {path} is documented but not routed: {status} {body}"
+                );
+            } else {
+                assert_eq!(status, 405, "{method} {path} is routed but not documented");
             }
-            let response = server
-                .client
-                .request(
-                    method.to_uppercase().parse().expect("method"),
-                    server.url(&concrete),
-                )
-                .send()
-                .await
-                .expect("request");
-            assert_eq!(
-                response.status(),
-                405,
-                "{method} {path} is routed but not documented"
-            );
         }
     }
     let response = server

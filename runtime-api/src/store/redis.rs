@@ -16,6 +16,7 @@ mod admin;
 pub(super) mod cluster;
 mod events;
 mod models;
+mod nodes;
 mod sandboxes;
 pub(super) mod sentinel;
 

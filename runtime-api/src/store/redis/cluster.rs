@@ -9,10 +9,10 @@
 //! sandbox ask each bucket, concurrently, and merge.
 
 use redis::cluster::ClusterClientBuilder;
-use redis::{ConnectionAddr, IntoConnectionInfo, TlsMode};
+use redis::{IntoConnectionInfo, TlsMode};
 
 use super::RedisTls;
-use super::sentinel::host_port;
+use super::nodes::Authority;
 
 /// Redis's default port.
 const REDIS_PORT: u16 = 6379;
@@ -25,10 +25,8 @@ pub const CLUSTER_BUCKETS: u16 = 16;
 #[derive(Debug, PartialEq, Eq)]
 pub struct ClusterUrl {
     pub tls: bool,
-    /// host, port
-    pub nodes: Vec<(String, u16)>,
-    /// `[user][:password]`, as the URL has it (percent-encoded).
-    userinfo: Option<String>,
+    /// The seed nodes, and their credentials.
+    pub nodes: Authority,
 }
 
 /// `url` as a Cluster URL: `None` when it is not one, an error (never echoing a password)
@@ -50,58 +48,20 @@ fn parse_rest(tls: bool, rest: &str) -> Result<ClusterUrl, String> {
             "a cluster has one database: nothing may follow the nodes but a final /".to_owned(),
         );
     }
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => (Some(userinfo.to_owned()), hosts),
-        None => (None, authority),
-    };
-    let nodes = hosts
-        .split(',')
-        .map(|node| host_port(node, REDIS_PORT))
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(ClusterUrl {
         tls,
-        nodes,
-        userinfo,
+        nodes: Authority::parse(authority, REDIS_PORT)?,
     })
 }
 
 impl ClusterUrl {
-    /// The seed nodes' addresses, as clients of one node take them.
-    fn addresses(&self) -> impl Iterator<Item = ConnectionAddr> + '_ {
-        self.nodes.iter().map(|(host, port)| {
-            if self.tls {
-                ConnectionAddr::TcpTls {
-                    host: host.clone(),
-                    port: *port,
-                    insecure: false,
-                    tls_params: None,
-                }
-            } else {
-                ConnectionAddr::Tcp(host.clone(), *port)
-            }
-        })
-    }
-
-    /// The credentials as the redis crate reads them from a URL (percent-decoded).
-    fn credentials(&self) -> redis::RedisResult<(Option<String>, Option<String>)> {
-        let Some(userinfo) = &self.userinfo else {
-            return Ok((None, None));
-        };
-        let info = format!("redis://{userinfo}@localhost/").into_connection_info()?;
-        let settings = info.redis_settings();
-        Ok((
-            settings.username().map(str::to_owned),
-            settings.password().map(str::to_owned),
-        ))
-    }
-
     /// A client of the whole cluster.
     pub fn client(&self, tls: &RedisTls) -> redis::RedisResult<redis::cluster::ClusterClient> {
-        let mut builder = ClusterClientBuilder::new(self.addresses())
+        let mut builder = ClusterClientBuilder::new(self.nodes.addresses(self.tls))
             .connection_timeout(std::time::Duration::from_secs(2))
             .response_timeout(std::time::Duration::from_secs(2))
             .retries(3);
-        let (username, password) = self.credentials()?;
+        let (username, password) = self.nodes.credentials()?;
         if let Some(username) = username {
             builder = builder.username(username);
         }
@@ -120,8 +80,9 @@ impl ClusterUrl {
     /// A client of each seed node, for the Pub/Sub connection: a message published on any
     /// node of a cluster reaches the subscribers of every node.
     pub fn node_clients(&self, tls: &RedisTls) -> redis::RedisResult<Vec<redis::Client>> {
-        let (username, password) = self.credentials()?;
-        self.addresses()
+        let (username, password) = self.nodes.credentials()?;
+        self.nodes
+            .addresses(self.tls)
             .map(|addr| {
                 let mut info = addr.into_connection_info()?;
                 let mut settings = info.redis_settings().clone();
@@ -221,12 +182,14 @@ mod tests {
             parse("redis+cluster://:pw@n1:7000,[::1]:7001,n3/"),
             Some(Ok(ClusterUrl {
                 tls: false,
-                nodes: vec![
-                    ("n1".into(), 7000),
-                    ("::1".into(), 7001),
-                    ("n3".into(), REDIS_PORT)
-                ],
-                userinfo: Some(":pw".into()),
+                nodes: Authority {
+                    userinfo: Some(":pw".into()),
+                    nodes: vec![
+                        ("n1".into(), 7000),
+                        ("::1".into(), 7001),
+                        ("n3".into(), REDIS_PORT)
+                    ],
+                },
             }))
         );
         assert!(matches!(

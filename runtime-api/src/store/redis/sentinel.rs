@@ -9,9 +9,10 @@
 use std::sync::{PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use redis::TlsMode;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, IntoConnectionInfo, TlsMode};
 
+use super::nodes::Authority;
 use super::{Primary, RedisTls};
 
 /// How often the watcher checks that the connected server is still the primary.
@@ -24,11 +25,9 @@ const SENTINEL_PORT: u16 = 26379;
 #[derive(Debug, PartialEq, Eq)]
 pub struct SentinelUrl {
     pub tls: bool,
-    /// host, port
-    pub sentinels: Vec<(String, u16)>,
+    /// The sentinels, and the servers' credentials.
+    pub sentinels: Authority,
     pub master: String,
-    /// `[user][:password]`, as the URL has it (percent-encoded).
-    userinfo: Option<String>,
     db: i64,
 }
 
@@ -48,14 +47,7 @@ fn parse_rest(tls: bool, rest: &str) -> Result<SentinelUrl, String> {
     let (authority, path) = rest
         .split_once('/')
         .ok_or("no master name: write …/<master-name> after the sentinels")?;
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => (Some(userinfo.to_owned()), hosts),
-        None => (None, authority),
-    };
-    let sentinels = hosts
-        .split(',')
-        .map(|sentinel| host_port(sentinel, SENTINEL_PORT))
-        .collect::<Result<Vec<_>, _>>()?;
+    let sentinels = Authority::parse(authority, SENTINEL_PORT)?;
     let mut segments = path.split('/');
     let master = segments.next().unwrap_or_default().to_owned();
     if master.is_empty() || master.contains(['?', '#']) {
@@ -71,67 +63,26 @@ fn parse_rest(tls: bool, rest: &str) -> Result<SentinelUrl, String> {
         tls,
         sentinels,
         master,
-        userinfo,
         db,
     })
-}
-
-/// `host[:port]` or `[v6][:port]`, with `default_port` when none is given.
-pub(super) fn host_port(text: &str, default_port: u16) -> Result<(String, u16), String> {
-    let (host, port) = match text.strip_prefix('[') {
-        // [v6]:port
-        Some(v6) => {
-            let (host, rest) = v6
-                .split_once(']')
-                .ok_or_else(|| format!("{text:?} is not host:port"))?;
-            (host, rest.strip_prefix(':'))
-        }
-        None => match text.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (text, None),
-        },
-    };
-    if host.is_empty() {
-        return Err(format!("{text:?} is not host:port"));
-    }
-    let port = match port {
-        None => default_port,
-        Some(port) => port
-            .parse()
-            .map_err(|_| format!("{text:?}: the port is not a number"))?,
-    };
-    Ok((host.to_owned(), port))
 }
 
 impl SentinelUrl {
     /// A client of the sentinels that names the primary, with the servers' credentials,
     /// database and TLS material.
     pub fn client(&self, tls: &RedisTls) -> redis::RedisResult<SentinelClient> {
-        let sentinels = self.sentinels.iter().map(|(host, port)| {
-            if self.tls {
-                ConnectionAddr::TcpTls {
-                    host: host.clone(),
-                    port: *port,
-                    insecure: false,
-                    tls_params: None,
-                }
-            } else {
-                ConnectionAddr::Tcp(host.clone(), *port)
-            }
-        });
-        let mut builder =
-            SentinelClientBuilder::new(sentinels, &self.master, SentinelServerType::Master)?
-                .set_client_to_redis_db(self.db);
-        // The credentials as the redis crate reads them from a URL (percent-decoded).
-        if let Some(userinfo) = &self.userinfo {
-            let info = format!("redis://{userinfo}@localhost/").into_connection_info()?;
-            let settings = info.redis_settings();
-            if let Some(username) = settings.username() {
-                builder = builder.set_client_to_redis_username(username);
-            }
-            if let Some(password) = settings.password() {
-                builder = builder.set_client_to_redis_password(password);
-            }
+        let mut builder = SentinelClientBuilder::new(
+            self.sentinels.addresses(self.tls),
+            &self.master,
+            SentinelServerType::Master,
+        )?
+        .set_client_to_redis_db(self.db);
+        let (username, password) = self.sentinels.credentials()?;
+        if let Some(username) = username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = password {
+            builder = builder.set_client_to_redis_password(password);
         }
         if self.tls {
             builder = builder
@@ -203,13 +154,15 @@ mod tests {
             parsed,
             Some(Ok(SentinelUrl {
                 tls: false,
-                sentinels: vec![
-                    ("s1".into(), 26380),
-                    ("::1".into(), 26381),
-                    ("s3".into(), SENTINEL_PORT)
-                ],
+                sentinels: Authority {
+                    userinfo: Some(":pw".into()),
+                    nodes: vec![
+                        ("s1".into(), 26380),
+                        ("::1".into(), 26381),
+                        ("s3".into(), SENTINEL_PORT)
+                    ],
+                },
                 master: "mymaster".into(),
-                userinfo: Some(":pw".into()),
                 db: 2,
             }))
         );
