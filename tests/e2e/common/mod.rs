@@ -102,11 +102,10 @@ impl Backend {
         Self::Redis(RedisServer::start_tls(false).await)
     }
 
-    /// Redis behind Sentinel (`redis+sentinel://`): a primary and three sentinels (no
-    /// replica: what these tests check is the store through the sentinels; the failover
-    /// tests start their replicas).
+    /// Redis behind Sentinel (`redis+sentinel://`): a primary, a replica of it and three
+    /// sentinels, as a production group runs (the failover tests start their own).
     pub async fn redis_sentinel() -> Self {
-        Self::Redis(RedisServer::start_sentinel(0, false).await)
+        Self::Redis(RedisServer::start_sentinel(1, false).await)
     }
 
     /// A Redis Cluster of three masters (`redis+cluster://`).
