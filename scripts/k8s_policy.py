@@ -1321,7 +1321,6 @@ VALUES_TESTS: list[tuple[str, list[str], list[str]]] = [
     ("RUNTIME_URL_PATTERN https while RUNTIME_DISABLE_SSL is true", ['runtime-api.env.RUNTIME_DISABLE_SSL="true"'], ["env.RUNTIME_URL_PATTERN", "RUNTIME_DISABLE_SSL"]),
     ("a missing STORAGE_CLASS", ['runtime-api.env.STORAGE_CLASS=""'], ["runtime-api.env.STORAGE_CLASS"]),
     ("no Redis: neither sandgate.redis.url nor bundled", ['sandgate.redis.url=""'], ["sandgate.redis.url"]),
-    ("replica acknowledgements on a cluster", ['sandgate.redis.url="redis+cluster://n1:6379,n2:6379"', "sandgate.redis.minReplicasAck=1"], ["sandgate.redis.minReplicasAck"]),
     ("a model entry without gateway_params", ['gateway-helm.proxy_config.model_list=[{"model_name":"m"}]'], ["model_list"]),
     ("disruption budgets over a single replica", ['runtime-api.replicaCount=1'], ["sandgate.podDisruptionBudgets", "runtime-api.replicaCount"]),
 ]

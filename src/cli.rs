@@ -224,7 +224,7 @@ pub struct StoreArgs {
     /// Replicas that must have a write before it is acknowledged (Redis `WAIT`, within
     /// 1.5 s; else the write is answered 503 and its sender sends it again): with N ≥ 1,
     /// a write answered success survives the primary's loss. 0: acknowledged once the
-    /// primary has it. Not with a cluster.
+    /// primary has it. On a cluster, N replicas of every master.
     #[arg(long, env = "REDIS_MIN_REPLICAS_ACK", default_value_t = 0, requires = "redis",
           value_parser = clap::value_parser!(u32).range(0..=16))]
     pub redis_min_replicas_ack: u32,

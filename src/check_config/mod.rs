@@ -95,8 +95,6 @@ pub struct RuntimeApiSettings {
     pub redis_url: Option<String>,
     /// The TLS files given for Redis, by setting (`REDIS_CA_CERT`, …).
     pub redis_tls_files: Vec<(&'static str, PathBuf)>,
-    /// `REDIS_MIN_REPLICAS_ACK`.
-    pub redis_min_replicas_ack: u32,
     pub webhook_api_keys: Vec<String>,
     pub default_api_key: Option<String>,
     pub admin_password: Option<String>,
@@ -127,7 +125,6 @@ impl Default for RuntimeApiSettings {
             shared_store: false,
             redis_url: None,
             redis_tls_files: Vec::new(),
-            redis_min_replicas_ack: 0,
             webhook_api_keys: Vec::new(),
             default_api_key: None,
             admin_password: None,

@@ -40,7 +40,6 @@ impl RuntimeApiSettings {
             .into_iter()
             .filter_map(|(setting, path)| Some((setting, path.clone()?)))
             .collect(),
-            redis_min_replicas_ack: store.redis_min_replicas_ack,
             webhook_api_keys: auth
                 .webhook_api_keys
                 .iter()

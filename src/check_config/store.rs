@@ -21,14 +21,6 @@ pub fn redis(settings: &RuntimeApiSettings) -> Vec<Finding> {
         findings.push(Finding::new(Severity::Fatal, "REDIS_URL", problem));
     }
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-    if scheme.ends_with("+cluster") && settings.redis_min_replicas_ack > 0 {
-        findings.push(Finding::new(
-            Severity::Fatal,
-            "REDIS_MIN_REPLICAS_ACK",
-            "needs one primary (a Redis or a Sentinel group), not a cluster: set \
-             min-replicas-to-write on the cluster's masters instead",
-        ));
-    }
     let tls = scheme.starts_with("rediss");
     for (setting, path) in &settings.redis_tls_files {
         match std::fs::read(path) {
@@ -103,23 +95,6 @@ mod tests {
         ] {
             assert_eq!(redis(&with_url(url)), [], "{url}");
         }
-    }
-
-    #[test]
-    fn replica_acknowledgements_need_one_primary() {
-        let cluster = RuntimeApiSettings {
-            redis_min_replicas_ack: 1,
-            ..with_url("redis+cluster://n1:6379")
-        };
-        assert_eq!(
-            settings_of(&redis(&cluster)),
-            [("REDIS_MIN_REPLICAS_ACK", Severity::Fatal)]
-        );
-        let sentinel = RuntimeApiSettings {
-            redis_min_replicas_ack: 1,
-            ..with_url("redis+sentinel://s1/mymaster")
-        };
-        assert_eq!(redis(&sentinel), []);
     }
 
     #[test]

@@ -52,9 +52,6 @@ values (an `include` of it renders nothing).
 {{- if and .Values.sandgate.redis.bundled .Values.sandgate.redis.url -}}
 {{- fail "sandgate.redis.url: must be empty with sandgate.redis.bundled (the bundled Redis's URL is set by the chart)" -}}
 {{- end -}}
-{{- if and (regexMatch "^rediss?\\+cluster://" (toString .Values.sandgate.redis.url)) (gt (int .Values.sandgate.redis.minReplicasAck) 0) -}}
-{{- fail "sandgate.redis.minReplicasAck: needs one primary (a Redis or a Sentinel group), not the cluster sandgate.redis.url names: set min-replicas-to-write on the cluster's masters instead" -}}
-{{- end -}}
 {{- if and $rt.warmRuntimes.enabled (not $rt.warmRuntimes.configs) -}}
 {{- fail "runtime-api.warmRuntimes.configs: empty while runtime-api.warmRuntimes.enabled (list the installer's configurations, v1_current first, or disable it)" -}}
 {{- end -}}

@@ -95,9 +95,9 @@ impl redis::aio::ConnectionLike for Connection {
 pub(super) struct Primary {
     connection: Connection,
     /// With `--redis-min-replicas-ack`: connections of their own for the writes that
-    /// `WAIT` for replicas (a `WAIT` blocks its connection until the replicas answer).
-    /// Empty without.
-    lanes: Vec<ConnectionManager>,
+    /// `WAIT` for replicas (a `WAIT` blocks its connection until the replicas answer; on
+    /// a cluster, each lane is a cluster connection of its own). Empty without.
+    lanes: Vec<Connection>,
     /// Where Pub/Sub subscribes: the server, or each seed node of a cluster (tried in
     /// turn: a message published on any node reaches every node's subscribers).
     subscribers: Vec<redis::Client>,
@@ -120,17 +120,26 @@ impl Primary {
         .await?;
         Ok(Self {
             connection: Connection::Single(connection),
-            lanes,
+            lanes: lanes.into_iter().map(Connection::Single).collect(),
             subscribers: vec![client],
         })
     }
 
-    /// Connects to the cluster `url` names, failing fast when no seed node answers.
-    async fn open_cluster(url: &cluster::ClusterUrl, tls: &RedisTls) -> redis::RedisResult<Self> {
-        let connection = url.client(tls)?.get_async_connection().await?;
+    /// Connects to the cluster `url` names, with `lanes` write lanes, failing fast when no
+    /// seed node answers.
+    async fn open_cluster(
+        url: &cluster::ClusterUrl,
+        tls: &RedisTls,
+        lanes: usize,
+    ) -> redis::RedisResult<Self> {
+        let client = url.client(tls)?;
+        let connection = client.get_async_connection().await?;
+        let lanes =
+            futures::future::try_join_all((0..lanes).map(|_| client.get_async_connection()))
+                .await?;
         Ok(Self {
             connection: Connection::Cluster(connection),
-            lanes: Vec::new(),
+            lanes: lanes.into_iter().map(Connection::Cluster).collect(),
             subscribers: url.node_clients(tls)?,
         })
     }
@@ -176,11 +185,6 @@ fn profile_key(owner: &str, name: &str) -> String {
     format!("sandgate:profile:{{{owner}}}:{name}")
 }
 
-/// Why `--redis-min-replicas-ack` cannot be used with a cluster.
-const CLUSTER_REPLICA_ACK: &str = "--redis-min-replicas-ack needs one primary (a Redis, or \
-    a Sentinel group): on a cluster, WAIT would hold every call to a master behind one \
-    write; leave it at 0 and set min-replicas-to-write on the masters instead";
-
 impl RedisStore {
     /// Connects, failing fast when the server cannot be reached. Later outages make calls
     /// fail with [`StoreError::Unavailable`] until the connection manager reconnects.
@@ -202,11 +206,8 @@ impl RedisStore {
         let mut layout = Layout::SINGLE;
         let primary = if let Some(parsed) = cluster::parse(url) {
             let parsed = parsed.map_err(StoreError::Unavailable)?;
-            if min_replicas_ack > 0 {
-                return Err(StoreError::Unavailable(CLUSTER_REPLICA_ACK.to_owned()));
-            }
             layout = Layout::CLUSTER;
-            Primary::open_cluster(&parsed, tls)
+            Primary::open_cluster(&parsed, tls, lanes)
                 .await
                 .map_err(unreachable)?
         } else if let Some(parsed) = sentinel::parse(url) {
@@ -266,7 +267,7 @@ impl RedisStore {
             return primary.connection.clone();
         }
         let lane = self.next_lane.fetch_add(1, Ordering::Relaxed) % primary.lanes.len();
-        Connection::Single(primary.lanes[lane].clone())
+        primary.lanes[lane].clone()
     }
 
     /// The index `index`'s key that holds (or would hold) `id`.
@@ -274,14 +275,19 @@ impl RedisStore {
         self.layout.bucket(id.as_bytes()).index_key(&index.encode())
     }
 
-    /// Sends `commands`, each with the key that places it, in as few round trips as the
-    /// topology allows: one pipeline on one Redis; on a cluster one per slot, concurrently
-    /// (a pipeline must stay on one slot there). Answers in the commands' order.
-    async fn spread<T: FromRedisValue>(&self, commands: Vec<(String, Cmd)>) -> StoreResult<Vec<T>> {
+    /// Sends `commands`, each with the key that places it, on `connection`, in as few
+    /// round trips as the topology allows: one pipeline on one Redis; on a cluster one per
+    /// slot, concurrently (a pipeline must stay on one slot there). Answers in the
+    /// commands' order.
+    async fn spread_on<T: FromRedisValue>(
+        &self,
+        connection: &Connection,
+        commands: Vec<(String, Cmd)>,
+    ) -> StoreResult<Vec<T>> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
-        let mut connection = self.connection();
+        let mut connection = connection.clone();
         if !self.layout.is_cluster() {
             let mut pipe = redis::pipe();
             for (_, command) in commands {
@@ -321,6 +327,12 @@ impl RedisStore {
             })
             .collect()
     }
+
+    /// [`Self::spread_on`] the shared connection: reads, and writes that wait for no
+    /// replica.
+    async fn spread<T: FromRedisValue>(&self, commands: Vec<(String, Cmd)>) -> StoreResult<Vec<T>> {
+        self.spread_on(&self.connection(), commands).await
+    }
 }
 
 impl RedisStore {
@@ -331,6 +343,8 @@ impl RedisStore {
     /// write answered success survives the primary's loss. `WAIT` blocks the connection it
     /// runs on for one replication round trip: `connection` is a write lane
     /// ([`Self::write_connection`]), so that only the writes of that lane wait behind it.
+    /// On a cluster the crate sends the `WAIT` to every master and answers the fewest
+    /// replicas any of them counts: each master's replicas have this lane's writes to it.
     async fn replicated(&self, connection: &mut Connection) -> StoreResult<()> {
         if self.min_replicas_ack == 0 {
             return Ok(());
@@ -392,7 +406,8 @@ impl ConversationStore for RedisStore {
                     (key, command)
                 })
                 .collect();
-            self.spread::<redis::Value>(entries).await?;
+            // On the write's lane: its WAIT covers them too.
+            self.spread_on::<redis::Value>(&connection, entries).await?;
             let mut invocation = self.swap.prepare_invoke();
             swap(&mut invocation);
             // Loads the script again where a node has forgotten it.
@@ -400,6 +415,9 @@ impl ConversationStore for RedisStore {
                 .invoke_async(&mut connection)
                 .await
                 .map_err(unavailable)?;
+            if swapped {
+                self.replicated(&mut connection).await?;
+            }
             return Ok(swapped);
         }
         // Index entries first, in the same round trip.
@@ -452,7 +470,7 @@ impl ConversationStore for RedisStore {
         futures::future::try_join_all(
             lanes
                 .into_iter()
-                .map(|lane| async move { self.replicated(&mut Connection::Single(lane)).await }),
+                .map(|mut lane| async move { self.replicated(&mut lane).await }),
         )
         .await
         .map(drop)

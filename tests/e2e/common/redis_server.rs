@@ -29,6 +29,8 @@ pub struct RedisServer {
     /// The other masters of this server's cluster. Its URL is then the cluster's,
     /// `redis+cluster://…`.
     others: Vec<RedisServer>,
+    /// The replicas of the cluster's masters, kept running for as long as the cluster.
+    cluster_replicas: Vec<RedisServer>,
 }
 
 /// A port nobody listens on right now (another process may take it before Redis does;
@@ -102,6 +104,7 @@ impl RedisServer {
                     sentinels: None,
                     cluster_port,
                     others: Vec::new(),
+                    cluster_replicas: Vec::new(),
                 };
             }
         }
@@ -139,7 +142,9 @@ impl RedisServer {
                 .arg(cluster_port.to_string())
                 .arg("--cluster-config-file")
                 .arg(dir.join("nodes.conf"))
-                .args(["--cluster-node-timeout", "2000"]);
+                .args(["--cluster-node-timeout", "2000"])
+                // A replica is served at once, not 5 s later.
+                .args(["--repl-diskless-sync-delay", "0"]);
         }
         if let Some(password) = password {
             command.args(["--requirepass", password]);
@@ -524,6 +529,12 @@ impl RedisServer {
     /// split evenly; returns once every node sees the cluster as ok. The first master
     /// stands for the cluster: its URL is the cluster's.
     pub async fn start_cluster(masters: u16) -> Self {
+        Self::start_cluster_with_replicas(masters, 0).await
+    }
+
+    /// As [`Self::start_cluster`], with `replicas` replicas of each master, synchronised
+    /// before it returns (a failover needs them).
+    pub async fn start_cluster_with_replicas(masters: u16, replicas: u16) -> Self {
         let mut nodes = Vec::new();
         for _ in 0..masters {
             nodes.push(Self::start_node(false, None, None, true).await);
@@ -557,24 +568,71 @@ impl RedisServer {
                 .await
                 .expect("CLUSTER MEET");
         }
-        // Polled: the nodes learn each other and the slot map over their bus.
+        let mut replica_servers = Vec::new();
+        let mut replica_connections = Vec::new();
+        for (index, master) in nodes.iter().enumerate() {
+            let master_id: String = redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query_async(&mut connections[index])
+                .await
+                .expect("CLUSTER MYID");
+            for _ in 0..replicas {
+                let replica = Self::start_node(false, None, None, true).await;
+                let mut connection = replica.connection().await;
+                redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(master.port)
+                    .arg(master.cluster_port.expect("a cluster node"))
+                    .query_async::<()>(&mut connection)
+                    .await
+                    .expect("CLUSTER MEET");
+                // Polled: REPLICATE needs the master known to the replica.
+                for attempt in 0.. {
+                    let replicated: redis::RedisResult<()> = redis::cmd("CLUSTER")
+                        .arg("REPLICATE")
+                        .arg(&master_id)
+                        .query_async(&mut connection)
+                        .await;
+                    match replicated {
+                        Ok(()) => break,
+                        Err(err) if attempt >= 200 => panic!("CLUSTER REPLICATE: {err}"),
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                    }
+                }
+                replica_servers.push(replica);
+                replica_connections.push(connection);
+            }
+        }
+        let total = masters * (1 + replicas);
+        // Polled: the nodes learn each other and the slot map over their bus, and the
+        // replicas synchronise.
         for _ in 0..400 {
             let mut ready = true;
-            for connection in &mut connections {
+            for connection in connections.iter_mut().chain(&mut replica_connections) {
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
                     .query_async(connection)
                     .await
                     .expect("CLUSTER INFO");
-                let known = format!("cluster_known_nodes:{masters}");
+                let known = format!("cluster_known_nodes:{total}");
                 if !(info.contains("cluster_state:ok") && info.contains(&known)) {
                     ready = false;
                     break;
                 }
             }
+            for connection in &mut replica_connections {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(connection)
+                    .await
+                    .expect("INFO");
+                ready &= info.contains("master_link_status:up");
+            }
             if ready {
                 let mut first = nodes.remove(0);
                 first.others = nodes;
+                first.cluster_replicas = replica_servers;
                 return first;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;

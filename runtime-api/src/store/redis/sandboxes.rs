@@ -594,9 +594,6 @@ impl SandboxStore for RedisStore {
         if token == 0 {
             return Ok(None);
         }
-        // A token lost with a primary that died before its replicas had it could be
-        // handed out again: the lease is the holder's once they have it.
-        self.replicated(&mut connection).await?;
         if self.layout.is_cluster() {
             // Every bucket learns the token before the holder writes: from then on no
             // earlier holder's write lands anywhere.
@@ -613,6 +610,10 @@ impl SandboxStore for RedisStore {
             .await
             .map_err(unavailable)?;
         }
+        // A token lost with a primary that died before its replicas had it could be
+        // handed out again: the lease is the holder's once they have it (and, on a
+        // cluster, every bucket's copy of it).
+        self.replicated(&mut connection).await?;
         Ok(Some(token))
     }
 
