@@ -115,7 +115,7 @@ pub fn decode_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorDetail> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(crate::json::ObjectOnly(&mut deserializer))
         .map_err(|err| {
-            let loc = err
+            let loc: Vec<LocItem> = err
                 .path()
                 .iter()
                 .filter_map(|segment| match segment {
@@ -132,13 +132,40 @@ pub fn decode_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ErrorDetail> {
                 })
                 .map(|item| LocItem { item: Some(item) })
                 .collect();
-            validation_failure(loc, err.into_inner())
+            let input = input_at(body, &loc);
+            let mut detail = validation_failure(loc, err.into_inner());
+            if let Some(first) = detail.validation_errors.first_mut() {
+                first.input_json = input.into();
+            }
+            detail
         })?;
     // Python's `json.loads` refuses what follows the value ("Extra data"): so do we.
     deserializer
         .end()
         .map_err(|err| validation_failure(Vec::new(), err))?;
     Ok(value)
+}
+
+/// What FastAPI echoes as a validation error's `input`: the body's value at `loc` (for a
+/// missing field, `loc` is the object it is missing from), as JSON; empty (`null`) when
+/// the body does not parse. Only on the error path: the body is parsed again here.
+fn input_at(body: &[u8], loc: &[LocItem]) -> Vec<u8> {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Vec::new();
+    };
+    let mut current = &value;
+    for item in loc {
+        let next = match &item.item {
+            Some(loc_item::Item::Key(key)) => current.get(key),
+            Some(loc_item::Item::Index(index)) => current.get(*index as usize),
+            None => None,
+        };
+        match next {
+            Some(next) => current = next,
+            None => return Vec::new(),
+        }
+    }
+    serde_json::to_vec(current).unwrap_or_default()
 }
 
 /// A decoding failure at `loc` as a pydantic validation error.
@@ -197,6 +224,50 @@ impl From<ErrorDetail> for tonic::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decoding failure echoes the offending input, as FastAPI does: the value at the
+    /// field, or the object a required field is missing from.
+    #[test]
+    fn decoding_failures_echo_their_input() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Body {
+            count: i64,
+            inner: Vec<Inner>,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Inner {
+            name: String,
+        }
+        let first = |body: &str| {
+            let detail = decode_json::<Body>(body.as_bytes()).expect_err(body);
+            let error = detail.validation_errors[0].clone();
+            let input: serde_json::Value = if error.input_json.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::from_slice(&error.input_json).expect("JSON")
+            };
+            (error.r#type, input)
+        };
+        assert_eq!(
+            first(r#"{"count": "two", "inner": []}"#),
+            ("int_type".to_owned(), serde_json::json!("two"))
+        );
+        assert_eq!(
+            first(r#"{"count": 1, "inner": [{"name": 5}]}"#),
+            ("string_type".to_owned(), serde_json::json!(5))
+        );
+        assert_eq!(
+            first(r#"{"inner": []}"#),
+            ("missing".to_owned(), serde_json::json!({"inner": []}))
+        );
+        assert_eq!(
+            first(r#"{"count": 1, "inner": [{}]}"#),
+            ("missing".to_owned(), serde_json::json!({}))
+        );
+        assert_eq!(first("{not json").1, serde_json::Value::Null);
+    }
 
     #[test]
     fn detail_survives_a_status_round_trip() {

@@ -244,10 +244,26 @@ async fn errors_answer_with_the_contracts_statuses(backend: Backend) {
     // A missing field, a wrong type, a bad value: 422 at the field.
     let mut missing = start_body("s");
     missing.as_object_mut().expect("object").remove("image");
-    let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(missing)).await;
+    let (status, body) = call(
+        &sandgate,
+        reqwest::Method::POST,
+        "/start",
+        Some(missing.clone()),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["detail"][0]["loc"], json!(["body", "image"]));
     assert_eq!(body["detail"][0]["type"], "missing");
+    // FastAPI echoes the input: the object a field is missing from, the value of the
+    // wrong type.
+    assert_eq!(body["detail"][0]["input"], missing);
+    let mut mistyped = start_body("s");
+    mistyped["run_as_user"] = json!("root");
+    let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(mistyped)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "run_as_user"]));
+    assert_eq!(body["detail"][0]["type"], "int_type");
+    assert_eq!(body["detail"][0]["input"], "root");
     let mut relative = start_body("s");
     relative["working_dir"] = json!("workspace");
     let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(relative)).await;
