@@ -70,9 +70,10 @@ fn require_validated_fields(schemas: &mut Map<String, Value>) {
 /// variants, while the models refuse a variant without it. Each union's mapping becomes
 /// discriminator value → variant, and each variant requires its discriminator.
 fn require_discriminators(schemas: &mut Map<String, Value>) {
-    // Each variant's value of the union's discriminator.
-    let tag = |schemas: &Map<String, Value>, variant: &str, property: &str| {
-        schemas
+    let snapshot = schemas.clone();
+    // A variant's value of its union's discriminator.
+    let tag = |variant: &str, property: &str| {
+        snapshot
             .get(variant)?
             .get("properties")?
             .get(property)?
@@ -80,52 +81,71 @@ fn require_discriminators(schemas: &mut Map<String, Value>) {
             .as_str()
             .map(str::to_owned)
     };
-    // (union, its discriminator, its variants as (reference, name, tag)).
-    let mut unions = Vec::new();
-    for (union, schema) in schemas.iter() {
-        let Some(discriminator) = schema.get("discriminator") else {
-            continue;
-        };
-        let Some(property) = discriminator.get("propertyName").and_then(Value::as_str) else {
-            continue;
-        };
-        let variants: Vec<(Value, String, String)> = discriminator
-            .get("mapping")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flat_map(|mapping| mapping.values())
-            .filter_map(|reference| {
-                let name = reference.as_str()?.rsplit('/').next()?.to_owned();
-                let value = tag(schemas, &name, property)?;
-                Some((reference.clone(), name, value))
-            })
-            .collect();
-        unions.push((union.clone(), property.to_owned(), variants));
+    let mut variants = Vec::new();
+    for schema in schemas.values_mut() {
+        remap_unions(schema, &tag, &mut variants);
     }
-    for (union, property, variants) in unions {
-        let mapping: Map<String, Value> = variants
-            .iter()
-            .map(|(reference, _, value)| (value.clone(), reference.clone()))
-            .collect();
-        if let Some(Value::Object(discriminator)) = schemas
-            .get_mut(&union)
-            .and_then(|schema| schema.get_mut("discriminator"))
+    for (name, property) in variants {
+        let Some(Value::Object(variant)) = schemas.get_mut(&name) else {
+            continue;
+        };
+        let required = variant
+            .entry("required")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(required) = required
+            && !required.iter().any(|field| field == property.as_str())
         {
-            discriminator.insert("mapping".into(), Value::Object(mapping));
+            required.push(Value::from(property));
         }
-        for (_, name, _) in variants {
-            let Some(Value::Object(variant)) = schemas.get_mut(&name) else {
-                continue;
-            };
-            let required = variant
-                .entry("required")
-                .or_insert_with(|| Value::Array(Vec::new()));
-            if let Value::Array(required) = required
-                && !required.iter().any(|field| field == property.as_str())
+    }
+}
+
+/// Every discriminated union in `schema`, however deep (a union may sit in a property, or
+/// in an `anyOf` with null): its mapping keyed by the variants' tags, and each variant
+/// that has a tag collected as (variant, discriminator).
+fn remap_unions(
+    schema: &mut Value,
+    tag: &impl Fn(&str, &str) -> Option<String>,
+    variants: &mut Vec<(String, String)>,
+) {
+    match schema {
+        Value::Object(object) => {
+            if let Some(Value::Object(discriminator)) = object.get_mut("discriminator")
+                && let Some(property) = discriminator
+                    .get("propertyName")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
             {
-                required.push(Value::from(property.as_str()));
+                let mut mapping = Map::new();
+                for (key, reference) in discriminator
+                    .get("mapping")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                {
+                    let name = reference.as_str().and_then(|r| r.rsplit('/').next());
+                    match name.and_then(|name| Some((name, tag(name, &property)?))) {
+                        Some((name, value)) => {
+                            variants.push((name.to_owned(), property.clone()));
+                            mapping.insert(value, reference.clone());
+                        }
+                        None => {
+                            mapping.insert(key.clone(), reference.clone());
+                        }
+                    }
+                }
+                discriminator.insert("mapping".into(), Value::Object(mapping));
+            }
+            for value in object.values_mut() {
+                remap_unions(value, tag, variants);
             }
         }
+        Value::Array(items) => {
+            for item in items {
+                remap_unions(item, tag, variants);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -133,13 +153,26 @@ fn require_discriminators(schemas: &mut Map<String, Value>) {
 mod tests {
     use serde_json::json;
 
-    /// A variant of a discriminated union requires its `kind`, and the mapping is keyed
-    /// by the `kind` values, as the models judge them.
+    /// A variant of a discriminated union requires its tag (`kind`, `type`), wherever the
+    /// union sits, and the mapping is keyed by the tags, as the models judge them.
     #[test]
     fn union_variants_require_their_kind() {
         let schema = json!({
             "type": "object",
-            "properties": {"workspace": {"$ref": "#/$defs/BaseWorkspace"}},
+            "properties": {
+                "workspace": {"$ref": "#/$defs/BaseWorkspace"},
+                // A union inside a property, beside null (the skills' trigger).
+                "trigger": {"anyOf": [
+                    {
+                        "discriminator": {
+                            "propertyName": "type",
+                            "mapping": {"keyword": "#/$defs/KeywordTrigger"}
+                        },
+                        "oneOf": [{"$ref": "#/$defs/KeywordTrigger"}]
+                    },
+                    {"type": "null"}
+                ]}
+            },
             "$defs": {
                 "BaseWorkspace": {
                     "discriminator": {
@@ -152,6 +185,11 @@ mod tests {
                     "type": "object",
                     "properties": {"kind": {"const": "LocalWorkspace"}, "working_dir": {}},
                     "required": ["working_dir"]
+                },
+                "KeywordTrigger": {
+                    "type": "object",
+                    "properties": {"type": {"const": "keyword", "default": "keyword"}},
+                    "required": ["keywords"]
                 }
             }
         });
@@ -164,6 +202,10 @@ mod tests {
         assert_eq!(
             schemas["LocalWorkspace"]["required"],
             json!(["working_dir", "kind"])
+        );
+        assert_eq!(
+            schemas["KeywordTrigger"]["required"],
+            json!(["keywords", "type"])
         );
     }
 
