@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::common::{
     ADMIN_PASSWORD, Backend, RUNTIME_KEY, RedisServer, SandgateProcess, WEBHOOK_KEY, admin_args,
-    conversation, new_id, serve_args,
+    conversation, new_id, serve_args, until_status,
 };
 
 /// Polls `GET /health` until it answers `want`; the time it took. Panics past `within`.
@@ -23,22 +23,18 @@ async fn health_becomes(
     within: Duration,
 ) -> Duration {
     let started = Instant::now();
-    let mut ticks = tokio::time::interval(Duration::from_millis(50));
-    loop {
-        ticks.tick().await;
-        let status = client
-            .get(server.url("/health"))
-            .send()
-            .await
-            .map(|response| response.status().as_u16());
-        if status.as_ref().ok() == Some(&want) {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < within,
-            "/health did not answer {want} within {within:?} (last: {status:?})"
-        );
-    }
+    // No HTTP answer at all counts as 0.
+    let seen = until_status(within, want, || async {
+        let response = client.get(server.url("/health")).send().await;
+        response.map_or(0, |response| response.status().as_u16())
+    })
+    .await;
+    assert_eq!(
+        seen.last(),
+        Some(&want),
+        "/health did not answer {want} within {within:?} (seen: {seen:?})"
+    );
+    started.elapsed()
 }
 
 /// One webhook delivery's status, or 0 when no HTTP answer came at all.

@@ -270,19 +270,14 @@ impl RedisStore {
         primary.lanes[lane].clone()
     }
 
-    /// The index `index`'s key that holds (or would hold) `id`.
-    fn index_key(&self, index: &IndexKey, id: Uuid) -> String {
-        self.layout.bucket(id.as_bytes()).index_key(&index.encode())
-    }
-
-    /// Sends `commands`, each with the key that places it, on `connection`, in as few
-    /// round trips as the topology allows: one pipeline on one Redis; on a cluster one per
-    /// slot, concurrently (a pipeline must stay on one slot there). Answers in the
+    /// Sends `commands` (each with its key first, which places it) on `connection`, in as
+    /// few round trips as the topology allows: one pipeline on one Redis; on a cluster one
+    /// per slot, concurrently (a pipeline must stay on one slot there). Answers in the
     /// commands' order.
     async fn spread_on<T: FromRedisValue>(
         &self,
         connection: &Connection,
-        commands: Vec<(String, Cmd)>,
+        commands: Vec<Cmd>,
     ) -> StoreResult<Vec<T>> {
         if commands.is_empty() {
             return Ok(Vec::new());
@@ -290,7 +285,7 @@ impl RedisStore {
         let mut connection = connection.clone();
         if !self.layout.is_cluster() {
             let mut pipe = redis::pipe();
-            for (_, command) in commands {
+            for command in commands {
                 pipe.add_command(command);
             }
             return pipe.query_async(&mut connection).await.map_err(unavailable);
@@ -298,9 +293,13 @@ impl RedisStore {
         let mut slots: std::collections::HashMap<_, (Vec<usize>, redis::Pipeline)> =
             std::collections::HashMap::new();
         let count = commands.len();
-        for (position, (key, command)) in commands.into_iter().enumerate() {
+        for (position, command) in commands.into_iter().enumerate() {
+            let key = match command.args_iter().nth(1) {
+                Some(redis::Arg::Simple(key)) => key.to_vec(),
+                _ => Vec::new(),
+            };
             let (positions, pipe) = slots
-                .entry(redis::cluster_routing::Slot::for_key(&key))
+                .entry(redis::cluster_routing::Slot::for_key(key))
                 .or_insert_with(|| (Vec::new(), redis::pipe()));
             positions.push(position);
             pipe.add_command(command);
@@ -330,9 +329,16 @@ impl RedisStore {
 
     /// [`Self::spread_on`] the shared connection: reads, and writes that wait for no
     /// replica.
-    async fn spread<T: FromRedisValue>(&self, commands: Vec<(String, Cmd)>) -> StoreResult<Vec<T>> {
+    async fn spread<T: FromRedisValue>(&self, commands: Vec<Cmd>) -> StoreResult<Vec<T>> {
         self.spread_on(&self.connection(), commands).await
     }
+}
+
+/// `name key args…`, a command for [`RedisStore::spread`].
+fn keyed(name: &str, key: impl redis::ToRedisArgs, args: impl redis::ToRedisArgs) -> Cmd {
+    let mut command = redis::cmd(name);
+    command.arg(key).arg(args);
+    command
 }
 
 impl RedisStore {
@@ -384,6 +390,8 @@ impl ConversationStore for RedisStore {
     ) -> StoreResult<bool> {
         let data = serde_json::to_vec(next).map_err(corrupt)?;
         let member = next.id.to_string();
+        // Every index holds it in the same bucket.
+        let bucket = self.layout.bucket(next.id.as_bytes());
         let swap = |invocation: &mut redis::ScriptInvocation<'_>| {
             invocation
                 .key(conversation_key(next.id))
@@ -399,12 +407,7 @@ impl ConversationStore for RedisStore {
             let entries = next
                 .index_keys()
                 .iter()
-                .map(|index| {
-                    let key = self.index_key(index, next.id);
-                    let mut command = redis::cmd("ZADD");
-                    command.arg(&key).arg(0).arg(&member);
-                    (key, command)
-                })
+                .map(|index| keyed("ZADD", bucket.index_key(&index.encode()), (0, &member)))
                 .collect();
             // On the write's lane: its WAIT covers them too.
             self.spread_on::<redis::Value>(&connection, entries).await?;
@@ -423,7 +426,7 @@ impl ConversationStore for RedisStore {
         // Index entries first, in the same round trip.
         let mut pipe = redis::pipe();
         for index in next.index_keys() {
-            pipe.zadd(self.index_key(&index, next.id), &member, 0)
+            pipe.zadd(bucket.index_key(&index.encode()), &member, 0)
                 .ignore();
         }
         let mut invocation = self.swap.prepare_invoke();
@@ -490,16 +493,8 @@ impl ConversationStore for RedisStore {
                 self.layout
                     .buckets()
                     .map(|bucket| {
-                        let key = bucket.index_key(&encoded);
-                        let mut command = redis::cmd("ZRANGEBYLEX");
-                        command
-                            .arg(&key)
-                            .arg(&min)
-                            .arg("+")
-                            .arg("LIMIT")
-                            .arg(0)
-                            .arg(limit);
-                        (key, command)
+                        let range = (&min, "+", "LIMIT", 0, limit);
+                        keyed("ZRANGEBYLEX", bucket.index_key(&encoded), range)
                     })
                     .collect(),
             )
@@ -516,12 +511,7 @@ impl ConversationStore for RedisStore {
         let records: Vec<Option<Vec<u8>>> = self
             .spread(
                 ids.iter()
-                    .map(|id| {
-                        let key = conversation_key(id);
-                        let mut command = redis::cmd("HGET");
-                        command.arg(&key).arg("d");
-                        (key, command)
-                    })
+                    .map(|id| keyed("HGET", conversation_key(id), "d"))
                     .collect(),
             )
             .await?;
@@ -534,15 +524,11 @@ impl ConversationStore for RedisStore {
 
     async fn drop_stale_entries(&self, id: Uuid, stale: &[IndexKey]) -> StoreResult<()> {
         let member = id.to_string();
+        let bucket = self.layout.bucket(id.as_bytes());
         self.spread::<redis::Value>(
             stale
                 .iter()
-                .map(|index| {
-                    let key = self.index_key(index, id);
-                    let mut command = redis::cmd("ZREM");
-                    command.arg(&key).arg(&member);
-                    (key, command)
-                })
+                .map(|index| keyed("ZREM", bucket.index_key(&index.encode()), &member))
                 .collect(),
         )
         .await

@@ -28,7 +28,7 @@ use rand::seq::SliceRandom;
 use redis::Script;
 
 use super::cluster::Bucket;
-use super::{RedisStore, corrupt, unavailable};
+use super::{RedisStore, corrupt, keyed, unavailable};
 use crate::store::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
 use crate::store::{StoreError, StoreResult};
 
@@ -297,11 +297,7 @@ impl RedisStore {
             .spread(
                 buckets
                     .into_iter()
-                    .map(|(key, members)| {
-                        let mut command = redis::cmd("HMGET");
-                        command.arg(&key).arg(members);
-                        (key, command)
-                    })
+                    .map(|(key, members)| keyed("HMGET", key, members))
                     .collect(),
             )
             .await?;
@@ -394,10 +390,9 @@ impl SandboxStore for RedisStore {
             .spread(
                 self.every_bucket()
                     .map(|keys| {
-                        let key = keys.records();
                         let mut command = redis::cmd("HGETALL");
-                        command.arg(&key);
-                        (key, command)
+                        command.arg(keys.records());
+                        command
                     })
                     .collect(),
             )
@@ -425,12 +420,7 @@ impl SandboxStore for RedisStore {
         let ids: Vec<Option<String>> = self
             .spread(
                 self.every_bucket()
-                    .map(|keys| {
-                        let key = keys.sessions();
-                        let mut command = redis::cmd("HGET");
-                        command.arg(&key).arg(session_id);
-                        (key, command)
-                    })
+                    .map(|keys| keyed("HGET", keys.sessions(), session_id))
                     .collect(),
             )
             .await?;
@@ -476,12 +466,7 @@ impl SandboxStore for RedisStore {
         let buckets: Vec<Vec<String>> = self
             .spread(
                 self.every_bucket()
-                    .map(|keys| {
-                        let key = keys.warm(claim_key);
-                        let mut command = redis::cmd("SRANDMEMBER");
-                        command.arg(&key).arg(limit);
-                        (key, command)
-                    })
+                    .map(|keys| keyed("SRANDMEMBER", keys.warm(claim_key), limit))
                     .collect(),
             )
             .await?;
