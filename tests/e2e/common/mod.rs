@@ -113,6 +113,11 @@ impl Backend {
         Self::Redis(RedisServer::start_cluster(3).await)
     }
 
+    /// A Redis Cluster of three masters over TLS only (`rediss+cluster://`, a private CA).
+    pub async fn redis_tls_cluster() -> Self {
+        Self::Redis(RedisServer::start_tls_cluster(3).await)
+    }
+
     /// The command-line flags that select this backend.
     pub fn args(&self) -> Vec<String> {
         match self {
@@ -298,7 +303,8 @@ impl Drop for Sandgate {
 }
 
 /// Runs each named `async fn(Backend)` on the embedded store, on Redis, on Redis over TLS
-/// (`rediss://` with a private CA), behind Sentinel, and on a three-master Redis Cluster.
+/// (`rediss://` with a private CA), behind Sentinel, and on a three-master Redis Cluster,
+/// plain and over TLS.
 #[macro_export]
 macro_rules! on_both_backends {
     ($($test:ident),* $(,)?) => {
@@ -339,6 +345,14 @@ macro_rules! on_both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test($crate::common::Backend::redis_cluster().await).await;
+                }
+            )*
+        }
+        mod redis_tls_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::common::Backend::redis_tls_cluster().await).await;
                 }
             )*
         }

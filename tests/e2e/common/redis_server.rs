@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use sandgate_runtime_api::store::RedisTls;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -10,7 +11,7 @@ use tokio::process::{Child, Command};
 pub struct RedisServer {
     port: u16,
     /// For a server that speaks TLS only: its certificates, and the CA clients trust.
-    tls: Option<Tls>,
+    tls: Option<Arc<Tls>>,
     /// Boxed: a `Backend` holds a server, and stays small.
     child: Box<Child>,
     /// Its data directory, kept across `stop` and `restart`. Every server has one, so
@@ -63,21 +64,21 @@ impl RedisServer {
     /// issued by a CA of its own; with `client_auth`, it also refuses clients without a
     /// certificate from that CA.
     pub async fn start_tls(client_auth: bool) -> Self {
-        Self::start_with(false, None, Some(Tls::issue(client_auth))).await
+        Self::start_with(false, None, Some(Arc::new(Tls::issue(client_auth)))).await
     }
 
     async fn start_on_free_port(durable: bool, password: Option<String>) -> Self {
         Self::start_with(durable, password, None).await
     }
 
-    async fn start_with(durable: bool, password: Option<String>, tls: Option<Tls>) -> Self {
+    async fn start_with(durable: bool, password: Option<String>, tls: Option<Arc<Tls>>) -> Self {
         Self::start_node(durable, password, tls, false).await
     }
 
     async fn start_node(
         durable: bool,
         password: Option<String>,
-        tls: Option<Tls>,
+        tls: Option<Arc<Tls>>,
         cluster: bool,
     ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -89,7 +90,7 @@ impl RedisServer {
                 dir.path(),
                 durable,
                 password.as_deref(),
-                tls.as_ref(),
+                tls.as_deref(),
                 cluster_port,
             )
             .await
@@ -143,6 +144,12 @@ impl RedisServer {
                 .arg("--cluster-config-file")
                 .arg(dir.join("nodes.conf"))
                 .args(["--cluster-node-timeout", "2000"])
+                // Over TLS, the cluster bus and replication too.
+                .args(if tls.is_some() {
+                    ["--tls-cluster", "yes", "--tls-replication", "yes"]
+                } else {
+                    ["--tls-cluster", "no", "--tls-replication", "no"]
+                })
                 // A replica is served at once, not 5 s later.
                 .args(["--repl-diskless-sync-delay", "0"]);
         }
@@ -223,7 +230,12 @@ impl RedisServer {
                 .chain(&self.others)
                 .map(|node| format!("127.0.0.1:{}", node.port))
                 .collect();
-            return format!("redis+cluster://{}", nodes.join(","));
+            let scheme = if self.tls.is_some() {
+                "rediss+cluster"
+            } else {
+                "redis+cluster"
+            };
+            return format!("{scheme}://{}", nodes.join(","));
         }
         self.direct_url()
     }
@@ -244,7 +256,7 @@ impl RedisServer {
     /// What a client needs beyond the URL: the server's CA, and a client certificate
     /// when the server asks for one.
     pub fn tls(&self) -> RedisTls {
-        self.tls.as_ref().map(Tls::client).unwrap_or_default()
+        self.tls.as_deref().map(Tls::client).unwrap_or_default()
     }
 
     /// The flags that give `sandgate` what [`Self::tls`] gives a client.
@@ -322,7 +334,7 @@ impl RedisServer {
                 self.dir.path(),
                 true,
                 self.password.as_deref(),
-                self.tls.as_ref(),
+                self.tls.as_deref(),
                 self.cluster_port,
             )
             .await
@@ -532,12 +544,22 @@ impl RedisServer {
         Self::start_cluster_with_replicas(masters, 0).await
     }
 
+    /// As [`Self::start_cluster`], every node speaking TLS only (clients, the cluster bus),
+    /// with certificates of one CA: its URL is `rediss+cluster://…`.
+    pub async fn start_tls_cluster(masters: u16) -> Self {
+        Self::form_cluster(masters, 0, Some(Arc::new(Tls::issue(false)))).await
+    }
+
     /// As [`Self::start_cluster`], with `replicas` replicas of each master, synchronised
     /// before it returns (a failover needs them).
     pub async fn start_cluster_with_replicas(masters: u16, replicas: u16) -> Self {
+        Self::form_cluster(masters, replicas, None).await
+    }
+
+    async fn form_cluster(masters: u16, replicas: u16, tls: Option<Arc<Tls>>) -> Self {
         let mut nodes = Vec::new();
         for _ in 0..masters {
-            nodes.push(Self::start_node(false, None, None, true).await);
+            nodes.push(Self::start_node(false, None, tls.clone(), true).await);
         }
         const SLOTS: u16 = 16384;
         let mut connections = Vec::new();
@@ -577,7 +599,7 @@ impl RedisServer {
                 .await
                 .expect("CLUSTER MYID");
             for _ in 0..replicas {
-                let replica = Self::start_node(false, None, None, true).await;
+                let replica = Self::start_node(false, None, tls.clone(), true).await;
                 let mut connection = replica.connection().await;
                 redis::cmd("CLUSTER")
                     .arg("MEET")
