@@ -16,6 +16,12 @@ pub(crate) enum BeforeHook {
     HookConfigNormalize,
     /// `ConversationInfo.tags` (`BeforeValidator(_validate_tags)`).
     Tags,
+    /// `Agent._add_security_prompt_as_default`: a falsy or non-dict `system_prompt_kwargs`
+    /// becomes `{}`, and `llm_security_analyzer` defaults to true in it.
+    AgentPromptKwargs,
+    /// `LocalWorkspace.__init__` (which the SDK's discriminated union calls) takes
+    /// `str(working_dir)`: any value is a working directory.
+    WorkingDirStr,
 }
 
 /// Python `mode="after"` model validators: they run only once every field validated.
@@ -31,6 +37,7 @@ pub(crate) fn model_before_hook(def: &str) -> Option<BeforeHook> {
     match def {
         "LLM" => Some(BeforeHook::LlmModelRequired),
         "HookConfig" => Some(BeforeHook::HookConfigNormalize),
+        "Agent" => Some(BeforeHook::AgentPromptKwargs),
         _ => None,
     }
 }
@@ -46,6 +53,7 @@ pub(crate) fn model_after_hook(def: &str) -> Option<AfterHook> {
 pub(crate) fn field_before_hook(def: &str, prop: &str) -> Option<BeforeHook> {
     match (def, prop) {
         ("ConversationInfo", "tags") => Some(BeforeHook::Tags),
+        ("LocalWorkspace", "working_dir") => Some(BeforeHook::WorkingDirStr),
         _ => None,
     }
 }
@@ -85,6 +93,9 @@ pub(crate) enum Before {
     Stop,
     /// Validate this rewritten copy instead (the record keeps the input as received).
     Replace(Value),
+    /// The input becomes this value, in the record too (the model coerced it), and is
+    /// validated.
+    Coerce(Value),
 }
 
 pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingError>) -> Before {
@@ -92,6 +103,26 @@ pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingEr
         BeforeHook::LlmModelRequired => llm_model_required(v, errors),
         BeforeHook::HookConfigNormalize => hook_config_normalize(v, errors),
         BeforeHook::Tags => tags_before(v, errors),
+        BeforeHook::AgentPromptKwargs => match v {
+            // A dict validates as it is; anything else is replaced before validation.
+            Value::Object(obj)
+                if obj
+                    .get("system_prompt_kwargs")
+                    .is_some_and(|k| !k.is_object()) =>
+            {
+                let mut coerced = obj.clone();
+                coerced.insert(
+                    "system_prompt_kwargs".to_owned(),
+                    serde_json::json!({ "llm_security_analyzer": true }),
+                );
+                Before::Coerce(Value::Object(coerced))
+            }
+            _ => Before::Continue,
+        },
+        BeforeHook::WorkingDirStr => match v {
+            Value::String(_) => Before::Continue,
+            other => Before::Coerce(Value::String(python_str(other))),
+        },
     }
 }
 
@@ -121,6 +152,17 @@ pub(crate) fn run_after(hook: AfterHook, obj: &Map<String, Value>) -> Option<Pen
 }
 
 /// Python truthiness of a JSON value.
+/// Python's `str()` of a JSON value (containers as JSON text, near enough for a path).
+pub(crate) fn python_str(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        other => other.to_string(),
+    }
+}
+
 fn truthy(v: &Value) -> bool {
     match v {
         Value::Null => false,

@@ -80,18 +80,35 @@ pub fn validate_body(
 /// Validates a parsed body. On failure returns every error, in pydantic's order, with
 /// inputs taken from the redacted body.
 pub fn validate_conversation(body: Value) -> Result<ValidConversation, Vec<ValidationError>> {
-    let tree = &*schema::TREE;
+    // The merged models settle most bodies. One they refuse is judged by each release on
+    // its own (a field of one release only is an unknown key, ignored, to the other).
+    let original = body.clone();
     let mut record = body;
-    let mut walker = validate::Walker::new(tree);
-    let valid = walker.model(tree.root, &mut record, true);
+    let mut walker = validate::Walker::new(&schema::TREE);
+    let mut valid = walker.model(schema::TREE.root, &mut record);
+    let mut errors = Vec::new();
+    if !valid {
+        for (i, tree) in schema::RELEASES.iter().enumerate() {
+            let mut candidate = original.clone();
+            let mut release = validate::Walker::new(tree);
+            if release.model(tree.root, &mut candidate) {
+                // Its secrets are redacted; those only the other release names are too.
+                validate::Walker::new(&schema::TREE).model(schema::TREE.root, &mut candidate);
+                record = candidate;
+                valid = true;
+                break;
+            }
+            if i == 0 {
+                // Echoed from `record`: redacted by the merged models, both releases' secrets.
+                errors = release.errors;
+            }
+        }
+    }
+    parse::special_to_json(&mut record);
     // Errors echo their input: taken from the body redacted as a record would be.
     crate::redact::redact_record(&mut record);
     if !valid {
-        return Err(walker
-            .errors
-            .into_iter()
-            .map(|e| e.finish(&record))
-            .collect());
+        return Err(errors.into_iter().map(|e| e.finish(&record)).collect());
     }
     match summary::summarize(&record) {
         Some(summary) => Ok(ValidConversation { record, summary }),

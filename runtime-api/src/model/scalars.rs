@@ -22,6 +22,12 @@ pub(crate) enum Scalar<'a> {
     Bool(bool),
     Number(&'a Number),
     String(&'a str),
+    /// A number JSON cannot hold and Python's json reads (`parse::SPECIAL`): NaN, an
+    /// infinity, or an integer past 64 bits (`integer`).
+    Special {
+        value: f64,
+        integer: bool,
+    },
     /// An array or an object: no scalar rule accepts one.
     Compound,
 }
@@ -32,7 +38,10 @@ impl<'a> From<&'a Value> for Scalar<'a> {
             Value::Null => Scalar::Null,
             Value::Bool(b) => Scalar::Bool(*b),
             Value::Number(n) => Scalar::Number(n),
-            Value::String(s) => Scalar::String(s),
+            Value::String(s) => match super::parse::special(s) {
+                Some((value, integer)) => Scalar::Special { value, integer },
+                None => Scalar::String(s),
+            },
             Value::Array(_) | Value::Object(_) => Scalar::Compound,
         }
     }
@@ -112,10 +121,23 @@ pub(crate) fn check_int<'a>(v: impl Into<Scalar<'a>>, bounds: &Bounds) -> Check 
                         "Input should be a valid integer, got a number with a fractional part",
                     ));
                 }
+                if !in_i64(f) {
+                    return Err(err(
+                        "int_parsing_size",
+                        "Unable to parse input string as an integer, exceeded maximum size",
+                    ));
+                }
                 f
             }
         }
         Scalar::Bool(b) => f64::from(u8::from(b)),
+        Scalar::Special {
+            value,
+            integer: true,
+        } => value,
+        Scalar::Special { .. } => {
+            return Err(err("finite_number", "Input should be a finite number"));
+        }
         Scalar::String(s) => parse_int_str(s).ok_or_else(|| {
             err(
                 "int_parsing",
@@ -127,9 +149,16 @@ pub(crate) fn check_int<'a>(v: impl Into<Scalar<'a>>, bounds: &Bounds) -> Check 
     check_bounds(n, bounds, false)
 }
 
+/// Whether a float converts to an i64, as pydantic's float → int does (outside, it gives
+/// up). Integer literals past u64 arrive here as floats too, and are taken as such.
+fn in_i64(f: f64) -> bool {
+    (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)
+}
+
 pub(crate) fn check_float<'a>(v: impl Into<Scalar<'a>>, bounds: &Bounds) -> Check {
     let n = match v.into() {
         Scalar::Number(n) => n.as_f64().unwrap_or(f64::NAN),
+        Scalar::Special { value, .. } => value,
         Scalar::Bool(b) => f64::from(u8::from(b)),
         Scalar::String(s) => s.trim().parse::<f64>().map_err(|_| {
             err(
@@ -211,9 +240,12 @@ pub(crate) fn check_bool<'a>(v: impl Into<Scalar<'a>>) -> Check {
     };
     match v.into() {
         Scalar::Bool(_) => Ok(()),
+        // A number is read as an integer first: one outside i64, or with a fraction, is
+        // no boolean at all (`bool_type`); an integer other than 0 and 1 is `bool_parsing`.
         Scalar::Number(n) => match n.as_f64() {
             Some(f) if f == 0.0 || f == 1.0 => Ok(()),
-            _ => Err(parsing()),
+            Some(f) if f.fract() == 0.0 && in_i64(f) => Err(parsing()),
+            _ => Err(err("bool_type", "Input should be a valid boolean")),
         },
         Scalar::String(s) => {
             const WORDS: [&str; 12] = [
@@ -374,7 +406,9 @@ mod tests {
         assert_eq!(ty(check_int(&json!(5), &b)), "ok");
         assert_eq!(ty(check_int(&json!(true), &b)), "ok");
         assert_eq!(ty(check_int(&json!(5.0), &b)), "ok");
-        assert_eq!(ty(check_int(&json!(1e30), &b)), "ok");
+        // A float past i64 is refused, as pydantic does (the differential corpus shows it).
+        assert_eq!(ty(check_int(&json!(1e30), &b)), "int_parsing_size");
+        assert_eq!(ty(check_int(&json!(9.2e18), &b)), "ok");
         assert_eq!(ty(check_int(&json!(5.5), &b)), "int_from_float");
         assert_eq!(ty(check_int(&json!(" 5 "), &b)), "ok");
         assert_eq!(ty(check_int(&json!("1_000"), &b)), "ok");
@@ -425,6 +459,9 @@ mod tests {
         assert_eq!(ty(check_bool(&json!(" YES "))), "ok");
         assert_eq!(ty(check_bool(&json!("perhaps"))), "bool_parsing");
         assert_eq!(ty(check_bool(&json!(null))), "bool_type");
+        assert_eq!(ty(check_bool(&json!(2.0))), "bool_parsing");
+        assert_eq!(ty(check_bool(&json!(0.5))), "bool_type");
+        assert_eq!(ty(check_bool(&json!(1e19))), "bool_type");
     }
 
     #[test]

@@ -15,10 +15,27 @@ use super::hooks::{self, AfterHook, BeforeHook};
 pub(crate) type NodeId = u32;
 pub(crate) type ModelId = u32;
 
-pub(crate) static TREE: LazyLock<Tree> = LazyLock::new(|| match Tree::compile() {
-    Ok(tree) => tree,
-    Err(e) => panic!("embedded ConversationInfo schema does not compile: {e}"),
+/// Both releases' models merged: what the fast path, redaction and the OpenAPI document
+/// use.
+pub(crate) static TREE: LazyLock<Tree> =
+    LazyLock::new(|| compiled("merged", super::merge::merged_schema()));
+
+/// Each release on its own, for the bodies the merged models refuse: one that either
+/// release accepts is accepted, and a body both refuse gets 1.34.0's errors (the
+/// reference receiver's).
+pub(crate) static RELEASES: LazyLock<[Tree; 2]> = LazyLock::new(|| {
+    [
+        compiled("1.34", super::merge::schema_1_34()),
+        compiled("1.58", super::merge::schema_1_58()),
+    ]
 });
+
+fn compiled(name: &str, schema: Result<Value, String>) -> Tree {
+    match schema.and_then(Tree::compile) {
+        Ok(tree) => tree,
+        Err(e) => panic!("embedded ConversationInfo schema ({name}) does not compile: {e}"),
+    }
+}
 
 pub(crate) struct Tree {
     pub nodes: Vec<Node>,
@@ -191,8 +208,7 @@ impl KeyTable {
 }
 
 impl Tree {
-    fn compile() -> Result<Tree, String> {
-        let schema = super::merge::merged_schema()?;
+    fn compile(schema: Value) -> Result<Tree, String> {
         let defs = match schema.get("$defs") {
             Some(Value::Object(d)) => d.clone(),
             _ => return Err("no $defs".into()),
@@ -640,7 +656,9 @@ mod tests {
 
     #[test]
     fn embedded_schema_compiles() {
-        let tree = Tree::compile().unwrap_or_else(|e| panic!("{e}"));
+        let tree = crate::model::merge::merged_schema()
+            .and_then(Tree::compile)
+            .unwrap_or_else(|e| panic!("{e}"));
         let root = tree.model(tree.root);
         assert_eq!(root.name, "ConversationInfo");
         assert!(root.keys.find(&root.fields, "agent").is_some());

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::REDACTED;
 use super::errors::{LocItem, PendingError, missing};
-use super::hooks::{self, Before};
+use super::hooks::{self, Before, python_str};
 use super::scalars;
 use super::schema::{KindUnion, ModelId, Node, NodeId, StrFormat, TaggedUnion, Tree};
 
@@ -19,6 +19,11 @@ pub(crate) struct Walker<'t> {
     /// Non-zero while a smart union tries its members: a member that fails must leave
     /// the value as it found it for the next member.
     union_depth: u32,
+    /// FastAPI validates the body with `from_attributes=True`, and a model refuses a value
+    /// that is not an object with `model_attributes_type` then. The SDK's discriminated
+    /// unions (`kind`) validate the variant they pick anew, without it: below one, the
+    /// error is `model_type`.
+    from_attributes: bool,
 }
 
 /// Above this many fields a model would need a wider "seen" set.
@@ -36,6 +41,7 @@ impl<'t> Walker<'t> {
             tree,
             errors: Vec::new(),
             union_depth: 0,
+            from_attributes: true,
         }
     }
 
@@ -87,7 +93,7 @@ impl<'t> Walker<'t> {
             } => return self.list(*items, *min_items, *max_items, v),
             Node::Tuple { items } => return self.tuple(items, v),
             Node::Dict { values } => return self.dict(*values, v),
-            Node::Model(m) => return self.model(*m, v, false),
+            Node::Model(m) => return self.model(*m, v),
             Node::KindUnion(k) => return self.kind_union(k, v),
             Node::TaggedUnion(t) => return self.tagged_union(t, v),
             Node::Nullable(inner) => return v.is_null() || self.node(*inner, v),
@@ -230,19 +236,11 @@ impl<'t> Walker<'t> {
         self.errors.len() == start
     }
 
-    pub fn model(&mut self, id: ModelId, v: &mut Value, is_root: bool) -> bool {
+    pub fn model(&mut self, id: ModelId, v: &mut Value) -> bool {
         let tree = self.tree;
         let model = tree.model(id);
         let Value::Object(map) = v else {
-            return self.fail(if is_root {
-                PendingError::new(
-                    "model_attributes_type",
-                    "Input should be a valid dictionary or object to extract fields from",
-                    None,
-                )
-            } else {
-                model_type(&model.name)
-            });
+            return self.fail(self.not_an_object(&model.name));
         };
         let start = self.errors.len();
         let mut seen = [0u64; MAX_FIELDS / 64];
@@ -291,16 +289,27 @@ impl<'t> Walker<'t> {
         }
     }
 
+    fn not_an_object(&self, class_name: &str) -> PendingError {
+        if self.from_attributes {
+            model_attributes_type()
+        } else {
+            model_type(class_name)
+        }
+    }
+
     fn kind_union(&mut self, k: &KindUnion, v: &mut Value) -> bool {
         let Value::Object(map) = v else {
-            return self.fail(model_type(&k.base));
+            return self.fail(self.not_an_object(&k.base));
         };
         let kind = map.get("kind");
         if let Some(Value::String(kind)) = kind
             && let Some((_, node)) = k.variants.iter().find(|(tag, _)| tag == kind)
         {
             // The variant validates the same object; its errors carry no variant segment.
-            return self.node(*node, v);
+            let outer = std::mem::replace(&mut self.from_attributes, false);
+            let valid = self.node(*node, v);
+            self.from_attributes = outer;
+            return valid;
         }
         let shown = match kind {
             None => String::new(),
@@ -317,11 +326,7 @@ impl<'t> Walker<'t> {
 
     fn tagged_union(&mut self, t: &TaggedUnion, v: &mut Value) -> bool {
         let Value::Object(map) = v else {
-            return self.fail(PendingError::new(
-                "model_attributes_type",
-                "Input should be a valid dictionary or object to extract fields from",
-                None,
-            ));
+            return self.fail(model_attributes_type());
         };
         let discriminator = format!("'{}'", t.prop);
         let error = match map.get(&t.prop) {
@@ -406,6 +411,10 @@ impl<'t> Walker<'t> {
                 }
                 ok
             }
+            Before::Coerce(coerced) => {
+                *v = coerced;
+                self.node(inner, v)
+            }
         }
     }
 }
@@ -419,6 +428,14 @@ fn model_type(class_name: &str) -> PendingError {
         "model_type",
         format!("Input should be a valid dictionary or instance of {class_name}"),
         Some(json!({ "class_name": class_name })),
+    )
+}
+
+fn model_attributes_type() -> PendingError {
+    PendingError::new(
+        "model_attributes_type",
+        "Input should be a valid dictionary or object to extract fields from",
+        None,
     )
 }
 
@@ -442,15 +459,4 @@ fn length_error(
         ),
         Some(Value::Object(ctx)),
     )
-}
-
-/// Python's `str()` of a JSON value, as an f-string renders it.
-fn python_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "None".into(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        other => other.to_string(),
-    }
 }
