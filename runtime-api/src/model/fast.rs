@@ -325,6 +325,10 @@ fn after(hook: AfterHook, obj: &Object<'_>) -> bool {
                 .is_some_and(|c| !c.is_empty());
             !stdio || has_command
         }
+        AfterHook::ContextWindow => {
+            hooks::context_window_too_small(borrowed::get(obj, "max_input_tokens").map(Into::into))
+                .is_none()
+        }
     }
 }
 

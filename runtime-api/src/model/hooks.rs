@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::errors::{PendingError, value_error};
+use super::scalars::Scalar;
 
 /// Python `mode="before"` validators: they see the raw input before field validation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +32,26 @@ pub(crate) enum AfterHook {
     SystemPromptExclusive,
     /// A stdio MCP server needs a command.
     McpStdioNeedsCommand,
+    /// `LLM._validate_context_window_size` (run by `_post_init`): a `max_input_tokens`
+    /// below 16,384 raises `LLMContextWindowTooSmallError`, a 500 of the reference; here
+    /// a 422 at the field.
+    ContextWindow,
+}
+
+/// `MIN_CONTEXT_WINDOW_TOKENS` of the SDK.
+const MIN_CONTEXT_WINDOW_TOKENS: f64 = 16_384.0;
+
+/// The configured context window when it is below the SDK's minimum (`max_input_tokens or
+/// …`: zero and null leave it to the model's metadata, which is not checked here).
+pub(crate) fn context_window_too_small(max_input_tokens: Option<Scalar<'_>>) -> Option<f64> {
+    let n = match max_input_tokens? {
+        Scalar::Number(n) => n.as_f64()?,
+        Scalar::Bool(b) => f64::from(u8::from(b)),
+        Scalar::String(s) => super::scalars::parse_int_str(s)?,
+        Scalar::Special { value, .. } => value,
+        Scalar::Null | Scalar::Compound => return None,
+    };
+    (n != 0.0 && n < MIN_CONTEXT_WINDOW_TOKENS).then_some(n)
 }
 
 pub(crate) fn model_before_hook(def: &str) -> Option<BeforeHook> {
@@ -46,6 +67,7 @@ pub(crate) fn model_after_hook(def: &str) -> Option<AfterHook> {
     match def {
         "Agent" | "ACPAgent" => Some(AfterHook::SystemPromptExclusive),
         "MCPServer" => Some(AfterHook::McpStdioNeedsCommand),
+        "LLM" => Some(AfterHook::ContextWindow),
         _ => None,
     }
 }
@@ -147,6 +169,15 @@ pub(crate) fn run_after(hook: AfterHook, obj: &Map<String, Value>) -> Option<Pen
                 .and_then(Value::as_str)
                 .is_some_and(|c| !c.is_empty());
             (stdio && !has_command).then(|| value_error("stdio MCP servers require 'command'"))
+        }
+        AfterHook::ContextWindow => {
+            let window = context_window_too_small(obj.get("max_input_tokens").map(Scalar::from))?;
+            let mut e = value_error(&format!(
+                "The configured model has a context window of {window} tokens, which is below \
+                 the minimum of 16,384 tokens required for OpenHands to function properly."
+            ));
+            e.push_path(&super::LocItem::Key("max_input_tokens".into()));
+            Some(e)
         }
     }
 }
