@@ -80,6 +80,15 @@ pub(crate) fn field_before_hook(def: &str, prop: &str) -> Option<BeforeHook> {
     }
 }
 
+/// The Python name of a field whose schema key is an alias, where the model takes either
+/// (`populate_by_name`): `HookDefinition.async_` is `async` in JSON.
+pub(crate) fn populated_by_name(def: &str, prop: &str) -> Option<&'static str> {
+    match (def, prop) {
+        ("HookDefinition", "async") => Some("async_"),
+        _ => None,
+    }
+}
+
 /// Secrets the schema types as plain strings, yet the sender treats as secrets (spec 2.9,
 /// design "Conversation webhook"): they are redacted like `format: password` ones.
 pub(crate) fn is_unmarked_secret(def: &str, prop: &str) -> bool {

@@ -144,6 +144,9 @@ pub(crate) struct TaggedUnion {
 #[derive(Debug)]
 pub(crate) struct Field {
     pub name: String,
+    /// The Python attribute's name where the key is an alias and the model populates by
+    /// name too (`HookDefinition.async_`, alias `async`): either key is the field.
+    pub by_name: Option<&'static str>,
     pub node: NodeId,
     pub required: bool,
 }
@@ -178,15 +181,18 @@ fn fnv1a(s: &str) -> usize {
 
 impl KeyTable {
     fn build(fields: &[Field]) -> KeyTable {
-        let cap = (fields.len() * 2).next_power_of_two().max(4);
+        let names = fields.len() + fields.iter().filter(|f| f.by_name.is_some()).count();
+        let cap = (names * 2).next_power_of_two().max(4);
         let mut slots = vec![EMPTY; cap].into_boxed_slice();
         let mask = cap - 1;
         for (i, f) in fields.iter().enumerate() {
-            let mut pos = fnv1a(&f.name) & mask;
-            while slots[pos] != EMPTY {
-                pos = (pos + 1) & mask;
+            for name in std::iter::once(f.name.as_str()).chain(f.by_name) {
+                let mut pos = fnv1a(name) & mask;
+                while slots[pos] != EMPTY {
+                    pos = (pos + 1) & mask;
+                }
+                slots[pos] = i as u16;
             }
-            slots[pos] = i as u16;
         }
         KeyTable { slots, mask }
     }
@@ -199,7 +205,8 @@ impl KeyTable {
             if slot == EMPTY {
                 return None;
             }
-            if fields[slot as usize].name == key {
+            let field = &fields[slot as usize];
+            if field.name == key || field.by_name == Some(key) {
                 return Some(slot as usize);
             }
             pos = (pos + 1) & self.mask;
@@ -327,6 +334,7 @@ impl Compiler<'_> {
                 }
                 fields.push(Field {
                     name: prop.clone(),
+                    by_name: hooks::populated_by_name(name, prop),
                     node,
                     required: required.contains(&prop.as_str()),
                 });
