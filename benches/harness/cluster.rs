@@ -3,8 +3,8 @@
 
 use tokio::process::Child;
 
-/// The slots of a Redis Cluster.
-const SLOTS: u16 = 16384;
+#[path = "../../tests/e2e/common/cluster_formation.rs"]
+mod cluster_formation;
 
 /// A cluster of `masters` masters (no replicas), returned once every node sees it as ok;
 /// its processes and its `redis+cluster://` URL.
@@ -31,45 +31,20 @@ pub async fn redis_cluster(masters: u16) -> (Vec<Child>, String) {
         nodes.push((port, bus, connection));
     }
     for (index, (_, _, connection)) in (0_u16..).zip(&mut nodes) {
-        let first = SLOTS / masters * index;
-        let last = if index + 1 == masters {
-            SLOTS - 1
-        } else {
-            SLOTS / masters * (index + 1) - 1
-        };
-        redis::cmd("CLUSTER")
-            .arg("ADDSLOTSRANGE")
-            .arg(first)
-            .arg(last)
-            .query_async::<()>(connection)
-            .await
-            .expect("CLUSTER ADDSLOTSRANGE");
+        cluster_formation::assign_slots(connection, index, masters).await;
     }
     let others: Vec<(u16, u16)> = nodes[1..]
         .iter()
         .map(|(port, bus, _)| (*port, *bus))
         .collect();
     for (port, bus) in others {
-        redis::cmd("CLUSTER")
-            .arg("MEET")
-            .arg("127.0.0.1")
-            .arg(port)
-            .arg(bus)
-            .query_async::<()>(&mut nodes[0].2)
-            .await
-            .expect("CLUSTER MEET");
+        cluster_formation::meet(&mut nodes[0].2, port, bus).await;
     }
     // Polled: the nodes learn each other and the slot map over their bus.
-    let known = format!("cluster_known_nodes:{masters}");
     loop {
         let mut ready = true;
         for (_, _, connection) in &mut nodes {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(connection)
-                .await
-                .expect("CLUSTER INFO");
-            ready &= info.contains("cluster_state:ok") && info.contains(&known);
+            ready &= cluster_formation::sees_cluster_formed(connection, masters).await;
         }
         if ready {
             break;

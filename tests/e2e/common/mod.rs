@@ -2,6 +2,7 @@
 //! the machine's own on 6379), Sandgate in-process or as its real binary. Readiness is read
 //! from the servers' own output, never waited for with sleeps.
 
+mod cluster_formation;
 pub mod fake_kube;
 pub mod fixtures;
 mod process;

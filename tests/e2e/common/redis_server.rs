@@ -5,6 +5,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use sandgate_runtime_api::store::RedisTls;
+
+use super::cluster_formation;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -561,34 +563,15 @@ impl RedisServer {
         for _ in 0..masters {
             nodes.push(Self::start_node(false, None, tls.clone(), true).await);
         }
-        const SLOTS: u16 = 16384;
         let mut connections = Vec::new();
         for (index, node) in (0_u16..).zip(&nodes) {
             let mut connection = node.connection().await;
-            let first = SLOTS / masters * index;
-            let last = if index + 1 == masters {
-                SLOTS - 1
-            } else {
-                SLOTS / masters * (index + 1) - 1
-            };
-            redis::cmd("CLUSTER")
-                .arg("ADDSLOTSRANGE")
-                .arg(first)
-                .arg(last)
-                .query_async::<()>(&mut connection)
-                .await
-                .expect("CLUSTER ADDSLOTSRANGE");
+            cluster_formation::assign_slots(&mut connection, index, masters).await;
             connections.push(connection);
         }
         for node in &nodes[1..] {
-            redis::cmd("CLUSTER")
-                .arg("MEET")
-                .arg("127.0.0.1")
-                .arg(node.port)
-                .arg(node.cluster_port.expect("a cluster node"))
-                .query_async::<()>(&mut connections[0])
-                .await
-                .expect("CLUSTER MEET");
+            let bus = node.cluster_port.expect("a cluster node");
+            cluster_formation::meet(&mut connections[0], node.port, bus).await;
         }
         let mut replica_servers = Vec::new();
         let mut replica_connections = Vec::new();
@@ -601,14 +584,8 @@ impl RedisServer {
             for _ in 0..replicas {
                 let replica = Self::start_node(false, None, tls.clone(), true).await;
                 let mut connection = replica.connection().await;
-                redis::cmd("CLUSTER")
-                    .arg("MEET")
-                    .arg("127.0.0.1")
-                    .arg(master.port)
-                    .arg(master.cluster_port.expect("a cluster node"))
-                    .query_async::<()>(&mut connection)
-                    .await
-                    .expect("CLUSTER MEET");
+                let bus = master.cluster_port.expect("a cluster node");
+                cluster_formation::meet(&mut connection, master.port, bus).await;
                 // Polled: REPLICATE needs the master known to the replica.
                 for attempt in 0.. {
                     let replicated: redis::RedisResult<()> = redis::cmd("CLUSTER")
@@ -631,21 +608,13 @@ impl RedisServer {
         // replicas synchronise.
         for _ in 0..400 {
             let mut ready = true;
-            // A reply that times out (a node busy forming, on a loaded machine) is "not
-            // yet": the poll goes on, bounded by its count.
             for connection in connections.iter_mut().chain(&mut replica_connections) {
-                let info: Result<String, _> = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query_async(connection)
-                    .await;
-                let known = format!("cluster_known_nodes:{total}");
-                if !info
-                    .is_ok_and(|info| info.contains("cluster_state:ok") && info.contains(&known))
-                {
+                if !cluster_formation::sees_cluster_formed(connection, total).await {
                     ready = false;
                     break;
                 }
             }
+            // As for CLUSTER INFO, a reply that times out is "not yet".
             for connection in &mut replica_connections {
                 let info: Result<String, _> = redis::cmd("INFO")
                     .arg("replication")
