@@ -294,13 +294,8 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
         },
         // A value these rewrite is left to the `Value` path.
         BeforeHook::AgentPromptKwargs => match v {
-            Json::Object(obj)
-                if borrowed::get(obj, "system_prompt_kwargs")
-                    .is_some_and(|k| !matches!(k, Json::Object(_))) =>
-            {
-                Before::Bail
-            }
-            _ => Before::Continue,
+            Json::Object(_) => Before::Continue,
+            _ => Before::Bail,
         },
         BeforeHook::WorkingDirStr => match v {
             Json::String(_) => Before::Continue,

@@ -17,8 +17,9 @@ pub(crate) enum BeforeHook {
     HookConfigNormalize,
     /// `ConversationInfo.tags` (`BeforeValidator(_validate_tags)`).
     Tags,
-    /// `Agent._add_security_prompt_as_default`: a falsy or non-dict `system_prompt_kwargs`
-    /// becomes `{}`, and `llm_security_analyzer` defaults to true in it.
+    /// `Agent._add_security_prompt_as_default` (a model validator, which only this field
+    /// feels): a `system_prompt_kwargs` that is not a dict becomes `{}`, and
+    /// `llm_security_analyzer` defaults to true in it.
     AgentPromptKwargs,
     /// `LocalWorkspace.__init__` (which the SDK's discriminated union calls) takes
     /// `str(working_dir)`: any value is a working directory.
@@ -58,7 +59,6 @@ pub(crate) fn model_before_hook(def: &str) -> Option<BeforeHook> {
     match def {
         "LLM" => Some(BeforeHook::LlmModelRequired),
         "HookConfig" => Some(BeforeHook::HookConfigNormalize),
-        "Agent" => Some(BeforeHook::AgentPromptKwargs),
         _ => None,
     }
 }
@@ -75,6 +75,7 @@ pub(crate) fn model_after_hook(def: &str) -> Option<AfterHook> {
 pub(crate) fn field_before_hook(def: &str, prop: &str) -> Option<BeforeHook> {
     match (def, prop) {
         ("ConversationInfo", "tags") => Some(BeforeHook::Tags),
+        ("Agent", "system_prompt_kwargs") => Some(BeforeHook::AgentPromptKwargs),
         ("LocalWorkspace", "working_dir") => Some(BeforeHook::WorkingDirStr),
         _ => None,
     }
@@ -135,20 +136,8 @@ pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingEr
         BeforeHook::HookConfigNormalize => hook_config_normalize(v, errors),
         BeforeHook::Tags => tags_before(v, errors),
         BeforeHook::AgentPromptKwargs => match v {
-            // A dict validates as it is; anything else is replaced before validation.
-            Value::Object(obj)
-                if obj
-                    .get("system_prompt_kwargs")
-                    .is_some_and(|k| !k.is_object()) =>
-            {
-                let mut coerced = obj.clone();
-                coerced.insert(
-                    "system_prompt_kwargs".to_owned(),
-                    serde_json::json!({ "llm_security_analyzer": true }),
-                );
-                Before::Coerce(Value::Object(coerced))
-            }
-            _ => Before::Continue,
+            Value::Object(_) => Before::Continue,
+            _ => Before::Coerce(serde_json::json!({ "llm_security_analyzer": true })),
         },
         BeforeHook::WorkingDirStr => match v {
             Value::String(_) => Before::Continue,
@@ -191,7 +180,6 @@ pub(crate) fn run_after(hook: AfterHook, obj: &Map<String, Value>) -> Option<Pen
     }
 }
 
-/// Python truthiness of a JSON value.
 /// Python's `str()` of a JSON value (containers as JSON text, near enough for a path).
 pub(crate) fn python_str(v: &Value) -> String {
     match v {
@@ -203,6 +191,7 @@ pub(crate) fn python_str(v: &Value) -> String {
     }
 }
 
+/// Python truthiness of a JSON value.
 fn truthy(v: &Value) -> bool {
     match v {
         Value::Null => false,

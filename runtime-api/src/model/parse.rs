@@ -66,8 +66,7 @@ const SPECIAL_ESCAPED: &[u8] = br#""\u0000\udbff\udfff"#;
 /// strings written as a [`SPECIAL`] string; `None` when there is none, or when a string of
 /// the body could itself spell the prefix (then the body is refused as JSON is).
 fn with_specials(text: &[u8]) -> Option<Vec<u8>> {
-    let lower = text.to_ascii_lowercase();
-    if lower.windows(6).any(|w| w == b"\\udbff")
+    if text.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\udbff"))
         || text.windows(4).any(|w| w == "\u{10FFFF}".as_bytes())
     {
         return None;
@@ -392,6 +391,8 @@ impl<'de> Visitor<'de> for ValueVisitor<'_> {
         Ok(Value::from(v))
     }
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // Not `scalars::in_i64`: -2^63 fits an i64, but an integer literal that rounds to
+        // it as a float (…809) does not, and only such literals arrive here as floats.
         if v.fract() == 0.0 && v.abs() >= 9_223_372_036_854_775_808.0 {
             self.0.set(true);
         }
