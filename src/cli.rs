@@ -308,8 +308,9 @@ pub struct AdminArgs {
 /// Sandboxes and their warm pools.
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
-    /// Where sandboxes run: `local` (no containers: sandboxes live in the store, for
-    /// trying Sandgate out) or `kubernetes`.
+    /// Where sandboxes run: `local` (nothing runs: sandboxes live in the store, for
+    /// trying the API out), `process` (each sandbox a process on this machine, under the
+    /// data directory: the whole loop on one machine, see README) or `kubernetes`.
     #[arg(long, env = "SANDBOX_DRIVER", default_value = "local")]
     pub sandbox_driver: SandboxDriverKind,
     /// Namespace of the sandboxes' workloads (`kubernetes`).
@@ -322,7 +323,8 @@ pub struct SandboxArgs {
     /// Ephemeral storage requested per sandbox (`kubernetes`).
     #[arg(long, env = "EPHEMERAL_STORAGE_SIZE", default_value = "25Gi")]
     pub ephemeral_storage_size: String,
-    /// The port the agent server listens on inside a sandbox (`kubernetes`).
+    /// The port the agent server listens on inside a sandbox (`kubernetes`); with
+    /// `process`, the port sandbox commands name, rewritten to each sandbox's own.
     #[arg(long, env = "SANDBOX_PORT", default_value_t = 8000)]
     pub sandbox_port: u16,
     /// Ingress class of the sandboxes' ingresses (`kubernetes`); without it the default.
@@ -372,6 +374,7 @@ pub struct SandboxArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SandboxDriverKind {
     Local,
+    Process,
     Kubernetes,
 }
 

@@ -14,6 +14,7 @@ mod shutdown;
 pub mod telemetry;
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -30,6 +31,7 @@ use sandgate_runtime_api::admin::login::SystemClock;
 use sandgate_runtime_api::admin::rate_limit::LoginRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
+use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
 use sandgate_runtime_api::store::{Backend, EventRetention, RedisTls, Store, redact_url};
 use sandgate_runtime_api::{
@@ -115,8 +117,13 @@ fn auth_config(args: &AuthArgs) -> AuthConfig {
     }
 }
 
-/// The sandbox driver and options, configured from the command line.
-async fn sandbox_config(args: &SandboxArgs) -> anyhow::Result<SandboxConfig> {
+/// How long a `process` sandbox may take to exit on SIGTERM (pause, delete) before it is
+/// killed: the agent-server saves its conversations as it stops.
+const PROCESS_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The sandbox driver and options, configured from the command line; `process` sandboxes
+/// live under `data_dir`.
+async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<SandboxConfig> {
     let clock = Arc::new(SystemClock);
     let driver: Arc<dyn SandboxDriver> = match args.sandbox_driver {
         SandboxDriverKind::Local => {
@@ -142,6 +149,18 @@ async fn sandbox_config(args: &SandboxArgs) -> anyhow::Result<SandboxConfig> {
                 KubernetesDriver::connect(options)
                     .await
                     .map_err(|err| anyhow::anyhow!("--sandbox-driver kubernetes: {err}"))?,
+            )
+        }
+        SandboxDriverKind::Process => {
+            let options = ProcessOptions {
+                root: data_dir.join("sandboxes"),
+                port: args.sandbox_port,
+                stop_grace: PROCESS_STOP_GRACE,
+            };
+            tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
+            Arc::new(
+                ProcessDriver::open(options, clock.as_ref())
+                    .map_err(|err| anyhow::anyhow!("--sandbox-driver process: {err}"))?,
             )
         }
     };
@@ -170,6 +189,7 @@ async fn runtime_api_services(
     catalog: &CatalogArgs,
     admin: &AdminArgs,
     sandboxes: &SandboxArgs,
+    data_dir: &Path,
 ) -> anyhow::Result<RuntimeApi> {
     let admin = AdminConfig {
         admin_password: admin
@@ -193,7 +213,7 @@ async fn runtime_api_services(
             max_total: admin.warm_pools_max_total,
         },
     };
-    let sandboxes = sandbox_config(sandboxes).await?;
+    let sandboxes = sandbox_config(sandboxes, data_dir).await?;
     let catalog = CatalogConfig {
         event_retention: EventRetention {
             max_per_conversation: catalog.events_per_conversation as usize,
@@ -326,6 +346,7 @@ pub async fn serve(
         &args.catalog,
         &args.admin,
         &args.sandboxes,
+        &args.store.data_dir,
     )
     .await?;
     let services: Vec<&str> = RUNTIME_API_SERVICES
@@ -381,6 +402,7 @@ pub async fn runtime_api(
         &args.catalog,
         &args.admin,
         &args.sandboxes,
+        &args.store.data_dir,
     )
     .await?;
     let routes = runtime_api

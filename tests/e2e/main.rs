@@ -26,6 +26,7 @@ mod model_gateway;
 mod observability;
 mod ordering;
 mod process;
+mod process_sandboxes;
 mod redaction;
 mod redis_tls;
 mod runtime_clients;

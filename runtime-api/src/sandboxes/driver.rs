@@ -46,6 +46,12 @@ pub trait SandboxDriver: Send + Sync + 'static {
         &self,
         sandboxes: &[StoredSandbox],
     ) -> Result<HashMap<String, Observed>, DriverError>;
+
+    /// Where the sandbox is reached, when the platform decides it; `None`: at
+    /// `{scheme}://{runtime_id}{separator}{base_url}`, the host its ingress routes.
+    fn url(&self, _sandbox: &StoredSandbox) -> Option<String> {
+        None
+    }
 }
 
 /// The embedded driver: runs no containers. A sandbox exists as its record, and goes from

@@ -4,6 +4,7 @@
 
 pub mod driver;
 pub mod kubernetes;
+pub mod process;
 pub mod reconciler;
 mod service;
 pub mod spec;
@@ -156,10 +157,12 @@ impl Sandboxes {
             "https"
         };
         SandboxView {
-            url: format!(
-                "{scheme}://{}{}{}",
-                record.runtime_id, self.options.separator, self.options.base_url
-            ),
+            url: self.driver.url(&record).unwrap_or_else(|| {
+                format!(
+                    "{scheme}://{}{}{}",
+                    record.runtime_id, self.options.separator, self.options.base_url
+                )
+            }),
             session_api_key,
             record,
         }

@@ -1,0 +1,540 @@
+//! The `process` driver: each sandbox is a real process on this machine, so that one
+//! machine shows the whole loop (a warm pool of agent-servers, a claim, a conversation
+//! posting its webhooks back, pause and resume with a new key) without a cluster.
+//!
+//! - A sandbox runs its command (without one, its image as a program: there is no image
+//!   to take an entrypoint from; a program named by an absolute path that this machine
+//!   lacks, such as an image's `/usr/local/bin/openhands-agent-server`, runs by its file
+//!   name from the sandbox's `PATH`) in a directory of its own, `{root}/{runtime_id}/`: its
+//!   working directory is the spec's, under that one (`/workspace` runs in
+//!   `{root}/{runtime_id}/workspace`), `HOME` is `{root}/{runtime_id}/home`, and its output
+//!   goes to `{root}/{runtime_id}/sandbox.log`.
+//! - Its environment is the spec's and `SESSION_API_KEY`, and of Sandgate's own only
+//!   `PATH`, the locale and the time zone: Sandgate's secrets never reach a sandbox.
+//! - Sandboxes of one image all name the agent-server's port (`SANDBOX_PORT`). Each gets a
+//!   free port of its own: every argument of its command that is that port, or ends in
+//!   `=port` or `:port`, is rewritten to it, `PORT` holds it too, and its URL is
+//!   `http://127.0.0.1:{port}`. The port is kept in the sandbox's directory, so its URL
+//!   stays the same across pauses and Sandgate's restarts.
+//! - It is running once its port accepts connections, in error once its process exits.
+//! - Pause stops the process (its whole process group: SIGTERM, then SIGKILL after a grace
+//!   period) and keeps the directory; resume starts the command again with the new key;
+//!   delete stops it and removes the directory.
+//!
+//! The processes are this Sandgate's children: they stop when it stops, the ones a run
+//! killed without a chance to stop them are stopped by the next, and their sandboxes are
+//! reported in error until resumed. One machine,
+//! one replica: the driver keeps its processes in memory.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+use super::driver::{DriverError, Observed, SandboxDriver};
+use crate::admin::login::Clock;
+use crate::store::{SandboxSpec, SandboxState, StoredSandbox};
+
+/// The environment variable that carries the session key, as in a Kubernetes sandbox.
+const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
+/// Of Sandgate's own environment, what a sandbox's process inherits.
+const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
+/// How long a readiness probe waits for the port to accept a connection.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+const PORT_FILE: &str = "port";
+const PID_FILE: &str = "pid";
+const LOG_FILE: &str = "sandbox.log";
+
+/// Where and how sandboxes run on this machine.
+#[derive(Clone, Debug)]
+pub struct ProcessOptions {
+    /// The sandboxes' directories: `{data_dir}/sandboxes`.
+    pub root: PathBuf,
+    /// `SANDBOX_PORT`: the port sandbox commands name, rewritten to each one's own.
+    pub port: u16,
+    /// How long a stopped process may take to exit on SIGTERM before it is killed.
+    pub stop_grace: Duration,
+}
+
+/// What the driver knows of one sandbox's process.
+enum Process {
+    Running(Child),
+    /// Exited by itself; why, for `status_detail`.
+    Exited(String),
+    /// Paused, or not started by this run of Sandgate.
+    Stopped,
+}
+
+struct Sandbox {
+    port: u16,
+    process: Process,
+}
+
+pub struct ProcessDriver {
+    options: ProcessOptions,
+    /// When this driver started (service clock): a live sandbox it has no process for and
+    /// that changed before then was started by a previous run.
+    started_ms: i64,
+    sandboxes: Mutex<HashMap<String, Sandbox>>,
+}
+
+impl ProcessDriver {
+    /// A driver on `options.root`, created if missing. Processes a previous run left
+    /// behind are stopped; the ports of its sandboxes are read back.
+    pub fn open(options: ProcessOptions, clock: &dyn Clock) -> Result<Self, DriverError> {
+        std::fs::create_dir_all(&options.root).map_err(|err| {
+            DriverError(format!(
+                "cannot create the sandboxes' directory {}: {err}",
+                options.root.display()
+            ))
+        })?;
+        let mut sandboxes = HashMap::new();
+        let entries = std::fs::read_dir(&options.root)
+            .map_err(|err| DriverError(format!("cannot read {}: {err}", options.root.display())))?;
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let Some(runtime_id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            stop_leftover(&dir);
+            if let Some(port) = read_number::<u16>(&dir.join(PORT_FILE)) {
+                sandboxes.insert(
+                    runtime_id,
+                    Sandbox {
+                        port,
+                        process: Process::Stopped,
+                    },
+                );
+            }
+        }
+        Ok(Self {
+            options,
+            started_ms: clock.now_ms(),
+            sandboxes: Mutex::new(sandboxes),
+        })
+    }
+
+    fn dir(&self, runtime_id: &str) -> PathBuf {
+        self.options.root.join(runtime_id)
+    }
+
+    fn sandboxes(&self) -> MutexGuard<'_, HashMap<String, Sandbox>> {
+        // A panic while holding the lock leaves the map as it was between two statements,
+        // which every reader copes with.
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts `sandbox`'s command on `port` with `session_key`; its process.
+    fn spawn(
+        &self,
+        sandbox: &StoredSandbox,
+        port: u16,
+        session_key: &str,
+    ) -> Result<Child, DriverError> {
+        let dir = self.dir(&sandbox.runtime_id);
+        let failed = |what: &str, err: std::io::Error| {
+            DriverError(format!(
+                "cannot {what} for sandbox {}: {err}",
+                sandbox.runtime_id
+            ))
+        };
+        let workdir = dir.join(relative(&sandbox.spec.working_dir));
+        let home = dir.join("home");
+        for path in [&workdir, &home] {
+            std::fs::create_dir_all(path)
+                .map_err(|err| failed(&format!("create {}", path.display()), err))?;
+        }
+        std::fs::write(dir.join(PORT_FILE), port.to_string())
+            .map_err(|err| failed("record the port", err))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(LOG_FILE))
+            .map_err(|err| failed("open the log", err))?;
+        let output = log.try_clone().map_err(|err| failed("open the log", err))?;
+        let argv = arguments(&sandbox.spec, self.options.port, port);
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| DriverError("the sandbox has neither a command nor an image".into()))?;
+        let path = sandbox
+            .spec
+            .environment
+            .get("PATH")
+            .cloned()
+            .or_else(|| std::env::var("PATH").ok())
+            .unwrap_or_default();
+        let mut command = Command::new(resolve(program, &path));
+        command
+            .args(args)
+            .current_dir(&workdir)
+            .env_clear()
+            .envs(
+                INHERITED_ENV.iter().filter_map(|name| {
+                    std::env::var_os(name).map(|value| (name.to_string(), value))
+                }),
+            )
+            .env("HOME", &home)
+            .envs(&sandbox.spec.environment)
+            .env("PORT", port.to_string())
+            .env(SESSION_KEY_ENV, session_key)
+            .stdin(Stdio::null())
+            .stdout(output)
+            .stderr(log)
+            // Its own process group, so that stopping it stops what it started too.
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .map_err(|err| failed(&format!("run {program:?}"), err))?;
+        if let Some(pid) = child.id() {
+            // For the next run to stop it, should this one end without doing so.
+            let _ = std::fs::write(dir.join(PID_FILE), pid.to_string());
+        }
+        tracing::debug!(runtime_id = %sandbox.runtime_id, port, "sandbox process started");
+        Ok(child)
+    }
+
+    /// The sandbox's port: its own when it has one, else a free one.
+    fn port(&self, runtime_id: &str) -> Result<u16, DriverError> {
+        if let Some(sandbox) = self.sandboxes().get(runtime_id) {
+            return Ok(sandbox.port);
+        }
+        free_port()
+    }
+
+    /// Starts the sandbox's process, stopping one it still has.
+    async fn start(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        self.stop(&sandbox.runtime_id).await;
+        let port = self.port(&sandbox.runtime_id)?;
+        let child = self.spawn(sandbox, port, session_key)?;
+        self.sandboxes().insert(
+            sandbox.runtime_id.clone(),
+            Sandbox {
+                port,
+                process: Process::Running(child),
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops the sandbox's process, if it has one running, and waits for it to go.
+    async fn stop(&self, runtime_id: &str) {
+        let child = match self.sandboxes().get_mut(runtime_id) {
+            Some(sandbox) => match std::mem::replace(&mut sandbox.process, Process::Stopped) {
+                Process::Running(child) => child,
+                _ => return,
+            },
+            None => return,
+        };
+        terminate(child, self.options.stop_grace).await;
+        let _ = std::fs::remove_file(self.dir(runtime_id).join(PID_FILE));
+    }
+}
+
+impl Drop for ProcessDriver {
+    /// Sandgate is stopping: its sandboxes' process groups go with it (`kill_on_drop`
+    /// would reach only their first process). The next run reports them in error.
+    fn drop(&mut self) {
+        for sandbox in self.sandboxes().values() {
+            if let Process::Running(child) = &sandbox.process
+                && let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok())
+            {
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxDriver for ProcessDriver {
+    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        self.start(sandbox, session_key).await
+    }
+
+    async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
+        self.stop(&sandbox.runtime_id).await;
+        Ok(())
+    }
+
+    async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        self.start(sandbox, session_key).await
+    }
+
+    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
+        self.stop(&sandbox.runtime_id).await;
+        self.sandboxes().remove(&sandbox.runtime_id);
+        let dir = self.dir(&sandbox.runtime_id);
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(err) => Err(DriverError(format!(
+                "cannot remove {}: {err}",
+                dir.display()
+            ))),
+        }
+    }
+
+    async fn observe(
+        &self,
+        sandboxes: &[StoredSandbox],
+    ) -> Result<HashMap<String, Observed>, DriverError> {
+        let mut observed = HashMap::new();
+        let mut probes = Vec::new();
+        {
+            let mut processes = self.sandboxes();
+            for record in sandboxes {
+                let id = &record.runtime_id;
+                let process = processes.get_mut(id).map(|sandbox| {
+                    if let Process::Running(child) = &mut sandbox.process
+                        && let Ok(Some(status)) = child.try_wait()
+                    {
+                        sandbox.process = Process::Exited(format!(
+                            "the sandbox's process exited ({status}); its output is in {}",
+                            self.dir(id).join(LOG_FILE).display()
+                        ));
+                    }
+                    (&sandbox.process, sandbox.port)
+                });
+                match process {
+                    Some((Process::Running(_), port)) => probes.push((id.clone(), port)),
+                    Some((Process::Exited(detail), _)) => {
+                        observed.insert(id.clone(), error(detail.clone()));
+                    }
+                    // Started by an earlier run of Sandgate, whose processes are gone.
+                    Some((Process::Stopped, _)) | None
+                        if record.changed_at_ms < self.started_ms =>
+                    {
+                        observed.insert(
+                            id.clone(),
+                            error(
+                                "the sandbox's process ended when Sandgate restarted; resume it to start it again"
+                                    .into(),
+                            ),
+                        );
+                    }
+                    // Being created or resumed right now: its stored state stands.
+                    Some((Process::Stopped, _)) | None => {}
+                }
+            }
+        }
+        let ready = futures::future::join_all(probes.iter().map(|(_, port)| accepts(*port))).await;
+        for ((id, _), ready) in probes.into_iter().zip(ready) {
+            let state = if ready {
+                SandboxState::Running
+            } else {
+                SandboxState::Starting
+            };
+            observed.insert(
+                id,
+                Observed {
+                    state,
+                    detail: None,
+                },
+            );
+        }
+        Ok(observed)
+    }
+
+    fn url(&self, sandbox: &StoredSandbox) -> Option<String> {
+        let port = self.sandboxes().get(&sandbox.runtime_id)?.port;
+        Some(format!("http://127.0.0.1:{port}"))
+    }
+}
+
+fn error(detail: String) -> Observed {
+    Observed {
+        state: SandboxState::Error,
+        detail: Some(detail),
+    }
+}
+
+/// The command line of `spec` with `from` (the port commands name) rewritten to `to`.
+/// Without a command, the image is the program.
+fn arguments(spec: &SandboxSpec, from: u16, to: u16) -> Vec<String> {
+    let from = from.to_string();
+    let to = to.to_string();
+    let command = if spec.command.is_empty() {
+        std::slice::from_ref(&spec.image)
+    } else {
+        spec.command.as_slice()
+    };
+    command
+        .iter()
+        .map(|argument| {
+            if *argument == from {
+                return to.clone();
+            }
+            for separator in ['=', ':'] {
+                if let Some(head) = argument.strip_suffix(from.as_str())
+                    && head.ends_with(separator)
+                {
+                    return format!("{head}{to}");
+                }
+            }
+            argument.clone()
+        })
+        .collect()
+}
+
+/// The program to run for `program`: an absolute path that exists on this machine is
+/// itself; one that does not (an image's `/usr/local/bin/agent-server`) is its file name,
+/// looked up on `path` (the sandbox's `PATH`) when found there.
+fn resolve(program: &str, path: &str) -> PathBuf {
+    let named = Path::new(program);
+    if !named.is_absolute() || named.exists() {
+        return named.to_path_buf();
+    }
+    named
+        .file_name()
+        .and_then(|name| {
+            std::env::split_paths(path)
+                .map(|dir| dir.join(name))
+                .find(|candidate| candidate.is_file())
+        })
+        .unwrap_or_else(|| named.to_path_buf())
+}
+
+/// `path` as a relative path with only its plain components: `/workspace/../x` is
+/// `workspace/x`, so that a sandbox's working directory stays inside its own.
+fn relative(path: &str) -> PathBuf {
+    Path::new(path)
+        .components()
+        .filter_map(|component| match component {
+            Component::Normal(part) => Some(part),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A port nobody listens on now.
+fn free_port() -> Result<u16, DriverError> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .map_err(|err| DriverError(format!("cannot find a free port for a sandbox: {err}")))
+}
+
+/// Whether something accepts connections on `port`.
+async fn accepts(port: u16) -> bool {
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(("127.0.0.1", port))).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Stops `child`'s process group: SIGTERM, then SIGKILL when it has not exited after
+/// `grace`.
+async fn terminate(mut child: Child, grace: Duration) {
+    let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
+        return; // exited and reaped already
+    };
+    let group = Pid::from_raw(pid);
+    let _ = killpg(group, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = child.wait().await;
+    } else {
+        // What the process started may outlive it.
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+}
+
+/// Stops the process a previous run started in `dir`, if it is still there: the pid file
+/// names it, and its working directory (under `dir`) tells it from a process that took
+/// its pid since.
+fn stop_leftover(dir: &Path) {
+    let Some(pid) = read_number::<i32>(&dir.join(PID_FILE)) else {
+        return;
+    };
+    let ours = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir));
+    if ours {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(dir.join(PID_FILE));
+}
+
+fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_port_is_rewritten_wherever_the_command_names_it() {
+        let mut spec = SandboxSpec {
+            image: "/opt/agent-server".into(),
+            ..SandboxSpec::default()
+        };
+        spec.command = vec![
+            "agent-server".into(),
+            "--port".into(),
+            "8000".into(),
+            "--bind=8000".into(),
+            "0.0.0.0:8000".into(),
+            "18000".into(),
+            "--workers=80001".into(),
+        ];
+        assert_eq!(
+            arguments(&spec, 8000, 41234),
+            [
+                "agent-server",
+                "--port",
+                "41234",
+                "--bind=41234",
+                "0.0.0.0:41234",
+                "18000",
+                "--workers=80001"
+            ]
+        );
+        spec.command.clear();
+        assert_eq!(arguments(&spec, 8000, 1), ["/opt/agent-server"]);
+    }
+
+    #[test]
+    fn an_image_s_program_runs_from_the_path_when_this_machine_lacks_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let python = dir.path().join("python");
+        std::fs::write(&python, "").expect("write");
+        let path = std::env::join_paths([Path::new("/nonexistent"), dir.path()])
+            .expect("path")
+            .into_string()
+            .expect("utf-8");
+        assert_eq!(resolve("/agent-server/.venv/bin/python", &path), python);
+        assert_eq!(
+            resolve("/bin/sh", &path),
+            Path::new("/bin/sh"),
+            "exists here"
+        );
+        assert_eq!(
+            resolve("python", &path),
+            Path::new("python"),
+            "Command looks it up"
+        );
+        assert_eq!(
+            resolve("/opt/missing-everywhere", &path),
+            Path::new("/opt/missing-everywhere"),
+            "the spawn says it is missing"
+        );
+    }
+
+    #[test]
+    fn a_working_directory_stays_inside_the_sandbox() {
+        assert_eq!(
+            relative("/workspace/project"),
+            Path::new("workspace/project")
+        );
+        assert_eq!(relative("../../etc/./x"), Path::new("etc/x"));
+        assert_eq!(relative(""), Path::new(""));
+    }
+}

@@ -1,0 +1,313 @@
+//! The `process` sandbox driver on the real `sandgate` binary: sandboxes that really run on
+//! this machine. First with a plain program (what a sandbox's process gets, pause, resume,
+//! delete, a restart of Sandgate), then with the real clients, unchanged: the app server's
+//! `RemoteSandboxService` starting a real agent-server that posts its conversation back to
+//! Sandgate with its session key, across a pause and a resume; and the SDK's
+//! `APIRemoteWorkspace` creating, attaching to and cleaning up a sandbox.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use crate::common::{REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, repository, tool};
+
+/// How long a sandbox may take to start (a real agent-server takes seconds).
+const START_WITHIN: Duration = Duration::from_secs(120);
+
+/// A secret of Sandgate's own environment that no sandbox may see.
+const SANDGATE_SECRET: &str = "jwt-secret-of-sandgate-never-in-a-sandbox-0123456789";
+
+/// `sandgate serve --sandbox-driver process` with its embedded store and its sandboxes in
+/// `data_dir` (both survive a restart on it), with `port` as the port sandbox commands name.
+async fn serve(data_dir: &Path, port: &str) -> SandgateProcess {
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--webhook-api-keys",
+        WEBHOOK_KEY,
+        "--default-api-key",
+        RUNTIME_KEY,
+        "--data-dir",
+        &data_dir.display().to_string(),
+        "--sandbox-driver",
+        "process",
+        "--sandbox-port",
+        port,
+    ]
+    .map(str::to_owned);
+    SandgateProcess::spawn(&args, &[("JWT_SECRET", SANDGATE_SECRET)]).await
+}
+
+async fn call(sandgate: &SandgateProcess, path: &str, body: Option<Value>) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let request = match body {
+        Some(body) => client.post(sandgate.url(path)).json(&body),
+        None => client.get(sandgate.url(path)),
+    };
+    let response = request
+        .header("x-api-key", RUNTIME_KEY)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls the session until its status is `wanted`; the last answer.
+async fn until_session(sandgate: &SandgateProcess, session: &str, wanted: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + START_WITHIN;
+    loop {
+        let (_, runtime) = call(sandgate, &format!("/sessions/{session}"), None).await;
+        if runtime["status"] == wanted || tokio::time::Instant::now() >= deadline {
+            assert_eq!(runtime["status"], wanted, "{runtime}\n{}", sandgate.log());
+            return runtime;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What a plain sandbox writes down of its environment at start (a file in its working
+/// directory), then serves that directory on the port it is told (`$PORT`).
+fn plain_sandbox(session: &str) -> Value {
+    json!({
+        "image": "local/plain",
+        "command": [
+            "/bin/sh", "-c",
+            "env > environment.txt && exec python3 -m http.server \"$PORT\" --bind 127.0.0.1",
+        ],
+        "working_dir": "/workspace",
+        "environment": {"GREETING": "hello"},
+        "session_id": session,
+    })
+}
+
+/// The sandbox's environment, as it wrote it down.
+fn written_environment(dir: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(dir.join("workspace/environment.txt")).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+async fn answers(url: &str) -> bool {
+    reqwest::get(url)
+        .await
+        .is_ok_and(|response| response.status().is_success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
+    let data = tempfile::tempdir().expect("data dir");
+    let mut sandgate = serve(data.path(), "8000").await;
+    let (status, started) = call(&sandgate, "/start", Some(plain_sandbox("plain-1"))).await;
+    assert_eq!(status, 200, "{started}");
+    let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
+    let dir: PathBuf = data.path().join("sandboxes").join(&runtime_id);
+    let running = until_session(&sandgate, "plain-1", "running").await;
+    assert_eq!(running["pod_status"], "ready");
+    let url = running["url"].as_str().expect("url").to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(
+        answers(&format!("{url}/environment.txt")).await,
+        "the sandbox serves its working directory at its URL"
+    );
+
+    // Its environment: the spec's, its key and its port, and nothing of Sandgate's.
+    let environment = written_environment(&dir);
+    let first_key = running["session_api_key"].as_str().expect("key").to_owned();
+    assert_eq!(environment.get("SESSION_API_KEY"), Some(&first_key));
+    assert_eq!(
+        environment.get("GREETING").map(String::as_str),
+        Some("hello")
+    );
+    assert_eq!(
+        environment.get("PORT").map(String::as_str),
+        url.rsplit(':').next()
+    );
+    assert!(
+        !environment.contains_key("JWT_SECRET")
+            && !environment.values().any(|value| value == SANDGATE_SECRET),
+        "{environment:?}"
+    );
+    assert_eq!(
+        environment.get("HOME").map(PathBuf::from),
+        Some(dir.join("home"))
+    );
+
+    // Pause stops the process and keeps its directory; resume starts it again with a new
+    // key, at the same URL.
+    let (status, _) = call(&sandgate, "/pause", Some(json!({"runtime_id": runtime_id}))).await;
+    assert_eq!(status, 200);
+    assert!(!answers(&url).await, "a paused sandbox's process is gone");
+    assert!(dir.join("workspace/environment.txt").exists());
+    let (status, _) = call(
+        &sandgate,
+        "/resume",
+        Some(json!({"runtime_id": runtime_id})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let resumed = until_session(&sandgate, "plain-1", "running").await;
+    assert_eq!(resumed["url"], url.as_str());
+    let second_key = resumed["session_api_key"].as_str().expect("key").to_owned();
+    assert_ne!(second_key, first_key);
+    assert_eq!(
+        written_environment(&dir).get("SESSION_API_KEY"),
+        Some(&second_key)
+    );
+
+    // A second sandbox of the same command gets a port of its own.
+    let (status, started) = call(&sandgate, "/start", Some(plain_sandbox("plain-2"))).await;
+    assert_eq!(status, 200, "{started}");
+    let second_id = started["runtime_id"].as_str().expect("id").to_owned();
+    let running = until_session(&sandgate, "plain-2", "running").await;
+    let second_url = running["url"].as_str().expect("url").to_owned();
+    assert_ne!(second_url, url);
+    assert!(answers(&url).await && answers(&second_url).await);
+
+    // Stop removes the process and the directory.
+    let (status, _) = call(&sandgate, "/stop", Some(json!({"runtime_id": second_id}))).await;
+    assert_eq!(status, 200);
+    assert!(!answers(&second_url).await);
+    assert!(!data.path().join("sandboxes").join(&second_id).exists());
+    sandgate.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them_back() {
+    let data = tempfile::tempdir().expect("data dir");
+    let mut sandgate = serve(data.path(), "8000").await;
+    let (status, started) = call(&sandgate, "/start", Some(plain_sandbox("kept"))).await;
+    assert_eq!(status, 200, "{started}");
+    let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
+    let running = until_session(&sandgate, "kept", "running").await;
+    let url = running["url"].as_str().expect("url").to_owned();
+
+    sandgate.kill().await;
+    let mut sandgate = serve(data.path(), "8000").await;
+    assert!(
+        !answers(&url).await,
+        "the next run stopped the leftover process"
+    );
+    let failed = until_session(&sandgate, "kept", "error").await;
+    let detail = failed["status_detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("resume"), "{failed}");
+    let (status, _) = call(
+        &sandgate,
+        "/resume",
+        Some(json!({"runtime_id": runtime_id})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let resumed = until_session(&sandgate, "kept", "running").await;
+    assert_eq!(resumed["url"], url.as_str(), "its port was kept");
+    assert!(answers(&url).await);
+    sandgate.terminate().await;
+    assert!(
+        !answers(&url).await,
+        "a stopping Sandgate stops its sandboxes"
+    );
+}
+
+/// Runs a driver script with `python`; its steps by name.
+async fn drive(
+    python: PathBuf,
+    script: &str,
+    sandgate: &SandgateProcess,
+) -> HashMap<String, Value> {
+    let output = Command::new(python)
+        .arg(repository(script))
+        .args(["--url", &sandgate.url("")])
+        .args(["--api-key", RUNTIME_KEY])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run the driver");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the driver failed: {stdout}\n{}\nSandgate:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        sandgate.log()
+    );
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|step| Some((step["step"].as_str()?.to_owned(), step)))
+        .collect()
+}
+
+fn step<'a>(steps: &'a HashMap<String, Value>, name: &str) -> &'a Value {
+    steps
+        .get(name)
+        .unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume() {
+    let data = tempfile::tempdir().expect("data dir");
+    // The agent-server port the app server's client expects its sandboxes to listen on.
+    let sandgate = serve(data.path(), "60000").await;
+    let steps = drive(
+        tool("app-server/bin/python", REAL_CLIENTS),
+        "tests/real_clients/process_sandbox_drive.py",
+        &sandgate,
+    )
+    .await;
+
+    assert_eq!(step(&steps, "running")["health"], 200, "{steps:?}");
+    let runtime_id = step(&steps, "running")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert!(step(&steps, "first_turn")["recorded_events"].as_u64() > Some(0));
+    assert_eq!(step(&steps, "pause")["ok"], true);
+    assert_eq!(step(&steps, "paused")["status"], "PAUSED");
+    assert_eq!(step(&steps, "paused")["agent_server_gone"], true);
+    assert_eq!(step(&steps, "resume")["ok"], true);
+    assert_eq!(step(&steps, "resumed")["key_rotated"], true);
+    assert_eq!(step(&steps, "resumed")["same_url"], true);
+    // The second turn's events reached Sandgate: the agent-server posted them with the
+    // key it was resumed with, and the first one is refused.
+    assert!(
+        step(&steps, "second_turn")["recorded_events"].as_u64()
+            > step(&steps, "first_turn")["recorded_events"].as_u64()
+    );
+    assert_eq!(step(&steps, "old_key")["status"], 401, "{steps:?}");
+    assert_eq!(step(&steps, "delete")["ok"], true);
+    assert_eq!(step(&steps, "deleted")["found"], false);
+    assert!(!data.path().join("sandboxes").join(&runtime_id).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
+    let data = tempfile::tempdir().expect("data dir");
+    let sandgate = serve(data.path(), "60000").await;
+    let steps = drive(
+        tool("agent-server-1.58.2/bin/python", REAL_CLIENTS),
+        "tests/real_clients/remote_workspace_drive.py",
+        &sandgate,
+    )
+    .await;
+
+    let create = step(&steps, "create");
+    assert_eq!(create["exit_code"], 0, "{steps:?}");
+    assert_eq!(create["stdout"], "created-42");
+    assert!(
+        create["host"]
+            .as_str()
+            .is_some_and(|host| host.starts_with("http://127.0.0.1:"))
+    );
+    let attach = step(&steps, "attach");
+    assert_eq!(attach["same_host"], true, "{steps:?}");
+    assert_eq!(attach["exit_code"], 0);
+    let cleanup = step(&steps, "cleanup");
+    assert_eq!(cleanup["status"], "stopped", "{steps:?}");
+    let runtime_id = cleanup["runtime_id"].as_str().expect("id");
+    assert!(!data.path().join("sandboxes").join(runtime_id).exists());
+}
