@@ -327,6 +327,12 @@ pub struct SandboxArgs {
     /// `process`, the port sandbox commands name, rewritten to each sandbox's own.
     #[arg(long, env = "SANDBOX_PORT", default_value_t = 8000)]
     pub sandbox_port: u16,
+    /// What sandbox pods may do (`kubernetes`), a Pod Security Standard level:
+    /// `restricted` (no root, no capabilities; a start asking for user 0 or a FUSE mount
+    /// is refused), `baseline` (root allowed) or `privileged` (FUSE S3 mounts run
+    /// privileged). The sandbox namespace can enforce the same level.
+    #[arg(long, env = "SANDBOX_POD_SECURITY", default_value = "restricted")]
+    pub sandbox_pod_security: sandgate_runtime_api::sandboxes::kubernetes::PodSecurity,
     /// Ingress class of the sandboxes' ingresses (`kubernetes`); without it the default.
     #[arg(long, env = "SANDBOX_INGRESS_CLASS")]
     pub sandbox_ingress_class: Option<String>,

@@ -143,6 +143,7 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
                 tls_secret: args.sandbox_tls_secret.clone(),
                 base_url: args.runtime_base_url.clone(),
                 separator: args.runtime_url_separator.clone(),
+                pod_security: args.sandbox_pod_security,
             };
             tracing::info!(namespace = %options.namespace, "sandbox driver: kubernetes");
             Arc::new(

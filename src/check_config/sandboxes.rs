@@ -147,7 +147,9 @@ pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
                 Severity::Fatal,
                 setting,
                 format!(
-                    "{name:?} is not a name Kubernetes accepts (a DNS-1123 subdomain: lowercase                      letters, digits, '-' and '.', each part starting and ending with a letter                      or digit)"
+                    "{name:?} is not a name Kubernetes accepts (a DNS-1123 subdomain: lowercase \
+                     letters, digits, '-' and '.', each part starting and ending with a letter \
+                     or digit)"
                 ),
             ));
         }
@@ -158,7 +160,8 @@ pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
             Severity::Fatal,
             "RUNTIME_BASE_URL",
             format!(
-                "{base:?} is a host suffix, without scheme, port or path: sandbox Ingresses                  are served on the ingress controller's ports (e.g. runtime.sandgate.example.com)"
+                "{base:?} is a host suffix, without scheme, port or path: sandbox Ingresses \
+                 are served on the ingress controller's ports (e.g. runtime.sandgate.example.com)"
             ),
         ));
     } else if !is_dns_subdomain(base) {
@@ -166,7 +169,8 @@ pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
             Severity::Fatal,
             "RUNTIME_BASE_URL",
             format!(
-                "{base:?} is not a host an Ingress accepts (lowercase letters, digits, '-' and                  '.', each label starting and ending with a letter or digit)"
+                "{base:?} is not a host an Ingress accepts (lowercase letters, digits, '-' and \
+                 '.', each label starting and ending with a letter or digit)"
             ),
         ));
     } else {
@@ -179,7 +183,8 @@ pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
                 Severity::Fatal,
                 "RUNTIME_URL_SEPARATOR",
                 format!(
-                    "{:?} makes sandbox hosts like {host:?}, which an Ingress refuses: use '-'                      (or lowercase letters, digits, '-' and '.')",
+                    "{:?} makes sandbox hosts like {host:?}, which an Ingress refuses: use '-' \
+                     (or lowercase letters, digits, '-' and '.')",
                     settings.runtime_url_separator
                 ),
             ));
@@ -189,7 +194,8 @@ pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
         findings.push(Finding::new(
             Severity::Fatal,
             "SANDBOX_PORT",
-            "is 0: a sandbox's Service and container port must be 1 to 65535 (the agent              server's port, 8000 by default)",
+            "is 0: a sandbox's Service and container port must be 1 to 65535 (the agent \
+             server's port, 8000 by default)",
         ));
     }
     findings

@@ -1,15 +1,25 @@
 //! The `kubernetes` sandbox driver against a fake API server (one per test): the objects
-//! it creates, how it pauses, resumes and deletes them, and what it reads from pods.
+//! it creates (the session key in a Secret, the restricted Pod Security Standard, every
+//! object owned by the Deployment), how it pauses, resumes (a new key, a new pod) and
+//! deletes them, how it cleans up a half-made sandbox, and what it reads from pods,
+//! Deployments and ReplicaSets. Every object the tests make validates strictly against the
+//! Kubernetes schemas and is checked rule by rule against the restricted standard
+//! (tests/k8s/check_sandbox_objects.py, with scripts/check-k8s's kubernetes-validate).
 
 use std::collections::BTreeMap;
 
 use axum::http::Method;
-use sandgate_runtime_api::sandboxes::driver::{Observed, SandboxDriver};
-use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
+use sandgate_runtime_api::sandboxes::driver::{Observed, Refusal, SandboxDriver};
+use sandgate_runtime_api::sandboxes::kubernetes::{
+    KubernetesDriver, KubernetesOptions, PodSecurity,
+};
 use sandgate_runtime_api::store::{SandboxSpec, SandboxState, StoredSandbox};
 use serde_json::{Value, json};
 
-use crate::common::fake_kube::{CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, SERVICES};
+use crate::common::fake_kube::{
+    CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, REPLICA_SETS, SECRETS, SERVICES,
+};
+use crate::common::{repository, tool};
 
 const NAMESPACE: &str = "sandboxes";
 const KEY: &str = "session-key-of-the-first-run";
@@ -24,6 +34,7 @@ fn options() -> KubernetesOptions {
         tls_secret: Some("runtime-wildcard-tls".into()),
         base_url: "runtime.example.com".into(),
         separator: "-".into(),
+        pod_security: PodSecurity::Restricted,
     }
 }
 
@@ -61,9 +72,34 @@ fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
 }
 
 async fn start() -> (FakeKube, KubernetesDriver) {
+    start_with(PodSecurity::Restricted).await
+}
+
+async fn start_with(pod_security: PodSecurity) -> (FakeKube, KubernetesDriver) {
     let fake = FakeKube::start().await;
-    let driver = KubernetesDriver::with_client(fake.client(), options());
+    let options = KubernetesOptions {
+        pod_security,
+        ..options()
+    };
+    let driver = KubernetesDriver::with_client(fake.client(), options);
     (fake, driver)
+}
+
+/// The reference to the sandbox's Deployment its other objects carry.
+fn owner(fake: &FakeKube, runtime_id: &str) -> Value {
+    let deployment = object(fake, DEPLOYMENTS, &format!("sandbox-{runtime_id}"));
+    json!([{
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "name": format!("sandbox-{runtime_id}"),
+        "uid": deployment["metadata"]["uid"],
+    }])
+}
+
+/// The container's `SESSION_API_KEY` entry: from the sandbox's Secret.
+fn key_from_secret(runtime_id: &str) -> Value {
+    json!({"name": "SESSION_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": format!("sandbox-{runtime_id}-session"), "key": "SESSION_API_KEY", "optional": false,
+    }}})
 }
 
 fn object(fake: &FakeKube, resource: &str, name: &str) -> Value {
@@ -96,6 +132,10 @@ fn objects_of(fake: &FakeKube, runtime_id: &str) -> Vec<(&'static str, Option<Va
     let name = format!("sandbox-{runtime_id}");
     vec![
         (DEPLOYMENTS, fake.object(DEPLOYMENTS, NAMESPACE, &name)),
+        (
+            SECRETS,
+            fake.object(SECRETS, NAMESPACE, &format!("{name}-session")),
+        ),
         (SERVICES, fake.object(SERVICES, NAMESPACE, &name)),
         (INGRESSES, fake.object(INGRESSES, NAMESPACE, &name)),
         (
@@ -124,7 +164,8 @@ async fn create_makes_the_deployment_service_ingress_and_claim() {
     let pod = &spec["template"]["spec"];
     assert_eq!(
         pod["securityContext"],
-        json!({"runAsUser": 1000, "runAsGroup": 1001, "fsGroup": 1002})
+        json!({"runAsUser": 1000, "runAsGroup": 1001, "fsGroup": 1002, "runAsNonRoot": true,
+               "seccompProfile": {"type": "RuntimeDefault"}})
     );
     let container = &pod["containers"][0];
     assert_eq!(container["image"], "ghcr.io/acme/agent-server:1.4.2");
@@ -133,7 +174,24 @@ async fn create_makes_the_deployment_service_ingress_and_claim() {
         json!(["/usr/local/bin/agent-server", "--port=8000"])
     );
     assert_eq!(container["workingDir"], "/workspace");
-    assert_eq!(env_value(container, "SESSION_API_KEY"), Some(KEY));
+    assert_eq!(
+        container["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+    );
+    // The key reaches the pod from the sandbox's Secret, never in clear in the Deployment
+    // (nor so in its ReplicaSets and pods, which the `view` role reads).
+    let key_entry = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|entry| entry["name"] == "SESSION_API_KEY")
+        .expect("the key's entry");
+    assert_eq!(key_entry, &key_from_secret("a1b2c3"));
+    assert!(!deployment.to_string().contains(KEY), "{deployment}");
+    let secret = object(&fake, SECRETS, "sandbox-a1b2c3-session");
+    assert_labels(&secret, "a1b2c3", "v1_current");
+    assert_eq!(secret["type"], "Opaque");
+    assert_eq!(secret["stringData"], json!({"SESSION_API_KEY": KEY}));
     assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
     assert_eq!(
         env_value(container, "OH_WEBHOOKS_0_BASE_URL"),
@@ -193,9 +251,22 @@ async fn create_makes_the_deployment_service_ingress_and_claim() {
         }]}}])
     );
 
-    // Four creates, each a JSON POST into the sandbox namespace.
+    // Every object but the Deployment is its dependent: deleting it deletes them.
+    let owned_by = owner(&fake, "a1b2c3");
+    assert!(owned_by[0]["uid"].is_string(), "{owned_by}");
+    for dependent in [&secret, &claim, &service, &ingress] {
+        assert_eq!(
+            dependent["metadata"]["ownerReferences"], owned_by,
+            "{dependent}"
+        );
+    }
+    assert!(deployment["metadata"].get("ownerReferences").is_none());
+
+    // Five creates, each a JSON POST into the sandbox namespace; the Deployment first,
+    // whose uid the others name.
     let requests = fake.requests();
-    assert_eq!(requests.len(), 4, "{requests:?}");
+    assert_eq!(requests.len(), 5, "{requests:?}");
+    assert!(requests[0].path.ends_with("/deployments"), "{requests:?}");
     for request in &requests {
         assert_eq!(request.method, Method::POST);
         assert!(
@@ -225,7 +296,11 @@ async fn a_cold_sandbox_is_labelled_cold_and_its_resources_scale_with_its_factor
     }
     let deployment = object(&fake, DEPLOYMENTS, "sandbox-c0ffee");
     let pod = &deployment["spec"]["template"]["spec"];
-    assert!(pod.get("securityContext").is_none(), "{pod}");
+    // No user asked: the image's, which must not be root.
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
     let resources = &pod["containers"][0]["resources"];
     assert_eq!(resources["requests"]["cpu"], "2000m");
     assert_eq!(resources["requests"]["memory"], "4096Mi");
@@ -236,8 +311,55 @@ async fn a_cold_sandbox_is_labelled_cold_and_its_resources_scale_with_its_factor
 }
 
 #[tokio::test]
-async fn a_fuse_s3_sandbox_gets_an_empty_dir_and_no_claim() {
-    let (fake, driver) = start().await;
+async fn what_the_pod_security_level_refuses_and_allows() {
+    let mut root = sandbox("r007", None).spec;
+    root.run_as_user = Some(0);
+    let mut fuse = sandbox("f05e", None).spec;
+    fuse.fuse_s3_mount = Some(true);
+    let plain = sandbox("p1a1n", None).spec;
+
+    let (_, restricted) = start_with(PodSecurity::Restricted).await;
+    let refusal = restricted.admit(&root).expect_err("root");
+    assert_eq!(refusal.field, "run_as_user");
+    assert!(
+        refusal.message.contains("SANDBOX_POD_SECURITY=baseline"),
+        "{refusal:?}"
+    );
+    let Refusal { field, message } = restricted.admit(&fuse).expect_err("fuse");
+    assert_eq!(field, "fuse_s3_mount");
+    assert!(
+        message.contains("SANDBOX_POD_SECURITY=privileged"),
+        "{message}"
+    );
+    assert_eq!(restricted.admit(&plain), Ok(()));
+
+    let (fake, baseline) = start_with(PodSecurity::Baseline).await;
+    assert_eq!(baseline.admit(&root), Ok(()));
+    assert_eq!(
+        baseline.admit(&fuse).map_err(|refusal| refusal.field),
+        Err("fuse_s3_mount")
+    );
+    let mut record = sandbox("r007", None);
+    record.spec = root;
+    baseline.create(&record, KEY).await.expect("create");
+    let pod = object(&fake, DEPLOYMENTS, "sandbox-r007")["spec"]["template"]["spec"].clone();
+    assert_eq!(pod["securityContext"]["runAsUser"], 0);
+    assert!(
+        pod["securityContext"].get("runAsNonRoot").is_none(),
+        "{pod}"
+    );
+    assert_eq!(
+        pod["containers"][0]["securityContext"],
+        json!({"allowPrivilegeEscalation": false})
+    );
+
+    let (_, privileged) = start_with(PodSecurity::Privileged).await;
+    assert_eq!(privileged.admit(&fuse), Ok(()));
+}
+
+#[tokio::test]
+async fn a_fuse_s3_sandbox_runs_privileged_with_an_empty_dir_and_no_claim() {
+    let (fake, driver) = start_with(PodSecurity::Privileged).await;
     let mut record = sandbox("f05e", Some("s3"));
     record.spec.fuse_s3_mount = Some(true);
     driver.create(&record, KEY).await.expect("create");
@@ -252,6 +374,11 @@ async fn a_fuse_s3_sandbox_gets_an_empty_dir_and_no_claim() {
     assert_eq!(
         pod["containers"][0]["volumeMounts"][0]["mountPath"],
         "/workspace"
+    );
+    // /dev/fuse and CAP_SYS_ADMIN come with a privileged container.
+    assert_eq!(
+        pod["containers"][0]["securityContext"],
+        json!({"privileged": true})
     );
     assert!(fake.object(SERVICES, NAMESPACE, "sandbox-f05e").is_some());
     assert!(fake.object(INGRESSES, NAMESPACE, "sandbox-f05e").is_some());
@@ -293,17 +420,40 @@ async fn pause_keeps_the_claim_and_resume_restarts_on_the_original_image_with_a_
     assert_eq!(containers.len(), 1, "{containers:?}");
     let container = &containers[0];
     assert_eq!(container["image"], "ghcr.io/acme/agent-server:1.4.2");
+    // The new key is in the Secret; the pod template names the key's version, so the
+    // Deployment starts a new pod, which reads it.
+    let secret = object(&fake, SECRETS, "sandbox-9a05e-session");
     assert_eq!(
-        env_value(container, "SESSION_API_KEY"),
-        Some("session-key-of-the-second-run")
+        secret["stringData"],
+        json!({"SESSION_API_KEY": "session-key-of-the-second-run"})
     );
+    assert_eq!(
+        resumed["spec"]["template"]["metadata"]["annotations"]["sandgate.dev/session-key-version"],
+        resumed_record.key_nonce.as_str()
+    );
+    assert!(!resumed.to_string().contains("session-key-of"), "{resumed}");
+    let key_entry = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|entry| entry["name"] == "SESSION_API_KEY")
+        .expect("the key's entry");
+    assert_eq!(key_entry, &key_from_secret("9a05e"));
     assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
     assert_eq!(container["env"].as_array().expect("env").len(), 3);
     assert!(
         fake.object(CLAIMS, NAMESPACE, "sandbox-9a05e-workspace")
             .is_some()
     );
-    let resume = fake.requests().pop().expect("the resume request");
+    let requests = fake.requests();
+    let secret_patch = &requests[requests.len() - 2];
+    assert_eq!(secret_patch.method, Method::PATCH);
+    assert!(
+        secret_patch
+            .path
+            .ends_with("/secrets/sandbox-9a05e-session")
+    );
+    let resume = requests.last().expect("the resume request").clone();
     assert_eq!(resume.method, Method::PATCH);
     assert_eq!(
         resume.content_type.as_deref(),
@@ -336,11 +486,12 @@ async fn delete_removes_that_sandboxs_objects_and_leaves_the_others() {
         .into_iter()
         .filter(|request| request.method == Method::DELETE)
         .collect();
-    assert_eq!(deletes.len(), 4, "{deletes:?}");
+    assert_eq!(deletes.len(), 5, "{deletes:?}");
     for request in &deletes {
         assert!(
             request.path.ends_with("/sandbox-dead01")
-                || request.path.ends_with("/sandbox-dead01-workspace"),
+                || request.path.ends_with("/sandbox-dead01-workspace")
+                || request.path.ends_with("/sandbox-dead01-session"),
             "{request:?}"
         );
         // Dependents (the ReplicaSet, the pod) are deleted too, not orphaned.
@@ -505,9 +656,22 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
     // Only what was asked about, and nothing for a sandbox without a pod.
     assert_eq!(observed.len(), 5, "{observed:?}");
 
-    // One list call, scoped to Sandgate's pods.
+    // A list of Sandgate's pods; and, for the sandbox without one ("gone"), of its
+    // Deployments and ReplicaSets, which say why a pod is missing.
     let requests = fake.requests();
-    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    let mut paths: Vec<&str> = requests[1..]
+        .iter()
+        .map(|request| request.path.as_str())
+        .collect();
+    paths.sort_unstable();
+    assert_eq!(
+        paths,
+        [
+            "/apis/apps/v1/namespaces/sandboxes/deployments",
+            "/apis/apps/v1/namespaces/sandboxes/replicasets"
+        ]
+    );
     assert_eq!(requests[0].method, Method::GET);
     assert_eq!(requests[0].path, "/api/v1/namespaces/sandboxes/pods");
     let query = requests[0].query.as_deref().expect("a query");
@@ -524,14 +688,19 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
 
     // Nothing live to ask about: no call at all.
     assert!(driver.observe(&[]).await.expect("observe").is_empty());
-    assert_eq!(fake.requests().len(), 1);
+    assert_eq!(fake.requests().len(), 3);
 
     // One sandbox (a session's status read): only its pods are listed.
     let one = driver.observe(&records[..1]).await.expect("observe one");
     assert_eq!(one.len(), 1);
     assert_eq!(one["pull"].state, SandboxState::Error);
     let requests = fake.requests();
-    let query = requests[1].query.as_deref().expect("a query");
+    assert_eq!(
+        requests.len(),
+        4,
+        "every sandbox asked about has a pod: one call"
+    );
+    let query = requests[3].query.as_deref().expect("a query");
     let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
         .into_owned()
         .collect();
@@ -545,42 +714,77 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
 }
 
 #[tokio::test]
-async fn create_completes_after_a_partial_create_and_errors_name_the_object() {
+async fn a_half_made_sandbox_is_removed_and_errors_name_the_object() {
     let (fake, driver) = start().await;
     let record = sandbox("p4r71a1", Some("v1_current"));
     fake.fail_next(
         Method::POST,
         INGRESSES,
-        500,
-        "InternalError",
-        "Internal error occurred: failed calling webhook \"validate.nginx.ingress.kubernetes.io\"",
+        422,
+        "Invalid",
+        "Ingress.networking.k8s.io \"sandbox-p4r71a1\" is invalid: spec.rules[0].host: Invalid value",
     );
 
     let err = driver
         .create(&record, KEY)
         .await
-        .expect_err("the ingress fails");
+        .expect_err("the ingress is refused");
     let message = err.to_string();
     assert!(
         message.contains("Ingress sandboxes/sandbox-p4r71a1"),
         "{message}"
     );
-    assert!(message.contains("InternalError (500)"), "{message}");
-    assert!(message.contains("failed calling webhook"), "{message}");
+    assert!(message.contains("Invalid (422)"), "{message}");
+    assert!(
+        message.contains("the half-made sandbox was removed"),
+        "{message}"
+    );
     assert!(!message.contains(KEY), "{message}");
+    // Nothing is left to wait for a retry that may never come.
+    for (resource, found) in objects_of(&fake, "p4r71a1") {
+        assert!(
+            found.is_none(),
+            "{resource} of the half-made sandbox is left"
+        );
+    }
+
+    // The cleanup fails too (etcd is electing a leader): the error says the sweep retries,
+    // and a retry of the create finds the Deployment in place (409), reads its uid and
+    // makes the rest.
+    fake.fail_next(
+        Method::POST,
+        SERVICES,
+        500,
+        "InternalError",
+        "etcdserver: request timed out",
+    );
+    fake.fail_next(
+        Method::DELETE,
+        DEPLOYMENTS,
+        500,
+        "InternalError",
+        "etcdserver: leader changed",
+    );
+    let message = driver
+        .create(&record, KEY)
+        .await
+        .expect_err("the service fails")
+        .to_string();
+    assert!(message.contains("InternalError (500)"), "{message}");
+    assert!(message.contains("the orphan sweep retries"), "{message}");
     assert!(
         fake.object(DEPLOYMENTS, NAMESPACE, "sandbox-p4r71a1")
             .is_some()
     );
-    assert!(
-        fake.object(INGRESSES, NAMESPACE, "sandbox-p4r71a1")
-            .is_none()
-    );
-
-    // The retry finds three objects in place (409) and creates the fourth.
     driver.create(&record, KEY).await.expect("retry");
     for (resource, found) in objects_of(&fake, "p4r71a1") {
-        assert!(found.is_some(), "{resource} missing after the retry");
+        let found = found.unwrap_or_else(|| panic!("{resource} missing after the retry"));
+        if resource != DEPLOYMENTS {
+            assert_eq!(
+                found["metadata"]["ownerReferences"],
+                owner(&fake, "p4r71a1")
+            );
+        }
     }
     driver.create(&record, KEY).await.expect("a third create");
     assert_eq!(fake.names(DEPLOYMENTS, NAMESPACE), ["sandbox-p4r71a1"]);
@@ -594,6 +798,97 @@ async fn create_completes_after_a_partial_create_and_errors_name_the_object() {
         err.to_string(),
         "cannot patch Deployment sandboxes/sandbox-l057: NotFound (404): deployments.apps \"sandbox-l057\" not found"
     );
+}
+
+#[tokio::test]
+async fn resuming_a_sandbox_an_older_release_made_moves_its_key_into_a_secret() {
+    let (fake, driver) = start().await;
+    let record = sandbox("01d", None);
+    driver.create(&record, KEY).await.expect("create");
+    // As an older release left it: the key in clear in the pod template, no Secret.
+    let mut deployment = object(&fake, DEPLOYMENTS, "sandbox-01d");
+    for entry in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .expect("env")
+    {
+        if entry["name"] == "SESSION_API_KEY" {
+            *entry = json!({"name": "SESSION_API_KEY", "value": KEY});
+        }
+    }
+    fake.put(DEPLOYMENTS, deployment);
+    fake.remove(SECRETS, NAMESPACE, "sandbox-01d-session");
+
+    driver.resume(&record, "the-new-key").await.expect("resume");
+    let secret = object(&fake, SECRETS, "sandbox-01d-session");
+    assert_eq!(
+        secret["stringData"],
+        json!({"SESSION_API_KEY": "the-new-key"})
+    );
+    assert_eq!(secret["metadata"]["ownerReferences"], owner(&fake, "01d"));
+    let resumed = object(&fake, DEPLOYMENTS, "sandbox-01d");
+    assert!(!resumed.to_string().contains(KEY), "{resumed}");
+    let container = &resumed["spec"]["template"]["spec"]["containers"][0];
+    let key_entry = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|entry| entry["name"] == "SESSION_API_KEY")
+        .expect("the key's entry");
+    assert_eq!(key_entry, &key_from_secret("01d"));
+}
+
+#[tokio::test]
+async fn a_pod_the_cluster_refuses_to_create_shows_why() {
+    let (fake, driver) = start().await;
+    let refused = sandbox("f0rb1d", None);
+    let stalled = sandbox("57a11", None);
+    let pending = sandbox("n0p0d", None);
+    for record in [&refused, &stalled, &pending] {
+        driver.create(record, KEY).await.expect("create");
+    }
+    // What the ReplicaSet controller and the Deployment controller write when admission
+    // refuses the pod, and after the progress deadline.
+    let forbidden = "pods \"sandbox-f0rb1d-5d4f8-\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true";
+    fake.put(
+        REPLICA_SETS,
+        json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {
+                "name": "sandbox-f0rb1d-5d4f8", "namespace": NAMESPACE,
+                "labels": {"app.kubernetes.io/managed-by": "sandgate", "sandgate.dev/runtime-id": "f0rb1d"},
+            },
+            "spec": {"selector": {"matchLabels": {"sandgate.dev/runtime-id": "f0rb1d"}}},
+            "status": {"replicas": 0, "conditions": [{
+                "type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": forbidden,
+            }]},
+        }),
+    );
+    let mut deployment = object(&fake, DEPLOYMENTS, "sandbox-57a11");
+    deployment["status"] = json!({"conditions": [
+        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+         "message": "ReplicaSet \"sandbox-57a11-6c9\" has timed out progressing."},
+    ]});
+    fake.put(DEPLOYMENTS, deployment);
+
+    let observed = driver
+        .observe(&[refused.clone(), stalled.clone(), pending.clone()])
+        .await
+        .expect("observe");
+    assert_eq!(
+        observed["f0rb1d"],
+        Observed {
+            state: SandboxState::Starting,
+            detail: Some(format!(
+                "the cluster refuses to create its pod: FailedCreate: {forbidden}"
+            )),
+        }
+    );
+    assert_eq!(observed["57a11"].state, SandboxState::Error);
+    let detail = observed["57a11"].detail.as_deref().expect("a detail");
+    assert!(detail.contains("ProgressDeadlineExceeded"), "{detail}");
+    // No pod and nothing said: the stored state stands.
+    assert!(!observed.contains_key("n0p0d"), "{observed:?}");
 }
 
 /// The real binary with `--sandbox-driver kubernetes`, finding the (fake) cluster through
@@ -663,6 +958,39 @@ async fn serve_drives_the_cluster_its_kubeconfig_names() {
         "ghcr.io/acme/agent-server:2.0"
     );
     assert!(kube.object(INGRESSES, NAMESPACE, &name).is_some());
+    let key = started["session_api_key"].as_str().expect("key");
+    assert!(!deployment.to_string().contains(key), "{deployment}");
+    let secret = kube
+        .object(SECRETS, NAMESPACE, &format!("{name}-session"))
+        .expect("the key's Secret");
+    assert_eq!(secret["stringData"]["SESSION_API_KEY"], key);
+
+    // Root, under the default restricted standard: refused before anything is made.
+    let refused = client
+        .post(sandgate.url("/start"))
+        .header("x-api-key", crate::common::RUNTIME_KEY)
+        .json(&json!({
+            "image": "ghcr.io/acme/agent-server:2.0", "command": ["/agent"],
+            "working_dir": "/workspace", "environment": {}, "session_id": "conv-root",
+            "run_as_user": 0,
+        }))
+        .send()
+        .await
+        .expect("start as root");
+    assert_eq!(refused.status(), 422);
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(
+        body["detail"][0]["loc"],
+        json!(["body", "run_as_user"]),
+        "{body}"
+    );
+    assert!(
+        body["detail"][0]["msg"]
+            .as_str()
+            .is_some_and(|msg| msg.contains("SANDBOX_POD_SECURITY")),
+        "{body}"
+    );
+    assert_eq!(kube.names(DEPLOYMENTS, NAMESPACE).len(), 1);
 
     let paused = client
         .post(sandgate.url("/pause"))
@@ -676,4 +1004,66 @@ async fn serve_drives_the_cluster_its_kubeconfig_names() {
         .object(DEPLOYMENTS, NAMESPACE, &name)
         .expect("deployment kept");
     assert_eq!(deployment["spec"]["replicas"], 0);
+}
+
+/// Every object the driver sends in the tests' shapes (a warm sandbox with its user, a cold
+/// one without, resumed, paused; a FUSE one under `privileged`) validates strictly against
+/// the Kubernetes 1.32 and 1.37 schemas, and every pod but the FUSE one meets the
+/// restricted Pod Security Standard, rule by rule.
+#[tokio::test]
+async fn the_objects_sent_validate_strictly_and_meet_the_restricted_standard() {
+    let python = tool("k8s-venv/bin/python", "scripts/check-k8s");
+    let mut objects = Vec::new();
+
+    let (fake, driver) = start().await;
+    let warm = sandbox("a1b2c3", Some("v1_current"));
+    let mut cold = sandbox("c0ffee", None);
+    cold.spec.run_as_user = None;
+    cold.spec.run_as_group = None;
+    cold.spec.fs_group = None;
+    cold.spec.resource_factor = Some(2.0);
+    for record in [&warm, &cold] {
+        driver.create(record, KEY).await.expect("create");
+    }
+    driver.pause(&cold).await.expect("pause");
+    driver.resume(&cold, "a-new-key").await.expect("resume");
+    driver.pause(&warm).await.expect("pause");
+    objects.extend(fake.all());
+
+    let (fake, driver) = start_with(PodSecurity::Privileged).await;
+    let mut fuse = sandbox("f05e", Some("s3"));
+    fuse.spec.fuse_s3_mount = Some(true);
+    driver.create(&fuse, KEY).await.expect("create");
+    objects.extend(fake.all());
+    let kinds: std::collections::BTreeSet<String> = objects
+        .iter()
+        .filter_map(|object| object["kind"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        [
+            "Deployment",
+            "Ingress",
+            "PersistentVolumeClaim",
+            "Secret",
+            "Service"
+        ]
+    );
+
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), Value::Array(objects).to_string()).expect("write");
+    let output = tokio::process::Command::new(python)
+        .arg(repository("tests/k8s/check_sandbox_objects.py"))
+        .arg(file.path())
+        .args(["--privileged", "sandbox-f05e"])
+        .output()
+        .await
+        .expect("run the checker");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(report.contains("0 problems"), "{report}");
 }

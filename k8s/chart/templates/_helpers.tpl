@@ -141,6 +141,8 @@ redis://:$(REDIS_PASSWORD)@redis:6379/0
   value: {{ include "sandgate.sandboxNamespace" . | quote }}
 - name: EPHEMERAL_STORAGE_SIZE
   value: {{ .Values.sandgate.ephemeralStorageSize | quote }}
+- name: SANDBOX_POD_SECURITY
+  value: {{ .Values.sandgate.sandboxPodSecurity | quote }}
 - name: RUNTIME_URL_PATTERN
   value: {{ .Values.env.RUNTIME_URL_PATTERN | quote }}
 {{- with .Values.sandgate.sandboxIngressClass | default .Values.ingress.class }}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::admin::login::Clock;
-use crate::store::{SandboxState, StoredSandbox};
+use crate::store::{SandboxSpec, SandboxState, StoredSandbox};
 
 /// Why a platform call failed; the message is safe to show (it names no secret).
 #[derive(Debug, thiserror::Error)]
@@ -24,8 +24,21 @@ pub struct Observed {
     pub detail: Option<String>,
 }
 
+/// Why a platform refuses a sandbox's spec outright: the field at fault and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub field: &'static str,
+    pub message: String,
+}
+
 #[async_trait]
 pub trait SandboxDriver: Send + Sync + 'static {
+    /// Refuses a spec the platform would never run (a root user where pods may not run as
+    /// root), before anything is recorded.
+    fn admit(&self, _spec: &SandboxSpec) -> Result<(), Refusal> {
+        Ok(())
+    }
+
     /// Creates the sandbox's workload and starts it with `session_key` in its environment
     /// (`SESSION_API_KEY`).
     async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError>;

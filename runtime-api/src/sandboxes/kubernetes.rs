@@ -1,10 +1,11 @@
-//! The `kubernetes` driver: each sandbox is a Deployment of one pod, a claim for its
-//! workspace, and a Service and an Ingress that route its host to it, all in one namespace
-//! and all labelled with the sandbox's id so that the driver finds them again.
+//! The `kubernetes` driver: each sandbox is a Deployment of one pod, a Secret with its
+//! session key, a claim for its workspace, and a Service and an Ingress that route its host
+//! to it, all in one namespace, all labelled with the sandbox's id so that the driver finds
+//! them again, and all but the Deployment owned by it.
 //!
-//! The Deployment's pod template and its pods carry the session key in their environment,
-//! so their bodies are never logged: the driver sends its requests and reads the answers
-//! itself rather than through kube's typed calls, which log a body they cannot parse.
+//! Secrets and the Deployments of older releases carry session keys, so bodies are never
+//! logged: the driver sends its requests and reads the answers itself rather than through
+//! kube's typed calls, which log a body they cannot parse.
 
 mod objects;
 mod observe;
@@ -13,16 +14,46 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::Resource;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ObjectList, Request};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use super::driver::{DriverError, Observed, SandboxDriver};
-use crate::store::StoredSandbox;
+use super::driver::{DriverError, Observed, Refusal, SandboxDriver};
+use crate::store::{SandboxSpec, StoredSandbox};
+
+/// How much the sandboxes' pods may do, as the Pod Security Standards name the levels
+/// (`SANDBOX_POD_SECURITY`). The sandbox namespace can enforce the same level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodSecurity {
+    /// No root, no capabilities, no privilege escalation, the runtime's seccomp profile: a
+    /// start asking for user 0 or a FUSE mount is refused.
+    #[default]
+    Restricted,
+    /// Root allowed, with the runtime's default capabilities; still no escalation.
+    Baseline,
+    /// As baseline, and FUSE S3 mounts run privileged (`/dev/fuse`, CAP_SYS_ADMIN).
+    Privileged,
+}
+
+impl std::str::FromStr for PodSecurity {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "restricted" => Ok(Self::Restricted),
+            "baseline" => Ok(Self::Baseline),
+            "privileged" => Ok(Self::Privileged),
+            other => Err(format!(
+                "{other:?} is not a Pod Security Standard level (restricted, baseline, privileged)"
+            )),
+        }
+    }
+}
 
 /// Where and how sandboxes run on the cluster.
 #[derive(Clone, Debug)]
@@ -45,6 +76,8 @@ pub struct KubernetesOptions {
     pub base_url: String,
     /// `RUNTIME_URL_SEPARATOR`.
     pub separator: String,
+    /// `SANDBOX_POD_SECURITY`.
+    pub pod_security: PodSecurity,
 }
 
 impl Default for KubernetesOptions {
@@ -58,6 +91,7 @@ impl Default for KubernetesOptions {
             tls_secret: None,
             base_url: "runtime.localhost".into(),
             separator: "-".into(),
+            pod_security: PodSecurity::Restricted,
         }
     }
 }
@@ -124,6 +158,61 @@ impl KubernetesDriver {
         self.client.request_text(request).await.map(drop)
     }
 
+    /// Reads `text`, an answer about `what`; the error names where it broke, never what it
+    /// held (a session key, in an older release's Deployment).
+    fn decode<T: DeserializeOwned>(&self, text: &str, what: &str) -> Result<T, DriverError> {
+        serde_json::from_str(text).map_err(|err| {
+            DriverError(format!(
+                "cannot read {what} in namespace {}: {:?} error at line {} column {}",
+                self.options.namespace,
+                err.classify(),
+                err.line(),
+                err.column()
+            ))
+        })
+    }
+
+    /// The object `name` as the API server has it.
+    async fn get<K>(&self, name: &str) -> Result<K, DriverError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let kind = K::kind(&());
+        let request = self
+            .request::<K>()
+            .get(name, &kube::api::GetParams::default())
+            .map_err(|err| self.failed("get", &kind, name, kube::Error::BuildRequest(err)))?;
+        let text = self
+            .client
+            .request_text(request)
+            .await
+            .map_err(|err| self.failed("get", &kind, name, err))?;
+        self.decode(&text, &format!("{kind} {name}"))
+    }
+
+    /// Creates the sandbox's Deployment, or finds the one a partial create left; the
+    /// Deployment as the API server has it, whose uid its dependents name.
+    async fn create_deployment(&self, deployment: &Deployment) -> Result<Deployment, DriverError> {
+        let name = deployment.metadata.name.as_deref().unwrap_or_default();
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        let body = serde_json::to_vec(deployment)
+            .map_err(|err| DriverError(format!("cannot encode Deployment {name}: {err}")))?;
+        let request = self
+            .request::<Deployment>()
+            .create(&params, body)
+            .map_err(|err| {
+                self.failed("create", "Deployment", name, kube::Error::BuildRequest(err))
+            })?;
+        match self.client.request_text(request).await {
+            Ok(text) => self.decode(&text, &format!("Deployment {name}")),
+            Err(kube::Error::Api(status)) if status.code == 409 => self.get(name).await,
+            Err(err) => Err(self.failed("create", "Deployment", name, err)),
+        }
+    }
+
     /// Creates `object`; one that exists already counts as created, so that a retry after
     /// a partial create completes it.
     async fn create<K>(&self, object: &K) -> Result<(), DriverError>
@@ -157,7 +246,20 @@ impl KubernetesDriver {
     where
         K: Resource<DynamicType = ()>,
     {
-        let kind = K::kind(&());
+        self.try_patch::<K>(name, patch)
+            .await
+            .map_err(|err| self.failed("patch", &K::kind(&()), name, err))
+    }
+
+    /// [`Self::patch`], with the API's own error, for a caller that handles one.
+    async fn try_patch<K>(
+        &self,
+        name: &str,
+        patch: &Patch<serde_json::Value>,
+    ) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = ()>,
+    {
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
@@ -165,10 +267,8 @@ impl KubernetesDriver {
         let request = self
             .request::<K>()
             .patch(name, &params, patch)
-            .map_err(|err| self.failed("patch", &kind, name, kube::Error::BuildRequest(err)))?;
-        self.send(request)
-            .await
-            .map_err(|err| self.failed("patch", &kind, name, err))
+            .map_err(kube::Error::BuildRequest)?;
+        self.send(request).await
     }
 
     /// Deletes `name`; one already gone counts as deleted. Dependents (the Deployment's
@@ -189,36 +289,80 @@ impl KubernetesDriver {
         }
     }
 
-    /// Every pod of every sandbox in the namespace, in one call.
-    /// Sandgate's pods in the namespace; only `runtime_id`'s when given, so that reading
-    /// one sandbox's status does not list (and decode) every sandbox's pod.
-    async fn pods(&self, runtime_id: Option<&str>) -> Result<Vec<Pod>, DriverError> {
+    /// Sandgate's objects of kind `K` in the namespace; only `runtime_id`'s when given, so
+    /// that reading one sandbox's status does not list (and decode) every sandbox's.
+    async fn list<K>(&self, runtime_id: Option<&str>) -> Result<Vec<K>, DriverError>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Clone,
+    {
+        let plural = K::plural(&());
         let mut selector = format!("{}={}", objects::MANAGED_BY, objects::MANAGER);
         if let Some(runtime_id) = runtime_id {
             selector = format!("{selector},{}={runtime_id}", objects::RUNTIME_ID);
         }
         let request = self
-            .request::<Pod>()
+            .request::<K>()
             .list(&ListParams::default().labels(&selector))
             .map_err(|err| {
-                self.failed("list", "pods", &selector, kube::Error::BuildRequest(err))
+                self.failed("list", &plural, &selector, kube::Error::BuildRequest(err))
             })?;
         let text = self
             .client
             .request_text(request)
             .await
-            .map_err(|err| self.failed("list", "pods", &selector, err))?;
-        // The error names where the answer broke, never what it held (pods' keys).
-        let list: ObjectList<Pod> = serde_json::from_str(&text).map_err(|err| {
-            DriverError(format!(
-                "cannot read the pod list of namespace {}: {:?} error at line {} column {}",
-                self.options.namespace,
-                err.classify(),
-                err.line(),
-                err.column()
-            ))
-        })?;
+            .map_err(|err| self.failed("list", &plural, &selector, err))?;
+        let list: ObjectList<K> = self.decode(&text, &format!("the {plural} list"))?;
         Ok(list.items)
+    }
+
+    /// Removes every object of the sandbox `runtime_id`; one already gone is no error.
+    async fn remove(&self, runtime_id: &str) -> Result<(), DriverError> {
+        let name = objects::name(runtime_id);
+        let secret_name = objects::secret_name(runtime_id);
+        let claim_name = objects::claim_name(runtime_id);
+        let (deployment, secret, service, ingress, claim) = tokio::join!(
+            self.delete::<Deployment>(&name),
+            self.delete::<Secret>(&secret_name),
+            self.delete::<Service>(&name),
+            self.delete::<Ingress>(&name),
+            // Asked for even when the sandbox has no claim (a FUSE mount): a 404 costs one
+            // call, and a branch here could leave a claim behind.
+            self.delete::<PersistentVolumeClaim>(&claim_name),
+        );
+        all_ok([deployment, secret, service, ingress, claim])
+    }
+
+    /// Puts `session_key` in the sandbox's Secret, creating it (owned by the Deployment)
+    /// when it is missing: a sandbox an older release made kept its key in the Deployment.
+    async fn store_key(
+        &self,
+        sandbox: &StoredSandbox,
+        session_key: &str,
+    ) -> Result<(), DriverError> {
+        let name = objects::secret_name(&sandbox.runtime_id);
+        let replace = serde_json::json!({
+            "stringData": { objects::SESSION_KEY_ENV: session_key },
+        });
+        match self
+            .try_patch::<Secret>(&name, &Patch::Merge(replace))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                let deployment: Deployment = self.get(&objects::name(&sandbox.runtime_id)).await?;
+                let owner = objects::owned_by(&deployment).ok_or_else(|| {
+                    DriverError("the API answered a Deployment without a uid".into())
+                })?;
+                self.create(&objects::secret(
+                    sandbox,
+                    session_key,
+                    &self.options,
+                    &owner,
+                ))
+                .await
+            }
+            Err(err) => Err(self.failed("patch", "Secret", &name, err)),
+        }
     }
 }
 
@@ -237,26 +381,49 @@ fn all_ok(results: impl IntoIterator<Item = Result<(), DriverError>>) -> Result<
 
 #[async_trait]
 impl SandboxDriver for KubernetesDriver {
+    fn admit(&self, spec: &SandboxSpec) -> Result<(), Refusal> {
+        match objects::refusal(spec, self.options.pod_security) {
+            Some((field, message)) => Err(Refusal { field, message }),
+            None => Ok(()),
+        }
+    }
+
     async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
         let options = &self.options;
-        let deployment = objects::deployment(sandbox, session_key, options);
-        let service = objects::service(sandbox, options);
-        let ingress = objects::ingress(sandbox, options);
+        // The Deployment first: the rest are its dependents, named by its uid. Its pod
+        // waits for its Secret and claim, which follow at once.
+        let deployment = self
+            .create_deployment(&objects::deployment(sandbox, options))
+            .await?;
+        let owner = objects::owned_by(&deployment)
+            .ok_or_else(|| DriverError("the API answered a Deployment without a uid".into()))?;
         let claim = async {
             if objects::has_claim(sandbox) {
-                self.create(&objects::claim(sandbox, options)).await
+                self.create(&objects::claim(sandbox, options, &owner)).await
             } else {
                 Ok(())
             }
         };
         // Independent objects, created at once: a cold start waits for the slowest only.
-        let (claim, deployment, service, ingress) = tokio::join!(
+        let secret = objects::secret(sandbox, session_key, options, &owner);
+        let service = objects::service(sandbox, options, &owner);
+        let ingress = objects::ingress(sandbox, options, &owner);
+        let (secret, claim, service, ingress) = tokio::join!(
+            self.create(&secret),
             claim,
-            self.create(&deployment),
             self.create(&service),
             self.create(&ingress),
         );
-        all_ok([claim, deployment, service, ingress])?;
+        if let Err(failed) = all_ok([secret, claim, service, ingress]) {
+            // Half made: nothing is left behind to wait for a retry that may never come
+            // (a claim that holds a volume, a Service routing nowhere).
+            return Err(match self.remove(&sandbox.runtime_id).await {
+                Ok(()) => DriverError(format!("{failed}; the half-made sandbox was removed")),
+                Err(cleanup) => DriverError(format!(
+                    "{failed}; removing the half-made sandbox failed too ({cleanup}), the orphan sweep retries"
+                )),
+            });
+        }
         tracing::debug!(runtime_id = %sandbox.runtime_id, namespace = %options.namespace, "sandbox created");
         Ok(())
     }
@@ -271,15 +438,30 @@ impl SandboxDriver for KubernetesDriver {
     }
 
     async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        // A strategic merge patch merges the container and its environment by name: only
-        // the key and the replica count change, the image stays the one created with.
+        self.store_key(sandbox, session_key).await?;
+        // A strategic merge patch merges the container and its environment by name: the
+        // image stays the one created with. The key's version in the pod template starts a
+        // new pod, which reads the new key, even when one still runs (a sandbox in error);
+        // the key's entry is the Secret's, also in a Deployment an older release made with
+        // the key in clear (its `value` goes).
         let restart = serde_json::json!({
             "spec": {
                 "replicas": 1,
-                "template": { "spec": { "containers": [{
-                    "name": objects::CONTAINER,
-                    "env": [{ "name": objects::SESSION_KEY_ENV, "value": session_key }],
-                }] } }
+                "template": {
+                    "metadata": { "annotations": { objects::KEY_VERSION: sandbox.key_nonce } },
+                    "spec": { "containers": [{
+                        "name": objects::CONTAINER,
+                        "env": [{
+                            "name": objects::SESSION_KEY_ENV,
+                            "value": null,
+                            "valueFrom": { "secretKeyRef": {
+                                "name": objects::secret_name(&sandbox.runtime_id),
+                                "key": objects::SESSION_KEY_ENV,
+                                "optional": false,
+                            } },
+                        }],
+                    }] },
+                },
             }
         });
         self.patch::<Deployment>(
@@ -290,17 +472,7 @@ impl SandboxDriver for KubernetesDriver {
     }
 
     async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
-        let name = objects::name(&sandbox.runtime_id);
-        let claim_name = objects::claim_name(&sandbox.runtime_id);
-        let (deployment, service, ingress, claim) = tokio::join!(
-            self.delete::<Deployment>(&name),
-            self.delete::<Service>(&name),
-            self.delete::<Ingress>(&name),
-            // Asked for even when the sandbox has no claim (a FUSE mount): a 404 costs one
-            // call, and a branch here could leave a claim behind.
-            self.delete::<PersistentVolumeClaim>(&claim_name),
-        );
-        all_ok([deployment, service, ingress, claim])
+        self.remove(&sandbox.runtime_id).await
     }
 
     async fn observe(
@@ -314,6 +486,19 @@ impl SandboxDriver for KubernetesDriver {
             [one] => Some(one.runtime_id.as_str()),
             _ => None,
         };
-        Ok(observe::observed(&self.pods(only).await?, sandboxes))
+        let mut observed = observe::observed(&self.list::<Pod>(only).await?, sandboxes);
+        if observed.len() < sandboxes.len() {
+            // Sandboxes without a pod: the cluster may be refusing to create it
+            // (admission, quota), which only their Deployment and ReplicaSet say.
+            let (deployments, replica_sets) =
+                tokio::join!(self.list::<Deployment>(only), self.list::<ReplicaSet>(only));
+            observed.extend(observe::without_pods(
+                &deployments?,
+                &replica_sets?,
+                sandboxes,
+                &observed,
+            ));
+        }
+        Ok(observed)
     }
 }

@@ -19,10 +19,11 @@ use tokio::sync::Notify;
 use crate::admin::login::{Clock, random_hex};
 use crate::admin::source::WarmConfigSource;
 use crate::auth::session_key_digest;
+use crate::model::LocItem;
 use crate::store::{
     Fence, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
 };
-use driver::{DriverError, SandboxDriver};
+use driver::{DriverError, Refusal, SandboxDriver};
 pub use reconciler::Reconciler;
 pub use service::SandboxesService;
 use spec::{SessionKeys, claim_key};
@@ -77,6 +78,8 @@ pub enum SandboxError {
     Conflict(String),
     #[error("the sandbox changed under too many concurrent calls; retry")]
     Contention,
+    #[error("{}: {}", .0.field, .0.message)]
+    Refused(Refusal),
 }
 
 impl From<SandboxError> for ErrorDetail {
@@ -93,6 +96,11 @@ impl From<SandboxError> for ErrorDetail {
             SandboxError::NotFound(detail) => Self::new(ErrorCode::NotFound, detail),
             SandboxError::Conflict(detail) => Self::new(ErrorCode::Conflict, detail),
             SandboxError::Contention => Self::new(ErrorCode::Unavailable, err.to_string()),
+            SandboxError::Refused(refusal) => crate::validation::single(
+                "value_error",
+                vec![LocItem::Key(refusal.field.to_owned())],
+                format!("Value error, {}", refusal.message),
+            ),
         }
     }
 }
@@ -140,6 +148,11 @@ impl Sandboxes {
 
     pub fn options(&self) -> &SandboxOptions {
         &self.options
+    }
+
+    /// Whether the platform would run `spec` at all.
+    pub fn admit(&self, spec: &SandboxSpec) -> Result<(), Refusal> {
+        self.driver.admit(spec)
     }
 
     pub fn now_ms(&self) -> i64 {
@@ -210,6 +223,7 @@ impl Sandboxes {
         session: Option<String>,
         fence: Option<&Fence>,
     ) -> SandboxResult<StoredSandbox> {
+        self.admit(&spec).map_err(SandboxError::Refused)?;
         let record = self.record(spec, pool, session);
         self.store
             .session_keys

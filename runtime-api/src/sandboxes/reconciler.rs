@@ -341,6 +341,18 @@ impl Reconciler {
                     }
                 }
             }
+            if let Err(refusal) = self.sandboxes.admit(spec) {
+                // A configuration the platform refuses outright: its pool stays empty, and
+                // its status says why, every pass (the others fill as usual).
+                tracing::warn!(pool = %name, field = refusal.field, reason = %refusal.message, "the sandbox platform refuses this warm configuration");
+                let mut counts = pool_counts(&pool).remove(*name).unwrap_or_default();
+                counts.failed += i64::try_from(target.saturating_sub(pool.len())).unwrap_or(0);
+                counts
+                    .failures
+                    .push(format!("{}: {}", refusal.field, refusal.message));
+                pools.insert((*name).to_owned(), counts);
+                continue;
+            }
             let mut failed_launches = 0;
             let wanted = target.saturating_sub(pool.len()).min(launches_left);
             launches_left -= wanted;

@@ -24,6 +24,8 @@ pub const SERVICES: &str = "v1/services";
 pub const INGRESSES: &str = "networking.k8s.io/v1/ingresses";
 pub const CLAIMS: &str = "v1/persistentvolumeclaims";
 pub const PODS: &str = "v1/pods";
+pub const SECRETS: &str = "v1/secrets";
+pub const REPLICA_SETS: &str = "apps/v1/replicasets";
 
 /// The resources the fake serves, with their kinds.
 const KINDS: &[(&str, &str)] = &[
@@ -32,6 +34,8 @@ const KINDS: &[(&str, &str)] = &[
     (INGRESSES, "Ingress"),
     (CLAIMS, "PersistentVolumeClaim"),
     (PODS, "Pod"),
+    (SECRETS, "Secret"),
+    (REPLICA_SETS, "ReplicaSet"),
 ];
 
 /// List fields that a strategic merge patch merges item by item, by this key (as the
@@ -141,6 +145,30 @@ impl FakeKube {
             .filter(|key| key.resource == resource && key.namespace == namespace)
             .map(|key| key.name.clone())
             .collect()
+    }
+
+    /// Every object the fake holds, each with its kind and apiVersion, as the API server
+    /// would answer a read of it.
+    pub fn all(&self) -> Vec<Value> {
+        self.lock()
+            .objects
+            .iter()
+            .map(|(key, object)| {
+                let mut object = object.clone();
+                let api_version = key
+                    .resource
+                    .rsplit_once('/')
+                    .map_or("v1", |(prefix, _)| prefix);
+                object["apiVersion"] = api_version.into();
+                object["kind"] = kind_of(&key.resource).into();
+                object
+            })
+            .collect()
+    }
+
+    /// Removes an object, as another client of the cluster would.
+    pub fn remove(&self, resource: &str, namespace: &str, name: &str) {
+        self.lock().objects.remove(&key(resource, namespace, name));
     }
 
     /// Inserts or replaces an object (its name and namespace from its metadata), as the

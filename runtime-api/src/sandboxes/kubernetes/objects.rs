@@ -1,26 +1,32 @@
-//! The Kubernetes objects of one sandbox: a Deployment running its image, a claim for its
-//! workspace, and a Service and an Ingress that route `{runtime_id}{separator}{base_url}`
-//! to it. Built from the store's record alone, so a retry builds the same objects.
+//! The Kubernetes objects of one sandbox: a Deployment running its image, a Secret holding
+//! its session key, a claim for its workspace, and a Service and an Ingress that route
+//! `{runtime_id}{separator}{base_url}` to it. Built from the store's record alone, so a
+//! retry builds the same objects; all but the Deployment are owned by it, so that deleting
+//! it deletes them too (the cluster's garbage collector).
+//!
+//! The pods meet the `restricted` Pod Security Standard unless the installation says that
+//! its sandboxes need more ([`PodSecurity`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, Service, ServicePort, ServiceSpec,
-    TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::KubernetesOptions;
-use crate::store::StoredSandbox;
+use super::{KubernetesOptions, PodSecurity};
+use crate::store::{SandboxSpec, StoredSandbox};
 
 /// Label on every object Sandgate creates: the one selector `observe` lists pods by.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -31,8 +37,12 @@ pub const RUNTIME_ID: &str = "sandgate.dev/runtime-id";
 pub const POOL: &str = "sandgate.dev/pool";
 /// The sandbox's container, which `resume` patches by name.
 pub const CONTAINER: &str = "sandbox";
-/// The environment variable that carries the session key.
+/// The environment variable that carries the session key, and its key in the Secret.
 pub const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
+/// The pod template's annotation a resume sets to the key's nonce (public: the key derives
+/// from it and a secret), so that the Deployment starts a new pod, which reads the new key,
+/// even when one is still running.
+pub const KEY_VERSION: &str = "sandgate.dev/session-key-version";
 /// The volume mounted at the working directory.
 const WORKSPACE_VOLUME: &str = "workspace";
 /// Size of a workspace claim.
@@ -56,6 +66,11 @@ pub fn name(runtime_id: &str) -> String {
 /// Name of the sandbox's workspace claim.
 pub fn claim_name(runtime_id: &str) -> String {
     format!("sandbox-{runtime_id}-workspace")
+}
+
+/// Name of the Secret holding the sandbox's session key.
+pub fn secret_name(runtime_id: &str) -> String {
+    format!("sandbox-{runtime_id}-session")
 }
 
 /// The sandbox's public host.
@@ -83,6 +98,30 @@ fn metadata(name: String, sandbox: &StoredSandbox, options: &KubernetesOptions) 
         labels: Some(labels(sandbox)),
         ..ObjectMeta::default()
     }
+}
+
+/// The metadata of an object the sandbox's Deployment owns.
+fn owned_metadata(
+    name: String,
+    sandbox: &StoredSandbox,
+    options: &KubernetesOptions,
+    owner: &OwnerReference,
+) -> ObjectMeta {
+    ObjectMeta {
+        owner_references: Some(vec![owner.clone()]),
+        ..metadata(name, sandbox, options)
+    }
+}
+
+/// The reference that makes an object the dependent of the Deployment `deployment`.
+pub fn owned_by(deployment: &Deployment) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "apps/v1".to_owned(),
+        kind: "Deployment".to_owned(),
+        name: deployment.metadata.name.clone()?,
+        uid: deployment.metadata.uid.clone()?,
+        ..OwnerReference::default()
+    })
 }
 
 /// What selects the sandbox's pods: its id, and Sandgate as their manager so that a
@@ -124,16 +163,105 @@ fn resources(sandbox: &StoredSandbox, options: &KubernetesOptions) -> ResourceRe
     }
 }
 
-/// The spec's environment and the session key, which wins over a same-named entry.
-fn environment(sandbox: &StoredSandbox, session_key: &str) -> Vec<EnvVar> {
+/// The spec's environment and the session key, which wins over a same-named entry and
+/// comes from the sandbox's Secret: never in clear in the Deployment, its ReplicaSets or
+/// its pods, which the built-in `view` role reads.
+fn environment(sandbox: &StoredSandbox) -> Vec<EnvVar> {
+    let key = EnvVar {
+        name: SESSION_KEY_ENV.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret_name(&sandbox.runtime_id),
+                key: SESSION_KEY_ENV.to_owned(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    };
     sandbox
         .spec
         .environment
         .iter()
         .filter(|(name, _)| name.as_str() != SESSION_KEY_ENV)
         .map(|(name, value)| env(name, value))
-        .chain([env(SESSION_KEY_ENV, session_key)])
+        .chain([key])
         .collect()
+}
+
+/// The Secret holding `session_key`, owned by the sandbox's Deployment.
+pub fn secret(
+    sandbox: &StoredSandbox,
+    session_key: &str,
+    options: &KubernetesOptions,
+    owner: &OwnerReference,
+) -> Secret {
+    Secret {
+        metadata: owned_metadata(secret_name(&sandbox.runtime_id), sandbox, options, owner),
+        type_: Some("Opaque".to_owned()),
+        string_data: Some(BTreeMap::from([(
+            SESSION_KEY_ENV.to_owned(),
+            session_key.to_owned(),
+        )])),
+        ..Secret::default()
+    }
+}
+
+/// Why the installation's pod security refuses `spec`: the field, and what to change.
+pub fn refusal(spec: &SandboxSpec, level: PodSecurity) -> Option<(&'static str, String)> {
+    if spec.fuse_s3_mount == Some(true) && level != PodSecurity::Privileged {
+        return Some((
+            "fuse_s3_mount",
+            "a FUSE S3 mount needs /dev/fuse and CAP_SYS_ADMIN, which only a privileged pod \
+             has: the installation must allow it (SANDBOX_POD_SECURITY=privileged)"
+                .to_owned(),
+        ));
+    }
+    if spec.run_as_user == Some(0) && level == PodSecurity::Restricted {
+        return Some((
+            "run_as_user",
+            "sandboxes run under the restricted Pod Security Standard, which refuses user 0 \
+             (root): use another user, or an installation that allows root \
+             (SANDBOX_POD_SECURITY=baseline)"
+                .to_owned(),
+        ));
+    }
+    None
+}
+
+/// The pod's security context: the spec's user and groups, the runtime's default seccomp
+/// profile, and under `restricted` no root.
+fn pod_security_context(spec: &SandboxSpec, level: PodSecurity) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: spec.run_as_user,
+        run_as_group: spec.run_as_group,
+        fs_group: spec.fs_group,
+        run_as_non_root: (level == PodSecurity::Restricted).then_some(true),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// The container's: no privilege escalation, and under `restricted` no capabilities; a
+/// FUSE mount (allowed only by `privileged`) runs privileged, which gives it `/dev/fuse`.
+fn container_security_context(spec: &SandboxSpec, level: PodSecurity) -> SecurityContext {
+    if spec.fuse_s3_mount == Some(true) && level == PodSecurity::Privileged {
+        return SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        };
+    }
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: (level == PodSecurity::Restricted).then(|| Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
 }
 
 fn env(name: &str, value: &str) -> EnvVar {
@@ -170,24 +298,14 @@ pub fn has_claim(sandbox: &StoredSandbox) -> bool {
     sandbox.spec.fuse_s3_mount != Some(true)
 }
 
-pub fn deployment(
-    sandbox: &StoredSandbox,
-    session_key: &str,
-    options: &KubernetesOptions,
-) -> Deployment {
+pub fn deployment(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Deployment {
     let spec = &sandbox.spec;
-    let security = PodSecurityContext {
-        run_as_user: spec.run_as_user,
-        run_as_group: spec.run_as_group,
-        fs_group: spec.fs_group,
-        ..PodSecurityContext::default()
-    };
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(spec.image.clone()),
         command: (!spec.command.is_empty()).then(|| spec.command.clone()),
         working_dir: (!spec.working_dir.is_empty()).then(|| spec.working_dir.clone()),
-        env: Some(environment(sandbox, session_key)),
+        env: Some(environment(sandbox)),
         ports: Some(vec![ContainerPort {
             name: Some("http".to_owned()),
             container_port: i32::from(options.port),
@@ -204,6 +322,7 @@ pub fn deployment(
             ..Probe::default()
         }),
         resources: Some(resources(sandbox, options)),
+        security_context: Some(container_security_context(spec, options.pod_security)),
         volume_mounts: Some(vec![VolumeMount {
             name: WORKSPACE_VOLUME.to_owned(),
             mount_path: spec.working_dir.clone(),
@@ -214,7 +333,7 @@ pub fn deployment(
     let pod = PodSpec {
         containers: vec![container],
         volumes: Some(vec![workspace_volume(sandbox)]),
-        security_context: (security != PodSecurityContext::default()).then_some(security),
+        security_context: Some(pod_security_context(spec, options.pod_security)),
         // The agent runs code it was asked to write: it gets no Kubernetes API token.
         automount_service_account_token: Some(false),
         // Without this every Service in the namespace (one per sandbox) becomes
@@ -249,9 +368,13 @@ pub fn deployment(
     }
 }
 
-pub fn claim(sandbox: &StoredSandbox, options: &KubernetesOptions) -> PersistentVolumeClaim {
+pub fn claim(
+    sandbox: &StoredSandbox,
+    options: &KubernetesOptions,
+    owner: &OwnerReference,
+) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
-        metadata: metadata(claim_name(&sandbox.runtime_id), sandbox, options),
+        metadata: owned_metadata(claim_name(&sandbox.runtime_id), sandbox, options, owner),
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
             storage_class_name: options.storage_class.clone(),
@@ -268,9 +391,13 @@ pub fn claim(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Persistent
     }
 }
 
-pub fn service(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Service {
+pub fn service(
+    sandbox: &StoredSandbox,
+    options: &KubernetesOptions,
+    owner: &OwnerReference,
+) -> Service {
     Service {
-        metadata: metadata(name(&sandbox.runtime_id), sandbox, options),
+        metadata: owned_metadata(name(&sandbox.runtime_id), sandbox, options, owner),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_owned()),
             selector: Some(selector(sandbox)),
@@ -286,7 +413,11 @@ pub fn service(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Service 
     }
 }
 
-pub fn ingress(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Ingress {
+pub fn ingress(
+    sandbox: &StoredSandbox,
+    options: &KubernetesOptions,
+    owner: &OwnerReference,
+) -> Ingress {
     let host = host(&sandbox.runtime_id, options);
     let backend = IngressBackend {
         service: Some(IngressServiceBackend {
@@ -299,7 +430,7 @@ pub fn ingress(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Ingress 
         ..IngressBackend::default()
     };
     Ingress {
-        metadata: metadata(name(&sandbox.runtime_id), sandbox, options),
+        metadata: owned_metadata(name(&sandbox.runtime_id), sandbox, options, owner),
         spec: Some(IngressSpec {
             ingress_class_name: options.ingress_class.clone(),
             tls: options.tls_secret.as_ref().map(|secret| {

@@ -1,9 +1,13 @@
 //! What a sandbox's pod says of it: running, still starting (and why, when the scheduler
-//! cannot place it), or failed (and why: the image, a crash loop, the pod itself).
+//! cannot place it), or failed (and why: the image, a crash loop, the pod itself). And for
+//! a sandbox without a pod, what its Deployment and ReplicaSet say: the cluster refusing
+//! to create the pod (admission, quota), or a Deployment past its progress deadline.
 
 use std::collections::{HashMap, HashSet};
 
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::objects::RUNTIME_ID;
 use crate::sandboxes::driver::Observed;
@@ -135,4 +139,79 @@ fn last_exit(container: &ContainerStatus) -> String {
             None => format!(" (last exit code {})", ended.exit_code),
         })
         .unwrap_or_default()
+}
+
+/// The sandbox an object belongs to, by its label.
+fn runtime_id(metadata: &ObjectMeta) -> Option<&str> {
+    metadata
+        .labels
+        .as_ref()?
+        .get(RUNTIME_ID)
+        .map(String::as_str)
+}
+
+/// Each of `sandboxes` without a pod (not in `seen`) whose Deployment or ReplicaSets say
+/// why: a `ReplicaFailure` (the cluster refused the pod: it keeps trying, so the sandbox
+/// is still starting, with the refusal as its detail), or a Deployment that made no
+/// progress within its deadline (in error).
+pub fn without_pods(
+    deployments: &[Deployment],
+    replica_sets: &[ReplicaSet],
+    sandboxes: &[StoredSandbox],
+    seen: &HashMap<String, Observed>,
+) -> HashMap<String, Observed> {
+    // (sandbox, type, status, why) of every condition of their Deployments and ReplicaSets.
+    let deployment_conditions = deployments.iter().flat_map(|deployment| {
+        let id = runtime_id(&deployment.metadata);
+        let conditions = deployment
+            .status
+            .iter()
+            .flat_map(|status| status.conditions.iter().flatten());
+        conditions.map(move |c| (id, &c.type_, &c.status, &c.reason, &c.message))
+    });
+    let set_conditions = replica_sets.iter().flat_map(|set| {
+        let id = runtime_id(&set.metadata);
+        let conditions = set
+            .status
+            .iter()
+            .flat_map(|status| status.conditions.iter().flatten());
+        conditions.map(move |c| (id, &c.type_, &c.status, &c.reason, &c.message))
+    });
+    let mut refused: HashMap<&str, String> = HashMap::new();
+    let mut stalled: HashMap<&str, String> = HashMap::new();
+    for (id, kind, status, reason, message) in deployment_conditions.chain(set_conditions) {
+        let Some(id) = id else { continue };
+        let why = reason_message(reason.as_deref(), message.as_deref());
+        match (kind.as_deref(), status.as_deref()) {
+            (Some("ReplicaFailure"), Some("True")) => {
+                refused.insert(id, why);
+            }
+            (Some("Progressing"), Some("False")) => {
+                stalled.insert(id, why);
+            }
+            _ => {}
+        }
+    }
+    sandboxes
+        .iter()
+        .filter(|sandbox| !seen.contains_key(&sandbox.runtime_id))
+        .filter_map(|sandbox| {
+            let id = sandbox.runtime_id.as_str();
+            let refusal = refused
+                .get(id)
+                .map(|why| format!("the cluster refuses to create its pod: {why}"));
+            let observed = match (stalled.get(id), refusal) {
+                (Some(stall), refusal) => observed_as(
+                    SandboxState::Error,
+                    Some(match refusal {
+                        Some(refusal) => format!("{refusal} (no progress: {stall})"),
+                        None => format!("the deployment made no progress: {stall}"),
+                    }),
+                ),
+                (None, Some(refusal)) => observed_as(SandboxState::Starting, Some(refusal)),
+                (None, None) => return None,
+            };
+            Some((sandbox.runtime_id.clone(), observed))
+        })
+        .collect()
 }
