@@ -13,13 +13,14 @@ use sandgate_runtime_api::sandboxes::driver::{Observed, Refusal, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{
     KubernetesDriver, KubernetesOptions, PodSecurity,
 };
-use sandgate_runtime_api::store::{SandboxSpec, SandboxState, StoredSandbox};
+use sandgate_runtime_api::store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
 use serde_json::{Value, json};
 
 use crate::common::fake_kube::{
     CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, REPLICA_SETS, SECRETS, SERVICES,
 };
 use crate::common::{repository, tool};
+use sandgate_runtime_api::admin::login::Clock;
 
 const NAMESPACE: &str = "sandboxes";
 const KEY: &str = "session-key-of-the-first-run";
@@ -68,6 +69,7 @@ fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         key_nonce: "nonce".into(),
         created_at_ms: 0,
         changed_at_ms: 0,
+        restarts: Restarts::default(),
     }
 }
 
@@ -474,7 +476,7 @@ async fn delete_removes_that_sandboxs_objects_and_leaves_the_others() {
         .await
         .expect("create kept");
 
-    driver.delete(&doomed).await.expect("delete");
+    driver.delete(&doomed.runtime_id).await.expect("delete");
     for (resource, found) in objects_of(&fake, "dead01") {
         assert!(found.is_none(), "{resource} of the deleted sandbox is left");
     }
@@ -502,7 +504,10 @@ async fn delete_removes_that_sandboxs_objects_and_leaves_the_others() {
     }
 
     // Deleting what is gone already is not an error.
-    driver.delete(&doomed).await.expect("delete again");
+    driver
+        .delete(&doomed.runtime_id)
+        .await
+        .expect("delete again");
 }
 
 /// A pod of `runtime_id` with `status`, as the kubelet and the scheduler leave it.
@@ -623,36 +628,30 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
 
     assert_eq!(
         observed["pull"],
-        Observed {
-            state: SandboxState::Error,
-            detail: Some(
+        Observed::new(SandboxState::Error, Some(
                 "image pull failed: ImagePullBackOff: Back-off pulling image \"ghcr.io/acme/agent-server:nope\""
                     .into()
-            ),
-        }
+            ))
     );
     assert_eq!(observed["full"].state, SandboxState::Starting);
     let detail = observed["full"].detail.as_deref().expect("a detail");
     assert!(detail.starts_with("unschedulable: "), "{detail}");
     assert!(detail.contains("Insufficient cpu"), "{detail}");
-    assert_eq!(
-        observed["up"],
-        Observed {
-            state: SandboxState::Running,
-            detail: None,
-        }
-    );
+    assert_eq!(observed["up"], Observed::new(SandboxState::Running, None));
     assert_eq!(observed["crash"].state, SandboxState::Error);
     let detail = observed["crash"].detail.as_deref().expect("a detail");
     assert!(detail.contains("CrashLoopBackOff"), "{detail}");
     assert!(detail.contains("exit code 1"), "{detail}");
+    // Its restarts, as the legacy API's restart_count and restart_reasons show them.
     assert_eq!(
-        observed["new"],
-        Observed {
-            state: SandboxState::Starting,
-            detail: None,
+        observed["crash"].restarts,
+        Restarts {
+            count: 5,
+            reasons: vec!["Error (exit code 1)".into()],
         }
     );
+    assert_eq!(observed["up"].restarts, Restarts::default());
+    assert_eq!(observed["new"], Observed::new(SandboxState::Starting, None));
     // Only what was asked about, and nothing for a sandbox without a pod.
     assert_eq!(observed.len(), 5, "{observed:?}");
 
@@ -877,12 +876,12 @@ async fn a_pod_the_cluster_refuses_to_create_shows_why() {
         .expect("observe");
     assert_eq!(
         observed["f0rb1d"],
-        Observed {
-            state: SandboxState::Starting,
-            detail: Some(format!(
+        Observed::new(
+            SandboxState::Starting,
+            Some(format!(
                 "the cluster refuses to create its pod: FailedCreate: {forbidden}"
-            )),
-        }
+            ))
+        )
     );
     assert_eq!(observed["57a11"].state, SandboxState::Error);
     let detail = observed["57a11"].detail.as_deref().expect("a detail");
@@ -964,6 +963,39 @@ async fn serve_drives_the_cluster_its_kubeconfig_names() {
         .object(SECRETS, NAMESPACE, &format!("{name}-session"))
         .expect("the key's Secret");
     assert_eq!(secret["stringData"]["SESSION_API_KEY"], key);
+
+    // The pod restarted twice (out of memory): the legacy fields the SDK logs say so.
+    kube.put(
+        PODS,
+        pod(
+            &format!("{name}-7d9f-x1"),
+            id,
+            json!({
+                "phase": "Running",
+                "containerStatuses": [{
+                    "name": "sandbox", "image": "ghcr.io/acme/agent-server:2.0", "imageID": "",
+                    "ready": true, "restartCount": 2, "started": true,
+                    "state": { "running": { "startedAt": "2026-01-01T00:03:00Z" } },
+                    "lastState": { "terminated": { "exitCode": 137, "reason": "OOMKilled" } },
+                }],
+            }),
+        ),
+    );
+    let session: Value = client
+        .get(sandgate.url("/sessions/conv-k8s"))
+        .header("x-api-key", crate::common::RUNTIME_KEY)
+        .send()
+        .await
+        .expect("session")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(session["pod_status"], "ready", "{session}");
+    assert_eq!(session["restart_count"], 2, "{session}");
+    assert_eq!(
+        session["restart_reasons"],
+        json!(["OOMKilled (exit code 137)"])
+    );
 
     // Root, under the default restricted standard: refused before anything is made.
     let refused = client
@@ -1066,4 +1098,55 @@ async fn the_objects_sent_validate_strictly_and_meet_the_restricted_standard() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(report.contains("0 problems"), "{report}");
+}
+
+/// The reconciler's orphan sweep: Sandgate's workloads that no record names are deleted
+/// once older than the grace period; a sandbox with a record, and a young orphan (a start
+/// that may still be writing), are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweep_deletes_workloads_no_record_names() {
+    let fake = FakeKube::start().await;
+    let driver = std::sync::Arc::new(KubernetesDriver::with_client(fake.client(), options()));
+    let fixture = crate::warm_pools::Fixture::new(crate::common::Backend::embedded(), 0);
+    let replica = fixture.replica_with(
+        crate::store_conformance::open(&fixture.backend).await,
+        driver.clone(),
+    );
+    // The fake stamps objects at 2026-01-01T00:00:xx.
+    let made_ms = 1_767_225_600_000;
+    fixture
+        .clock
+        .advance(made_ms + 5 * 60_000 - fixture.clock.now_ms());
+
+    let (kept, _) = replica
+        .sandboxes
+        .start(sandbox("unused", None).spec, "conv-kept".into())
+        .await
+        .expect("start");
+    driver
+        .create(&sandbox("0rphan", None), KEY)
+        .await
+        .expect("an orphan's objects");
+
+    // Five minutes old: too young to be called an orphan.
+    let pass = replica.reconciler.pass().await.expect("pass");
+    assert_eq!(pass.orphans, 0);
+    assert!(
+        fake.object(DEPLOYMENTS, NAMESPACE, "sandbox-0rphan")
+            .is_some()
+    );
+
+    // An hour on, the next sweep deletes every object of the orphan, and only those.
+    fixture.clock.advance(3_600_000);
+    let pass = replica.reconciler.pass().await.expect("pass");
+    assert_eq!(pass.orphans, 1, "{pass:?}");
+    for (resource, found) in objects_of(&fake, "0rphan") {
+        assert!(found.is_none(), "{resource} of the orphan is left");
+    }
+    for (resource, found) in objects_of(&fake, &kept.runtime_id) {
+        assert!(
+            found.is_some(),
+            "{resource} of a recorded sandbox was swept"
+        );
+    }
 }

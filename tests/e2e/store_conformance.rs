@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandgate_runtime_api::store::{
-    self, IndexKey, PutWarmConfig, SandboxSpec, SandboxState, SpendLogEntry, Store,
+    self, IndexKey, PutWarmConfig, Restarts, SandboxSpec, SandboxState, SpendLogEntry, Store,
     StoredChallenge, StoredConversation, StoredModel, StoredProfile, StoredSandbox,
     StoredWarmConfig, SweepIndex,
 };
@@ -539,6 +539,11 @@ fn sandbox(id: &str, session: Option<&str>, state: SandboxState) -> StoredSandbo
         key_nonce: "nonce".into(),
         created_at_ms: 100,
         changed_at_ms: 100,
+        // Kept and read back as written, like every other field.
+        restarts: Restarts {
+            count: 2,
+            reasons: vec!["OOMKilled (exit code 137)".into()],
+        },
     }
 }
 

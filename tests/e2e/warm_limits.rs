@@ -106,8 +106,8 @@ impl SandboxDriver for GatedDriver {
         self.local.resume(sandbox, key).await
     }
 
-    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
-        self.local.delete(sandbox).await
+    async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
+        self.local.delete(runtime_id).await
     }
 
     async fn observe(

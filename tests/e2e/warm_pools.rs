@@ -597,12 +597,12 @@ impl SandboxDriver for MeddlingDriver {
         self.local.resume(sandbox, key).await
     }
 
-    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
+    async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
         if !self.meddled.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let stored = self
                 .store
                 .sandboxes
-                .sandbox(&sandbox.runtime_id)
+                .sandbox(runtime_id)
                 .await
                 .expect("read");
             let stored = stored.expect("still stored");
@@ -617,7 +617,7 @@ impl SandboxDriver for MeddlingDriver {
                     .expect("write")
             );
         }
-        self.local.delete(sandbox).await
+        self.local.delete(runtime_id).await
     }
 
     async fn observe(

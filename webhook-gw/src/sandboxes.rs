@@ -119,10 +119,10 @@ fn runtime(sandbox: pb::Sandbox) -> Value {
         "session_api_key": optional(sandbox.session_api_key),
         "status": status,
         "pod_status": pod_status,
-        // The legacy fields beside pod_status: Sandgate does not count a sandbox's
-        // container restarts (a restarted sandbox is in error, or running again).
-        "restart_count": 0,
-        "restart_reasons": [],
+        // The legacy fields beside pod_status: the platform's restarts of the sandbox's
+        // workload since it last started (Kubernetes: its containers' restart counts).
+        "restart_count": sandbox.restart_count,
+        "restart_reasons": sandbox.restart_reasons,
         "status_detail": optional(sandbox.status_detail),
         "image": spec.image,
         "pool": optional(sandbox.pool),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::admin::login::Clock;
-use crate::store::{SandboxSpec, SandboxState, StoredSandbox};
+use crate::store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
 
 /// Why a platform call failed; the message is safe to show (it names no secret).
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,19 @@ pub struct Observed {
     pub state: SandboxState,
     /// Why it is not running, when it is not: image pull failure, unschedulable…
     pub detail: Option<String>,
+    /// Its workload's restarts, where the platform restarts workloads.
+    pub restarts: Restarts,
+}
+
+impl Observed {
+    /// `state`, for `detail`, with no restarts.
+    pub fn new(state: SandboxState, detail: Option<String>) -> Self {
+        Self {
+            state,
+            detail,
+            restarts: Restarts::default(),
+        }
+    }
 }
 
 /// Why a platform refuses a sandbox's spec outright: the field at fault and what to do.
@@ -50,8 +63,9 @@ pub trait SandboxDriver: Send + Sync + 'static {
     /// session key.
     async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError>;
 
-    /// Removes everything the sandbox has on the platform; nothing left is not an error.
-    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError>;
+    /// Removes everything the sandbox `runtime_id` has on the platform; nothing left is
+    /// not an error.
+    async fn delete(&self, runtime_id: &str) -> Result<(), DriverError>;
 
     /// What the platform says of `sandboxes` that are starting or running, by runtime id.
     /// A sandbox missing from the answer keeps its stored state.
@@ -59,6 +73,13 @@ pub trait SandboxDriver: Send + Sync + 'static {
         &self,
         sandboxes: &[StoredSandbox],
     ) -> Result<HashMap<String, Observed>, DriverError>;
+
+    /// Every sandbox the platform has something of, by runtime id, with when the oldest
+    /// of it was made (milliseconds since the epoch): what the orphan sweep holds against
+    /// the store. A platform with nothing of its own to leave behind has none.
+    async fn workloads(&self) -> Result<HashMap<String, i64>, DriverError> {
+        Ok(HashMap::new())
+    }
 
     /// Where the sandbox is reached, when the platform decides it; `None`: at
     /// `{scheme}://{runtime_id}{separator}{base_url}`, the host its ingress routes.
@@ -95,7 +116,7 @@ impl SandboxDriver for LocalDriver {
         Ok(())
     }
 
-    async fn delete(&self, _: &StoredSandbox) -> Result<(), DriverError> {
+    async fn delete(&self, _: &str) -> Result<(), DriverError> {
         Ok(())
     }
 
@@ -113,10 +134,7 @@ impl SandboxDriver for LocalDriver {
             .map(|sandbox| {
                 (
                     sandbox.runtime_id.clone(),
-                    Observed {
-                        state: SandboxState::Running,
-                        detail: None,
-                    },
+                    Observed::new(SandboxState::Running, None),
                 )
             })
             .collect())

@@ -471,8 +471,44 @@ impl SandboxDriver for KubernetesDriver {
         .await
     }
 
-    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
-        self.remove(&sandbox.runtime_id).await
+    async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
+        self.remove(runtime_id).await
+    }
+
+    async fn workloads(&self) -> Result<HashMap<String, i64>, DriverError> {
+        let (deployments, secrets, services, ingresses, claims) = tokio::join!(
+            self.list::<Deployment>(None),
+            self.list::<Secret>(None),
+            self.list::<Service>(None),
+            self.list::<Ingress>(None),
+            self.list::<PersistentVolumeClaim>(None),
+        );
+        let metadata = deployments?
+            .into_iter()
+            .map(|object| object.metadata)
+            .chain(secrets?.into_iter().map(|object| object.metadata))
+            .chain(services?.into_iter().map(|object| object.metadata))
+            .chain(ingresses?.into_iter().map(|object| object.metadata))
+            .chain(claims?.into_iter().map(|object| object.metadata));
+        let mut workloads: HashMap<String, i64> = HashMap::new();
+        for meta in metadata {
+            let Some(id) = meta
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(objects::RUNTIME_ID))
+            else {
+                continue;
+            };
+            // An object without a creation time counts as new: it is kept.
+            let created = meta
+                .creation_timestamp
+                .map_or(i64::MAX, |time| time.0.as_millisecond());
+            workloads
+                .entry(id.clone())
+                .and_modify(|oldest| *oldest = (*oldest).min(created))
+                .or_insert(created);
+        }
+        Ok(workloads)
     }
 
     async fn observe(

@@ -21,7 +21,7 @@ use crate::admin::source::WarmConfigSource;
 use crate::auth::session_key_digest;
 use crate::model::LocItem;
 use crate::store::{
-    Fence, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
+    Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
 };
 use driver::{DriverError, Refusal, SandboxDriver};
 pub use reconciler::Reconciler;
@@ -210,6 +210,7 @@ impl Sandboxes {
             key_nonce,
             created_at_ms: now,
             changed_at_ms: now,
+            restarts: Restarts::default(),
         }
     }
 
@@ -306,7 +307,9 @@ impl Sandboxes {
             match observed.remove(&record.runtime_id) {
                 Some(seen)
                     if record.state.is_live()
-                        && (seen.state != record.state || seen.detail != record.status_detail) =>
+                        && (seen.state != record.state
+                            || seen.detail != record.status_detail
+                            || seen.restarts != record.restarts) =>
                 {
                     if let Some(updated) = self
                         .update(
@@ -314,6 +317,7 @@ impl Sandboxes {
                             |record| {
                                 record.state = seen.state;
                                 record.status_detail = seen.detail.clone();
+                                record.restarts = seen.restarts.clone();
                             },
                             fence,
                         )
@@ -437,6 +441,7 @@ impl Sandboxes {
                         }
                         next.state = seen.state;
                         next.status_detail = seen.detail;
+                        next.restarts = seen.restarts;
                     }
                     // One that failed since it was indexed is no claim.
                     next.state.is_live().then_some((candidate, next))
@@ -477,6 +482,7 @@ impl Sandboxes {
             |record| {
                 record.state = SandboxState::Paused;
                 record.status_detail = None;
+                record.restarts = Restarts::default();
             },
             None,
         )
@@ -512,6 +518,8 @@ impl Sandboxes {
                 |record| {
                     record.state = SandboxState::Starting;
                     record.status_detail = None;
+                    record.restarts = Restarts::default();
+                    record.restarts = Restarts::default();
                     record.key_nonce.clone_from(&nonce);
                     record.key_sha256.clone_from(&key_sha256);
                 },
@@ -540,7 +548,7 @@ impl Sandboxes {
         record: StoredSandbox,
         fence: Option<&Fence>,
     ) -> SandboxResult<Option<StoredSandbox>> {
-        self.driver.delete(&record).await?;
+        self.driver.delete(&record.runtime_id).await?;
         let key = record.key_sha256.clone();
         let stopped = self
             .update(
@@ -548,6 +556,8 @@ impl Sandboxes {
                 |record| {
                     record.state = SandboxState::Stopped;
                     record.status_detail = None;
+                    record.restarts = Restarts::default();
+                    record.restarts = Restarts::default();
                 },
                 fence,
             )
@@ -587,7 +597,7 @@ impl Sandboxes {
                     continue;
                 }
             }
-            self.driver.delete(&current).await?;
+            self.driver.delete(&current.runtime_id).await?;
             if self.store.sandboxes.delete_sandbox(&current, fence).await? {
                 self.store
                     .session_keys

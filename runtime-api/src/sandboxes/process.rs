@@ -269,10 +269,10 @@ impl SandboxDriver for ProcessDriver {
         self.start(sandbox, session_key).await
     }
 
-    async fn delete(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
-        self.stop(&sandbox.runtime_id).await;
-        self.sandboxes().remove(&sandbox.runtime_id);
-        let dir = self.dir(&sandbox.runtime_id);
+    async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
+        self.stop(runtime_id).await;
+        self.sandboxes().remove(runtime_id);
+        let dir = self.dir(runtime_id);
         match tokio::fs::remove_dir_all(&dir).await {
             Ok(()) => Ok(()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -333,15 +333,37 @@ impl SandboxDriver for ProcessDriver {
             } else {
                 SandboxState::Starting
             };
-            observed.insert(
-                id,
-                Observed {
-                    state,
-                    detail: None,
-                },
-            );
+            observed.insert(id, Observed::new(state, None));
         }
         Ok(observed)
+    }
+
+    async fn workloads(&self) -> Result<HashMap<String, i64>, DriverError> {
+        let mut workloads = HashMap::new();
+        let mut entries = tokio::fs::read_dir(&self.options.root)
+            .await
+            .map_err(|err| {
+                DriverError(format!(
+                    "cannot read {}: {err}",
+                    self.options.root.display()
+                ))
+            })?;
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            // Last started when its port was last recorded.
+            let made = tokio::fs::metadata(entry.path().join(PORT_FILE))
+                .await
+                .and_then(|meta| meta.modified())
+                .ok()
+                .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(i64::MAX, |since| {
+                    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+                });
+            workloads.insert(id, made);
+        }
+        Ok(workloads)
     }
 
     fn url(&self, sandbox: &StoredSandbox) -> Option<String> {
@@ -351,10 +373,7 @@ impl SandboxDriver for ProcessDriver {
 }
 
 fn error(detail: String) -> Observed {
-    Observed {
-        state: SandboxState::Error,
-        detail: Some(detail),
-    }
+    Observed::new(SandboxState::Error, Some(detail))
 }
 
 /// The command line of `spec` with `from` (the port commands name) rewritten to `to`.

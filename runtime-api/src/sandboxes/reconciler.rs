@@ -8,7 +8,9 @@
 //! sandboxes, and the claimed ones paused or stopped for longer than they are kept. Its
 //! cost follows the pools' size, not the number of sandboxes ever started. A reconciler
 //! that takes the lease, and the holder once an hour, first repairs those indexes (records
-//! written by a release without them, during an upgrade).
+//! written by a release without them, during an upgrade) and sweeps the platform for
+//! orphans: Sandgate's workloads whose record is gone (a crash between two steps, a store
+//! restored from an older backup), deleted once older than [`ORPHAN_GRACE_MS`].
 //!
 //! Each pass that acts records its duration, its actions and the pools' counts as
 //! metrics; a replica that does not hold the lease reports its pools at 0, so that only
@@ -47,6 +49,11 @@ const SWEEP_BATCH: usize = 1000;
 /// How often the lease's holder repairs the sweep indexes, besides when it takes the lease.
 const REINDEX_EVERY_MS: i64 = 3_600_000;
 
+/// How old a workload without a record must be before the sweep deletes it. A record is
+/// written before its workload is made, so this only covers clocks that disagree and
+/// calls still under way.
+pub const ORPHAN_GRACE_MS: i64 = 600_000;
+
 /// How often a waiting reconciler checks whether the configurations changed through
 /// another replica (one read of a version key).
 const CHANGE_POLL: Duration = Duration::from_secs(1);
@@ -61,6 +68,8 @@ pub struct Pass {
     pub culled: usize,
     /// Claimed sandboxes deleted after idling paused, or forgotten after stopping.
     pub retired: usize,
+    /// Workloads deleted from the platform because no record names them.
+    pub orphans: usize,
 }
 
 pub struct Reconciler {
@@ -101,7 +110,7 @@ pub fn describe_metrics() {
 impl Reconciler {
     pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
         // The action counters exist from the start, at 0.
-        for action in ["created", "culled", "retired"] {
+        for action in ["created", "culled", "retired", "orphans"] {
             metrics::counter!("sandgate_reconcile_actions_total", "action" => action).increment(0);
         }
         Self {
@@ -188,6 +197,7 @@ impl Reconciler {
                     ("created", pass.created),
                     ("culled", pass.culled),
                     ("retired", pass.retired),
+                    ("orphans", pass.orphans),
                 ] {
                     metrics::counter!("sandgate_reconcile_actions_total", "action" => action)
                         .increment(count as u64);
@@ -244,9 +254,9 @@ impl Reconciler {
             token,
         };
         let fence = Some(&fence);
-        self.reindex_when_due().await?;
         let mut pass = Pass {
             acted: true,
+            orphans: self.reindex_when_due().await?,
             ..Pass::default()
         };
         let now = self.sandboxes.now_ms();
@@ -421,21 +431,59 @@ impl Reconciler {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Repairs the sweep indexes when this reconciler has just taken the lease, or last
-    /// did an hour ago.
-    async fn reindex_when_due(&self) -> SandboxResult<()> {
+    /// Repairs the sweep indexes and sweeps the platform for orphans when this reconciler
+    /// has just taken the lease, or last did an hour ago; the orphans deleted.
+    async fn reindex_when_due(&self) -> SandboxResult<usize> {
         let now = self.sandboxes.now_ms();
         let due = self
             .lock_reindexed_at()
             .is_none_or(|at| now.saturating_sub(at) >= REINDEX_EVERY_MS);
         if !due {
-            return Ok(());
+            return Ok(0);
         }
         let repaired = self.sandboxes.store.sandboxes.reindex_sandboxes().await?;
         if repaired > 0 {
             tracing::info!(entries = repaired, "sandbox sweep indexes repaired");
         }
+        let orphans = self.sweep_orphans(now).await?;
         *self.lock_reindexed_at() = Some(now);
-        Ok(())
+        Ok(orphans)
+    }
+
+    /// Deletes Sandgate's workloads that no record names, once older than
+    /// [`ORPHAN_GRACE_MS`]. The platform failing is logged, not the pass's failure: the
+    /// next sweep tries again.
+    async fn sweep_orphans(&self, now: i64) -> SandboxResult<usize> {
+        let workloads = match self.sandboxes.driver.workloads().await {
+            Ok(workloads) => workloads,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot list the platform's sandboxes for the orphan sweep");
+                return Ok(0);
+            }
+        };
+        let mut swept = 0;
+        for (runtime_id, made_at) in workloads {
+            if now.saturating_sub(made_at) < ORPHAN_GRACE_MS
+                || self
+                    .sandboxes
+                    .store
+                    .sandboxes
+                    .sandbox(&runtime_id)
+                    .await?
+                    .is_some()
+            {
+                continue;
+            }
+            match self.sandboxes.driver.delete(&runtime_id).await {
+                Ok(()) => {
+                    tracing::info!(%runtime_id, "deleted a sandbox workload no record names (an orphan)");
+                    swept += 1;
+                }
+                Err(err) => {
+                    tracing::warn!(%runtime_id, error = %err, "cannot delete an orphaned sandbox workload");
+                }
+            }
+        }
+        Ok(swept)
     }
 }

@@ -61,6 +61,8 @@ impl SandboxesService {
             }),
             pool: record.pool.unwrap_or_default(),
             created_at_ms: record.created_at_ms,
+            restart_count: record.restarts.count,
+            restart_reasons: record.restarts.reasons,
             session_api_key: if with_key {
                 view.session_api_key
             } else {

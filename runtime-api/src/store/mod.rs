@@ -38,7 +38,9 @@ pub use events::{
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
-pub use sandboxes::{Fence, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex};
+pub use sandboxes::{
+    Fence, Restarts, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex,
+};
 
 /// Why the store could not serve a call.
 #[derive(Debug, thiserror::Error)]

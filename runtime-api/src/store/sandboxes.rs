@@ -48,6 +48,22 @@ impl SandboxState {
     }
 }
 
+/// How often the platform restarted a sandbox's workload (its container crashed, or was
+/// killed for memory), and why: the legacy runtime API's `restart_count` and
+/// `restart_reasons`, which clients log while they wait for a sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restarts {
+    pub count: u32,
+    /// The most recent reasons, oldest first (`OOMKilled`, `Error (exit code 1)`).
+    pub reasons: Vec<String>,
+}
+
+impl Restarts {
+    pub fn is_none(&self) -> bool {
+        self.count == 0 && self.reasons.is_empty()
+    }
+}
+
 /// One sandbox. `version` grows by one with every write, for compare-and-swap.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredSandbox {
@@ -69,6 +85,9 @@ pub struct StoredSandbox {
     pub created_at_ms: i64,
     /// When `state` last changed: a paused sandbox's idle time counts from here.
     pub changed_at_ms: i64,
+    /// What the platform last said of its workload's restarts.
+    #[serde(default, skip_serializing_if = "Restarts::is_none")]
+    pub restarts: Restarts,
 }
 
 /// What the reconciler sweeps, each kept as an index of its own, so that a pass reads

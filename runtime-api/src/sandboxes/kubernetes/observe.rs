@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::objects::RUNTIME_ID;
 use crate::sandboxes::driver::Observed;
-use crate::store::{SandboxState, StoredSandbox};
+use crate::store::{Restarts, SandboxState, StoredSandbox};
 
 /// Waiting reasons that mean the image cannot be had: a retry will not fix them.
 const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "InvalidImageName"];
@@ -50,7 +50,30 @@ pub fn observed(pods: &[Pod], sandboxes: &[StoredSandbox]) -> HashMap<String, Ob
 }
 
 fn observed_as(state: SandboxState, detail: Option<String>) -> Observed {
-    Observed { state, detail }
+    Observed::new(state, detail)
+}
+
+/// How many of a restart's reasons are kept: the pod's containers each remember only their
+/// last termination.
+const RESTART_REASONS: usize = 5;
+
+/// The restarts of the pod's containers and, for each that ended before, how.
+fn restarts(containers: &[&ContainerStatus]) -> Restarts {
+    let count = containers
+        .iter()
+        .map(|container| u32::try_from(container.restart_count).unwrap_or(0))
+        .sum();
+    let reasons = containers
+        .iter()
+        .filter(|container| container.restart_count > 0)
+        .filter_map(|container| container.last_state.as_ref()?.terminated.as_ref())
+        .map(|ended| match ended.reason.as_deref() {
+            Some(reason) => format!("{reason} (exit code {})", ended.exit_code),
+            None => format!("exit code {}", ended.exit_code),
+        })
+        .take(RESTART_REASONS)
+        .collect();
+    Restarts { count, reasons }
 }
 
 /// `reason: message`, or whichever of the two there is.
@@ -65,8 +88,23 @@ fn reason_message(reason: Option<&str>, message: Option<&str>) -> String {
     }
 }
 
-/// What one pod says of its sandbox.
+/// What one pod says of its sandbox, its containers' restarts included.
 pub fn pod_state(pod: &Pod) -> Observed {
+    let mut observed = pod_condition(pod);
+    if let Some(status) = &pod.status {
+        let containers: Vec<&ContainerStatus> = status
+            .init_container_statuses
+            .iter()
+            .chain(&status.container_statuses)
+            .flatten()
+            .collect();
+        observed.restarts = restarts(&containers);
+    }
+    observed
+}
+
+/// The state and detail one pod gives its sandbox.
+fn pod_condition(pod: &Pod) -> Observed {
     let Some(status) = &pod.status else {
         return observed_as(SandboxState::Starting, None);
     };

@@ -386,6 +386,7 @@ mod tests {
             key_nonce: "nonce".into(),
             created_at_ms: 100,
             changed_at_ms: 100,
+            restarts: Default::default(),
         };
         {
             let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");
