@@ -327,7 +327,12 @@ async fn what_the_pod_security_level_refuses_and_allows() {
         refusal.message.contains("SANDBOX_POD_SECURITY=baseline"),
         "{refusal:?}"
     );
-    let Refusal { field, message } = restricted.admit(&fuse).expect_err("fuse");
+    let Refusal {
+        field,
+        input,
+        message,
+    } = restricted.admit(&fuse).expect_err("fuse");
+    assert_eq!(input, json!(true));
     assert_eq!(field, "fuse_s3_mount");
     assert!(
         message.contains("SANDBOX_POD_SECURITY=privileged"),
@@ -1015,6 +1020,10 @@ async fn serve_drives_the_cluster_its_kubeconfig_names() {
         body["detail"][0]["loc"],
         json!(["body", "run_as_user"]),
         "{body}"
+    );
+    assert_eq!(
+        body["detail"][0]["input"], 0,
+        "the input echoed, as FastAPI does"
     );
     assert!(
         body["detail"][0]["msg"]

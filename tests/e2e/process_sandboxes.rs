@@ -23,7 +23,11 @@ const SANDGATE_SECRET: &str = "jwt-secret-of-sandgate-never-in-a-sandbox-0123456
 /// `sandgate serve --sandbox-driver process` with its embedded store and its sandboxes in
 /// `data_dir` (both survive a restart on it), with `port` as the port sandbox commands name.
 async fn serve(data_dir: &Path, port: &str) -> SandgateProcess {
-    let args = [
+    serve_with(data_dir, port, &[]).await
+}
+
+async fn serve_with(data_dir: &Path, port: &str, extra: &[&str]) -> SandgateProcess {
+    let mut args = [
         "serve",
         "--listen",
         "127.0.0.1:0",
@@ -38,7 +42,9 @@ async fn serve(data_dir: &Path, port: &str) -> SandgateProcess {
         "--sandbox-port",
         port,
     ]
-    .map(str::to_owned);
+    .map(str::to_owned)
+    .to_vec();
+    args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     SandgateProcess::spawn(&args, &[("JWT_SECRET", SANDGATE_SECRET)]).await
 }
 
@@ -83,6 +89,28 @@ fn plain_sandbox(session: &str) -> Value {
         "environment": {"GREETING": "hello"},
         "session_id": session,
     })
+}
+
+/// Waits until a warm sandbox's process of `data_dir` accepts connections; its runtime id.
+async fn warm_sandbox_ready(data_dir: &Path) -> String {
+    let deadline = tokio::time::Instant::now() + START_WITHIN;
+    loop {
+        for entry in std::fs::read_dir(data_dir.join("sandboxes"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let port = std::fs::read_to_string(entry.path().join("port")).unwrap_or_default();
+            if !port.is_empty() && answers(&format!("http://127.0.0.1:{port}/")).await {
+                return entry.file_name().to_string_lossy().into_owned();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no warm sandbox came up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The sandbox's environment, as it wrote it down.
@@ -310,4 +338,38 @@ async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
     assert_eq!(cleanup["status"], "stopped", "{steps:?}");
     let runtime_id = cleanup["runtime_id"].as_str().expect("id");
     assert!(!data.path().join("sandboxes").join(runtime_id).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pool_of_processes_is_claimed_ready() {
+    let data = tempfile::tempdir().expect("data dir");
+    let pool = plain_sandbox("unused");
+    let warm_runtimes = json!({"count": 1, "configs": [{
+        "name": "plain", "image": pool["image"], "working_dir": pool["working_dir"],
+        "command": pool["command"], "environment": pool["environment"],
+    }]});
+    let file = data.path().join("warm-runtimes.json");
+    std::fs::write(&file, warm_runtimes.to_string()).expect("write");
+    let sandgate = serve_with(
+        data.path(),
+        "8000",
+        &["--warm-runtimes-file", file.to_str().expect("utf-8")],
+    )
+    .await;
+    let warm_id = warm_sandbox_ready(data.path()).await;
+
+    // A start of the pool's spec claims the running process: up at once, at its URL.
+    let (status, started) = call(&sandgate, "/start", Some(plain_sandbox("claims"))).await;
+    assert_eq!(status, 200, "{started}");
+    assert_eq!(started["warm"], true, "{started}");
+    assert_eq!(started["runtime_id"], warm_id.as_str());
+    assert_eq!(started["status"], "running");
+    let url = started["url"].as_str().expect("url");
+    assert!(answers(&format!("{url}/environment.txt")).await);
+    // The claimer's key is the one the process runs with.
+    let environment = written_environment(&data.path().join("sandboxes").join(&warm_id));
+    assert_eq!(
+        environment.get("SESSION_API_KEY").map(String::as_str),
+        started["session_api_key"].as_str()
+    );
 }

@@ -37,10 +37,12 @@ impl Observed {
     }
 }
 
-/// Why a platform refuses a sandbox's spec outright: the field at fault and what to do.
+/// Why a platform refuses a sandbox's spec outright: the field at fault, its value as
+/// sent, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub field: &'static str,
+    pub input: serde_json::Value,
     pub message: String,
 }
 

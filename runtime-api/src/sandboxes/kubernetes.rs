@@ -383,7 +383,7 @@ fn all_ok(results: impl IntoIterator<Item = Result<(), DriverError>>) -> Result<
 impl SandboxDriver for KubernetesDriver {
     fn admit(&self, spec: &SandboxSpec) -> Result<(), Refusal> {
         match objects::refusal(spec, self.options.pod_security) {
-            Some((field, message)) => Err(Refusal { field, message }),
+            Some(refusal) => Err(refusal),
             None => Ok(()),
         }
     }

@@ -96,11 +96,15 @@ impl From<SandboxError> for ErrorDetail {
             SandboxError::NotFound(detail) => Self::new(ErrorCode::NotFound, detail),
             SandboxError::Conflict(detail) => Self::new(ErrorCode::Conflict, detail),
             SandboxError::Contention => Self::new(ErrorCode::Unavailable, err.to_string()),
-            SandboxError::Refused(refusal) => crate::validation::single(
-                "value_error",
-                vec![LocItem::Key(refusal.field.to_owned())],
-                format!("Value error, {}", refusal.message),
-            ),
+            SandboxError::Refused(refusal) => {
+                crate::validation::failure(vec![crate::model::ValidationError {
+                    error_type: "value_error",
+                    loc: vec![LocItem::Key(refusal.field.to_owned())],
+                    msg: format!("Value error, {}", refusal.message),
+                    input: refusal.input,
+                    ctx: None,
+                }])
+            }
         }
     }
 }

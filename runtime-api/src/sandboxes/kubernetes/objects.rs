@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{KubernetesOptions, PodSecurity};
+use crate::sandboxes::driver::Refusal;
 use crate::store::{SandboxSpec, StoredSandbox};
 
 /// Label on every object Sandgate creates: the one selector `observe` lists pods by.
@@ -208,23 +209,27 @@ pub fn secret(
 }
 
 /// Why the installation's pod security refuses `spec`: the field, and what to change.
-pub fn refusal(spec: &SandboxSpec, level: PodSecurity) -> Option<(&'static str, String)> {
+pub fn refusal(spec: &SandboxSpec, level: PodSecurity) -> Option<Refusal> {
     if spec.fuse_s3_mount == Some(true) && level != PodSecurity::Privileged {
-        return Some((
-            "fuse_s3_mount",
-            "a FUSE S3 mount needs /dev/fuse and CAP_SYS_ADMIN, which only a privileged pod \
+        return Some(Refusal {
+            field: "fuse_s3_mount",
+            input: true.into(),
+            message:
+                "a FUSE S3 mount needs /dev/fuse and CAP_SYS_ADMIN, which only a privileged pod \
              has: the installation must allow it (SANDBOX_POD_SECURITY=privileged)"
-                .to_owned(),
-        ));
+                    .to_owned(),
+        });
     }
     if spec.run_as_user == Some(0) && level == PodSecurity::Restricted {
-        return Some((
-            "run_as_user",
-            "sandboxes run under the restricted Pod Security Standard, which refuses user 0 \
+        return Some(Refusal {
+            field: "run_as_user",
+            input: 0.into(),
+            message:
+                "sandboxes run under the restricted Pod Security Standard, which refuses user 0 \
              (root): use another user, or an installation that allows root \
              (SANDBOX_POD_SECURITY=baseline)"
-                .to_owned(),
-        ));
+                    .to_owned(),
+        });
     }
     None
 }
