@@ -351,7 +351,31 @@ async fn a_deep_record_reads_back_whole(backend: Backend) {
     assert_eq!(listed["agent_state"], nested);
 }
 
+/// A value the models coerce reads back in its documented type, as the real receiver's
+/// `model_dump(mode="json")` stores it: `"500"` for an integer, `"yes"` for a boolean, an
+/// epoch for a date-time.
+async fn coerced_values_read_back_in_their_documented_types(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let id = new_id();
+    let mut body = conversation(&id, "2026-03-01T12:00:00Z", "running");
+    body["max_iterations"] = json!("500");
+    body["stuck_detection"] = json!("yes");
+    body["created_at"] = json!(1_772_366_400);
+    server.deliver_ok(&body).await;
+    let (status, record) = get_json(
+        &server,
+        &format!("/api/v1/conversations/{id}"),
+        ("x-api-key", RUNTIME_KEY),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(record["max_iterations"], 500, "{record}");
+    assert_eq!(record["stuck_detection"], true);
+    assert_eq!(record["created_at"], "2026-03-01T12:00:00Z");
+}
+
 on_both_backends!(
+    coerced_values_read_back_in_their_documented_types,
     a_deep_record_reads_back_whole,
     children_are_derived_and_listed_by_parent,
     tags_filter_lists_and_patch_replaces_them,

@@ -96,7 +96,12 @@ impl FastWalker<'_> {
             }
             Node::Before { hook, inner } => return self.before(*hook, *inner, v),
         };
-        checked.is_ok()
+        let ok = checked.is_ok();
+        if ok && self.union_depth == 0 && !scalars::is_canonical(tree.node(id), &*v) {
+            // Stored in another form than it was sent in: the `Value` path rewrites it.
+            self.bail = true;
+        }
+        ok
     }
 
     fn scrub(&mut self, id: NodeId, v: &mut Json<'_>) {

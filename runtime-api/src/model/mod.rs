@@ -204,6 +204,44 @@ mod tests {
         assert_eq!(summary.map(|s| s.agent_kind).as_deref(), Some("Agent"));
     }
 
+    /// Issue 14, item 3: a value the models coerce is stored in its documented type, as the
+    /// receiver's `model_dump(mode="json")` gives it (the fast path, which stores bodies as
+    /// sent, leaves such a body to the `Value` path). Inside a union a value stays as sent:
+    /// the member that matched decides, as in pydantic's smart mode.
+    #[test]
+    fn coerced_values_are_stored_in_their_documented_types() {
+        let mut body = minimal();
+        body["max_iterations"] = json!(" 1_000 ");
+        body["stuck_detection"] = json!("yes");
+        body["supports_runtime_model_switch"] = json!(0);
+        body["agent"]["llm"]["num_retries"] = json!(5.0);
+        body["agent"]["llm"]["retry_multiplier"] = json!("8.5");
+        body["agent"]["llm"]["stream"] = json!("off");
+        body["created_at"] = json!(1_772_366_400);
+        body["updated_at"] = json!(1_772_366_400_123_i64);
+        let text = serde_json::to_vec(&body).unwrap_or_default();
+        let slow = validate_conversation(body.clone()).map(|valid| valid.record);
+        let fast = validate_body(&text)
+            .and_then(|(record, _)| serde_json::from_str::<Value>(record.get()).ok());
+        let slow = slow.unwrap_or_default();
+        assert_eq!(slow["max_iterations"], json!(1000));
+        assert_eq!(slow["stuck_detection"], json!(true));
+        assert_eq!(slow["supports_runtime_model_switch"], json!(false));
+        assert_eq!(slow["agent"]["llm"]["num_retries"], json!(5));
+        assert_eq!(slow["agent"]["llm"]["retry_multiplier"], json!(8.5));
+        assert_eq!(slow["agent"]["llm"]["stream"], json!(false));
+        assert_eq!(slow["created_at"], json!("2026-03-01T12:00:00Z"));
+        assert_eq!(slow["updated_at"], json!("2026-03-01T12:00:00.123000Z"));
+        // The fast path stores bodies as sent: it leaves this one to the `Value` path.
+        assert_eq!(fast, None);
+
+        // A body already in its documented types is stored as sent.
+        let canonical = validate_conversation(minimal()).map(|valid| valid.record);
+        let mut expected = minimal();
+        expected["agent"]["llm"]["api_key"] = json!(REDACTED);
+        assert_eq!(canonical.ok(), Some(expected));
+    }
+
     /// Issue 16, item 9: credentials the schema does not mark were stored in clear. Both
     /// paths (the borrowed fast path and the `Value` one) store them redacted.
     #[test]

@@ -118,7 +118,16 @@ impl<'t> Walker<'t> {
             Node::Before { hook, inner } => return self.before(*hook, *inner, v),
         };
         match checked {
-            Ok(()) => true,
+            Ok(()) => {
+                // Stored in its documented type, as the receiver's model would dump it;
+                // inside a union the member that matched decides, so it stays as sent.
+                if self.union_depth == 0
+                    && let Some(canonical) = scalars::canonical(tree.node(id), v)
+                {
+                    *v = canonical;
+                }
+                true
+            }
             Err(e) => self.fail(*e),
         }
     }
