@@ -26,6 +26,7 @@ pub fn document(conversation_schema: &Value) -> Value {
     }
     require_discriminators(&mut schemas);
     require_validated_fields(&mut schemas);
+    constrain_validated_values(&mut schemas);
     if let Some(Value::Object(components)) = document.get_mut("components")
         && let Some(Value::Object(existing)) = components.get_mut("schemas")
     {
@@ -41,26 +42,77 @@ const VALIDATED_FIELDS: [(&str, &str); 1] = [
     ("LLM", "model"),
 ];
 
-/// Each of [`VALIDATED_FIELDS`] required, and non-empty.
+/// The names a model of the agent-server's has in the document: its own, and 1.34's where
+/// that release's differs (`{name}_1_34`).
+fn both_releases(model: &str) -> [String; 2] {
+    [model.to_owned(), format!("{model}_1_34")]
+}
+
+/// Each of [`VALIDATED_FIELDS`] required, and non-empty, in both releases' models.
 fn require_validated_fields(schemas: &mut Map<String, Value>) {
     for (model, field) in VALIDATED_FIELDS {
-        let Some(Value::Object(schema)) = schemas.get_mut(model) else {
-            continue;
-        };
-        if let Some(Value::Object(property)) = schema
-            .get_mut("properties")
-            .and_then(|properties| properties.get_mut(field))
-        {
-            property.remove("default");
-            property.insert("minLength".into(), Value::from(1));
+        for name in both_releases(model) {
+            let Some(Value::Object(schema)) = schemas.get_mut(&name) else {
+                continue;
+            };
+            if let Some(Value::Object(property)) = schema
+                .get_mut("properties")
+                .and_then(|properties| properties.get_mut(field))
+            {
+                property.remove("default");
+                property.insert("minLength".into(), Value::from(1));
+            }
+            let required = schema
+                .entry("required")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(required) = required
+                && !required.iter().any(|name| name == field)
+            {
+                required.push(Value::from(field));
+            }
         }
-        let required = schema
-            .entry("required")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if let Value::Array(required) = required
-            && !required.iter().any(|name| name == field)
+    }
+}
+
+/// What field validators refuse that the models' schema allows, where JSON Schema can say
+/// it: `ConfirmRisky.threshold` is any `SecurityRisk` but `UNKNOWN` ("Threshold cannot be
+/// UNKNOWN"), and `tags` keys are lowercase alphanumeric (Python's `$` lets one final
+/// newline through) with values of at most 256 characters.
+fn constrain_validated_values(schemas: &mut Map<String, Value>) {
+    for (risk, policy) in both_releases("SecurityRisk")
+        .iter()
+        .zip(both_releases("ConfirmRisky"))
+    {
+        let allowed: Vec<Value> = match schemas.get(risk).and_then(|risk| risk.get("enum")) {
+            Some(Value::Array(risks)) => risks
+                .iter()
+                .filter(|risk| *risk != "UNKNOWN")
+                .cloned()
+                .collect(),
+            _ => continue,
+        };
+        if let Some(threshold) = schemas
+            .get_mut(&policy)
+            .and_then(|policy| policy.pointer_mut("/properties/threshold"))
         {
-            required.push(Value::from(field));
+            *threshold =
+                serde_json::json!({ "type": "string", "enum": allowed, "default": "HIGH" });
+        }
+    }
+    for info in ["ConversationInfo_1_34", "ConversationInfo_1_58"] {
+        if let Some(tags) = schemas
+            .get_mut(info)
+            .and_then(|info| info.pointer_mut("/properties/tags"))
+            .and_then(Value::as_object_mut)
+        {
+            tags.insert(
+                "propertyNames".into(),
+                serde_json::json!({ "pattern": "^[a-z0-9]+\\n?$" }),
+            );
+            tags.insert(
+                "additionalProperties".into(),
+                serde_json::json!({ "type": "string", "maxLength": 256 }),
+            );
         }
     }
 }

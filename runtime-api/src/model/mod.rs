@@ -44,6 +44,16 @@ pub fn schema() -> &'static Value {
     &SCHEMA
 }
 
+/// The ConversationInfo schema the REST document shows: either release's, as the service
+/// accepts what either accepts (see `merge::documented_schema`).
+pub fn documented_schema() -> &'static Value {
+    static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+        merge::documented_schema()
+            .unwrap_or_else(|err| panic!("the embedded schemas do not parse: {err}"))
+    });
+    &SCHEMA
+}
+
 /// A body that validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidConversation {
