@@ -373,3 +373,55 @@ async fn a_warm_pool_of_processes_is_claimed_ready() {
         started["session_api_key"].as_str()
     );
 }
+
+/// What the orphan sweep reads of the process driver: every sandbox directory, with when it
+/// last started; a deleted sandbox leaves nothing.
+#[tokio::test]
+async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
+    use sandgate_runtime_api::admin::login::{Clock, SystemClock};
+    use sandgate_runtime_api::sandboxes::driver::SandboxDriver;
+    use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
+    use sandgate_runtime_api::store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
+
+    let root = tempfile::tempdir().expect("root");
+    let driver = ProcessDriver::open(
+        ProcessOptions {
+            root: root.path().to_path_buf(),
+            port: 8000,
+            stop_grace: Duration::from_secs(1),
+        },
+        &SystemClock,
+    )
+    .expect("driver");
+    let record = StoredSandbox {
+        runtime_id: "0rphan".into(),
+        version: 1,
+        session_id: None,
+        pool: None,
+        claim_key: "claim".into(),
+        spec: SandboxSpec {
+            image: "local/sleeper".into(),
+            command: vec!["/bin/sh".into(), "-c".into(), "exec sleep 60".into()],
+            working_dir: "/workspace".into(),
+            ..SandboxSpec::default()
+        },
+        state: SandboxState::Starting,
+        status_detail: None,
+        key_sha256: "digest".into(),
+        key_nonce: "nonce".into(),
+        created_at_ms: 0,
+        changed_at_ms: 0,
+        restarts: Restarts::default(),
+    };
+    let before = SystemClock.now_ms();
+    driver.create(&record, "a-key").await.expect("create");
+    let workloads = driver.workloads().await.expect("workloads");
+    let started = workloads.get("0rphan").copied().expect("listed");
+    assert!(
+        (before - 1_000..=SystemClock.now_ms() + 1_000).contains(&started),
+        "{started} vs {before}"
+    );
+    driver.delete("0rphan").await.expect("delete");
+    assert!(driver.workloads().await.expect("workloads").is_empty());
+    assert!(!root.path().join("0rphan").exists());
+}

@@ -1,8 +1,10 @@
 //! The app server's own runtime API client, unchanged, against Sandgate: openhands-ai
-//! 1.11.0's `RemoteSandboxService` (installed from PyPI into `.tools/app-server` by
-//! `scripts/install-real-clients`), driven by `tests/real_clients/runtime_client_drive.py`
-//! through a warm start and a cold one (`command: null`), get, batch, search, pause,
-//! resume with a new key, delete, and its sandbox limit with a paused sandbox.
+//! 1.11.0's `RemoteSandboxService` and `DynamicRemoteSandboxSpecService` (installed from
+//! PyPI into `.tools/app-server` by `scripts/install-real-clients`), driven by
+//! `tests/real_clients/runtime_client_drive.py` through the specs it reads from the warm
+//! runtime configurations, a warm start of the default spec and a cold one (`command:
+//! null`), get, batch, search, pause, resume with a new key, delete, and its sandbox limit
+//! with a paused sandbox.
 
 use std::time::Duration;
 
@@ -71,6 +73,14 @@ async fn remote_sandbox_service(backend: Backend) {
             .get(name)
             .unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
     };
+    // The app server's spec service reads the warm configuration back as a spec, and its
+    // default (`v1_current`) is what the warm start runs.
+    let specs = step("specs");
+    assert_eq!(specs["ids"], json!([WARM_IMAGE]), "{specs}");
+    assert_eq!(specs["default"], WARM_IMAGE);
+    assert_eq!(specs["command"], warm_runtimes()["configs"][0]["command"]);
+    assert_eq!(specs["working_dir"], "/workspace");
+    assert_eq!(specs["found"], true);
     assert_eq!(
         step("start_warm")["status"],
         "RUNNING",

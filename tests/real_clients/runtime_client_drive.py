@@ -1,7 +1,9 @@
 """Drives the app server's own runtime API client against Sandgate, unchanged.
 
 openhands-ai's RemoteSandboxService is built as the app server's injector builds it, from
-the app server's own parts: a preset sandbox spec service, the user context it uses for a
+the app server's own parts: its DynamicRemoteSandboxSpecService (the specs read from
+runtime-api's warm runtime configurations; the warm start takes its default) and a preset
+sandbox spec service, the user context it uses for a
 user, an httpx client, and a SQLAlchemy session on its own tables (SQLite in memory here,
 where the app server uses its database). Then the scenario of issue 19: a warm start and a
 cold one (a spec without a command: the client sends `"command": null`), get, batch and
@@ -23,6 +25,9 @@ import json
 import httpx
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
+from openhands.app_server.sandbox.dynamic_remote_sandbox_spec_service import (
+    DynamicRemoteSandboxSpecService,
+)
 from openhands.app_server.sandbox.preset_sandbox_spec_service import PresetSandboxSpecService
 from openhands.app_server.sandbox.remote_sandbox_service import RemoteSandboxService
 from openhands.app_server.sandbox.sandbox_spec_models import SandboxSpecInfo
@@ -60,7 +65,40 @@ async def main() -> None:
             SandboxSpecInfo(id=args.cold_image, command=None, initial_env={}),
         ]
     )
+    # The spec service the app server builds from runtime-api's warm runtime configurations.
+    dynamic = DynamicRemoteSandboxSpecService(
+        api_url=args.url, api_key=args.api_key, default_spec_name="v1_current"
+    )
     async with httpx.AsyncClient(timeout=30) as client, sessions() as db:
+
+        def remote(spec_service):
+            return RemoteSandboxService(
+                sandbox_spec_service=spec_service,
+                api_url=args.url,
+                api_key=args.api_key,
+                web_url=None,
+                resource_factor=1,
+                runtime_class=None,
+                start_sandbox_timeout=120,
+                max_num_sandboxes=3,
+                user_context=SpecifyUserContext(user_id="user-1"),
+                httpx_client=client,
+                db_session=db,
+            )
+
+        page = await dynamic.search_sandbox_specs()
+        default = await dynamic.get_default_sandbox_spec()
+        emit(
+            "specs",
+            ids=[spec.id for spec in page.items],
+            default=default.id,
+            command=default.command,
+            working_dir=default.working_dir,
+            found=(await dynamic.get_sandbox_spec(default.id)) is not None,
+        )
+        # The warm start as the app server makes it: no spec named, the default one.
+        warm = await remote(dynamic).start_sandbox()
+        emit("start_warm", id=warm.id, status=status(warm), has_key=warm.session_api_key is not None)
         service = RemoteSandboxService(
             sandbox_spec_service=specs,
             api_url=args.url,
@@ -75,8 +113,6 @@ async def main() -> None:
             db_session=db,
         )
 
-        warm = await service.start_sandbox(sandbox_spec_id=args.warm_image)
-        emit("start_warm", id=warm.id, status=status(warm), has_key=warm.session_api_key is not None)
         cold = await service.start_sandbox(sandbox_spec_id=args.cold_image)
         emit("start_cold", id=cold.id, status=status(cold), has_key=cold.session_api_key is not None)
 
