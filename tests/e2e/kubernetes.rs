@@ -158,6 +158,7 @@ async fn create_makes_the_deployment_service_ingress_and_claim() {
     let spec = &deployment["spec"];
     assert_eq!(spec["replicas"], 1);
     assert_eq!(spec["strategy"]["type"], "Recreate");
+    assert_eq!(spec["revisionHistoryLimit"], 1);
     assert_eq!(
         spec["selector"]["matchLabels"]["sandgate.dev/runtime-id"],
         "a1b2c3"
@@ -1158,4 +1159,30 @@ async fn the_orphan_sweep_deletes_workloads_no_record_names() {
             "{resource} of a recorded sandbox was swept"
         );
     }
+}
+
+/// A sweep that would delete most of what the platform runs deletes nothing: a Sandgate
+/// pointed at an empty (or another installation's) store must not empty the namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweep_refuses_to_delete_most_of_the_namespace() {
+    let fake = FakeKube::start().await;
+    let driver = std::sync::Arc::new(KubernetesDriver::with_client(fake.client(), options()));
+    let fixture = crate::warm_pools::Fixture::new(crate::common::Backend::embedded(), 0);
+    let replica = fixture.replica_with(
+        crate::store_conformance::open(&fixture.backend).await,
+        driver.clone(),
+    );
+    fixture
+        .clock
+        .advance(1_767_225_600_000 + 3_600_000 - fixture.clock.now_ms());
+    let orphans = sandgate_runtime_api::sandboxes::reconciler::ORPHAN_SWEEP_GUARD + 1;
+    for i in 0..orphans {
+        driver
+            .create(&sandbox(&format!("0rphan{i}"), None), KEY)
+            .await
+            .expect("an orphan's objects");
+    }
+    let pass = replica.reconciler.pass().await.expect("pass");
+    assert_eq!(pass.orphans, 0);
+    assert_eq!(fake.names(DEPLOYMENTS, NAMESPACE).len(), orphans);
 }

@@ -425,3 +425,52 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
     assert!(driver.workloads().await.expect("workloads").is_empty());
     assert!(!root.path().join("0rphan").exists());
 }
+
+/// Whether process `pid` still runs (a zombie waiting for its reaper does not).
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// A sandbox whose first process exits is in error, saying so; what it started is stopped
+/// with it when the sandbox is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_whose_process_exits_is_in_error_and_its_group_goes_on_delete() {
+    let data = tempfile::tempdir().expect("data dir");
+    let sandgate = serve(data.path(), "8000").await;
+    let body = json!({
+        "image": "local/quitter",
+        "command": ["/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 3"],
+        "working_dir": "/workspace",
+        "session_id": "quits",
+    });
+    let (status, started) = call(&sandgate, "/start", Some(body)).await;
+    assert_eq!(status, 200, "{started}");
+    let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
+    let failed = until_session(&sandgate, "quits", "error").await;
+    let detail = failed["status_detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("exited") && detail.contains("sandbox.log"),
+        "{failed}"
+    );
+    assert_eq!(failed["pod_status"], "failed");
+    let dir = data.path().join("sandboxes").join(&runtime_id);
+    let child = std::fs::read_to_string(dir.join("workspace/child.pid")).expect("child pid");
+    let child = child.trim();
+    assert!(alive(child), "what the sandbox started still runs");
+
+    let (status, _) = call(&sandgate, "/stop", Some(json!({"runtime_id": runtime_id}))).await;
+    assert_eq!(status, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while alive(child) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{child} outlived its sandbox"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!dir.exists());
+}

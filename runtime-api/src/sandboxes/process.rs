@@ -66,8 +66,12 @@ pub struct ProcessOptions {
 /// What the driver knows of one sandbox's process.
 enum Process {
     Running(Child),
-    /// Exited by itself; why, for `status_detail`.
-    Exited(String),
+    /// Exited by itself: why, for `status_detail`, and its process group, where what it
+    /// started may still run.
+    Exited {
+        detail: String,
+        group: Option<i32>,
+    },
     /// Paused, or not started by this run of Sandgate.
     Stopped,
 }
@@ -231,7 +235,14 @@ impl ProcessDriver {
         let child = match self.sandboxes().get_mut(runtime_id) {
             Some(sandbox) => match std::mem::replace(&mut sandbox.process, Process::Stopped) {
                 Process::Running(child) => child,
-                _ => return,
+                Process::Exited { group, .. } => {
+                    // Its first process is gone; what it started may not be.
+                    if let Some(group) = group {
+                        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+                    }
+                    return;
+                }
+                Process::Stopped => return,
             },
             None => return,
         };
@@ -294,19 +305,24 @@ impl SandboxDriver for ProcessDriver {
             for record in sandboxes {
                 let id = &record.runtime_id;
                 let process = processes.get_mut(id).map(|sandbox| {
-                    if let Process::Running(child) = &mut sandbox.process
-                        && let Ok(Some(status)) = child.try_wait()
-                    {
-                        sandbox.process = Process::Exited(format!(
-                            "the sandbox's process exited ({status}); its output is in {}",
-                            self.dir(id).join(LOG_FILE).display()
-                        ));
+                    if let Process::Running(child) = &mut sandbox.process {
+                        // Its pid is its group's id; read before the wait reaps it.
+                        let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+                        if let Ok(Some(status)) = child.try_wait() {
+                            sandbox.process = Process::Exited {
+                                detail: format!(
+                                    "the sandbox's process exited ({status}); its output is in {}",
+                                    self.dir(id).join(LOG_FILE).display()
+                                ),
+                                group,
+                            };
+                        }
                     }
                     (&sandbox.process, sandbox.port)
                 });
                 match process {
                     Some((Process::Running(_), port)) => probes.push((id.clone(), port)),
-                    Some((Process::Exited(detail), _)) => {
+                    Some((Process::Exited { detail, .. }, _)) => {
                         observed.insert(id.clone(), error(detail.clone()));
                     }
                     // Started by an earlier run of Sandgate, whose processes are gone.

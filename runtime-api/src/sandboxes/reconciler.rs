@@ -54,6 +54,11 @@ const REINDEX_EVERY_MS: i64 = 3_600_000;
 /// calls still under way.
 pub const ORPHAN_GRACE_MS: i64 = 600_000;
 
+/// The most orphans one sweep deletes when they are half or more of what the platform runs:
+/// past that, it deletes nothing and says why. A Sandgate pointed at an empty or another
+/// installation's store would otherwise delete every sandbox in the namespace.
+pub const ORPHAN_SWEEP_GUARD: usize = 10;
+
 /// How often a waiting reconciler checks whether the configurations changed through
 /// another replica (one read of a version key).
 const CHANGE_POLL: Duration = Duration::from_secs(1);
@@ -461,20 +466,31 @@ impl Reconciler {
                 return Ok(0);
             }
         };
-        let mut swept = 0;
-        for (runtime_id, made_at) in workloads {
-            if now.saturating_sub(made_at) < ORPHAN_GRACE_MS
-                || self
+        let mut orphans = Vec::new();
+        for (runtime_id, made_at) in &workloads {
+            if now.saturating_sub(*made_at) >= ORPHAN_GRACE_MS
+                && self
                     .sandboxes
                     .store
                     .sandboxes
-                    .sandbox(&runtime_id)
+                    .sandbox(runtime_id)
                     .await?
-                    .is_some()
+                    .is_none()
             {
-                continue;
+                orphans.push(runtime_id);
             }
-            match self.sandboxes.driver.delete(&runtime_id).await {
+        }
+        if orphans.len() > ORPHAN_SWEEP_GUARD && orphans.len() * 2 >= workloads.len() {
+            tracing::error!(
+                orphans = orphans.len(),
+                workloads = workloads.len(),
+                "the orphan sweep deletes nothing: most of the platform's sandboxes have no record here; is this the store of the installation that made them? (one installation per sandbox namespace)"
+            );
+            return Ok(0);
+        }
+        let mut swept = 0;
+        for runtime_id in orphans {
+            match self.sandboxes.driver.delete(runtime_id).await {
                 Ok(()) => {
                     tracing::info!(%runtime_id, "deleted a sandbox workload no record names (an orphan)");
                     swept += 1;

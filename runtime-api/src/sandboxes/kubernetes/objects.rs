@@ -360,6 +360,9 @@ pub fn deployment(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Deplo
                 type_: Some("Recreate".to_owned()),
                 ..DeploymentStrategy::default()
             }),
+            // Each resume rolls a new ReplicaSet; nothing ever rolls a sandbox back, so
+            // one old one is kept rather than ten (what `observe` lists stays small).
+            revision_history_limit: Some(1),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels(sandbox)),
