@@ -109,6 +109,16 @@ fn object(fake: &FakeKube, resource: &str, name: &str) -> Value {
         .unwrap_or_else(|| panic!("{resource} {name} exists"))
 }
 
+/// The entry `name` of a container's `env`.
+fn env_entry<'a>(container: &'a Value, name: &str) -> &'a Value {
+    container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|entry| entry["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {container}"))
+}
+
 /// The value of `name` in a container's `env`.
 fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
     container["env"]
@@ -183,12 +193,7 @@ async fn create_makes_the_deployment_service_ingress_and_claim() {
     );
     // The key reaches the pod from the sandbox's Secret, never in clear in the Deployment
     // (nor so in its ReplicaSets and pods, which the `view` role reads).
-    let key_entry = container["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .find(|entry| entry["name"] == "SESSION_API_KEY")
-        .expect("the key's entry");
+    let key_entry = env_entry(container, "SESSION_API_KEY");
     assert_eq!(key_entry, &key_from_secret("a1b2c3"));
     assert!(!deployment.to_string().contains(KEY), "{deployment}");
     let secret = object(&fake, SECRETS, "sandbox-a1b2c3-session");
@@ -440,12 +445,7 @@ async fn pause_keeps_the_claim_and_resume_restarts_on_the_original_image_with_a_
         resumed_record.key_nonce.as_str()
     );
     assert!(!resumed.to_string().contains("session-key-of"), "{resumed}");
-    let key_entry = container["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .find(|entry| entry["name"] == "SESSION_API_KEY")
-        .expect("the key's entry");
+    let key_entry = env_entry(container, "SESSION_API_KEY");
     assert_eq!(key_entry, &key_from_secret("9a05e"));
     assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
     assert_eq!(container["env"].as_array().expect("env").len(), 3);
@@ -833,12 +833,7 @@ async fn resuming_a_sandbox_an_older_release_made_moves_its_key_into_a_secret() 
     let resumed = object(&fake, DEPLOYMENTS, "sandbox-01d");
     assert!(!resumed.to_string().contains(KEY), "{resumed}");
     let container = &resumed["spec"]["template"]["spec"]["containers"][0];
-    let key_entry = container["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .find(|entry| entry["name"] == "SESSION_API_KEY")
-        .expect("the key's entry");
+    let key_entry = env_entry(container, "SESSION_API_KEY");
     assert_eq!(key_entry, &key_from_secret("01d"));
 }
 
@@ -1110,11 +1105,16 @@ async fn the_objects_sent_validate_strictly_and_meet_the_restricted_standard() {
     assert!(report.contains("0 problems"), "{report}");
 }
 
-/// The reconciler's orphan sweep: Sandgate's workloads that no record names are deleted
-/// once older than the grace period; a sandbox with a record, and a young orphan (a start
-/// that may still be writing), are left alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_orphan_sweep_deletes_workloads_no_record_names() {
+/// A replica whose reconciler drives the fake cluster, its clock `since_made_ms` past the
+/// time the fake stamps on the objects it creates (2026-01-01T00:00:xx).
+async fn sweeping(
+    since_made_ms: i64,
+) -> (
+    FakeKube,
+    std::sync::Arc<KubernetesDriver>,
+    crate::warm_pools::Replica,
+    crate::warm_pools::Fixture,
+) {
     let fake = FakeKube::start().await;
     let driver = std::sync::Arc::new(KubernetesDriver::with_client(fake.client(), options()));
     let fixture = crate::warm_pools::Fixture::new(crate::common::Backend::embedded(), 0);
@@ -1122,11 +1122,19 @@ async fn the_orphan_sweep_deletes_workloads_no_record_names() {
         crate::store_conformance::open(&fixture.backend).await,
         driver.clone(),
     );
-    // The fake stamps objects at 2026-01-01T00:00:xx.
     let made_ms = 1_767_225_600_000;
     fixture
         .clock
-        .advance(made_ms + 5 * 60_000 - fixture.clock.now_ms());
+        .advance(made_ms + since_made_ms - fixture.clock.now_ms());
+    (fake, driver, replica, fixture)
+}
+
+/// The reconciler's orphan sweep: Sandgate's workloads that no record names are deleted
+/// once older than the grace period; a sandbox with a record, and a young orphan (a start
+/// that may still be writing), are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_sweep_deletes_workloads_no_record_names() {
+    let (fake, driver, replica, fixture) = sweeping(5 * 60_000).await;
 
     let (kept, _) = replica
         .sandboxes
@@ -1165,16 +1173,7 @@ async fn the_orphan_sweep_deletes_workloads_no_record_names() {
 /// pointed at an empty (or another installation's) store must not empty the namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orphan_sweep_refuses_to_delete_most_of_the_namespace() {
-    let fake = FakeKube::start().await;
-    let driver = std::sync::Arc::new(KubernetesDriver::with_client(fake.client(), options()));
-    let fixture = crate::warm_pools::Fixture::new(crate::common::Backend::embedded(), 0);
-    let replica = fixture.replica_with(
-        crate::store_conformance::open(&fixture.backend).await,
-        driver.clone(),
-    );
-    fixture
-        .clock
-        .advance(1_767_225_600_000 + 3_600_000 - fixture.clock.now_ms());
+    let (fake, driver, replica, _fixture) = sweeping(3_600_000).await;
     let orphans = sandgate_runtime_api::sandboxes::reconciler::ORPHAN_SWEEP_GUARD + 1;
     for i in 0..orphans {
         driver

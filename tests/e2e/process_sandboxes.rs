@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::process::Command;
 
-use crate::common::{REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, repository, tool};
+use crate::common::{REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, Steps, WEBHOOK_KEY, tool};
 
 /// How long a sandbox may take to start (a real agent-server takes seconds).
 const START_WITHIN: Duration = Duration::from_secs(120);
@@ -242,100 +241,83 @@ async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them
     );
 }
 
-/// Runs a driver script with `python`; its steps by name.
-async fn drive(
-    python: PathBuf,
-    script: &str,
-    sandgate: &SandgateProcess,
-) -> HashMap<String, Value> {
-    let output = Command::new(python)
-        .arg(repository(script))
-        .args(["--url", &sandgate.url("")])
-        .args(["--api-key", RUNTIME_KEY])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run the driver");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the driver failed: {stdout}\n{}\nSandgate:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        sandgate.log()
-    );
-    stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter_map(|step| Some((step["step"].as_str()?.to_owned(), step)))
-        .collect()
-}
-
-fn step<'a>(steps: &'a HashMap<String, Value>, name: &str) -> &'a Value {
-    steps
-        .get(name)
-        .unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
+/// Runs a driver script with `python` against a Sandgate of its own on the process
+/// driver, whose sandboxes name the agent-server port the real clients use (60000): its
+/// data directory, the server, and the script's steps.
+async fn drive(python: PathBuf, script: &str) -> (tempfile::TempDir, SandgateProcess, Steps) {
+    let data = tempfile::tempdir().expect("data dir");
+    let sandgate = serve(data.path(), "60000").await;
+    let url = sandgate.url("");
+    let steps = Steps::run(
+        python,
+        script,
+        &["--url", &url, "--api-key", RUNTIME_KEY],
+        || format!("Sandgate:\n{}", sandgate.log()),
+    )
+    .await;
+    (data, sandgate, steps)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume() {
-    let data = tempfile::tempdir().expect("data dir");
-    // The agent-server port the app server's client expects its sandboxes to listen on.
-    let sandgate = serve(data.path(), "60000").await;
-    let steps = drive(
+    let (data, _sandgate, steps) = drive(
         tool("app-server/bin/python", REAL_CLIENTS),
         "tests/real_clients/process_sandbox_drive.py",
-        &sandgate,
     )
     .await;
 
-    assert_eq!(step(&steps, "running")["health"], 200, "{steps:?}");
-    let runtime_id = step(&steps, "running")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    assert!(step(&steps, "first_turn")["recorded_events"].as_u64() > Some(0));
-    assert_eq!(step(&steps, "pause")["ok"], true);
-    assert_eq!(step(&steps, "paused")["status"], "PAUSED");
-    assert_eq!(step(&steps, "paused")["agent_server_gone"], true);
-    assert_eq!(step(&steps, "resume")["ok"], true);
-    assert_eq!(step(&steps, "resumed")["key_rotated"], true);
-    assert_eq!(step(&steps, "resumed")["same_url"], true);
+    assert_eq!(
+        steps.get("running")["health"],
+        200,
+        "{}",
+        steps.get("running")
+    );
+    let runtime_id = steps.get("running")["id"].as_str().expect("id").to_owned();
+    assert!(steps.get("first_turn")["recorded_events"].as_u64() > Some(0));
+    assert_eq!(steps.get("pause")["ok"], true);
+    assert_eq!(steps.get("paused")["status"], "PAUSED");
+    assert_eq!(steps.get("paused")["agent_server_gone"], true);
+    assert_eq!(steps.get("resume")["ok"], true);
+    assert_eq!(steps.get("resumed")["key_rotated"], true);
+    assert_eq!(steps.get("resumed")["same_url"], true);
     // The second turn's events reached Sandgate: the agent-server posted them with the
     // key it was resumed with, and the first one is refused.
     assert!(
-        step(&steps, "second_turn")["recorded_events"].as_u64()
-            > step(&steps, "first_turn")["recorded_events"].as_u64()
+        steps.get("second_turn")["recorded_events"].as_u64()
+            > steps.get("first_turn")["recorded_events"].as_u64()
     );
-    assert_eq!(step(&steps, "old_key")["status"], 401, "{steps:?}");
-    assert_eq!(step(&steps, "delete")["ok"], true);
-    assert_eq!(step(&steps, "deleted")["found"], false);
+    assert_eq!(
+        steps.get("old_key")["status"],
+        401,
+        "{}",
+        steps.get("old_key")
+    );
+    assert_eq!(steps.get("delete")["ok"], true);
+    assert_eq!(steps.get("deleted")["found"], false);
     assert!(!data.path().join("sandboxes").join(&runtime_id).exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
-    let data = tempfile::tempdir().expect("data dir");
-    let sandgate = serve(data.path(), "60000").await;
-    let steps = drive(
+    let (data, _sandgate, steps) = drive(
         tool("agent-server-1.58.2/bin/python", REAL_CLIENTS),
         "tests/real_clients/remote_workspace_drive.py",
-        &sandgate,
     )
     .await;
 
-    let create = step(&steps, "create");
-    assert_eq!(create["exit_code"], 0, "{steps:?}");
+    let create = steps.get("create");
+    assert_eq!(create["exit_code"], 0, "{create}");
     assert_eq!(create["stdout"], "created-42");
     assert!(
         create["host"]
             .as_str()
             .is_some_and(|host| host.starts_with("http://127.0.0.1:"))
     );
-    let attach = step(&steps, "attach");
-    assert_eq!(attach["same_host"], true, "{steps:?}");
+    let attach = steps.get("attach");
+    assert_eq!(attach["same_host"], true, "{attach}");
     assert_eq!(attach["exit_code"], 0);
-    let cleanup = step(&steps, "cleanup");
-    assert_eq!(cleanup["status"], "stopped", "{steps:?}");
+    let cleanup = steps.get("cleanup");
+    assert_eq!(cleanup["status"], "stopped", "{cleanup}");
     let runtime_id = cleanup["runtime_id"].as_str().expect("id");
     assert!(!data.path().join("sandboxes").join(runtime_id).exists());
 }

@@ -9,9 +9,8 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::process::Command;
 
-use crate::common::{Backend, REAL_CLIENTS, RUNTIME_KEY, Sandgate, repository, tool};
+use crate::common::{Backend, REAL_CLIENTS, RUNTIME_KEY, Sandgate, Steps, tool};
 
 const WARM_IMAGE: &str = "ghcr.io/acme/agent:warm";
 const COLD_IMAGE: &str = "ghcr.io/acme/agent:cold";
@@ -26,28 +25,25 @@ fn warm_runtimes() -> Value {
     }]})
 }
 
-/// Runs the driver against `sandgate`; its steps by name.
-async fn drive(sandgate: &Sandgate) -> std::collections::HashMap<String, Value> {
-    let output = Command::new(tool("app-server/bin/python", REAL_CLIENTS))
-        .arg(repository("tests/real_clients/runtime_client_drive.py"))
-        .args(["--url", &sandgate.url("")])
-        .args(["--api-key", RUNTIME_KEY])
-        .args(["--warm-image", WARM_IMAGE, "--cold-image", COLD_IMAGE])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run the driver");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the driver failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter_map(|step| Some((step["step"].as_str()?.to_owned(), step)))
-        .collect()
+/// Runs the driver against `sandgate`; its steps.
+async fn drive(sandgate: &Sandgate) -> Steps {
+    let url = sandgate.url("");
+    Steps::run(
+        tool("app-server/bin/python", REAL_CLIENTS),
+        "tests/real_clients/runtime_client_drive.py",
+        &[
+            "--url",
+            &url,
+            "--api-key",
+            RUNTIME_KEY,
+            "--warm-image",
+            WARM_IMAGE,
+            "--cold-image",
+            COLD_IMAGE,
+        ],
+        String::new,
+    )
+    .await
 }
 
 async fn remote_sandbox_service(backend: Backend) {
@@ -68,11 +64,7 @@ async fn remote_sandbox_service(backend: Backend) {
     sandgate.first_pool_ready(1, Duration::from_secs(15)).await;
 
     let steps = drive(&sandgate).await;
-    let step = |name: &str| {
-        steps
-            .get(name)
-            .unwrap_or_else(|| panic!("no step {name}: {steps:?}"))
-    };
+    let step = |name: &str| steps.get(name);
     // The app server's spec service reads the warm configuration back as a spec, and its
     // default (`v1_current`) is what the warm start runs.
     let specs = step("specs");
@@ -87,7 +79,12 @@ async fn remote_sandbox_service(backend: Backend) {
         "claimed: already up"
     );
     assert_eq!(step("start_warm")["has_key"], true);
-    assert_eq!(step("start_cold")["status"], "STARTING", "{steps:?}");
+    assert_eq!(
+        step("start_cold")["status"],
+        "STARTING",
+        "{}",
+        step("start_cold")
+    );
     assert_eq!(step("get")["same_key"], true);
     assert_eq!(
         step("batch")["statuses"],

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from kubernetes_validate import utils as kv
+# The chart's checker validates the same way: one function for both.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts"))
+from k8s_policy import ref, schema_problems  # noqa: E402
 
 VERSIONS = ["1.32.0", "1.37.0"]
 
@@ -31,24 +34,6 @@ RESTRICTED_VOLUMES = {
     "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
     "projected", "secret",
 }
-
-
-def ref(doc: dict) -> str:
-    meta = doc.get("metadata", {})
-    return f"{doc.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
-
-
-def schema_problems(doc: dict) -> list[str]:
-    out = []
-    for version in VERSIONS:
-        try:
-            kv.validate(doc, version, strict=True)
-        except kv.ValidationError as e:
-            path = ".".join(str(p) for p in e.path)
-            out.append(f"{ref(doc)} ({version}): {path}: {e.message}")
-        except (kv.SchemaNotFoundError, kv.InvalidSchemaError, kv.VersionNotSupportedError) as e:
-            out.append(f"{ref(doc)} ({version}): {getattr(e, 'message', e)}")
-    return out
 
 
 def restricted_problems(doc: dict) -> list[str]:
@@ -98,9 +83,8 @@ def main() -> int:
     args = ap.parse_args()
     with open(args.objects, encoding="utf-8") as f:
         docs = json.load(f)
-    problems = []
+    problems = schema_problems(docs, VERSIONS)
     for doc in docs:
-        problems += schema_problems(doc)
         if doc.get("kind") == "Deployment" and doc["metadata"]["name"] not in args.privileged:
             problems += restricted_problems(doc)
     for problem in problems:

@@ -116,6 +116,25 @@ class FakeLlm(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+def conversation_request(llm_url: str, working_dir: str) -> dict:
+    """The agent-server's `POST /api/conversations` body: an agent without tools on the
+    fake LLM at `llm_url`, working in `working_dir`."""
+    return {
+        "agent": {
+            "kind": "Agent",
+            "llm": {
+                "model": "openai/fake",
+                "base_url": llm_url,
+                "api_key": "sk-fake-llm-key",
+                "usage_id": "agent",
+                "num_retries": 0,
+            },
+            "tools": [],
+        },
+        "workspace": {"kind": "LocalWorkspace", "working_dir": working_dir},
+    }
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -237,24 +256,7 @@ def main() -> int:
             "the agent-server to start", lambda: server.call("GET", "/health") is not None
         )
         started = time.monotonic()
-        created = server.call(
-            "POST",
-            "/api/conversations",
-            {
-                "agent": {
-                    "kind": "Agent",
-                    "llm": {
-                        "model": "openai/fake",
-                        "base_url": llm_url,
-                        "api_key": "sk-fake-llm-key",
-                        "usage_id": "agent",
-                        "num_retries": 0,
-                    },
-                    "tools": [],
-                },
-                "workspace": {"kind": "LocalWorkspace", "working_dir": work},
-            },
-        )
+        created = server.call("POST", "/api/conversations", conversation_request(llm_url, work))
         conversation = created["id"]
         report["conversation_id"] = conversation
         report["create_seconds"] = time.monotonic() - started

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -37,14 +36,13 @@ import httpx
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from openhands.app_server.sandbox.preset_sandbox_spec_service import PresetSandboxSpecService
-from openhands.app_server.sandbox.remote_sandbox_service import RemoteSandboxService
 from openhands.app_server.sandbox.sandbox_models import AGENT_SERVER, SandboxStatus
 from openhands.app_server.sandbox.sandbox_spec_models import SandboxSpecInfo
-from openhands.app_server.user.specifiy_user_context import SpecifyUserContext
 from openhands.app_server.utils.sql_utils import Base
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent_server_drive import FakeLlm  # noqa: E402
+from agent_server_drive import FakeLlm, conversation_request
+from app_server import remote_sandbox_service
+from sandbox_env import OFFLINE_AGENT_SERVER
 
 DEADLINE = 120.0
 SPEC = "local/agent-server"
@@ -83,12 +81,7 @@ async def main() -> None:
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     command = [sys.executable, "-m", "openhands.agent_server", "--host", "127.0.0.1", "--port", "60000"]
     environment = {
-        "OH_ENABLE_VSCODE": "false",
-        "OH_ENABLE_VNC": "false",
-        "OPENHANDS_SUPPRESS_BANNER": "1",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
+        **OFFLINE_AGENT_SERVER,
         # The agent-server stores a conversation's LLM key redacted: the conversation it
         # loads again after the resume finds its key here, as a platform's sandbox does.
         "OPENAI_API_KEY": "sk-fake-llm-key",
@@ -97,18 +90,8 @@ async def main() -> None:
         specs=[SandboxSpecInfo(id=SPEC, command=command, initial_env=environment)]
     )
     async with httpx.AsyncClient(timeout=60) as client, sessions() as db:
-        service = RemoteSandboxService(
-            sandbox_spec_service=specs,
-            api_url=args.url,
-            api_key=args.api_key,
-            web_url=args.url,
-            resource_factor=1,
-            runtime_class=None,
-            start_sandbox_timeout=120,
-            max_num_sandboxes=3,
-            user_context=SpecifyUserContext(user_id="user-1"),
-            httpx_client=client,
-            db_session=db,
+        service = remote_sandbox_service(
+            specs, url=args.url, key=args.api_key, client=client, db=db, web_url=args.url
         )
 
         async def running(sandbox_id: str):
@@ -158,20 +141,7 @@ async def main() -> None:
         created = await client.post(
             f"{url}/api/conversations",
             headers=headers,
-            json={
-                "agent": {
-                    "kind": "Agent",
-                    "llm": {
-                        "model": "openai/fake",
-                        "base_url": llm_url,
-                        "api_key": "sk-fake-llm-key",
-                        "usage_id": "agent",
-                        "num_retries": 0,
-                    },
-                    "tools": [],
-                },
-                "workspace": {"kind": "LocalWorkspace", "working_dir": work},
-            },
+            json=conversation_request(llm_url, work),
         )
         created.raise_for_status()
         conversation = created.json()["id"]

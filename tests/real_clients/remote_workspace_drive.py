@@ -31,14 +31,7 @@ import httpx
 
 from openhands.workspace import APIRemoteWorkspace
 
-FORWARDED = {
-    "OH_ENABLE_VSCODE": "false",
-    "OH_ENABLE_VNC": "false",
-    "OPENHANDS_SUPPRESS_BANNER": "1",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-}
+from sandbox_env import OFFLINE_AGENT_SERVER as FORWARDED
 
 
 def emit(step: str, **fields) -> None:

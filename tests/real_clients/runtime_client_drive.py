@@ -29,10 +29,10 @@ from openhands.app_server.sandbox.dynamic_remote_sandbox_spec_service import (
     DynamicRemoteSandboxSpecService,
 )
 from openhands.app_server.sandbox.preset_sandbox_spec_service import PresetSandboxSpecService
-from openhands.app_server.sandbox.remote_sandbox_service import RemoteSandboxService
 from openhands.app_server.sandbox.sandbox_spec_models import SandboxSpecInfo
-from openhands.app_server.user.specifiy_user_context import SpecifyUserContext
 from openhands.app_server.utils.sql_utils import Base
+
+from app_server import remote_sandbox_service
 
 # The command the warm pool of the Rust test is configured with.
 WARM_COMMAND = ["/usr/local/bin/agent-server", "--port", "60000"]
@@ -72,18 +72,8 @@ async def main() -> None:
     async with httpx.AsyncClient(timeout=30) as client, sessions() as db:
 
         def remote(spec_service):
-            return RemoteSandboxService(
-                sandbox_spec_service=spec_service,
-                api_url=args.url,
-                api_key=args.api_key,
-                web_url=None,
-                resource_factor=1,
-                runtime_class=None,
-                start_sandbox_timeout=120,
-                max_num_sandboxes=3,
-                user_context=SpecifyUserContext(user_id="user-1"),
-                httpx_client=client,
-                db_session=db,
+            return remote_sandbox_service(
+                spec_service, url=args.url, key=args.api_key, client=client, db=db
             )
 
         page = await dynamic.search_sandbox_specs()
@@ -99,20 +89,7 @@ async def main() -> None:
         # The warm start as the app server makes it: no spec named, the default one.
         warm = await remote(dynamic).start_sandbox()
         emit("start_warm", id=warm.id, status=status(warm), has_key=warm.session_api_key is not None)
-        service = RemoteSandboxService(
-            sandbox_spec_service=specs,
-            api_url=args.url,
-            api_key=args.api_key,
-            web_url=None,
-            resource_factor=1,
-            runtime_class=None,
-            start_sandbox_timeout=120,
-            max_num_sandboxes=3,
-            user_context=SpecifyUserContext(user_id="user-1"),
-            httpx_client=client,
-            db_session=db,
-        )
-
+        service = remote(specs)
         cold = await service.start_sandbox(sandbox_spec_id=args.cold_image)
         emit("start_cold", id=cold.id, status=status(cold), has_key=cold.session_api_key is not None)
 

@@ -39,6 +39,50 @@ pub fn tool(path: &str, installer: &str) -> PathBuf {
     tool
 }
 
+/// What a real client's driver script did, step by step: each line of its output that is
+/// a JSON object `{"step": name, …}`, by name.
+pub struct Steps(std::collections::HashMap<String, serde_json::Value>);
+
+impl Steps {
+    /// Runs `python script args…` (a script of the repository) to its end; panics, showing
+    /// its output and `context()` (a server's log), when it fails.
+    pub async fn run(
+        python: PathBuf,
+        script: &str,
+        args: &[&str],
+        context: impl FnOnce() -> String,
+    ) -> Self {
+        let output = tokio::process::Command::new(python)
+            .arg(repository(script))
+            .args(args)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("run the driver");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "the driver failed: {stdout}\n{}\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            context()
+        );
+        Self(
+            stdout
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter_map(|step| Some((step["step"].as_str()?.to_owned(), step)))
+                .collect(),
+        )
+    }
+
+    /// The step `name`; panics, listing them all, when the driver did not report it.
+    pub fn get(&self, name: &str) -> &serde_json::Value {
+        self.0
+            .get(name)
+            .unwrap_or_else(|| panic!("no step {name}: {:?}", self.0))
+    }
+}
+
 /// A session key every test server accepts from external senders.
 pub const WEBHOOK_KEY: &str = "test-session-key";
 /// A second static key: another sender.
