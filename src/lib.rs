@@ -159,6 +159,9 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
                 stop_grace: PROCESS_STOP_GRACE,
             };
             tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
+            tracing::warn!(
+                "sandbox driver: process runs each sandbox's command on this machine as this user: whoever holds the runtime API key runs programs here (for a development machine, not a shared one)"
+            );
             Arc::new(
                 ProcessDriver::open(options, clock.as_ref())
                     .map_err(|err| anyhow::anyhow!("--sandbox-driver process: {err}"))?,
