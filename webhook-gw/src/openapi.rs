@@ -76,8 +76,10 @@ fn require_validated_fields(schemas: &mut Map<String, Value>) {
 
 /// What field validators refuse that the models' schema allows, where JSON Schema can say
 /// it: `ConfirmRisky.threshold` is any `SecurityRisk` but `UNKNOWN` ("Threshold cannot be
-/// UNKNOWN"), and `tags` keys are lowercase alphanumeric (Python's `$` lets one final
-/// newline through) with values of at most 256 characters.
+/// UNKNOWN"), an LLM's `max_input_tokens` is at least 16,384, an MCP server's transport
+/// decides whether it needs a command or a URL, and
+/// `tags` keys are lowercase alphanumeric (Python's `$` lets one final newline through)
+/// with values of at most 256 characters.
 fn constrain_validated_values(schemas: &mut Map<String, Value>) {
     for (risk, policy) in both_releases("SecurityRisk")
         .iter()
@@ -97,6 +99,47 @@ fn constrain_validated_values(schemas: &mut Map<String, Value>) {
         {
             *threshold =
                 serde_json::json!({ "type": "string", "enum": allowed, "default": "HIGH" });
+        }
+    }
+    // `LLM._post_init`: a configured context window below the SDK's minimum (16,384) is
+    // refused (minimum 1 already rules out 0).
+    for llm in both_releases("LLM") {
+        if let Some(Value::Array(members)) = schemas
+            .get_mut(&llm)
+            .and_then(|llm| llm.pointer_mut("/properties/max_input_tokens/anyOf"))
+        {
+            for member in members.iter_mut() {
+                if member.get("type") == Some(&Value::from("integer")) {
+                    member["minimum"] = Value::from(16_384);
+                }
+            }
+        }
+    }
+    // `MCPServer._validate_server`: a stdio server needs a command, a remote one a URL.
+    for server in both_releases("MCPServer") {
+        if let Some(Value::Object(server)) = schemas.get_mut(&server) {
+            let needs = |transports: Value, field: &str| {
+                serde_json::json!({
+                    "if": {
+                        "properties": { "transport": transports },
+                        "required": ["transport"],
+                    },
+                    "then": {
+                        "properties": { field: { "type": "string", "minLength": 1 } },
+                        "required": [field],
+                    },
+                })
+            };
+            server.insert(
+                "allOf".into(),
+                Value::Array(vec![
+                    needs(serde_json::json!({ "const": "stdio" }), "command"),
+                    needs(
+                        serde_json::json!({ "enum": ["http", "streamable-http", "sse"] }),
+                        "url",
+                    ),
+                ]),
+            );
         }
     }
     for info in ["ConversationInfo_1_34", "ConversationInfo_1_58"] {
@@ -204,6 +247,47 @@ fn remap_unions(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    /// What the models' validators refuse is in the document, for both releases' models.
+    #[test]
+    fn validators_the_schema_can_say_are_in_the_document() {
+        let llm = json!({"properties": {"max_input_tokens": {
+            "anyOf": [{"minimum": 1, "type": "integer"}, {"type": "null"}]}}});
+        let server = json!({"properties": {"transport": {}, "command": {}, "url": {}}});
+        let schema = json!({
+            "anyOf": [{"$ref": "#/$defs/ConversationInfo_1_58"}],
+            "$defs": {
+                "ConversationInfo_1_58": {"properties": {"tags": {"type": "object"}}},
+                "SecurityRisk": {"enum": ["UNKNOWN", "LOW", "MEDIUM", "HIGH"]},
+                "ConfirmRisky": {"properties": {"threshold": {"$ref": "#/$defs/SecurityRisk"}}},
+                "LLM": llm, "LLM_1_34": llm, "MCPServer": server, "MCPServer_1_34": server,
+            },
+        });
+        let document = super::document(&schema);
+        let schemas = &document["components"]["schemas"];
+        assert_eq!(
+            schemas["ConfirmRisky"]["properties"]["threshold"]["enum"],
+            json!(["LOW", "MEDIUM", "HIGH"])
+        );
+        for llm in ["LLM", "LLM_1_34"] {
+            assert_eq!(
+                schemas[llm]["properties"]["max_input_tokens"]["anyOf"][0]["minimum"],
+                16_384
+            );
+        }
+        for server in ["MCPServer", "MCPServer_1_34"] {
+            let rules = &schemas[server]["allOf"];
+            assert_eq!(
+                rules[0]["if"]["properties"]["transport"],
+                json!({"const": "stdio"})
+            );
+            assert_eq!(rules[0]["then"]["required"], json!(["command"]));
+            assert_eq!(rules[1]["then"]["required"], json!(["url"]));
+        }
+        let tags = &schemas["ConversationInfo_1_58"]["properties"]["tags"];
+        assert_eq!(tags["propertyNames"]["pattern"], "^[a-z0-9]+\\n?$");
+        assert_eq!(tags["additionalProperties"]["maxLength"], 256);
+    }
 
     /// A variant of a discriminated union requires its tag (`kind`, `type`), wherever the
     /// union sits, and the mapping is keyed by the tags, as the models judge them.
