@@ -55,11 +55,14 @@ KNOWN_SECRETS = {
     TLS_SECRET,
 }
 # What runtime-api's Kubernetes sandbox driver manages in the sandbox namespace.
-SANDBOX_RESOURCES = {"deployments", "pods", "persistentvolumeclaims", "services", "ingresses"}
+SANDBOX_RESOURCES = {"deployments", "replicasets", "pods", "persistentvolumeclaims", "services", "ingresses", "secrets"}
 RUNTIME_API_NEEDS = [
     # (api group, resource, verbs that must all be granted)
     ("apps", "deployments", {"get", "list", "watch", "create", "patch", "delete"}),
     ("apps", "deployments/scale", {"get", "patch"}),
+    ("apps", "replicasets", {"list"}),
+    # Each sandbox's session key lives in a Secret of its own: written, never read.
+    ("", "secrets", {"create", "patch", "delete"}),
     ("", "pods", {"get", "list", "watch"}),
     ("", "pods/log", {"get"}),
     ("", "persistentvolumeclaims", {"get", "list", "create", "delete"}),
@@ -597,17 +600,30 @@ def runtime_api_rights(inst: Install) -> list[str]:
     return out
 
 
+# What runtime-api's sandbox Role may do to secrets: write each sandbox's session-key
+# Secret, never read one (the sandbox namespace also holds the wildcard certificate).
+SANDBOX_SECRET_VERBS = {"create", "patch", "delete"}
+
+
 @check(
-    "no Role (or ClusterRole) grants access to secrets",
-    mutations=[("the sandbox Role can read secrets", lambda d: find(d, "Role", "runtime-api-sandboxes", SANDBOX_NS)["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}))],
+    "no Role (or ClusterRole) can read secrets; only runtime-api's sandbox Role writes them",
+    mutations=[
+        ("the sandbox Role can read secrets", lambda d: find(d, "Role", "runtime-api-sandboxes", SANDBOX_NS)["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})),
+        ("the sandbox Role lists secrets", lambda d: find(d, "Role", "runtime-api-sandboxes", SANDBOX_NS)["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "create"]})),
+    ],
 )
 def no_secret_rights(inst: Install) -> list[str]:
     out = []
     for role in objects(inst.docs, "Role") + objects(inst.docs, "ClusterRole"):
+        sandbox_role = role.get("kind") == "Role" and name_of(role) == "runtime-api-sandboxes" and ns_of(role) == SANDBOX_NS
         for r in role.get("rules") or []:
             groups, res = set(r.get("apiGroups") or []), set(r.get("resources") or [])
-            if (groups & {"", "*"}) and (res & {"secrets", "*"}):
-                out.append(f"{ref(role)} grants {sorted(r.get('verbs') or [])} on {sorted(res)}")
+            if not ((groups & {"", "*"}) and (res & {"secrets", "*"})):
+                continue
+            verbs = set(r.get("verbs") or [])
+            if sandbox_role and res == {"secrets"} and verbs <= SANDBOX_SECRET_VERBS:
+                continue
+            out.append(f"{ref(role)} grants {sorted(verbs)} on {sorted(res)}")
     return out
 
 

@@ -835,6 +835,7 @@ async fn resuming_a_sandbox_an_older_release_made_moves_its_key_into_a_secret() 
     let container = &resumed["spec"]["template"]["spec"]["containers"][0];
     let key_entry = env_entry(container, "SESSION_API_KEY");
     assert_eq!(key_entry, &key_from_secret("01d"));
+    never_read_a_secret(&fake);
 }
 
 #[tokio::test]
@@ -1065,6 +1066,9 @@ async fn the_objects_sent_validate_strictly_and_meet_the_restricted_standard() {
     driver.pause(&cold).await.expect("pause");
     driver.resume(&cold, "a-new-key").await.expect("resume");
     driver.pause(&warm).await.expect("pause");
+    driver.delete(&warm.runtime_id).await.expect("delete");
+    driver.create(&warm, KEY).await.expect("create again");
+    never_read_a_secret(&fake);
     objects.extend(fake.all());
 
     let (fake, driver) = start_with(PodSecurity::Privileged).await;
@@ -1167,6 +1171,18 @@ async fn the_orphan_sweep_deletes_workloads_no_record_names() {
             "{resource} of a recorded sandbox was swept"
         );
     }
+    never_read_a_secret(&fake);
+}
+
+/// The driver writes Secrets and never reads one: the chart's Role grants it create, patch
+/// and delete on them only (the sandbox namespace also holds the wildcard certificate).
+fn never_read_a_secret(fake: &FakeKube) {
+    let reads: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|request| request.method == Method::GET && request.path.contains("/secrets"))
+        .collect();
+    assert!(reads.is_empty(), "{reads:?}");
 }
 
 /// A sweep that would delete most of what the platform runs deletes nothing: a Sandgate

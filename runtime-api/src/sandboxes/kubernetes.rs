@@ -475,10 +475,12 @@ impl SandboxDriver for KubernetesDriver {
         self.remove(runtime_id).await
     }
 
+    /// Secrets are not listed: the driver may write them, never read them (the chart's
+    /// Role), and each is its Deployment's dependent, which the cluster deletes with it;
+    /// a sweep's delete removes one by name all the same.
     async fn workloads(&self) -> Result<HashMap<String, i64>, DriverError> {
-        let (deployments, secrets, services, ingresses, claims) = tokio::join!(
+        let (deployments, services, ingresses, claims) = tokio::join!(
             self.list::<Deployment>(None),
-            self.list::<Secret>(None),
             self.list::<Service>(None),
             self.list::<Ingress>(None),
             self.list::<PersistentVolumeClaim>(None),
@@ -486,7 +488,6 @@ impl SandboxDriver for KubernetesDriver {
         let metadata = deployments?
             .into_iter()
             .map(|object| object.metadata)
-            .chain(secrets?.into_iter().map(|object| object.metadata))
             .chain(services?.into_iter().map(|object| object.metadata))
             .chain(ingresses?.into_iter().map(|object| object.metadata))
             .chain(claims?.into_iter().map(|object| object.metadata));
