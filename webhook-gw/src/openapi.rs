@@ -77,15 +77,16 @@ fn require_validated_fields(schemas: &mut Map<String, Value>) {
 /// What field validators refuse that the models' schema allows, where JSON Schema can say
 /// it: `ConfirmRisky.threshold` is any `SecurityRisk` but `UNKNOWN` ("Threshold cannot be
 /// UNKNOWN"), an LLM's `max_input_tokens` is at least 16,384, an MCP server's transport
-/// decides whether it needs a command or a URL, and
-/// `tags` keys are lowercase alphanumeric (Python's `$` lets one final newline through)
-/// with values of at most 256 characters.
+/// decides whether it needs a command or a URL, and `tags` keys are lowercase alphanumeric
+/// (Python's `$` lets one final newline through) with values of at most 256 characters.
 fn constrain_validated_values(schemas: &mut Map<String, Value>) {
     for (risk, policy) in both_releases("SecurityRisk")
         .iter()
         .zip(both_releases("ConfirmRisky"))
     {
-        let allowed: Vec<Value> = match schemas.get(risk).and_then(|risk| risk.get("enum")) {
+        // 1.34's policy may differ while the risk levels are shared: then its own are 1.58's.
+        let levels = schemas.get(risk).or_else(|| schemas.get("SecurityRisk"));
+        let allowed: Vec<Value> = match levels.and_then(|risk| risk.get("enum")) {
             Some(Value::Array(risks)) => risks
                 .iter()
                 .filter(|risk| *risk != "UNKNOWN")
