@@ -39,7 +39,7 @@ fn options() -> KubernetesOptions {
     }
 }
 
-fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
+pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
     StoredSandbox {
         runtime_id: runtime_id.into(),
         version: 1,

@@ -62,6 +62,12 @@ async fn call(sandgate: &SandgateProcess, path: &str, body: Option<Value>) -> (u
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// `POST /{verb}` (pause, resume, stop) of the sandbox `runtime_id`; the status.
+async fn act(sandgate: &SandgateProcess, verb: &str, runtime_id: &str) -> u16 {
+    let body = json!({ "runtime_id": runtime_id });
+    call(sandgate, &format!("/{verb}"), Some(body)).await.0
+}
+
 /// Polls the session until its status is `wanted`; the last answer.
 async fn until_session(sandgate: &SandgateProcess, session: &str, wanted: &str) -> Value {
     let deadline = tokio::time::Instant::now() + START_WITHIN;
@@ -168,17 +174,10 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
 
     // Pause stops the process and keeps its directory; resume starts it again with a new
     // key, at the same URL.
-    let (status, _) = call(&sandgate, "/pause", Some(json!({"runtime_id": runtime_id}))).await;
-    assert_eq!(status, 200);
+    assert_eq!(act(&sandgate, "pause", &runtime_id).await, 200);
     assert!(!answers(&url).await, "a paused sandbox's process is gone");
     assert!(dir.join("workspace/environment.txt").exists());
-    let (status, _) = call(
-        &sandgate,
-        "/resume",
-        Some(json!({"runtime_id": runtime_id})),
-    )
-    .await;
-    assert_eq!(status, 200);
+    assert_eq!(act(&sandgate, "resume", &runtime_id).await, 200);
     let resumed = until_session(&sandgate, "plain-1", "running").await;
     assert_eq!(resumed["url"], url.as_str());
     let second_key = resumed["session_api_key"].as_str().expect("key").to_owned();
@@ -198,8 +197,7 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
     assert!(answers(&url).await && answers(&second_url).await);
 
     // Stop removes the process and the directory.
-    let (status, _) = call(&sandgate, "/stop", Some(json!({"runtime_id": second_id}))).await;
-    assert_eq!(status, 200);
+    assert_eq!(act(&sandgate, "stop", &second_id).await, 200);
     assert!(!answers(&second_url).await);
     assert!(!data.path().join("sandboxes").join(&second_id).exists());
     sandgate.terminate().await;
@@ -224,13 +222,7 @@ async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them
     let failed = until_session(&sandgate, "kept", "error").await;
     let detail = failed["status_detail"].as_str().unwrap_or_default();
     assert!(detail.contains("resume"), "{failed}");
-    let (status, _) = call(
-        &sandgate,
-        "/resume",
-        Some(json!({"runtime_id": runtime_id})),
-    )
-    .await;
-    assert_eq!(status, 200);
+    assert_eq!(act(&sandgate, "resume", &runtime_id).await, 200);
     let resumed = until_session(&sandgate, "kept", "running").await;
     assert_eq!(resumed["url"], url.as_str(), "its port was kept");
     assert!(answers(&url).await);
@@ -363,7 +355,7 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
     use sandgate_runtime_api::admin::login::{Clock, SystemClock};
     use sandgate_runtime_api::sandboxes::driver::SandboxDriver;
     use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
-    use sandgate_runtime_api::store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
+    use sandgate_runtime_api::store::SandboxSpec;
 
     let root = tempfile::tempdir().expect("root");
     let driver = ProcessDriver::open(
@@ -375,25 +367,13 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
         &SystemClock,
     )
     .expect("driver");
-    let record = StoredSandbox {
-        runtime_id: "0rphan".into(),
-        version: 1,
-        session_id: None,
-        pool: None,
-        claim_key: "claim".into(),
-        spec: SandboxSpec {
-            image: "local/sleeper".into(),
-            command: vec!["/bin/sh".into(), "-c".into(), "exec sleep 60".into()],
-            working_dir: "/workspace".into(),
-            ..SandboxSpec::default()
-        },
-        state: SandboxState::Starting,
-        status_detail: None,
-        key_sha256: "digest".into(),
-        key_nonce: "nonce".into(),
-        created_at_ms: 0,
-        changed_at_ms: 0,
-        restarts: Restarts::default(),
+    // A sandbox as the Kubernetes tests make one, running a program this machine has.
+    let mut record = crate::kubernetes::sandbox("0rphan", None);
+    record.spec = SandboxSpec {
+        image: "local/sleeper".into(),
+        command: vec!["/bin/sh".into(), "-c".into(), "exec sleep 60".into()],
+        working_dir: "/workspace".into(),
+        ..SandboxSpec::default()
     };
     let before = SystemClock.now_ms();
     driver.create(&record, "a-key").await.expect("create");
@@ -444,8 +424,7 @@ async fn a_sandbox_whose_process_exits_is_in_error_and_its_group_goes_on_delete(
     let child = child.trim();
     assert!(alive(child), "what the sandbox started still runs");
 
-    let (status, _) = call(&sandgate, "/stop", Some(json!({"runtime_id": runtime_id}))).await;
-    assert_eq!(status, 200);
+    assert_eq!(act(&sandgate, "stop", &runtime_id).await, 200);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while alive(child) {
         assert!(

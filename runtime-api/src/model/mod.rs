@@ -34,16 +34,6 @@ pub use summary::{ConversationSummary, ExecutionStatus};
 /// How a secret is rendered in the stored record: pydantic `SecretStr`'s rendering.
 pub const REDACTED: &str = "**********";
 
-/// The merged ConversationInfo JSON Schema the service validates with (both releases),
-/// e.g. for the OpenAPI document.
-pub fn schema() -> &'static Value {
-    static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
-        merge::merged_schema()
-            .unwrap_or_else(|err| panic!("the embedded schemas do not parse: {err}"))
-    });
-    &SCHEMA
-}
-
 /// The ConversationInfo schema the REST document shows: either release's, as the service
 /// accepts what either accepts (see `merge::documented_schema`).
 pub fn documented_schema() -> &'static Value {
