@@ -11,8 +11,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::REDACTED;
-use super::borrowed::{self, Json, Object};
-use super::hooks::{self, AfterHook, BeforeHook};
+use super::borrowed::{self, Json};
+use super::hooks::{self, BeforeHook};
 use super::scalars;
 use super::schema::{KindUnion, ModelId, Node, NodeId, StrFormat, TaggedUnion, Tree};
 use super::summary::{ConversationSummary, RecordNode, summarize};
@@ -71,6 +71,7 @@ impl FastWalker<'_> {
                 items,
                 min_items,
                 max_items,
+                ..
             } => return self.list(*items, *min_items, *max_items, v),
             Node::Tuple { items } => return self.tuple(items, v),
             Node::Dict { values } => return self.dict(*values, v),
@@ -95,6 +96,9 @@ impl FastWalker<'_> {
                 return ok;
             }
             Node::Before { hook, inner } => return self.before(*hook, *inner, v),
+            Node::After { hook, inner } => {
+                return self.node(*inner, v) && hooks::run_field(*hook, &*v).is_none();
+            }
         };
         let ok = checked.is_ok();
         if ok && self.union_depth == 0 && !scalars::is_canonical(tree.node(id), &*v) {
@@ -169,7 +173,9 @@ impl FastWalker<'_> {
                 ok = false;
             }
         }
-        ok && model.after.is_none_or(|hook| after(hook, map))
+        ok && model
+            .after
+            .is_none_or(|hook| hooks::run_after(hook, model, &*v).is_none())
     }
 
     fn kind_union(&mut self, k: &KindUnion, v: &mut Json<'_>) -> bool {
@@ -306,29 +312,15 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
             Json::String(_) => Before::Continue,
             _ => Before::Bail,
         },
-    }
-}
-
-/// `hooks::run_after`: whether the model validator accepts.
-fn after(hook: AfterHook, obj: &Object<'_>) -> bool {
-    match hook {
-        AfterHook::SystemPromptExclusive => {
-            let prompt_set = borrowed::get(obj, "system_prompt").is_some_and(|p| !p.is_null());
-            let custom_file = borrowed::get(obj, "system_prompt_filename")
-                .is_some_and(|f| f.as_str() != Some("system_prompt.j2"));
-            !(prompt_set && custom_file)
-        }
-        AfterHook::McpStdioNeedsCommand => {
-            let stdio = borrowed::get(obj, "transport").and_then(Json::as_str) == Some("stdio");
-            let has_command = borrowed::get(obj, "command")
-                .and_then(Json::as_str)
-                .is_some_and(|c| !c.is_empty());
-            !stdio || has_command
-        }
-        AfterHook::ContextWindow => {
-            hooks::context_window_too_small(borrowed::get(obj, "max_input_tokens").map(Into::into))
-                .is_none()
-        }
+        BeforeHook::NoneIsEmptyDict | BeforeHook::NoneIsEmptyStr => match v {
+            Json::Null => Before::Bail,
+            _ => Before::Continue,
+        },
+        BeforeHook::AllowedTools => match v {
+            Json::String(_) => Before::Bail,
+            Json::Array(tools) if !tools.iter().all(|t| t.as_str().is_some()) => Before::Bail,
+            _ => Before::Continue,
+        },
     }
 }
 

@@ -6,6 +6,8 @@ use serde_json::{Map, Value};
 
 use super::errors::{PendingError, value_error};
 use super::scalars::Scalar;
+use super::schema::Model;
+use super::summary::RecordNode;
 
 /// Python `mode="before"` validators: they see the raw input before field validation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,25 @@ pub(crate) enum BeforeHook {
     /// `LocalWorkspace.__init__` (which the SDK's discriminated union calls) takes
     /// `str(working_dir)`: any value is a working directory.
     WorkingDirStr,
+    /// `Tool.validate_params`: `None` is `{}`.
+    NoneIsEmptyDict,
+    /// `AgentBase._validate_system_prompt_fields` (1.34.0): a `security_policy_filename`
+    /// of `None` is `""`.
+    NoneIsEmptyStr,
+    /// `Skill._parse_allowed_tools`: a string is split on whitespace, a list's items
+    /// become strings (`str(t)`).
+    AllowedTools,
+}
+
+/// Python field validators (`mode="after"`): they see a value the field's type accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FieldHook {
+    /// `Tool.validate_name`: `if not v or not v.strip(): raise ValueError(...)`.
+    ToolName,
+    /// `ClientToolSpec._validate_object_schema`: `parameters["type"]` must be `"object"`.
+    ObjectSchema,
+    /// `ToolShieldLLMSecurityAnalyzer._history_window_positive` (1.58.2): at least 1.
+    HistoryWindow,
 }
 
 /// Python `mode="after"` model validators: they run only once every field validated.
@@ -37,6 +58,15 @@ pub(crate) enum AfterHook {
     /// below 16,384 raises `LLMContextWindowTooSmallError`, a 500 of the reference; here
     /// a 422 at the field.
     ContextWindow,
+    /// `GraySwanAnalyzer.validate_thresholds`: `low_threshold < medium_threshold`.
+    ThresholdsOrdered,
+    /// `LLMSummarizingCondenser.validate_keep_first_vs_max_size`: the tail keeps at least
+    /// one event (`max_size // 2 - keep_first - 1 > 0`).
+    KeepFirstBelowHalf,
+    /// `HookDefinition._validate_type_fields`, 1.34.0's rules (1.58.2 refuses more: a
+    /// body either release accepts gets through): a command hook needs its command, a
+    /// prompt hook its prompt, and an agent hook takes neither a command nor `async`.
+    HookTypeFields,
 }
 
 /// `MIN_CONTEXT_WINDOW_TOKENS` of the SDK.
@@ -68,6 +98,9 @@ pub(crate) fn model_after_hook(def: &str) -> Option<AfterHook> {
         "Agent" | "ACPAgent" => Some(AfterHook::SystemPromptExclusive),
         "MCPServer" => Some(AfterHook::McpStdioNeedsCommand),
         "LLM" => Some(AfterHook::ContextWindow),
+        "GraySwanAnalyzer" => Some(AfterHook::ThresholdsOrdered),
+        "LLMSummarizingCondenser" => Some(AfterHook::KeepFirstBelowHalf),
+        "HookDefinition" => Some(AfterHook::HookTypeFields),
         _ => None,
     }
 }
@@ -77,8 +110,35 @@ pub(crate) fn field_before_hook(def: &str, prop: &str) -> Option<BeforeHook> {
         ("ConversationInfo", "tags") => Some(BeforeHook::Tags),
         ("Agent", "system_prompt_kwargs") => Some(BeforeHook::AgentPromptKwargs),
         ("LocalWorkspace", "working_dir") => Some(BeforeHook::WorkingDirStr),
+        ("Tool", "params") => Some(BeforeHook::NoneIsEmptyDict),
+        ("Agent" | "ACPAgent", "security_policy_filename") => Some(BeforeHook::NoneIsEmptyStr),
+        ("Skill", "allowed_tools") => Some(BeforeHook::AllowedTools),
         _ => None,
     }
+}
+
+pub(crate) fn field_after_hook(def: &str, prop: &str) -> Option<FieldHook> {
+    match (def, prop) {
+        ("Tool", "name") => Some(FieldHook::ToolName),
+        ("ClientToolSpec", "parameters") => Some(FieldHook::ObjectSchema),
+        ("ToolShieldLLMSecurityAnalyzer", "history_window") => Some(FieldHook::HistoryWindow),
+        _ => None,
+    }
+}
+
+/// Fields a model gives a default although its JSON schema lists them as required
+/// (`HookDefinition.command` is `""` unless given; the schema says required to keep the
+/// REST contract of older releases).
+pub(crate) fn model_default(def: &str, prop: &str) -> Option<Value> {
+    match (def, prop) {
+        ("HookDefinition", "command") => Some(Value::String(String::new())),
+        _ => None,
+    }
+}
+
+/// Python `tuple[T, ...]` fields, which JSON Schema shows as arrays.
+pub(crate) fn is_variadic_tuple(def: &str, prop: &str) -> bool {
+    matches!((def, prop), ("ACPFileSecretSpec", "warn_if_unset"))
 }
 
 /// The Python name of a field whose schema key is an alias, where the model takes either
@@ -140,19 +200,48 @@ pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingEr
             _ => Before::Coerce(serde_json::json!({ "llm_security_analyzer": true })),
         },
         BeforeHook::WorkingDirStr => match v {
-            Value::String(_) => Before::Continue,
+            Value::String(s) if super::parse::special(s).is_none() => Before::Continue,
             other => Before::Coerce(Value::String(python_str(other))),
+        },
+        BeforeHook::NoneIsEmptyDict => match v {
+            Value::Null => Before::Coerce(Value::Object(Map::new())),
+            _ => Before::Continue,
+        },
+        BeforeHook::NoneIsEmptyStr => match v {
+            Value::Null => Before::Coerce(Value::String(String::new())),
+            _ => Before::Continue,
+        },
+        BeforeHook::AllowedTools => match v {
+            Value::String(s) => Before::Coerce(Value::Array(
+                s.split(is_python_space)
+                    .filter(|tool| !tool.is_empty())
+                    .map(|tool| Value::String(tool.to_owned()))
+                    .collect(),
+            )),
+            Value::Array(tools) if !tools.iter().all(Value::is_string) => Before::Coerce(
+                Value::Array(tools.iter().map(|t| Value::String(python_str(t))).collect()),
+            ),
+            // A list of strings is one already; anything else crashes the reference
+            // (`SkillValidationError`, a 500): the list's `list_type` answers it.
+            _ => Before::Continue,
         },
     }
 }
 
-pub(crate) fn run_after(hook: AfterHook, obj: &Map<String, Value>) -> Option<PendingError> {
+/// Runs a model validator over `obj`, an object whose fields all validated; `model`
+/// gives the defaults of the fields it lacks. Shared by both walkers: the fast path only
+/// asks whether it is `None`.
+pub(crate) fn run_after<R: RecordNode>(
+    hook: AfterHook,
+    model: &Model,
+    obj: &R,
+) -> Option<PendingError> {
+    let text = |key| model.value(obj, key).and_then(scalar_str);
+    let number = |key| model.value(obj, key).and_then(scalar_f64);
     match hook {
         AfterHook::SystemPromptExclusive => {
-            let prompt_set = obj.get("system_prompt").is_some_and(|p| !p.is_null());
-            let custom_file = obj
-                .get("system_prompt_filename")
-                .is_some_and(|f| f.as_str() != Some("system_prompt.j2"));
+            let prompt_set = model.value(obj, "system_prompt").is_some_and(is_set);
+            let custom_file = text("system_prompt_filename") != Some("system_prompt.j2");
             (prompt_set && custom_file).then(|| {
                 value_error(
                     "Cannot set both 'system_prompt' and a non-default 'system_prompt_filename'. \
@@ -161,15 +250,15 @@ pub(crate) fn run_after(hook: AfterHook, obj: &Map<String, Value>) -> Option<Pen
             })
         }
         AfterHook::McpStdioNeedsCommand => {
-            let stdio = obj.get("transport").and_then(Value::as_str) == Some("stdio");
+            let stdio = obj.field("transport").and_then(R::text) == Some("stdio");
             let has_command = obj
-                .get("command")
-                .and_then(Value::as_str)
+                .field("command")
+                .and_then(R::text)
                 .is_some_and(|c| !c.is_empty());
             (stdio && !has_command).then(|| value_error("stdio MCP servers require 'command'"))
         }
         AfterHook::ContextWindow => {
-            let window = context_window_too_small(obj.get("max_input_tokens").map(Scalar::from))?;
+            let window = context_window_too_small(obj.field("max_input_tokens").map(R::scalar))?;
             let mut e = value_error(&format!(
                 "The configured model has a context window of {window} tokens, which is below \
                  the minimum of 16,384 tokens required for OpenHands to function properly."
@@ -177,13 +266,139 @@ pub(crate) fn run_after(hook: AfterHook, obj: &Map<String, Value>) -> Option<Pen
             e.push_path(&super::LocItem::Key("max_input_tokens".into()));
             Some(e)
         }
+        AfterHook::ThresholdsOrdered => {
+            let (low, medium) = (number("low_threshold")?, number("medium_threshold")?);
+            (low >= medium).then(|| {
+                value_error(&format!(
+                    "low_threshold ({}) must be less than medium_threshold ({})",
+                    python_float(low),
+                    python_float(medium)
+                ))
+            })
+        }
+        AfterHook::KeepFirstBelowHalf => {
+            let (max_size, keep_first) = (number("max_size")?, number("keep_first")?);
+            ((max_size / 2.0).floor() - keep_first - 1.0 <= 0.0).then(|| {
+                value_error(
+                    "keep_first must be less than max_size // 2 to leave room for condensation",
+                )
+            })
+        }
+        AfterHook::HookTypeFields => {
+            let command = text("command").is_some_and(|c| !c.is_empty());
+            let asynchronous = obj
+                .field("async")
+                .or_else(|| obj.field("async_"))
+                .is_some_and(|a| matches!(a.scalar(), Scalar::Bool(true)));
+            let message = match text("type").unwrap_or("command") {
+                "command" if !command => "'command' is required when type is 'command'",
+                "prompt" if text("prompt").is_none_or(str::is_empty) => {
+                    "'prompt' is required when type is 'prompt'"
+                }
+                "agent" if command => {
+                    "'command' must not be set when type is 'agent'; use 'system_prompt' instead"
+                }
+                "agent" if asynchronous => "'async' is not supported for agent hooks",
+                _ => return None,
+            };
+            Some(value_error(message))
+        }
     }
+}
+
+/// Runs a field validator over a value its type accepted.
+pub(crate) fn run_field<R: RecordNode>(hook: FieldHook, v: &R) -> Option<PendingError> {
+    match hook {
+        FieldHook::ToolName => {
+            let name = v.text()?;
+            name.trim_matches(is_python_space)
+                .is_empty()
+                .then(|| value_error("Tool name cannot be empty"))
+        }
+        FieldHook::ObjectSchema => {
+            let kind = v.field("type").map(R::scalar);
+            if kind.and_then(scalar_str) == Some("object") {
+                return None;
+            }
+            let shown = kind.map_or_else(|| "None".to_owned(), python_repr);
+            Some(value_error(&format!(
+                "ClientToolSpec.parameters must be an object JSON Schema (got type={shown}). \
+                 Example: {{\"type\": \"object\", \"properties\": {{...}}}}"
+            )))
+        }
+        FieldHook::HistoryWindow => {
+            let window = scalar_f64(v.scalar())?;
+            (window < 1.0).then(|| {
+                value_error(&format!(
+                    "history_window must be >= 1, got {}. Use 1 to disable cross-step context.",
+                    python_float(window).trim_end_matches(".0")
+                ))
+            })
+        }
+    }
+}
+
+fn scalar_str(s: Scalar<'_>) -> Option<&str> {
+    match s {
+        Scalar::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// A validated number field's value (NaN and the infinities included).
+fn scalar_f64(s: Scalar<'_>) -> Option<f64> {
+    match s {
+        Scalar::Number(n) => n.as_f64(),
+        Scalar::Special { value, .. } => Some(value),
+        _ => None,
+    }
+}
+
+fn is_set(s: Scalar<'_>) -> bool {
+    !matches!(s, Scalar::Null)
+}
+
+/// Python's `str()` of a float: `0.3`, `1000.0`, `inf`, `nan`.
+fn python_float(f: f64) -> String {
+    if f.is_nan() {
+        "nan".into()
+    } else if f.is_infinite() {
+        if f > 0.0 { "inf".into() } else { "-inf".into() }
+    } else if f.fract() == 0.0 && f.abs() < 1e16 {
+        format!("{f:.1}")
+    } else {
+        f.to_string()
+    }
+}
+
+/// Python's `repr()` of a scalar, as an error message quotes it.
+fn python_repr(s: Scalar<'_>) -> String {
+    match s {
+        Scalar::Null => "None".into(),
+        Scalar::Bool(true) => "True".into(),
+        Scalar::Bool(false) => "False".into(),
+        Scalar::Number(n) => n.to_string(),
+        Scalar::String(s) => format!("'{s}'"),
+        Scalar::Special { value, .. } => python_float(value),
+        Scalar::Compound => "...".into(),
+    }
+}
+
+/// Python's `str.isspace()`: Unicode's white space and the four information separators.
+pub(crate) fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\x1c'..='\x1f').contains(&c)
 }
 
 /// Python's `str()` of a JSON value (containers as JSON text, near enough for a path).
 pub(crate) fn python_str(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => match s.strip_prefix(super::parse::SPECIAL) {
+            Some("NaN") => "nan".into(),
+            Some("Infinity") => "inf".into(),
+            Some("-Infinity") => "-inf".into(),
+            Some(integer) => integer.into(),
+            None => s.clone(),
+        },
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),
         Value::Bool(false) => "False".into(),

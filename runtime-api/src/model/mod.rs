@@ -88,7 +88,7 @@ pub fn validate_conversation(body: Value) -> Result<ValidConversation, Vec<Valid
     let mut valid = walker.model(schema::TREE.root, &mut record);
     let mut errors = Vec::new();
     if !valid {
-        for (i, tree) in schema::RELEASES.iter().enumerate() {
+        for tree in schema::RELEASES.iter() {
             let mut candidate = original.clone();
             let mut release = validate::Walker::new(tree);
             if release.model(tree.root, &mut candidate) {
@@ -98,8 +98,10 @@ pub fn validate_conversation(body: Value) -> Result<ValidConversation, Vec<Valid
                 valid = true;
                 break;
             }
-            if i == 0 {
-                // Echoed from `record`: redacted by the merged models, both releases' secrets.
+            // The reference receiver's errors (1.34.0's), or 1.58.2's where 1.34.0 would
+            // have crashed (1.58.2's tree never does). Echoed from `record`: redacted by
+            // the merged models, both releases' secrets.
+            if errors.is_empty() && !release.crashed {
                 errors = release.errors;
             }
         }
@@ -270,6 +272,179 @@ mod tests {
                 assert!(record.contains(kept), "{kept} lost from {record}");
             }
         }
+    }
+
+    /// The first error of `body` edited by `edit`: its type and location (`"ok"` when
+    /// accepted), on the `Value` path; the fast path must agree on acceptance.
+    fn verdict(edit: impl FnOnce(&mut Value)) -> (String, String) {
+        let mut body = minimal();
+        edit(&mut body);
+        let fast = validate_body(&serde_json::to_vec(&body).unwrap_or_default()).is_some();
+        match validate_conversation(body) {
+            Ok(_) => ("ok".into(), String::new()),
+            Err(errors) => {
+                assert!(!fast, "the fast path accepted what the Value path refused");
+                let loc: Vec<String> = errors[0]
+                    .loc
+                    .iter()
+                    .map(|item| match item {
+                        LocItem::Key(key) => key.clone(),
+                        LocItem::Index(i) => i.to_string(),
+                    })
+                    .collect();
+                (errors[0].error_type.to_owned(), loc.join("."))
+            }
+        }
+    }
+
+    /// Issue 14, item 2: the SDK's validators that its JSON schema does not show, each
+    /// on both sides (the differential corpus holds them against the real models too).
+    #[test]
+    fn the_sdk_validators_the_schema_hides() {
+        type Edit = Box<dyn FnOnce(&mut Value)>;
+        let cases: Vec<(&str, Edit, (&str, &str))> = vec![
+            (
+                "tool name blank",
+                Box::new(|b| b["agent"]["tools"] = json!([{"name": " \u{1f}"}])),
+                ("value_error", "agent.tools.0.name"),
+            ),
+            (
+                "tool name set",
+                Box::new(|b| b["agent"]["tools"] = json!([{"name": "TerminalTool"}])),
+                ("ok", ""),
+            ),
+            (
+                "tool params null",
+                Box::new(|b| b["agent"]["tools"] = json!([{"name": "T", "params": null}])),
+                ("ok", ""),
+            ),
+            (
+                "client tool not an object schema",
+                Box::new(|b| {
+                    b["client_tools"] =
+                        json!([{"name": "t", "description": "d", "parameters": {"type": "array"}}])
+                }),
+                ("value_error", "client_tools.0.parameters"),
+            ),
+            (
+                "client tool object schema",
+                Box::new(|b| {
+                    b["client_tools"] =
+                        json!([{"name": "t", "description": "d", "parameters": {"type": "object"}}])
+                }),
+                ("ok", ""),
+            ),
+            (
+                "grayswan thresholds reversed",
+                Box::new(|b| {
+                    b["security_analyzer"] =
+                        json!({"kind": "GraySwanAnalyzer", "low_threshold": "1e3"})
+                }),
+                ("value_error", "security_analyzer"),
+            ),
+            (
+                "grayswan thresholds ordered",
+                Box::new(|b| {
+                    b["security_analyzer"] =
+                        json!({"kind": "GraySwanAnalyzer", "low_threshold": 0.1})
+                }),
+                ("ok", ""),
+            ),
+            (
+                "condenser keeps no tail",
+                Box::new(
+                    |b| b["agent"]["condenser"] = json!({"kind": "LLMSummarizingCondenser", "llm": {"model": "m"}, "max_size": 10, "keep_first": 4}),
+                ),
+                ("value_error", "agent.condenser"),
+            ),
+            (
+                "condenser keeps a tail",
+                Box::new(
+                    |b| b["agent"]["condenser"] = json!({"kind": "LLMSummarizingCondenser", "llm": {"model": "m"}, "max_size": 10, "keep_first": 3}),
+                ),
+                ("ok", ""),
+            ),
+            (
+                "command hook without command",
+                Box::new(|b| b["hook_config"] = json!({"stop": [{"hooks": [{"timeout": 5}]}]})),
+                ("value_error", "hook_config.stop.0.hooks.0"),
+            ),
+            (
+                "prompt hook with its prompt",
+                Box::new(|b| {
+                    b["hook_config"] =
+                        json!({"stop": [{"hooks": [{"type": "prompt", "prompt": "p"}]}]})
+                }),
+                ("ok", ""),
+            ),
+            (
+                "agent hook with a command",
+                Box::new(|b| {
+                    b["hook_config"] =
+                        json!({"stop": [{"hooks": [{"type": "agent", "command": "x"}]}]})
+                }),
+                ("value_error", "hook_config.stop.0.hooks.0"),
+            ),
+            (
+                "agent hook async",
+                Box::new(|b| {
+                    b["hook_config"] =
+                        json!({"stop": [{"hooks": [{"type": "agent", "async": true}]}]})
+                }),
+                ("value_error", "hook_config.stop.0.hooks.0"),
+            ),
+            (
+                "security policy file null",
+                Box::new(|b| b["agent"]["security_policy_filename"] = json!(null)),
+                ("ok", ""),
+            ),
+            (
+                "allowed tools as a string",
+                Box::new(|b| {
+                    b["agent"]["agent_context"] =
+                        json!({"skills": [{"name": "s", "content": "c", "allowed_tools": "a b"}]})
+                }),
+                ("ok", ""),
+            ),
+            (
+                "warn_if_unset is a tuple",
+                Box::new(|b| {
+                    b["agent"] = json!({"kind": "ACPAgent", "acp_command": ["acp"],
+                        "acp_file_secrets": [{"secret_name": "s", "filename": "f", "env_var": "E", "subdir": "d", "warn_if_unset": "x"}]})
+                }),
+                ("tuple_type", "agent.acp_file_secrets.0.warn_if_unset"),
+            ),
+            (
+                "float with underscores",
+                Box::new(|b| b["agent"]["llm"]["temperature"] = json!("1_0.5")),
+                ("ok", ""),
+            ),
+            (
+                "float with a doubled underscore",
+                Box::new(|b| b["agent"]["llm"]["temperature"] = json!("1__0")),
+                ("float_parsing", "agent.llm.temperature"),
+            ),
+        ];
+        for (what, edit, expected) in cases {
+            let (kind, loc) = verdict(edit);
+            assert_eq!((kind.as_str(), loc.as_str()), expected, "{what}");
+        }
+    }
+
+    /// Where 1.34.0 would crash (a kind union given a non-object: its mixin pops `kind`),
+    /// the first error is 1.58.2's, although 1.34.0's models see another one earlier (a
+    /// kind only 1.58.2 has).
+    #[test]
+    fn where_the_reference_crashes_the_newer_release_answers() {
+        let (kind, loc) = verdict(|b| {
+            b["security_analyzer"] =
+                json!({"kind": "ToolShieldLLMSecurityAnalyzer", "llm": {"model": "m"}});
+            b["agent"]["critic"] = json!("x");
+        });
+        assert_eq!(
+            (kind.as_str(), loc.as_str()),
+            ("model_type", "agent.critic")
+        );
     }
 
     #[test]

@@ -155,12 +155,24 @@ fn in_i64(f: f64) -> bool {
     (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)
 }
 
+/// What pydantic-core's lax `float` takes from a string: Rust's float syntax once the
+/// surrounding whitespace is trimmed (`inf` and `nan` included); failing that, the string
+/// without its underscores, unless one leads, ends or doubles (`"1_000"`; `" 1_0 "` is
+/// refused: the second try does not trim).
+pub(crate) fn parse_float_str(s: &str) -> Option<f64> {
+    s.trim().parse().ok().or_else(|| {
+        let valid =
+            s.contains('_') && !s.starts_with('_') && !s.ends_with('_') && !s.contains("__");
+        valid.then(|| s.replace('_', "").parse().ok()).flatten()
+    })
+}
+
 pub(crate) fn check_float<'a>(v: impl Into<Scalar<'a>>, bounds: &Bounds) -> Check {
     let n = match v.into() {
         Scalar::Number(n) => n.as_f64().unwrap_or(f64::NAN),
         Scalar::Special { value, .. } => value,
         Scalar::Bool(b) => f64::from(u8::from(b)),
-        Scalar::String(s) => s.trim().parse::<f64>().map_err(|_| {
+        Scalar::String(s) => parse_float_str(s).ok_or_else(|| {
             err(
                 "float_parsing",
                 "Input should be a valid number, unable to parse string as a number",
@@ -348,6 +360,21 @@ pub(crate) fn parse_datetime<'a>(v: impl Into<Scalar<'a>>) -> Result<DateTime, B
             },
         },
         Scalar::Number(n) => timestamp(n, &config),
+        // NaN, an infinity or an integer past 64 bits: a timestamp out of range.
+        Scalar::Special { value, .. } => {
+            let reason = if value.is_nan() {
+                "NaN values not permitted"
+            } else if value > 0.0 {
+                "dates after 9999 are not supported as unix timestamps"
+            } else {
+                "dates before 0000 are not supported as unix timestamps"
+            };
+            Err(Box::new(PendingError::new(
+                "datetime_parsing",
+                format!("Input should be a valid datetime, {reason}"),
+                Some(json!({ "error": reason })),
+            )))
+        }
         _ => Err(err("datetime_type", "Input should be a valid datetime")),
     }
 }
@@ -395,12 +422,11 @@ pub(crate) fn canonical(node: &Node, v: &Value) -> Option<Value> {
         (Node::Int(_), Value::Bool(b)) => Some(Value::from(i64::from(*b))),
         (Node::Int(_), Value::String(s)) => exact_int(s).map(Value::from),
         (Node::Float(_), Value::Bool(b)) => Some(json!(f64::from(u8::from(*b)))),
-        (Node::Float(_), Value::String(s)) if super::parse::special(s).is_none() => s
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .and_then(Number::from_f64)
-            .map(Value::Number),
+        (Node::Float(_), Value::String(s)) if super::parse::special(s).is_none() => {
+            parse_float_str(s)
+                .and_then(Number::from_f64)
+                .map(Value::Number)
+        }
         (Node::Bool, Value::Number(n)) => n.as_f64().map(|f| Value::Bool(f == 1.0)),
         (Node::Bool, Value::String(s)) => {
             let word = s.trim().to_ascii_lowercase();

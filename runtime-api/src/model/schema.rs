@@ -10,7 +10,9 @@ use std::sync::LazyLock;
 use serde_json::{Map, Number, Value};
 
 use super::errors::{expected_list, python_str_list};
-use super::hooks::{self, AfterHook, BeforeHook};
+use super::hooks::{self, AfterHook, BeforeHook, FieldHook};
+use super::scalars::Scalar;
+use super::summary::RecordNode;
 
 pub(crate) type NodeId = u32;
 pub(crate) type ModelId = u32;
@@ -18,21 +20,24 @@ pub(crate) type ModelId = u32;
 /// Both releases' models merged: what the fast path, redaction and the OpenAPI document
 /// use.
 pub(crate) static TREE: LazyLock<Tree> =
-    LazyLock::new(|| compiled("merged", super::merge::merged_schema()));
+    LazyLock::new(|| compiled("merged", super::merge::merged_schema(), false));
 
 /// Each release on its own, for the bodies the merged models refuse: one that either
 /// release accepts is accepted, and a body both refuse gets 1.34.0's errors (the
 /// reference receiver's).
 pub(crate) static RELEASES: LazyLock<[Tree; 2]> = LazyLock::new(|| {
     [
-        compiled("1.34", super::merge::schema_1_34()),
-        compiled("1.58", super::merge::schema_1_58()),
+        compiled("1.34", super::merge::schema_1_34(), true),
+        compiled("1.58", super::merge::schema_1_58(), false),
     ]
 });
 
-fn compiled(name: &str, schema: Result<Value, String>) -> Tree {
+fn compiled(name: &str, schema: Result<Value, String>, kind_needs_object: bool) -> Tree {
     match schema.and_then(Tree::compile) {
-        Ok(tree) => tree,
+        Ok(tree) => Tree {
+            kind_needs_object,
+            ..tree
+        },
         Err(e) => panic!("embedded ConversationInfo schema ({name}) does not compile: {e}"),
     }
 }
@@ -41,6 +46,10 @@ pub(crate) struct Tree {
     pub nodes: Vec<Node>,
     pub models: Vec<Model>,
     pub root: ModelId,
+    /// 1.34.0's `DiscriminatedUnionMixin` pops `kind` from whatever it is given: a value
+    /// that is not an object where a kind union stands crashes it (a 500), and the
+    /// reference is the other release's answer.
+    pub kind_needs_object: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +106,9 @@ pub(crate) enum Node {
         items: Option<NodeId>,
         min_items: Option<usize>,
         max_items: Option<usize>,
+        /// A Python `tuple[T, ...]`, which JSON Schema shows as an array: its errors
+        /// name a tuple.
+        tuple: bool,
     },
     Tuple {
         items: Box<[NodeId]>,
@@ -121,6 +133,12 @@ pub(crate) enum Node {
     /// A Python `mode="before"` validator in front of `inner`.
     Before {
         hook: BeforeHook,
+        inner: NodeId,
+    },
+    /// A Python field validator (`mode="after"`) behind `inner`: it sees the value only
+    /// once `inner` accepted it.
+    After {
+        hook: FieldHook,
         inner: NodeId,
     },
 }
@@ -149,6 +167,9 @@ pub(crate) struct Field {
     pub by_name: Option<&'static str>,
     pub node: NodeId,
     pub required: bool,
+    /// What the model holds when the key is absent (the schema's `default`), for the
+    /// model validators that read the field.
+    pub default: Option<Value>,
 }
 
 #[derive(Debug)]
@@ -158,6 +179,20 @@ pub(crate) struct Model {
     pub keys: KeyTable,
     pub forbid_extra: bool,
     pub after: Option<AfterHook>,
+}
+
+impl Model {
+    /// The field `key` as a model validator sees it: the value of `obj` (validated
+    /// already), else the field's default.
+    pub fn value<'v, R: RecordNode>(&'v self, obj: &'v R, key: &str) -> Option<Scalar<'v>> {
+        match obj.field(key) {
+            Some(value) => Some(value.scalar()),
+            None => self
+                .keys
+                .find(&self.fields, key)
+                .and_then(|i| self.fields[i].default.as_ref().map(Scalar::from)),
+        }
+    }
 }
 
 /// Open-addressing FNV-1a table from a field name to its position: a lookup hashes the
@@ -226,6 +261,7 @@ impl Tree {
                 nodes: Vec::new(),
                 models: Vec::new(),
                 root: 0,
+                kind_needs_object: false,
             },
             def_nodes: HashMap::new(),
         };
@@ -329,14 +365,24 @@ impl Compiler<'_> {
                 if hooks::is_unmarked_secret(name, prop) {
                     node = self.mark_secret(node);
                 }
+                if hooks::is_variadic_tuple(name, prop)
+                    && let Node::List { tuple, .. } = &mut self.tree.nodes[node as usize]
+                {
+                    *tuple = true;
+                }
+                if let Some(hook) = hooks::field_after_hook(name, prop) {
+                    node = self.push(Node::After { hook, inner: node });
+                }
                 if let Some(hook) = hooks::field_before_hook(name, prop) {
                     node = self.push(Node::Before { hook, inner: node });
                 }
+                let model_default = hooks::model_default(name, prop);
                 fields.push(Field {
                     name: prop.clone(),
                     by_name: hooks::populated_by_name(name, prop),
                     node,
-                    required: required.contains(&prop.as_str()),
+                    required: required.contains(&prop.as_str()) && model_default.is_none(),
+                    default: model_default.or_else(|| schema.get("default").cloned()),
                 });
             }
         }
@@ -490,6 +536,7 @@ impl Compiler<'_> {
             items,
             min_items,
             max_items,
+            tuple: false,
         })
     }
 
@@ -612,7 +659,7 @@ impl Compiler<'_> {
                 format!("literal[{}]", quoted.join(","))
             }
             Node::Model(m) => self.tree.models[*m as usize].name.clone(),
-            Node::Before { inner, .. } => self.label(*inner),
+            Node::Before { inner, .. } | Node::After { inner, .. } => self.label(*inner),
             Node::KindUnion(k) => k.base.clone(),
             Node::Enum { .. } => self.def_name(id).unwrap_or_else(|| "enum".into()),
             Node::List { items, .. } => match items {

@@ -24,6 +24,9 @@ pub(crate) struct Walker<'t> {
     /// unions (`kind`) validate the variant they pick anew, without it: below one, the
     /// error is `model_type`.
     from_attributes: bool,
+    /// The release this tree models would have crashed on the body
+    /// ([`Tree::kind_needs_object`]).
+    pub crashed: bool,
 }
 
 /// Above this many fields a model would need a wider "seen" set.
@@ -42,6 +45,7 @@ impl<'t> Walker<'t> {
             errors: Vec::new(),
             union_depth: 0,
             from_attributes: true,
+            crashed: false,
         }
     }
 
@@ -90,7 +94,8 @@ impl<'t> Walker<'t> {
                 items,
                 min_items,
                 max_items,
-            } => return self.list(*items, *min_items, *max_items, v),
+                tuple,
+            } => return self.list(*items, *min_items, *max_items, *tuple, v),
             Node::Tuple { items } => return self.tuple(items, v),
             Node::Dict { values } => return self.dict(*values, v),
             Node::Model(m) => return self.model(*m, v),
@@ -116,6 +121,15 @@ impl<'t> Walker<'t> {
                 return ok;
             }
             Node::Before { hook, inner } => return self.before(*hook, *inner, v),
+            Node::After { hook, inner } => {
+                if !self.node(*inner, v) {
+                    return false;
+                }
+                return match hooks::run_field(*hook, &*v) {
+                    Some(e) => self.fail(e),
+                    None => true,
+                };
+            }
         };
         match checked {
             Ok(()) => {
@@ -147,14 +161,15 @@ impl<'t> Walker<'t> {
         items: Option<NodeId>,
         min: Option<usize>,
         max: Option<usize>,
+        tuple: bool,
         v: &mut Value,
     ) -> bool {
         let Value::Array(arr) = v else {
-            return self.fail(PendingError::new(
-                "list_type",
-                "Input should be a valid list",
-                None,
-            ));
+            return self.fail(if tuple {
+                tuple_type()
+            } else {
+                PendingError::new("list_type", "Input should be a valid list", None)
+            });
         };
         let start = self.errors.len();
         if let Some(items) = items {
@@ -169,10 +184,11 @@ impl<'t> Walker<'t> {
             return false;
         }
         let len = arr.len();
+        let field_type = if tuple { "Tuple" } else { "List" };
         if let Some(min) = min.filter(|m| len < *m) {
             return self.fail(length_error(
                 "too_short",
-                "List",
+                field_type,
                 "at least",
                 "min_length",
                 min,
@@ -182,7 +198,7 @@ impl<'t> Walker<'t> {
         if let Some(max) = max.filter(|m| len > *m) {
             return self.fail(length_error(
                 "too_long",
-                "List",
+                field_type,
                 "at most",
                 "max_length",
                 max,
@@ -194,11 +210,7 @@ impl<'t> Walker<'t> {
 
     fn tuple(&mut self, items: &[NodeId], v: &mut Value) -> bool {
         let Value::Array(arr) = v else {
-            return self.fail(PendingError::new(
-                "tuple_type",
-                "Input should be a valid tuple",
-                None,
-            ));
+            return self.fail(tuple_type());
         };
         let start = self.errors.len();
         for (i, item) in arr.iter_mut().enumerate().take(items.len()) {
@@ -292,7 +304,10 @@ impl<'t> Walker<'t> {
             self.errors[start..].sort_by_key(|e| e.order);
             return false;
         }
-        match model.after.and_then(|hook| hooks::run_after(hook, map)) {
+        match model
+            .after
+            .and_then(|hook| hooks::run_after(hook, model, &*v))
+        {
             Some(e) => self.fail(e),
             None => true,
         }
@@ -308,6 +323,7 @@ impl<'t> Walker<'t> {
 
     fn kind_union(&mut self, k: &KindUnion, v: &mut Value) -> bool {
         let Value::Object(map) = v else {
+            self.crashed |= self.tree.kind_needs_object;
             return self.fail(self.not_an_object(&k.base));
         };
         let kind = map.get("kind");
@@ -438,6 +454,10 @@ fn model_type(class_name: &str) -> PendingError {
         format!("Input should be a valid dictionary or instance of {class_name}"),
         Some(json!({ "class_name": class_name })),
     )
+}
+
+fn tuple_type() -> PendingError {
+    PendingError::new("tuple_type", "Input should be a valid tuple", None)
 }
 
 fn model_attributes_type() -> PendingError {
