@@ -316,6 +316,30 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
             Json::Null => Before::Bail,
             _ => Before::Continue,
         },
+        // A value these rewrite is left to the `Value` path.
+        BeforeHook::Secret | BeforeHook::OptionalSecret => match v {
+            Json::Null => Before::Continue,
+            Json::String(s) if !hooks::is_no_secret_str(s) => Before::Continue,
+            Json::String(_) => Before::Bail,
+            _ if matches!(hook, BeforeHook::OptionalSecret) => Before::Continue,
+            _ => Before::Bail,
+        },
+        BeforeHook::SecretMap => match v {
+            Json::Object(map)
+                if map
+                    .iter()
+                    .any(|(_, value)| value.as_str().is_some_and(hooks::is_no_secret_str)) =>
+            {
+                Before::Bail
+            }
+            _ => Before::Continue,
+        },
+        BeforeHook::StrValues => match v {
+            Json::Object(map) if !map.iter().all(|(_, value)| value.as_str().is_some()) => {
+                Before::Bail
+            }
+            _ => Before::Continue,
+        },
         BeforeHook::AllowedTools => match v {
             Json::String(_) => Before::Bail,
             Json::Array(tools) if !tools.iter().all(|t| t.as_str().is_some()) => Before::Bail,
@@ -327,6 +351,22 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
 impl RecordNode for Json<'_> {
     fn field(&self, key: &str) -> Option<&Self> {
         borrowed::get(self.as_object()?, key)
+    }
+
+    fn item(&self, index: usize) -> Option<&Self> {
+        match self {
+            Json::Array(items) => items.get(index),
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Option<Vec<&str>> {
+        Some(
+            self.as_object()?
+                .iter()
+                .map(|(key, _)| key.as_ref())
+                .collect(),
+        )
     }
 
     fn text(&self) -> Option<&str> {

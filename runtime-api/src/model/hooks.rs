@@ -34,6 +34,17 @@ pub(crate) enum BeforeHook {
     /// `Skill._parse_allowed_tools`: a string is split on whitespace, a list's items
     /// become strings (`str(t)`).
     AllowedTools,
+    /// `Skill._convert_metadata_values`: a dict's values become strings (`str(val)`).
+    StrValues,
+    /// `validate_secret` (a critic's `api_key`, an ACP agent's resume session id): an
+    /// empty, blank or redacted value, or any falsy one, is `None`, and accepted so.
+    Secret,
+    /// The MCP credentials' `_validate_optional_secret`: `validate_secret` of a string;
+    /// anything else is validated as it is.
+    OptionalSecret,
+    /// The MCP `_validate_secret_map` (`env`, `headers`): a string entry `validate_secret`
+    /// makes `None` is dropped.
+    SecretMap,
 }
 
 /// Python field validators (`mode="after"`): they see a value the field's type accepted.
@@ -45,6 +56,12 @@ pub(crate) enum FieldHook {
     ObjectSchema,
     /// `ToolShieldLLMSecurityAnalyzer._history_window_positive` (1.58.2): at least 1.
     HistoryWindow,
+    /// `ConfirmRisky.validate_threshold`: not `UNKNOWN`.
+    RiskThreshold,
+    /// `PatternSecurityAnalyzer.model_post_init` compiles each pattern (the first of a
+    /// `(pattern, description, id)`): one that does not compile crashes the reference
+    /// (a 500); here a 422 at the list.
+    RegexPatterns,
 }
 
 /// Python `mode="after"` model validators: they run only once every field validated.
@@ -52,8 +69,9 @@ pub(crate) enum FieldHook {
 pub(crate) enum AfterHook {
     /// `system_prompt` and a non-default `system_prompt_filename` are mutually exclusive.
     SystemPromptExclusive,
-    /// A stdio MCP server needs a command.
-    McpStdioNeedsCommand,
+    /// `MCPServer._validate_server`: a stdio server needs a command, a remote one its URL,
+    /// and `auth` excludes an explicit `Authorization` header.
+    McpServer,
     /// `LLM._validate_context_window_size` (run by `_post_init`): a `max_input_tokens`
     /// below 16,384 raises `LLMContextWindowTooSmallError`, a 500 of the reference; here
     /// a 422 at the field.
@@ -96,7 +114,7 @@ pub(crate) fn model_before_hook(def: &str) -> Option<BeforeHook> {
 pub(crate) fn model_after_hook(def: &str) -> Option<AfterHook> {
     match def {
         "Agent" | "ACPAgent" => Some(AfterHook::SystemPromptExclusive),
-        "MCPServer" => Some(AfterHook::McpStdioNeedsCommand),
+        "MCPServer" => Some(AfterHook::McpServer),
         "LLM" => Some(AfterHook::ContextWindow),
         "GraySwanAnalyzer" => Some(AfterHook::ThresholdsOrdered),
         "LLMSummarizingCondenser" => Some(AfterHook::KeepFirstBelowHalf),
@@ -113,6 +131,19 @@ pub(crate) fn field_before_hook(def: &str, prop: &str) -> Option<BeforeHook> {
         ("Tool", "params") => Some(BeforeHook::NoneIsEmptyDict),
         ("Agent" | "ACPAgent", "security_policy_filename") => Some(BeforeHook::NoneIsEmptyStr),
         ("Skill", "allowed_tools") => Some(BeforeHook::AllowedTools),
+        ("Skill", "metadata") => Some(BeforeHook::StrValues),
+        ("APIBasedCritic", "api_key") | ("ACPAgent", "acp_resume_session_id") => {
+            Some(BeforeHook::Secret)
+        }
+        ("MCPApiKeyAuthCredential" | "MCPBearerAuthCredential", "value")
+        | ("MCPBasicAuthCredential", "password")
+        | ("MCPOAuthAuthentication" | "MCPOAuthClientInfoState", "client_secret")
+        | ("MCPOAuthTokenState", "access_token" | "refresh_token") => {
+            Some(BeforeHook::OptionalSecret)
+        }
+        ("MCPServer", "env" | "headers") | ("MCPHeaderAuthCredential", "headers") => {
+            Some(BeforeHook::SecretMap)
+        }
         _ => None,
     }
 }
@@ -122,6 +153,14 @@ pub(crate) fn field_after_hook(def: &str, prop: &str) -> Option<FieldHook> {
         ("Tool", "name") => Some(FieldHook::ToolName),
         ("ClientToolSpec", "parameters") => Some(FieldHook::ObjectSchema),
         ("ToolShieldLLMSecurityAnalyzer", "history_window") => Some(FieldHook::HistoryWindow),
+        ("ConfirmRisky", "threshold") => Some(FieldHook::RiskThreshold),
+        (
+            "PatternSecurityAnalyzer",
+            "high_patterns"
+            | "medium_patterns"
+            | "injection_high_patterns"
+            | "injection_medium_patterns",
+        ) => Some(FieldHook::RegexPatterns),
         _ => None,
     }
 }
@@ -188,6 +227,8 @@ pub(crate) enum Before {
     /// The input becomes this value, in the record too (the model coerced it), and is
     /// validated.
     Coerce(Value),
+    /// The input becomes this value, in the record too, and is accepted as it is.
+    Settle(Value),
 }
 
 pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingError>) -> Before {
@@ -225,6 +266,35 @@ pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingEr
             // (`SkillValidationError`, a 500): the list's `list_type` answers it.
             _ => Before::Continue,
         },
+        BeforeHook::Secret => match v {
+            Value::Null => Before::Continue,
+            value if !truthy(value) || is_no_secret(value) => Before::Settle(Value::Null),
+            _ => Before::Continue,
+        },
+        BeforeHook::OptionalSecret => match v {
+            value if is_no_secret(value) => Before::Coerce(Value::Null),
+            _ => Before::Continue,
+        },
+        BeforeHook::SecretMap => match v {
+            Value::Object(map) if map.values().any(is_no_secret) => Before::Coerce(Value::Object(
+                map.iter()
+                    .filter(|(_, value)| !is_no_secret(value))
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect(),
+            )),
+            _ => Before::Continue,
+        },
+        BeforeHook::StrValues => match v {
+            Value::Object(map) if !map.values().all(Value::is_string) => {
+                Before::Coerce(Value::Object(
+                    map.iter()
+                        .map(|(key, value)| (key.clone(), Value::String(python_str(value))))
+                        .collect(),
+                ))
+            }
+            // Anything else but null crashes the reference; the dict's own errors answer.
+            _ => Before::Continue,
+        },
     }
 }
 
@@ -249,13 +319,32 @@ pub(crate) fn run_after<R: RecordNode>(
                 )
             })
         }
-        AfterHook::McpStdioNeedsCommand => {
-            let stdio = obj.field("transport").and_then(R::text) == Some("stdio");
-            let has_command = obj
-                .field("command")
-                .and_then(R::text)
-                .is_some_and(|c| !c.is_empty());
-            (stdio && !has_command).then(|| value_error("stdio MCP servers require 'command'"))
+        AfterHook::McpServer => {
+            let transport = obj.field("transport").and_then(R::text);
+            let set = |key| {
+                obj.field(key)
+                    .and_then(R::text)
+                    .is_some_and(|t| !t.is_empty())
+            };
+            let authorization_header = obj
+                .field("auth")
+                .is_some_and(|auth| !matches!(auth.scalar(), Scalar::Null))
+                && obj.field("headers").and_then(R::keys).is_some_and(|keys| {
+                    keys.iter()
+                        .any(|key| key.eq_ignore_ascii_case("authorization"))
+                });
+            let message = match transport {
+                Some("stdio") if !set("command") => "stdio MCP servers require 'command'",
+                Some("http" | "streamable-http" | "sse") if !set("url") => {
+                    "remote MCP servers require 'url'"
+                }
+                _ if authorization_header => {
+                    "'auth' cannot be combined with an explicit top-level 'Authorization' \
+                     header; use auth.strategy='header' instead."
+                }
+                _ => return None,
+            };
+            Some(value_error(message))
         }
         AfterHook::ContextWindow => {
             let window = context_window_too_small(obj.field("max_input_tokens").map(R::scalar))?;
@@ -326,6 +415,16 @@ pub(crate) fn run_field<R: RecordNode>(hook: FieldHook, v: &R) -> Option<Pending
                  Example: {{\"type\": \"object\", \"properties\": {{...}}}}"
             )))
         }
+        FieldHook::RiskThreshold => {
+            (v.text() == Some("UNKNOWN")).then(|| value_error("Threshold cannot be UNKNOWN"))
+        }
+        FieldHook::RegexPatterns => (0..).map_while(|i| v.item(i)).find_map(|entry| {
+            let pattern = entry.item(0)?.text()?;
+            let fault = fancy_regex::Expr::parse_tree(pattern).err()?;
+            Some(value_error(&format!(
+                "pattern {pattern:?} does not compile: {fault}"
+            )))
+        }),
         FieldHook::HistoryWindow => {
             let window = scalar_f64(v.scalar())?;
             (window < 1.0).then(|| {
@@ -404,6 +503,15 @@ pub(crate) fn python_str(v: &Value) -> String {
         Value::Bool(false) => "False".into(),
         other => other.to_string(),
     }
+}
+
+/// What `validate_secret` turns into `None`: an empty, blank or redacted string.
+fn is_no_secret(v: &Value) -> bool {
+    v.as_str().is_some_and(is_no_secret_str)
+}
+
+pub(crate) fn is_no_secret_str(s: &str) -> bool {
+    s.trim_matches(is_python_space).is_empty() || s == super::REDACTED
 }
 
 /// Python truthiness of a JSON value.

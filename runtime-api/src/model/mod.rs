@@ -19,6 +19,7 @@ mod fast;
 mod hooks;
 mod merge;
 mod parse;
+mod pyjson;
 mod scalars;
 mod schema;
 mod summary;
@@ -55,9 +56,10 @@ pub struct ValidConversation {
 
 /// Bytes of an HTTP body → JSON value.
 ///
-/// Strips a UTF-8 BOM and accepts lone UTF-16 surrogate escapes (`"\ud800"`, which
-/// Python's json accepts) as U+FFFD. An empty, whitespace-only, malformed or too deeply
-/// nested body yields one `json_invalid` error whose loc is the byte offset of the fault.
+/// Strips a UTF-8 BOM and accepts lone UTF-16 surrogates, escaped (`"\ud800"`) or
+/// encoded (`ED A0 80`, which Python's `surrogatepass` decoding takes), as U+FFFD. An
+/// empty, whitespace-only, malformed or too deeply nested body yields one `json_invalid`
+/// error at the character offset and with the message of Python's `json.loads`.
 #[expect(
     clippy::result_large_err,
     reason = "one error item, built only for a bad body"
@@ -423,6 +425,58 @@ mod tests {
                 "float with a doubled underscore",
                 Box::new(|b| b["agent"]["llm"]["temperature"] = json!("1__0")),
                 ("float_parsing", "agent.llm.temperature"),
+            ),
+            (
+                "risk threshold UNKNOWN",
+                Box::new(|b| {
+                    b["confirmation_policy"] =
+                        json!({"kind": "ConfirmRisky", "threshold": "UNKNOWN"})
+                }),
+                ("value_error", "confirmation_policy.threshold"),
+            ),
+            (
+                "skill metadata values become strings",
+                Box::new(|b| {
+                    b["agent"]["agent_context"] =
+                        json!({"skills": [{"name": "s", "content": "c", "metadata": {"a": 1}}]})
+                }),
+                ("ok", ""),
+            ),
+            (
+                "a float timestamp",
+                Box::new(|b| b["created_at"] = json!(1e-7)),
+                ("ok", ""),
+            ),
+            (
+                "a pattern Python cannot compile",
+                Box::new(|b| {
+                    b["security_analyzer"] = json!({"kind": "PatternSecurityAnalyzer",
+                        "high_patterns": [["rm -rf", "d", "a"], ["(", "d", "b"]]})
+                }),
+                ("value_error", "security_analyzer.high_patterns"),
+            ),
+            (
+                "a falsy critic key is None",
+                Box::new(|b| {
+                    b["agent"]["critic"] = json!({"kind": "APIBasedCritic", "api_key": []})
+                }),
+                ("ok", ""),
+            ),
+            (
+                "a remote MCP server without its URL",
+                Box::new(|b| {
+                    b["agent"]["mcp_config"] = json!({"r": {"transport": "sse", "url": null}})
+                }),
+                ("value_error", "agent.mcp_config.r"),
+            ),
+            (
+                "MCP auth beside an Authorization header",
+                Box::new(|b| {
+                    b["agent"]["mcp_config"] = json!({"r": {"url": "https://m.example",
+                        "headers": {"authorization": "Bearer x"},
+                        "auth": {"strategy": "bearer", "value": "y"}}})
+                }),
+                ("value_error", "agent.mcp_config.r"),
             ),
         ];
         for (what, edit, expected) in cases {

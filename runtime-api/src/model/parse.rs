@@ -7,6 +7,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Value, json};
 
 use super::errors::{LocItem, ValidationError};
+use super::pyjson::{self, Scan};
 
 /// Python's json module gives up near its recursion limit (1000); deeper bodies are
 /// refused up front so that parsing, dropping and serialising stay far from the stack's end.
@@ -30,7 +31,12 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ValidationError> {
             return again;
         }
     }
-    first
+    // serde_json places many faults elsewhere than Python's json does; Python's answer
+    // is the reference's.
+    first.map_err(|serde_fault| match pyjson::scan(&text, MAX_NESTING) {
+        Scan::Fault(at, reason) => json_invalid(char_offset(&text, at), reason),
+        Scan::Valid | Scan::TooDeep => serde_fault,
+    })
 }
 
 #[expect(
@@ -180,14 +186,23 @@ pub(crate) fn prepare(body: &[u8]) -> Result<Cow<'_, [u8]>, ValidationError> {
             ));
         }
         if let Some(offset) = sandgate_proto::json::nesting_exceeds(text, MAX_NESTING) {
-            return Err(json_invalid(char_offset(text, offset), "Nesting too deep"));
+            // A fault Python meets on its way down is reported first.
+            return Err(match pyjson::scan(text, MAX_NESTING) {
+                Scan::Fault(at, reason) if at < offset => {
+                    json_invalid(char_offset(text, at), reason)
+                }
+                _ => json_invalid(char_offset(text, offset), "Nesting too deep"),
+            });
         }
         Ok(())
     }
     match decode(body)? {
         Cow::Borrowed(text) => {
             check(text)?;
-            Ok(replace_lone_surrogates(text))
+            Ok(match replace_encoded_surrogates(text) {
+                Cow::Borrowed(text) => replace_lone_surrogates(text),
+                Cow::Owned(text) => Cow::Owned(replace_lone_surrogates(&text).into_owned()),
+            })
         }
         Cow::Owned(text) => {
             check(&text)?;
@@ -313,6 +328,31 @@ fn byte_offset(text: &[u8], line: usize, column: usize) -> usize {
 fn hex4(b: &[u8]) -> Option<u16> {
     let s = std::str::from_utf8(b.get(..4)?).ok()?;
     u16::from_str_radix(s, 16).ok()
+}
+
+/// Python decodes UTF-8 bodies with `surrogatepass`: a surrogate's three-byte form
+/// (`ED A0..BF 80..BF`, which UTF-8 forbids) is read as that surrogate. Rust strings
+/// cannot hold one: it becomes U+FFFD, as an escaped one does, in as many bytes.
+fn replace_encoded_surrogates(text: &[u8]) -> Cow<'_, [u8]> {
+    let surrogate = |at: usize| {
+        text[at] == 0xED
+            && text.get(at + 1).is_some_and(|b| (0xA0..=0xBF).contains(b))
+            && text.get(at + 2).is_some_and(|b| (0x80..=0xBF).contains(b))
+    };
+    let Some(first) = (0..text.len()).find(|at| surrogate(*at)) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = text.to_vec();
+    let mut at = first;
+    while at < out.len() {
+        if surrogate(at) {
+            out[at..at + 3].copy_from_slice("\u{FFFD}".as_bytes());
+            at += 3;
+        } else {
+            at += 1;
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Python decodes a lone UTF-16 surrogate escape (`"\ud800"`) to a lone surrogate; Rust

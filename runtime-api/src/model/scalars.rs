@@ -390,8 +390,17 @@ fn midnight() -> speedate::Time {
 }
 
 fn timestamp(n: &Number, config: &DateTimeConfig) -> Result<DateTime, Box<PendingError>> {
-    DateTime::parse_bytes_with_config(n.to_string().as_bytes(), config)
-        .map_err(|e| parse_error("datetime_parsing", "Input should be a valid datetime", &e))
+    let parsed = match n.as_i64() {
+        Some(seconds) => DateTime::from_timestamp_with_config(seconds, 0, config),
+        // pydantic-core's `float_as_datetime`: the floor in seconds, and the fraction's
+        // magnitude rounded to the microsecond (`1e-07` is the epoch).
+        None => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            let micros = (f.fract().abs() * 1_000_000.0).round() as u32;
+            DateTime::from_timestamp_with_config(f.floor() as i64, micros, config)
+        }
+    };
+    parsed.map_err(|e| parse_error("datetime_parsing", "Input should be a valid datetime", &e))
 }
 
 fn parse_error(

@@ -71,6 +71,10 @@ pub struct ConversationSummary {
 pub(crate) trait RecordNode: Sized {
     /// The value at `key` when this is an object.
     fn field(&self, key: &str) -> Option<&Self>;
+    /// The item at `index` when this is an array.
+    fn item(&self, index: usize) -> Option<&Self>;
+    /// The keys when this is an object.
+    fn keys(&self) -> Option<Vec<&str>>;
     fn text(&self) -> Option<&str>;
     /// When this is an object: its string-valued entries.
     fn string_entries(&self) -> Option<BTreeMap<String, String>>;
@@ -80,6 +84,14 @@ pub(crate) trait RecordNode: Sized {
 impl RecordNode for Value {
     fn field(&self, key: &str) -> Option<&Self> {
         self.as_object()?.get(key)
+    }
+
+    fn item(&self, index: usize) -> Option<&Self> {
+        self.as_array()?.get(index)
+    }
+
+    fn keys(&self) -> Option<Vec<&str>> {
+        Some(self.as_object()?.keys().map(String::as_str).collect())
     }
 
     fn text(&self) -> Option<&str> {

@@ -440,6 +440,10 @@ impl<'t> Walker<'t> {
                 *v = coerced;
                 self.node(inner, v)
             }
+            Before::Settle(settled) => {
+                *v = settled;
+                true
+            }
         }
     }
 }

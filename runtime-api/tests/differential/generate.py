@@ -313,6 +313,11 @@ def byte_level(seed_bytes, rng):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fixtures", type=pathlib.Path, required=True, help="shared/fixtures/webhook")
+    parser.add_argument(
+        "--extra-seeds",
+        type=pathlib.Path,
+        help="more seed bodies (the repository's: fields no shared fixture carries)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--count", type=int, default=24000)
     args = parser.parse_args()
@@ -320,7 +325,10 @@ def main():
     schemas = Schemas(SCHEMAS)
 
     seeds = {}
-    for path in sorted((args.fixtures / "accept").glob("*.json")):
+    paths = sorted((args.fixtures / "accept").glob("*.json"))
+    if args.extra_seeds is not None:
+        paths += sorted(args.extra_seeds.glob("*.json"))
+    for path in paths:
         if path.name.endswith(".expected.json"):
             continue
         seeds[path.stem] = canonical(json.loads(path.read_bytes()))
