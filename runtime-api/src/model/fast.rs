@@ -267,6 +267,17 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
             Json::Object(obj) if !borrowed::get(obj, "model").is_some_and(truthy) => {
                 Before::Stop(false)
             }
+            // A default it fills in is left to the `Value` path.
+            Json::Object(obj) => {
+                let model = borrowed::get(obj, "model").and_then(Json::as_str);
+                let api_version_set = borrowed::get(obj, "api_version").is_some_and(truthy);
+                let base_url = borrowed::get(obj, "base_url").and_then(Json::as_str);
+                match model.and_then(|model| hooks::llm_defaults(model, api_version_set, base_url))
+                {
+                    Some(_) => Before::Bail,
+                    None => Before::Continue,
+                }
+            }
             _ => Before::Continue,
         },
         BeforeHook::HookConfigNormalize => match v {

@@ -530,13 +530,60 @@ fn llm_model_required(v: &Value, errors: &mut Vec<PendingError>) -> Before {
     let Value::Object(obj) = v else {
         return Before::Continue;
     };
-    if obj.get("model").is_some_and(truthy) {
-        // A truthy non-string crashed the reference (`.startswith`); field validation
-        // answers string_type at `model` instead.
+    let Some(model) = obj.get("model").filter(|model| truthy(model)) else {
+        errors.push(value_error("model must be specified in LLM"));
+        return Before::Stop;
+    };
+    // A truthy non-string crashed the reference (`.startswith`); field validation
+    // answers string_type at `model` instead.
+    let Some(model) = model.as_str() else {
         return Before::Continue;
+    };
+    let api_version_set = obj.get("api_version").is_some_and(truthy);
+    let base_url = obj.get("base_url").and_then(Value::as_str);
+    match llm_defaults(model, api_version_set, base_url) {
+        None => Before::Continue,
+        Some(LlmDefault::AzureApiVersion) => {
+            let mut coerced = obj.clone();
+            coerced.insert("api_version".into(), AZURE_API_VERSION.into());
+            Before::Coerce(Value::Object(coerced))
+        }
+        Some(LlmDefault::OpenAiBaseUrl) => {
+            let mut coerced = obj.clone();
+            coerced.insert("base_url".into(), Value::Null);
+            Before::Coerce(Value::Object(coerced))
+        }
     }
-    errors.push(value_error("model must be specified in LLM"));
-    Before::Stop
+}
+
+/// The API version `LLM._coerce_inputs` gives an Azure model that names none.
+const AZURE_API_VERSION: &str = "2024-12-01-preview";
+
+/// What `LLM._coerce_inputs` fills in besides requiring a model.
+pub(crate) enum LlmDefault {
+    /// An `azure…` model without an `api_version` gets [`AZURE_API_VERSION`].
+    AzureApiVersion,
+    /// An `openai/` model's `base_url` of `https://api.openai.com` becomes `None`.
+    OpenAiBaseUrl,
+}
+
+pub(crate) fn llm_defaults(
+    model: &str,
+    api_version_set: bool,
+    base_url: Option<&str>,
+) -> Option<LlmDefault> {
+    if model.starts_with("azure") && !api_version_set {
+        Some(LlmDefault::AzureApiVersion)
+    } else if model.starts_with("openai/")
+        && matches!(
+            base_url,
+            Some("https://api.openai.com" | "https://api.openai.com/")
+        )
+    {
+        Some(LlmDefault::OpenAiBaseUrl)
+    } else {
+        None
+    }
 }
 
 const HOOK_EVENT_FIELDS: [&str; 6] = [

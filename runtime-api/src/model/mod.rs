@@ -485,6 +485,32 @@ mod tests {
         }
     }
 
+    /// `LLM._coerce_inputs` fills in an Azure model's API version and drops OpenAI's own
+    /// base URL (LiteLLM's default has its `/v1`): the record holds what the model does,
+    /// on either path.
+    #[test]
+    fn the_llm_defaults_its_model_fills_in_are_stored() {
+        let mut body = minimal();
+        body["agent"]["llm"]["model"] = json!("azure/gpt-4o");
+        let text = serde_json::to_vec(&body).unwrap_or_default();
+        assert!(validate_body(&text).is_none(), "left to the Value path");
+        let record = validate_conversation(body).map(|valid| valid.record);
+        let record = record.unwrap_or_default();
+        assert_eq!(
+            record["agent"]["llm"]["api_version"],
+            json!("2024-12-01-preview")
+        );
+
+        let mut body = minimal();
+        body["agent"]["llm"]["model"] = json!("openai/gpt-4o");
+        body["agent"]["llm"]["base_url"] = json!("https://api.openai.com/");
+        let record = validate_conversation(body).map(|valid| valid.record);
+        assert_eq!(
+            record.unwrap_or_default()["agent"]["llm"]["base_url"],
+            json!(null)
+        );
+    }
+
     /// Where 1.34.0 would crash (a kind union given a non-object: its mixin pops `kind`),
     /// the first error is 1.58.2's, although 1.34.0's models see another one earlier (a
     /// kind only 1.58.2 has).
