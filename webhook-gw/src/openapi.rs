@@ -2,7 +2,7 @@
 //! ConversationInfo schema comes from the caller (the runtime API owns the model), so the
 //! document always describes what the service validates.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 pub(crate) const DOCUMENT: &str = include_str!("openapi.json");
 
@@ -25,6 +25,7 @@ pub fn document(conversation_schema: &Value) -> Value {
         schemas.insert("ConversationInfo".into(), Value::Object(root));
     }
     require_discriminators(&mut schemas);
+    schemas.values_mut().for_each(returned_redacted);
     require_validated_fields(&mut schemas);
     constrain_validated_values(&mut schemas);
     if let Some(Value::Object(components)) = document.get_mut("components")
@@ -33,6 +34,20 @@ pub fn document(conversation_schema: &Value) -> Value {
         existing.extend(schemas);
     }
     document
+}
+
+/// The models mark their secrets `writeOnly` (never in a response); Sandgate's records
+/// return them redacted (`**********`), so a read's answer holds them and the document
+/// says so: `format: password` stays, `writeOnly` goes.
+fn returned_redacted(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            map.remove("writeOnly");
+            map.values_mut().for_each(returned_redacted);
+        }
+        Value::Array(items) => items.iter_mut().for_each(returned_redacted),
+        _ => {}
+    }
 }
 
 /// Fields the models' own validators demand although their schema gives them a default:
@@ -157,6 +172,100 @@ fn constrain_validated_values(schemas: &mut Map<String, Value>) {
                 "additionalProperties".into(),
                 serde_json::json!({ "type": "string", "maxLength": 256 }),
             );
+        }
+    }
+    // Field validators: `Tool.validate_name` (not blank), `ClientToolSpec.
+    // _validate_object_schema` (an object schema), ToolShield's history window (≥ 1).
+    let constraints = [
+        (
+            "Tool",
+            "/properties/name",
+            json!({ "pattern": "[^\\s\\x1c-\\x1f]" }),
+        ),
+        (
+            "ClientToolSpec",
+            "/properties/parameters",
+            json!({ "required": ["type"], "properties": { "type": { "const": "object" } } }),
+        ),
+        (
+            "ToolShieldLLMSecurityAnalyzer",
+            "/properties/history_window",
+            json!({ "minimum": 1 }),
+        ),
+    ];
+    for (model, pointer, constraint) in constraints {
+        for name in both_releases(model) {
+            if let (Some(Value::Object(field)), Value::Object(constraint)) = (
+                schemas
+                    .get_mut(&name)
+                    .and_then(|model| model.pointer_mut(pointer)),
+                &constraint,
+            ) {
+                field.extend(constraint.clone());
+            }
+        }
+    }
+    // `validate_secret` makes a critic's empty, blank, redacted or falsy key `None`, and the
+    // model keeps it so: the record may hold null.
+    for critic in both_releases("APIBasedCritic") {
+        if let Some(Value::Array(members)) = schemas
+            .get_mut(&critic)
+            .and_then(|critic| critic.pointer_mut("/properties/api_key/anyOf"))
+            && !members.iter().any(|member| member["type"] == "null")
+        {
+            members.push(json!({ "type": "null" }));
+        }
+    }
+    // `HookDefinition._validate_type_fields` (1.34.0's, the looser): a command hook needs
+    // its command, a prompt hook its prompt, an agent hook takes no command and no `async`.
+    // `MCPServer._validate_server`: `auth` excludes an `Authorization` header.
+    let when = |kind: &str, then: Value| {
+        json!({
+            "if": { "properties": { "type": { "const": kind } } },
+            "then": then,
+        })
+    };
+    for hook in both_releases("HookDefinition") {
+        if let Some(Value::Object(hook)) = schemas.get_mut(&hook) {
+            hook.insert(
+                "allOf".into(),
+                json!([
+                    when("command", json!({ "properties": { "command": { "minLength": 1 } } })),
+                    {
+                        "if": { "properties": { "type": { "const": "prompt" } }, "required": ["type"] },
+                        "then": {
+                            "properties": { "prompt": { "type": "string", "minLength": 1 } },
+                            "required": ["prompt"],
+                        },
+                    },
+                    {
+                        "if": { "properties": { "type": { "const": "agent" } }, "required": ["type"] },
+                        "then": { "properties": {
+                            "command": { "maxLength": 0 },
+                            "async": { "const": false },
+                        } },
+                    },
+                ]),
+            );
+        }
+    }
+    for server in both_releases("MCPServer") {
+        if let Some(Value::Array(all_of)) = schemas
+            .get_mut(&server)
+            .and_then(|server| server.get_mut("allOf"))
+        {
+            all_of.push(json!({
+                "if": {
+                    "properties": { "auth": { "not": { "type": "null" } } },
+                    "required": ["auth", "headers"],
+                },
+                "then": { "properties": { "headers": { "anyOf": [
+                    { "type": "null" },
+                    { "propertyNames": { "not": {
+                        "pattern": "^[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]$"
+                    } } },
+                ] } } },
+            }));
         }
     }
 }
@@ -344,6 +453,19 @@ mod tests {
             schemas["KeywordTrigger"]["required"],
             json!(["keywords", "type"])
         );
+    }
+
+    /// Secrets come back redacted in every read: no schema says they never do.
+    #[test]
+    fn secrets_are_not_write_only() {
+        let secret = json!({"type": "string", "format": "password", "writeOnly": true});
+        let schema = json!({
+            "properties": {"key": secret},
+            "$defs": {"LLM": {"properties": {"api_key": {"anyOf": [secret, {"type": "null"}]}}}},
+        });
+        let text = super::document(&schema).to_string();
+        assert!(!text.contains("writeOnly"));
+        assert!(text.contains(r#""format":"password""#));
     }
 
     #[test]

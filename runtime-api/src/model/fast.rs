@@ -329,6 +329,7 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
         },
         // A value these rewrite is left to the `Value` path.
         BeforeHook::Secret | BeforeHook::OptionalSecret => match v {
+            Json::Null if matches!(hook, BeforeHook::Secret) => Before::Stop(true),
             Json::Null => Before::Continue,
             Json::String(s) if !hooks::is_no_secret_str(s) => Before::Continue,
             Json::String(_) => Before::Bail,

@@ -267,7 +267,8 @@ pub(crate) fn run_before(hook: BeforeHook, v: &Value, errors: &mut Vec<PendingEr
             _ => Before::Continue,
         },
         BeforeHook::Secret => match v {
-            Value::Null => Before::Continue,
+            // `None` stays `None`, whatever the field's type says.
+            Value::Null => Before::Stop,
             value if !truthy(value) || is_no_secret(value) => Before::Settle(Value::Null),
             _ => Before::Continue,
         },

@@ -456,6 +456,13 @@ mod tests {
                 ("value_error", "security_analyzer.high_patterns"),
             ),
             (
+                "a null critic key",
+                Box::new(|b| {
+                    b["agent"]["critic"] = json!({"kind": "APIBasedCritic", "api_key": null})
+                }),
+                ("ok", ""),
+            ),
+            (
                 "a falsy critic key is None",
                 Box::new(|b| {
                     b["agent"]["critic"] = json!({"kind": "APIBasedCritic", "api_key": []})
