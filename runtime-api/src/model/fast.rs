@@ -327,14 +327,16 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
             Json::Null => Before::Bail,
             _ => Before::Continue,
         },
-        // A value these rewrite is left to the `Value` path.
-        BeforeHook::Secret | BeforeHook::OptionalSecret => match v {
-            Json::Null if matches!(hook, BeforeHook::Secret) => Before::Stop(true),
-            Json::Null => Before::Continue,
+        BeforeHook::Secret => match v {
+            Json::Null => Before::Stop(true),
             Json::String(s) if !hooks::is_no_secret_str(s) => Before::Continue,
-            Json::String(_) => Before::Bail,
-            _ if matches!(hook, BeforeHook::OptionalSecret) => Before::Continue,
+            // Made `None` (falsy, blank or redacted), or a crash of the reference: the
+            // `Value` path decides.
             _ => Before::Bail,
+        },
+        BeforeHook::OptionalSecret => match v {
+            Json::String(s) if hooks::is_no_secret_str(s) => Before::Bail,
+            _ => Before::Continue,
         },
         BeforeHook::SecretMap => match v {
             Json::Object(map)
