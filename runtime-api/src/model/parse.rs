@@ -335,22 +335,18 @@ fn hex4(b: &[u8]) -> Option<u16> {
 /// cannot hold one: it becomes U+FFFD, as an escaped one does, in as many bytes.
 fn replace_encoded_surrogates(text: &[u8]) -> Cow<'_, [u8]> {
     let surrogate = |at: usize| {
-        text[at] == 0xED
-            && text.get(at + 1).is_some_and(|b| (0xA0..=0xBF).contains(b))
+        text.get(at + 1).is_some_and(|b| (0xA0..=0xBF).contains(b))
             && text.get(at + 2).is_some_and(|b| (0x80..=0xBF).contains(b))
     };
-    let Some(first) = (0..text.len()).find(|at| surrogate(*at)) else {
+    let mut found = memchr::memchr_iter(0xED, text)
+        .filter(|at| surrogate(*at))
+        .peekable();
+    if found.peek().is_none() {
         return Cow::Borrowed(text);
-    };
+    }
     let mut out = text.to_vec();
-    let mut at = first;
-    while at < out.len() {
-        if surrogate(at) {
-            out[at..at + 3].copy_from_slice("\u{FFFD}".as_bytes());
-            at += 3;
-        } else {
-            at += 1;
-        }
+    for at in found {
+        out[at..at + 3].copy_from_slice("\u{FFFD}".as_bytes());
     }
     Cow::Owned(out)
 }
@@ -473,6 +469,14 @@ mod tests {
 
     fn offset(e: &ValidationError) -> Option<&LocItem> {
         e.loc.first()
+    }
+
+    /// A surrogate encoded in UTF-8 bytes, which Python's `surrogatepass` reads, is
+    /// U+FFFD, as an escaped lone one is.
+    #[test]
+    fn encoded_surrogates_read_as_replacement_characters() {
+        let value = parse_json(b"{\"a\": \"x\xed\xa0\x80y\xed\xbf\xbf\"}").ok();
+        assert_eq!(value, Some(json!({"a": "x\u{FFFD}y\u{FFFD}"})));
     }
 
     #[test]
