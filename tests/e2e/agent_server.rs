@@ -15,7 +15,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::common::{
-    Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, repository, serve_args, tool,
+    Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, driver_report, repository,
+    serve_args, tool,
 };
 
 /// How much slower the four turns may be against Sandgate than against the baseline.
@@ -37,21 +38,7 @@ async fn drive(release: &str, webhook_base: &str, record_url: Option<&str>) -> V
     if let Some(record_url) = record_url {
         command.args(["--record-url", record_url, "--record-key", RUNTIME_KEY]);
     }
-    let output = command
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run the driver");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the driver failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|error| panic!("the driver's report is not JSON ({error}): {stdout}"))
+    driver_report(command).await
 }
 
 /// The receiver that answers everything at once, running until dropped; its base URL.

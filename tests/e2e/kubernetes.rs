@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::common::fake_kube::{
     CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, REPLICA_SETS, SECRETS, SERVICES,
 };
-use crate::common::{repository, tool};
+use crate::common::{driver_output, repository, tool};
 use sandgate_runtime_api::admin::login::Clock;
 
 const NAMESPACE: &str = "sandboxes";
@@ -1093,19 +1093,12 @@ async fn the_objects_sent_validate_strictly_and_meet_the_restricted_standard() {
 
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), Value::Array(objects).to_string()).expect("write");
-    let output = tokio::process::Command::new(python)
+    let mut checker = tokio::process::Command::new(python);
+    checker
         .arg(repository("tests/k8s/check_sandbox_objects.py"))
         .arg(file.path())
-        .args(["--privileged", "sandbox-f05e"])
-        .output()
-        .await
-        .expect("run the checker");
-    let report = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{report}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .args(["--privileged", "sandbox-f05e"]);
+    let report = driver_output(checker, String::new).await;
     assert!(report.contains("0 problems"), "{report}");
 }
 

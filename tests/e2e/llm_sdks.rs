@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use crate::common::{Backend, REAL_CLIENTS, Sandgate, repository, tool};
+use crate::common::{Backend, REAL_CLIENTS, Sandgate, driver_report, repository, tool};
 use crate::model_gateway::{FakeUpstream, MASTER_KEY, UPSTREAM_KEY};
 
 /// Sandgate with `claude` on a gateway of the same kind and `gpt` on an OpenAI-compatible
@@ -40,25 +40,6 @@ async fn gateway(
     )
     .await;
     (sandgate, config)
-}
-
-/// Runs `command` to its end; its stdout as JSON, or a panic with what it said.
-async fn report(mut command: Command) -> Value {
-    let output = command
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run the client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the client failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|error| panic!("the client's report is not JSON ({error}): {stdout}"))
 }
 
 async fn spend_logs(sandgate: &Sandgate, count: usize) -> Vec<Value> {
@@ -91,7 +72,7 @@ async fn the_python_sdks_speak_every_api_through_sandgate() {
     command
         .arg(repository("tests/real_clients/llm_sdks.py"))
         .args(["--base", &sandgate.url(""), "--key", MASTER_KEY]);
-    let report = tokio::time::timeout(Duration::from_secs(300), report(command))
+    let report = tokio::time::timeout(Duration::from_secs(300), driver_report(command))
         .await
         .expect("the SDKs finished");
     let passed: Vec<&str> = report["passed"]
@@ -181,7 +162,7 @@ async fn the_node_openai_sdk_speaks_the_responses_api_through_sandgate() {
         .arg(repository("tests/real_clients/openai_node.cjs"))
         .arg(tool("node-clients", REAL_CLIENTS))
         .args([&sandgate.url(""), MASTER_KEY]);
-    let report = tokio::time::timeout(Duration::from_secs(120), report(command))
+    let report = tokio::time::timeout(Duration::from_secs(120), driver_report(command))
         .await
         .expect("the SDK finished");
     assert_eq!(

@@ -39,6 +39,37 @@ pub fn tool(path: &str, installer: &str) -> PathBuf {
     tool
 }
 
+/// Runs `command` (a real client's driver, or a checker script) to its end, with nothing
+/// on its stdin; its stdout. Panics, showing what it wrote and `context()` (a server's
+/// log), when it fails.
+pub async fn driver_output(
+    mut command: tokio::process::Command,
+    context: impl FnOnce() -> String,
+) -> String {
+    let output = command
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run the driver");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the driver failed ({}):\n{stdout}\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        context()
+    );
+    stdout
+}
+
+/// Runs `command` as [`driver_output`] does; its stdout read as one JSON report.
+pub async fn driver_report(command: tokio::process::Command) -> serde_json::Value {
+    let stdout = driver_output(command, String::new).await;
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|error| panic!("the driver's report is not JSON ({error}): {stdout}"))
+}
+
 /// What a real client's driver script did, step by step: each line of its output that is
 /// a JSON object `{"step": name, …}`, by name.
 pub struct Steps(std::collections::HashMap<String, serde_json::Value>);
@@ -52,20 +83,9 @@ impl Steps {
         args: &[&str],
         context: impl FnOnce() -> String,
     ) -> Self {
-        let output = tokio::process::Command::new(python)
-            .arg(repository(script))
-            .args(args)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .expect("run the driver");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "the driver failed: {stdout}\n{}\n{}",
-            String::from_utf8_lossy(&output.stderr),
-            context()
-        );
+        let mut command = tokio::process::Command::new(python);
+        command.arg(repository(script)).args(args);
+        let stdout = driver_output(command, context).await;
         Self(
             stdout
                 .lines()
