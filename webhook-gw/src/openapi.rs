@@ -57,6 +57,10 @@ const VALIDATED_FIELDS: [(&str, &str); 1] = [
     ("LLM", "model"),
 ];
 
+/// A character that is not Python's whitespace (`str.isspace`, which `str.strip` strips).
+const PYTHON_NON_SPACE: &str =
+    "[^\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+
 /// The names a model of the agent-server's has in the document: its own, and 1.34's where
 /// that release's differs (`{name}_1_34`).
 fn both_releases(model: &str) -> [String; 2] {
@@ -175,12 +179,28 @@ fn constrain_validated_values(schemas: &mut Map<String, Value>) {
         }
     }
     // Field validators: `Tool.validate_name` (not blank), `ClientToolSpec.
-    // _validate_object_schema` (an object schema), ToolShield's history window (≥ 1).
+    // _validate_object_schema` (an object schema), ToolShield's history window (≥ 1), the
+    // pattern analyzer's patterns (each entry's first item compiles as a regex).
+    let patterns = [
+        "high_patterns",
+        "medium_patterns",
+        "injection_high_patterns",
+        "injection_medium_patterns",
+    ]
+    .map(|field| {
+        (
+            "PatternSecurityAnalyzer",
+            format!("/properties/{field}/items/prefixItems/0"),
+            json!({ "format": "regex" }),
+        )
+    });
     let constraints = [
         (
             "Tool",
             "/properties/name",
-            json!({ "pattern": "[^\\s\\x1c-\\x1f]" }),
+            // Python's whitespace (`str.isspace`), spelled out: regex dialects disagree
+            // on `\s` (ECMA-262's has U+FEFF and lacks U+001C–U+001F and U+0085).
+            json!({ "pattern": PYTHON_NON_SPACE }),
         ),
         (
             "ClientToolSpec",
@@ -192,13 +212,14 @@ fn constrain_validated_values(schemas: &mut Map<String, Value>) {
             "/properties/history_window",
             json!({ "minimum": 1 }),
         ),
-    ];
-    for (model, pointer, constraint) in constraints {
+    ]
+    .map(|(model, pointer, constraint)| (model, pointer.to_owned(), constraint));
+    for (model, pointer, constraint) in constraints.into_iter().chain(patterns) {
         for name in both_releases(model) {
             if let (Some(Value::Object(field)), Value::Object(constraint)) = (
                 schemas
                     .get_mut(&name)
-                    .and_then(|model| model.pointer_mut(pointer)),
+                    .and_then(|model| model.pointer_mut(&pointer)),
                 &constraint,
             ) {
                 field.extend(constraint.clone());
@@ -259,6 +280,8 @@ fn constrain_validated_values(schemas: &mut Map<String, Value>) {
                     "properties": { "auth": { "not": { "type": "null" } } },
                     "required": ["auth", "headers"],
                 },
+                // A key spelled `Authorization` in any case is refused. (Not as
+                // `patternProperties` to `false`: schemathesis cannot draw from that.)
                 "then": { "properties": { "headers": { "anyOf": [
                     { "type": "null" },
                     { "propertyNames": { "not": {
