@@ -3,7 +3,8 @@
 //! the added latency at concurrency 1 and 16, requests per second at 64, and the added
 //! time to a stream's first chunk; then, at concurrency 1, the added p50 of
 //! `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against the chat
-//! completion it becomes, called directly), streamed first chunks included.
+//! completion it becomes, called directly), streamed first chunks included, each beside a
+//! bare forwarder (axum and reqwest, nothing else): the floor of this stack on the machine.
 //!
 //! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
@@ -15,7 +16,8 @@
 #![expect(
     clippy::expect_used,
     clippy::print_stdout,
-    reason = "a benchmark: it fails loudly and prints its table"
+    clippy::print_stderr,
+    reason = "a benchmark: it fails loudly, prints its table, and its forwarder says where it listens"
 )]
 
 #[path = "harness/binaries.rs"]
@@ -80,10 +82,57 @@ async fn first_chunks_of(base: &str, path: &str, body: &Bytes, count: usize) -> 
     times
 }
 
+/// The floor of any gateway on this stack: an axum server forwarding each request's body to
+/// the same path on `upstream` over one pooled reqwest client and answering what comes
+/// back; no authentication, routing, rewriting, headers, spans, metrics or spend log. It
+/// runs as its own process, as Sandgate does: this bench started again with
+/// `--bare-forwarder <upstream>`.
+async fn bare_forwarder(upstream: String) {
+    use axum::response::IntoResponse;
+    let client = reqwest::Client::new();
+    let forward = move |uri: http::Uri, body: Bytes| {
+        let (client, url) = (client.clone(), format!("{upstream}{}", uri.path()));
+        async move {
+            let answer = client
+                .post(url)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("upstream answers");
+            let status = answer.status();
+            let content_type = answer.headers().get(http::header::CONTENT_TYPE).cloned();
+            let body = answer.bytes().await.expect("upstream body");
+            let mut response = (status, body).into_response();
+            if let Some(content_type) = content_type {
+                response
+                    .headers_mut()
+                    .insert(http::header::CONTENT_TYPE, content_type);
+            }
+            response
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        stream.set_nodelay(true).expect("nodelay");
+    });
+    eprintln!("listening on http://{address}");
+    axum::serve(listener, axum::Router::new().fallback(forward))
+        .await
+        .expect("serve");
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
+    }
+    let mut args = std::env::args().skip_while(|arg| arg != "--bare-forwarder");
+    if let (Some(_), Some(upstream)) = (args.next(), args.next()) {
+        return bare_forwarder(upstream).await;
     }
     let seconds = harness::env_number("BENCH_SECONDS", 5);
     let streams = harness::env_number("BENCH_STREAMS", 2000) as usize;
@@ -167,13 +216,18 @@ async fn main() {
         }
     }
 
-    other_apis(&direct, &gateways, seconds, streams, rounds).await;
+    let mut forwarder = tokio::process::Command::new(std::env::current_exe().expect("bench"));
+    forwarder.args(["--bare-forwarder", &direct]);
+    let (_forwarder, bare) = harness::spawn_listening(forwarder, "listening on http://").await;
+    let bare = format!("http://{bare}");
+    other_apis(&direct, &bare, &gateways, seconds, streams, rounds).await;
 }
 
 /// The added p50 of each other API at concurrency 1: each through Sandgate beside the
 /// upstream call it becomes, made directly.
 async fn other_apis(
     direct: &str,
+    bare: &str,
     gateways: &[(String, tokio::process::Child, String)],
     seconds: u64,
     streams: usize,
@@ -222,10 +276,17 @@ async fn other_apis(
         for _ in 0..rounds {
             let mut baseline = None;
             let direct_target = ("direct", direct, *direct_path, direct_body);
+            let bare_target = (
+                "bare forwarder (axum + reqwest)",
+                bare,
+                *direct_path,
+                direct_body,
+            );
             let targets = gateways
                 .iter()
                 .map(|(target, _, url)| (target.as_str(), url.as_str(), *path, body));
-            for (target, base, path, body) in std::iter::once(direct_target).chain(targets) {
+            let all = [direct_target, bare_target].into_iter().chain(targets);
+            for (target, base, path, body) in all {
                 let (path, body) = (path.to_owned(), body.clone());
                 let next = move || request_to(&path, &body);
                 closed_loop::load(base, 1, 1, next.clone()).await;
