@@ -45,10 +45,10 @@ async fn sandgate(upstream: &FakeUpstream) -> (SandgateProcess, Backend, tempfil
 const GATEWAY: &str =
     "^/(v1/)?(models|model/|model_group/|spend/|chat/|responses|messages|embeddings|completions)";
 
-/// The operations that take or return a ConversationInfo: they run apart, with the hooks
-/// of `schemathesis_hooks.py`, which encode the two kinds of the models' rules no JSON
-/// Schema can state (pydantic's lax scalars, rules across fields): the document says them
-/// in prose.
+/// The operations that take or return a ConversationInfo: a minute of their own (their
+/// bodies are the largest to draw). Every run loads `schemathesis_hooks.py`, which acts on
+/// their bodies only: it encodes the two kinds of the models' rules no JSON Schema can
+/// state (pydantic's lax scalars, rules across fields), which the document says in prose.
 const CONVERSATIONS: &str = "^/api/v1/(webhooks/conversations|conversations(/[{]id[}])?)$";
 
 /// The hooks module, and where Python finds it.

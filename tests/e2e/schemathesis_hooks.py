@@ -39,7 +39,8 @@ BODIES = {
 
 I64 = 2**63
 U64 = 2**64
-INT_STR = re.compile(r"\s*[+-]?\d+(_\d+)*(\.0+)?\s*")
+# ASCII digits only, as pydantic-core (and the service) read them.
+INT_STR = re.compile(r"\s*[+-]?[0-9]+(_[0-9]+)*(\.0+)?\s*")
 BOOL_WORDS = {
     **dict.fromkeys(["1", "on", "t", "true", "y", "yes"], True),
     **dict.fromkeys(["0", "off", "f", "false", "n", "no"], False),
@@ -52,6 +53,7 @@ _validators = {}
 def validator(schema, root):
     """A validator of `schema`, a part of the document `root` (its `$ref`s resolve there)."""
     key = id(schema)
+    # The schema is kept beside its validator, so that its id is never reused.
     if key not in _validators:
         document = {"allOf": [schema], "components": root.get("components", {})}
         _validators[key] = (schema, jsonschema_rs.validator_for(document))
@@ -310,6 +312,7 @@ def _check():
     assert coerce_scalar(False, "number") == 0.0
     assert coerce_scalar("Yes", "boolean") is True
     assert coerce_scalar(2, "boolean") is UNCHANGED
+    assert coerce_scalar("\u0663", "integer") is UNCHANGED
     assert coerce_scalar("nan", "number") is UNCHANGED
     root = {
         "components": {
