@@ -491,6 +491,47 @@ mod tests {
         assert!(text.contains(r#""format":"password""#));
     }
 
+    /// A tool name's non-blank pattern agrees with Python's `str.isspace` on every
+    /// character up to U+FFFF (all of Unicode's whitespace is below U+3001).
+    #[test]
+    fn a_non_blank_name_is_one_python_does_not_strip_away() {
+        let pattern = fancy_regex::Regex::new(super::PYTHON_NON_SPACE).unwrap();
+        let python_space = |c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c);
+        for c in (0..=0xffff).filter_map(char::from_u32) {
+            let text = c.to_string();
+            assert_eq!(
+                pattern.is_match(&text).unwrap(),
+                !python_space(c),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
+    }
+
+    /// The pattern analyzer's patterns are documented as regexes, in both releases.
+    #[test]
+    fn analyzer_patterns_are_regexes() {
+        let entries = json!({"type": "array", "items": {"type": "array",
+            "prefixItems": [{"type": "string"}, {"type": "string"}, {"type": "string"}]}});
+        let analyzer = json!({"properties": {"high_patterns": entries,
+            "injection_medium_patterns": entries}});
+        let schema = json!({"$defs": {
+            "PatternSecurityAnalyzer": analyzer,
+            "PatternSecurityAnalyzer_1_34": analyzer,
+        }});
+        let document = super::document(&schema);
+        for name in ["PatternSecurityAnalyzer", "PatternSecurityAnalyzer_1_34"] {
+            let properties = &document["components"]["schemas"][name]["properties"];
+            for field in ["high_patterns", "injection_medium_patterns"] {
+                assert_eq!(
+                    properties[field]["items"]["prefixItems"][0]["format"], "regex",
+                    "{name}.{field}"
+                );
+                assert!(properties[field]["items"]["prefixItems"][1]["format"].is_null());
+            }
+        }
+    }
+
     #[test]
     fn the_embedded_document_is_json() {
         let document: serde_json::Value = serde_json::from_str(super::DOCUMENT).unwrap();
