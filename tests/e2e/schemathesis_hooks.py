@@ -171,9 +171,9 @@ def kind_matches(value, kind):
 
 
 def unreadable_integer(value, schema, root):
-    """Whether an integer of `value` is one pydantic refuses though JSON Schema takes it:
-    a float past 64 bits, or any integer past 64 bits (Python's are unbounded; the
-    service's past u64 are not)."""
+    """Whether an integer of `value` is one the service refuses though JSON Schema takes
+    it: in float notation past 2**63 (pydantic refuses it too), or any past 2**64 - 1
+    (Python's integers are unbounded; the service's are not)."""
     schema = resolve(schema, root)
     branches = schema.get("anyOf", []) + schema.get("oneOf", []) + schema.get("allOf", [])
     if any(unreadable_integer(value, branch, root) for branch in branches):
@@ -211,9 +211,8 @@ def objects(value):
 
 
 def number(value):
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
+    """A field's number as the models compare it (lax, as they read it); None if none."""
+    if isinstance(value, (bool, int, float)):
         return float(value)
     if isinstance(value, str):
         parsed = parse_float(value)
@@ -241,7 +240,7 @@ def breaks_a_cross_field_rule(body):
         elif kind in ("Agent", "ACPAgent"):
             prompt = obj.get("system_prompt")
             filename = obj.get("system_prompt_filename", "system_prompt.j2")
-            if "system_prompt" in obj and prompt is not None and filename != "system_prompt.j2":
+            if prompt is not None and filename != "system_prompt.j2":
                 return True
     return False
 
