@@ -4,8 +4,8 @@ The service validates a conversation exactly as the agent-server's pydantic mode
 two kinds of their rules are beyond what a JSON Schema can say. Each is stated in the
 document's prose (`info.description`) and encoded here, once, so that schemathesis
 neither sends a case the document cannot describe as valid nor calls a rightly accepted
-case invalid (`filter_case` when a case is drawn; `filter_failure` when the stateful phase
-changed it after):
+case invalid (`filter_case` when a case is drawn; `filter_failure` as a backstop, for a
+case whose body changed after `filter_case` saw it):
 
 - Lax scalars (a negative case that is valid once coerced is not negative): pydantic's lax
   mode takes `"7"`, `7.0` and `true` for an integer, `"1.5"` and `true` for a number, `1`,
@@ -289,10 +289,11 @@ def filter_case(context, case):
 
 @schemathesis.hook
 def filter_failure(context, failure, case, response):
-    """The same judgement, for a case changed after it was drawn (the stateful phase fills
-    bodies from earlier responses): a failure of an accepted negative case, or of a refused
-    positive one, stands only if the case is what its mode says. The run's summary counts
-    the failures dropped here."""
+    """The same judgement, as a backstop for a case whose body changed after it was drawn
+    (schemathesis' stateful phase may fill a body from earlier responses; no run so far
+    needed it): a failure of an accepted negative case, or of a refused positive one,
+    stands only if the case is what its mode says. The run's summary counts the failures
+    dropped here."""
     if failure.code == "ST201":
         return not valid_once_read_laxly(case)
     if failure.code == "ST202":
