@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::{
     ADMIN_PASSWORD, Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, admin_args,
-    repository, serve_args, tool,
+    driver_output, repository, serve_args, tool,
 };
 use crate::model_gateway::{FakeUpstream, MASTER_KEY};
 
@@ -115,17 +115,11 @@ async fn run(
 
 /// The hooks' own checks: their coercions, and that a body still invalid once coerced
 /// stays a negative case (a hook that dropped too much would let a run pass untested).
-#[test]
-fn the_hooks_coerce_scalars_as_pydantic_does() {
-    let output = std::process::Command::new(tool("schemathesis/bin/python", REAL_CLIENTS))
-        .arg(repository(HOOKS_DIR).join(format!("{HOOKS}.py")))
-        .output()
-        .expect("python runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+#[tokio::test]
+async fn the_hooks_coerce_scalars_as_pydantic_does() {
+    let mut checks = tokio::process::Command::new(tool("schemathesis/bin/python", REAL_CLIENTS));
+    checks.arg(repository(HOOKS_DIR).join(format!("{HOOKS}.py")));
+    driver_output(checks, String::new).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
