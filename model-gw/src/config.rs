@@ -46,7 +46,24 @@ pub struct ModelEntry {
     pub model_info: Option<serde_json::Value>,
     /// How its calls are made, when the entry says.
     pub params: CallParams,
+    /// The upstream's base URL, parsed at the entry's first call (see `routing`).
+    pub base_url: BaseUrl,
 }
+
+/// A parsed URL kept with the entry it was parsed from, so that a call does not parse its
+/// upstream's URL again: `None` until the first call, then the URL (or `None` inside, for
+/// a base that does not parse). It is derived from the entry's other fields, so entries
+/// compare equal whatever it holds.
+#[derive(Clone, Debug, Default)]
+pub struct BaseUrl(pub std::sync::OnceLock<Option<reqwest::Url>>);
+
+impl PartialEq for BaseUrl {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for BaseUrl {}
 
 /// An entry's settings for its upstream calls; `None`: the gateway's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -442,6 +459,7 @@ impl GatewayConfig {
                 api_base,
                 api_key,
                 model_info: entry.model_info,
+                base_url: BaseUrl::default(),
             });
         }
         let mut extra_headers = Vec::with_capacity(file.extra_headers.len());

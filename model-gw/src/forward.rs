@@ -14,10 +14,8 @@ use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{Api, CallResponse, Header};
 use sandgate_runtime_api::store::SpendLogEntry;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
-use tracing::{Instrument, Span};
+use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::GatewayConfig;
@@ -39,8 +37,6 @@ const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The largest piece of a whole body one message carries.
 const MESSAGE_CHUNK: usize = 1024 * 1024;
-/// Messages of a streamed answer buffered ahead of a slow reader.
-const STREAM_BUFFER: usize = 16;
 
 /// One client call, ready to go upstream.
 pub struct Prepared {
@@ -216,20 +212,31 @@ impl ModelGatewayService {
             // 5xx are final unless the entry asks for retries itself.
             statuses: upstream.kind != Kind::GatewayProxy || upstream.params.num_retries.is_some(),
         };
-        let url = upstream.url(call.path);
-        let outbound_base = self.outbound(&headers, config, &upstream, &call, &url);
+        let Some(url) = upstream.url(call.path) else {
+            // The checks at load and at `/model/new` keep such entries out.
+            return Err(error(
+                ErrorCode::BadGateway,
+                "the model entry's api_base cannot be sent upstream",
+            ));
+        };
         let mut attempt = 0;
         let response = loop {
-            let Some(outbound) = outbound_base.try_clone() else {
-                // The entry's URL or a header cannot be sent (the checks at load and at
-                // `/model/new` keep such entries out): the upstream cannot be reached.
+            // Built again for each attempt, rather than built once and copied for each.
+            let Some(outbound) = self
+                .outbound(&headers, config, &upstream, &call, url.clone())
+                .body(request_body(&call.body))
+                .build()
+                .ok()
+            else {
+                // A header cannot be sent (the checks at load and at `/model/new` keep
+                // such keys out): the upstream cannot be reached.
                 return Err(error(
                     ErrorCode::BadGateway,
-                    "the model entry's api_base or api_key cannot be sent upstream",
+                    "the model entry's api_key cannot be sent upstream",
                 ));
             };
-            let outbound = outbound.body(request_body(&call.body));
-            let Ok(sent) = tokio::time::timeout(read_timeout, outbound.send()).await else {
+            let Ok(sent) = tokio::time::timeout(read_timeout, self.client.execute(outbound)).await
+            else {
                 // Never retried: a second wait as long would double the client's.
                 tracing::warn!(model = %upstream.model, attempts = attempt + 1, "upstream did not answer in time");
                 self.log_spend(record.finish(504, None)).await;
@@ -313,23 +320,23 @@ impl ModelGatewayService {
                 messages.into_iter().map(Ok),
             ))));
         }
-        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-        let editor = StreamEditor::new(&call);
-        let gateway = self.clone();
-        let relay = async move {
-            let (entry, failure) = relay_stream(response, first, editor, &sender, record).await;
-            match failure {
-                // A failure ends the answer at once: logged first, so that a client that
-                // has its (failed) answer finds the entry.
-                Some(failure) => {
-                    gateway.log_spend(entry).await;
-                    drop(sender.send(Err(failure)).await);
-                }
-                None => gateway.log_spend_soon(entry),
-            }
+        // Relayed as the client reads it, in the client's task: no relay task, no channel,
+        // no wake-up of another thread between an upstream chunk and the client.
+        let relay = Relay {
+            gateway: self.clone(),
+            status,
+            chunks: Box::pin(response.bytes_stream()),
+            editor: StreamEditor::new(&call),
+            record: Some(record),
+            span: Span::current(),
         };
-        tokio::spawn(relay.instrument(Span::current()));
-        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+        let rest = futures::stream::unfold(relay, |mut relay| async move {
+            let next = relay.next().await?;
+            Some((next, relay))
+        });
+        Ok(Response::new(Box::pin(
+            futures::stream::once(std::future::ready(Ok(first))).chain(rest),
+        )))
     }
 
     /// A call's request, without its body: the header policy, the upstream's key and
@@ -340,7 +347,7 @@ impl ModelGatewayService {
         config: &GatewayConfig,
         upstream: &Upstream,
         call: &Prepared,
-        url: &str,
+        url: reqwest::Url,
     ) -> reqwest::RequestBuilder {
         let mut outbound = self
             .client
@@ -370,6 +377,7 @@ impl ModelGatewayService {
                 forwarded.insert(ANTHROPIC_VERSION, version);
             }
         }
+        sandgate_proto::trace::inject_headers(&Span::current(), &mut forwarded);
         outbound = outbound.headers(forwarded);
         if !upstream.api_key.is_empty() {
             outbound = outbound.bearer_auth(&upstream.api_key);
@@ -378,9 +386,7 @@ impl ModelGatewayService {
                 outbound = outbound.header("x-api-key", &upstream.api_key);
             }
         }
-        let mut trace_context = HeaderMap::new();
-        sandgate_proto::trace::inject_headers(&Span::current(), &mut trace_context);
-        outbound.headers(trace_context)
+        outbound
     }
 }
 
@@ -396,12 +402,6 @@ fn api_name(api: Api) -> &'static str {
         Api::Completions => "text_completion",
     }
 }
-
-type Sender = mpsc::Sender<Result<CallResponse, Status>>;
-
-/// How a relay ended: the call's spend log entry, and the failure that ends the answer,
-/// when it failed (sent once the entry is logged).
-type Relayed = (SpendLogEntry, Option<Status>);
 
 /// A body that is not streamed: read whole, edited on success, answered in messages of at
 /// most [`MESSAGE_CHUNK`] bytes (no body is too large for one gRPC message).
@@ -541,41 +541,69 @@ impl StreamEditor {
     }
 }
 
-/// Server-sent events: passed on as they arrive, each edited.
-async fn relay_stream(
-    response: reqwest::Response,
-    first: CallResponse,
-    mut editor: StreamEditor,
-    sender: &Sender,
-    record: CallRecord,
-) -> Relayed {
-    let status = response.status().as_u16();
-    if sender.send(Ok(first)).await.is_err() {
-        return (record.finish(status, None), None);
-    }
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = chunks.next().await {
-        match chunk {
-            Ok(chunk) => {
-                let out = editor.push(&chunk);
-                if !out.is_empty() && sender.send(Ok(message(out))).await.is_err() {
-                    // The client went away; the upstream call ends with it.
-                    return (record.finish(499, editor.usage()), None);
+/// A streamed answer's events after its first message: passed on as they arrive, each
+/// edited. Its spend log entry is written when the answer ends, fails, or is dropped
+/// unfinished (the client went away: 499, and the upstream call ends with it).
+struct Relay {
+    gateway: ModelGatewayService,
+    /// The upstream's status.
+    status: u16,
+    chunks: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    editor: StreamEditor,
+    /// `None` once the entry is written.
+    record: Option<CallRecord>,
+    /// The upstream call's span: it lasts until the answer is relayed whole.
+    span: Span,
+}
+
+impl Relay {
+    /// The next message for the client; `None` at the end.
+    async fn next(&mut self) -> Option<Result<CallResponse, Status>> {
+        loop {
+            self.record.as_ref()?;
+            match self.chunks.next().await {
+                Some(Ok(chunk)) => {
+                    let out = self.editor.push(&chunk);
+                    if !out.is_empty() {
+                        return Some(Ok(message(out)));
+                    }
                 }
-            }
-            Err(err) => {
-                let (code, failed, message) = upstream_failure(&err);
-                tracing::warn!(error = %err.without_url(), "upstream stream failed");
-                let failure = error(code, message);
-                return (record.finish(failed, editor.usage()), Some(failure));
+                Some(Err(err)) => {
+                    let (code, failed, message) = upstream_failure(&err);
+                    let entry = self.finish(failed, || {
+                        tracing::warn!(error = %err.without_url(), "upstream stream failed");
+                    })?;
+                    // Logged first, so that a client that has its (failed) answer finds
+                    // the entry.
+                    self.gateway.log_spend(entry).await;
+                    return Some(Err(error(code, message)));
+                }
+                None => {
+                    let rest = self.editor.finish();
+                    let entry = self.finish(self.status, || {})?;
+                    self.gateway.log_spend_soon(entry);
+                    return (!rest.is_empty()).then(|| Ok(message(rest)));
+                }
             }
         }
     }
-    let rest = editor.finish();
-    if !rest.is_empty() {
-        drop(sender.send(Ok(message(rest))).await);
+
+    /// The spend log entry, once: the relay is over, its `status` known (`also` runs in the
+    /// upstream span too).
+    fn finish(&mut self, status: u16, also: impl FnOnce()) -> Option<SpendLogEntry> {
+        let record = self.record.take()?;
+        let _entered = self.span.enter();
+        also();
+        Some(record.finish(status, self.editor.usage()))
     }
-    (record.finish(status, editor.usage()), None)
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(entry) = self.finish(499, || {}) {
+            self.gateway.log_spend_soon(entry);
+        }
+    }
 }
 
 fn message(chunk: Vec<u8>) -> CallResponse {

@@ -2,7 +2,10 @@
 //! routed the call (`*` for the wildcard), or `unrouted` for calls refused before routing:
 //! never a name a client made up, so that label values stay few.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use metrics::SharedString;
 
 use crate::rewrite::Usage;
 
@@ -53,16 +56,18 @@ pub fn retried(model: &str, reason: String) {
 
 /// A routed call, at its end: `status` is what the client got.
 pub fn finished(model: &str, status: u16, elapsed: Duration, usage: Option<Usage>) {
-    let status = status.to_string();
+    // One copy of each label value, shared by the call's series.
+    let model = SharedString::from(Arc::<str>::from(model));
+    let status = SharedString::from(Arc::<str>::from(status.to_string()));
     metrics::counter!(
         "sandgate_gateway_requests_total",
-        "model" => model.to_owned(),
+        "model" => model.clone(),
         "status" => status.clone(),
     )
     .increment(1);
     metrics::histogram!(
         "sandgate_upstream_duration_seconds",
-        "model" => model.to_owned(),
+        "model" => model.clone(),
         "status" => status,
     )
     .record(elapsed);
@@ -74,7 +79,7 @@ pub fn finished(model: &str, status: u16, elapsed: Duration, usage: Option<Usage
         if let Some(tokens) = tokens {
             metrics::counter!(
                 "sandgate_spend_tokens_total",
-                "model" => model.to_owned(),
+                "model" => model.clone(),
                 "kind" => kind,
             )
             .increment(tokens);

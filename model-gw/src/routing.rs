@@ -8,6 +8,8 @@
 //! A wildcard entry (`model_name: "*"`, `model: "openai/*"`) forwards any `provider/model`
 //! name verbatim and refuses a bare name.
 
+use reqwest::Url;
+
 use crate::config::{CallParams, ModelEntry};
 
 /// What kind of API an upstream is.
@@ -27,8 +29,8 @@ pub struct Upstream {
     pub entry: String,
     pub kind: Kind,
     /// The URL paths are appended to: `{api_base}/v1` for a gateway, `{api_base}` for an
-    /// OpenAI-compatible API.
-    base: String,
+    /// OpenAI-compatible API; `None` when it does not parse.
+    base: Option<Url>,
     /// The `model` sent upstream.
     pub model: String,
     pub api_key: String,
@@ -36,9 +38,13 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// The URL of `path` (`/chat/completions`, `/responses`, …) on this upstream.
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    /// The URL of `path` (`/chat/completions`, `/responses`, …) on this upstream: the base
+    /// with `path` appended to its path (its query, if it has one, stays last).
+    pub fn url(&self, path: &str) -> Option<Url> {
+        let mut url = self.base.clone()?;
+        let joined = format!("{}{path}", url.path().trim_end_matches('/'));
+        url.set_path(&joined);
+        Some(url)
     }
 }
 
@@ -67,18 +73,25 @@ pub const WILDCARD: &str = "*";
 
 /// The upstream of `entry` for the upstream model reference `model` (with its prefix).
 fn upstream(entry: &ModelEntry, model: &str) -> Option<Upstream> {
-    let api_base = entry.api_base.trim_end_matches('/');
-    let (kind, base, name) = if let Some(name) = model.strip_prefix("gateway_proxy/") {
-        (Kind::GatewayProxy, format!("{api_base}/v1"), name)
+    let (kind, name) = if let Some(name) = model.strip_prefix("gateway_proxy/") {
+        (Kind::GatewayProxy, name)
     } else if let Some(name) = model.strip_prefix("openai/") {
-        (Kind::OpenAi, api_base.to_owned(), name)
+        (Kind::OpenAi, name)
     } else {
         return None;
     };
+    // An entry's kind is its own (a wildcard's model names it): its base is parsed once.
+    let base = entry.base_url.0.get_or_init(|| {
+        let api_base = entry.api_base.trim_end_matches('/');
+        match kind {
+            Kind::GatewayProxy => Url::parse(&format!("{api_base}/v1")).ok(),
+            Kind::OpenAi => Url::parse(api_base).ok(),
+        }
+    });
     Some(Upstream {
         entry: entry.model_name.clone(),
         kind,
-        base,
+        base: base.clone(),
         model: name.to_owned(),
         api_key: entry.api_key.clone(),
         params: entry.params,
@@ -133,8 +146,8 @@ mod tests {
         let entries = [entry("claude", "gateway_proxy/claude-sonnet", "http://gw/")];
         let upstream = route(&entries, "claude").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/chat/completions"),
-            "http://gw/v1/chat/completions"
+            upstream.url("/chat/completions").map(String::from),
+            Some("http://gw/v1/chat/completions".to_owned())
         );
         assert_eq!(upstream.model, "claude-sonnet");
     }
@@ -144,10 +157,23 @@ mod tests {
         let entries = [entry("gpt", "openai/azure/gpt-4o", "http://gw/v1")];
         let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/chat/completions"),
-            "http://gw/v1/chat/completions"
+            upstream.url("/chat/completions").map(String::from),
+            Some("http://gw/v1/chat/completions".to_owned())
         );
         assert_eq!(upstream.model, "azure/gpt-4o");
+    }
+
+    #[test]
+    fn a_path_goes_before_the_query_of_a_base() {
+        let entries = [entry("gpt", "openai/gpt-4o", "http://gw/v1/?api-version=2")];
+        let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(
+            upstream.url("/responses").map(String::from),
+            Some("http://gw/v1/responses?api-version=2".to_owned())
+        );
+        let entries = [entry("gpt", "openai/gpt-4o", "not a url")];
+        let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(upstream.url("/responses"), None);
     }
 
     #[test]
@@ -168,8 +194,8 @@ mod tests {
         ];
         let upstream = route(&entries, "anthropic/claude").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/chat/completions"),
-            "http://any/v1/chat/completions"
+            upstream.url("/chat/completions").map(String::from),
+            Some("http://any/v1/chat/completions".to_owned())
         );
         assert_eq!(upstream.model, "anthropic/claude");
         assert_eq!(upstream.entry, "*");
@@ -178,8 +204,9 @@ mod tests {
             Err(RouteError::BareNameOnWildcard("claude".into()))
         );
         assert_eq!(
-            route(&entries, "gpt").map(|upstream| upstream.url("/chat/completions")),
-            Ok("http://one/v1/chat/completions".to_owned())
+            route(&entries, "gpt")
+                .map(|upstream| upstream.url("/chat/completions").map(String::from)),
+            Ok(Some("http://one/v1/chat/completions".to_owned()))
         );
     }
 }
