@@ -65,8 +65,18 @@ pub struct EdgeConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
+/// What every route shares; cloned for each request, so one `Arc`.
 #[derive(Clone)]
-pub(crate) struct AppState {
+pub(crate) struct AppState(std::sync::Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub(crate) struct Shared {
     conversations: ConversationsClient<GrpcChannel>,
     settings: SettingsClient<GrpcChannel>,
     admin: RuntimeAdminClient<GrpcChannel>,
@@ -83,7 +93,7 @@ pub(crate) struct AppState {
 
 /// The edge's routes, calling the runtime API over `runtime_api`.
 pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
-    let state = AppState {
+    let state = Shared {
         conversations: ConversationsClient::new(runtime_api.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
@@ -114,7 +124,7 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn(observe::observe))
-        .with_state(state)
+        .with_state(AppState(std::sync::Arc::new(state)))
 }
 
 /// Every route of the edge: its path and what serves it. The OpenAPI document describes
@@ -270,7 +280,7 @@ async fn services_health(State(state): State<AppState>) -> (StatusCode, Json<Val
 async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(http::header::CONTENT_TYPE, "application/json")],
-        state.openapi,
+        state.openapi.clone(),
     )
 }
 

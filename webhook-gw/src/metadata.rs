@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use http::HeaderMap;
 use sandgate_proto::CLIENT_ADDRESS_METADATA;
-use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::metadata::{MetadataMap, MetadataValue};
 
 use crate::client::ClientAddress;
 
@@ -19,28 +19,25 @@ const FORWARDED: &[&str] = &["authorization", "api-key"];
 const PROVIDER_PREFIXES: &[&str] = &["anthropic-"];
 
 pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
-    let mut metadata = MetadataMap::with_capacity(4);
+    let mut forwarded = HeaderMap::with_capacity(4);
     for (name, value) in headers {
-        let name = name.as_str();
-        // Only the edge says who the client is (`request_for`): never the client.
-        if name == CLIENT_ADDRESS_METADATA {
+        let name_text = name.as_str();
+        // Only the edge says who the client is (`request_for`): never the client. A
+        // `-bin` name would be binary metadata, which no forwarded header is.
+        if name_text == CLIENT_ADDRESS_METADATA || name_text.ends_with("-bin") {
             continue;
         }
-        if !(name.starts_with("x-")
-            || FORWARDED.contains(&name)
+        if name_text.starts_with("x-")
+            || FORWARDED.contains(&name_text)
             || PROVIDER_PREFIXES
                 .iter()
-                .any(|prefix| name.starts_with(prefix)))
+                .any(|prefix| name_text.starts_with(prefix))
         {
-            continue;
-        }
-        if let (Ok(key), Ok(value)) = (
-            MetadataKey::from_bytes(name.as_bytes()),
-            MetadataValue::try_from(value.as_bytes()),
-        ) {
-            metadata.append(key, value);
+            // Names and values as they are: a header is valid ASCII metadata already.
+            forwarded.append(name.clone(), value.clone());
         }
     }
+    let mut metadata = MetadataMap::from_headers(forwarded);
     sandgate_proto::trace::inject_metadata(&mut metadata);
     metadata
 }

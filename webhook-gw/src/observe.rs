@@ -3,12 +3,14 @@
 //! route's template (`/api/v1/conversations/{id}`), never the raw path, and by a known
 //! method name, so that label values stay few whatever clients send.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use http::Method;
+use metrics::SharedString;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -47,12 +49,13 @@ fn method_label(method: &Method) -> &'static str {
 pub async fn observe(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = method_label(request.method());
-    let route = request
+    // One copy, shared by the span and the metrics.
+    let route: Arc<str> = request
         .extensions()
         .get::<MatchedPath>()
         .map_or(UNMATCHED, MatchedPath::as_str)
-        .to_owned();
-    let span = if route == HEALTH {
+        .into();
+    let span = if &*route == HEALTH {
         tracing::Span::none()
     } else {
         tracing::info_span!(
@@ -68,6 +71,7 @@ pub async fn observe(request: Request, next: Next) -> Response {
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status().as_u16();
     span.set_attribute("http.response.status_code", i64::from(status));
+    let route = SharedString::from(route);
     metrics::counter!(
         "sandgate_http_requests_total",
         "route" => route.clone(),
