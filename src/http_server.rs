@@ -301,10 +301,22 @@ impl Server {
         let connection = self.builder.serve_connection(io, service);
         tokio::pin!(connection);
         let mut closing = false;
+        // Nothing wakes the connection when a request begins to arrive or ends: it looks
+        // at its deadlines at least once a period (the shorter timeout). A deadline set
+        // after a look is at least a period from it, so no look comes after it and one
+        // comes at it: each is met to the millisecond, and a request costs no wake-up.
+        let period = millis(
+            self.limits
+                .header_read_timeout
+                .min(self.limits.idle_timeout),
+        )
+        .max(1);
         loop {
             let check = activity
                 .next_check(&self.limits)
-                .map(|millis| activity.epoch + Duration::from_millis(millis));
+                .unwrap_or(u64::MAX)
+                .min(activity.now().saturating_add(period));
+            let check = activity.epoch + Duration::from_millis(check);
             tokio::select! {
                 result = connection.as_mut() => {
                     if let Err(err) = result {
@@ -320,9 +332,7 @@ impl Server {
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
-                // A request began to arrive, or ended: the deadlines move.
-                () = activity.changed.notified() => {}
-                () = sleep_until(check), if !closing => {
+                () = tokio::time::sleep_until(check), if !closing => {
                     match activity.verdict(&self.limits, activity.now()) {
                         Verdict::Keep => {}
                         Verdict::HeaderTimeout => return Some("header_timeout"),
@@ -360,14 +370,6 @@ impl Server {
     }
 }
 
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
 const NOTHING_PENDING: u64 = u64::MAX;
 
 /// What the server knows of one connection's use, in milliseconds since it was accepted.
@@ -378,8 +380,6 @@ struct Activity {
     idle_since: AtomicU64,
     /// When the first byte of a request not yet begun arrived, or `NOTHING_PENDING`.
     pending_since: AtomicU64,
-    /// Woken when a request begins to arrive and when the last in flight ends.
-    changed: tokio::sync::Notify,
     evicted: CancellationToken,
 }
 
@@ -396,7 +396,6 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             pending_since: AtomicU64::new(NOTHING_PENDING),
-            changed: tokio::sync::Notify::new(),
             evicted: CancellationToken::new(),
         }
     }
@@ -418,8 +417,7 @@ impl Activity {
         self.epoch + Duration::from_millis(since)
     }
 
-    /// When to look again: the deadline that applies now, none while a request is in
-    /// flight (`changed` wakes the connection when that ends).
+    /// The deadline that applies now; none while a request is in flight.
     fn next_check(&self, limits: &Limits) -> Option<u64> {
         if self.is_busy() {
             return None;
@@ -480,7 +478,6 @@ impl Drop for Busy {
             activity
                 .pending_since
                 .store(NOTHING_PENDING, Ordering::Release);
-            activity.changed.notify_one();
         }
     }
 }
@@ -500,20 +497,14 @@ impl AsyncRead for Watched {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
-        if buf.filled().len() > before
-            && !this.activity.is_busy()
-            && this
-                .activity
-                .pending_since
-                .compare_exchange(
-                    NOTHING_PENDING,
-                    this.activity.now(),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-        {
-            this.activity.changed.notify_one();
+        if buf.filled().len() > before && !this.activity.is_busy() {
+            // The first byte of a request sets the header deadline; later ones leave it.
+            let _first = this.activity.pending_since.compare_exchange(
+                NOTHING_PENDING,
+                this.activity.now(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
         }
         polled
     }
