@@ -1,10 +1,10 @@
-//! The model gateway's cost: the same fake upstream called directly and through
-//! `sandgate serve` (edge → ModelGateway → upstream), side by side in one run. Reports
-//! the added latency at concurrency 1 and 16, requests per second at 64, and the added
-//! time to a stream's first chunk; then, at concurrency 1, the added p50 of
-//! `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against the chat
-//! completion it becomes, called directly), streamed first chunks included, each beside a
-//! bare forwarder (axum and reqwest, nothing else): the floor of this stack on the machine.
+//! The model gateway's cost: the same fake upstream called directly, through a bare
+//! forwarder and through `sandgate serve` (edge → ModelGateway → upstream), side by side
+//! in one run; the bare forwarder (axum and reqwest, nothing else) is the floor of this
+//! stack on the machine. Reports the added latency at concurrency 1 and 16, requests per
+//! second at 64, and the added time to a stream's first chunk; then, at concurrency 1, the
+//! added p50 of `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against
+//! the chat completion it becomes, called directly), streamed first chunks included.
 //!
 //! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
@@ -165,6 +165,11 @@ async fn main() {
         gateways.push((format!("{label}through sandgate serve"), child, url));
     }
 
+    let mut forwarder = tokio::process::Command::new(std::env::current_exe().expect("bench"));
+    forwarder.args(["--bare-forwarder", &direct]);
+    let (_forwarder, bare) = harness::spawn_listening(forwarder, "listening on http://").await;
+    let bare = format!("http://{bare}");
+
     // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
     let through = upstream::chat("claude", false);
     let direct_body = upstream::chat("claude-sonnet", false);
@@ -174,10 +179,11 @@ async fn main() {
     for concurrency in closed_loop::concurrency_levels() {
         for _ in 0..rounds {
             let direct_target = ("direct to the fake upstream", &direct, &direct_body);
+            let bare_target = ("bare forwarder (axum + reqwest)", &bare, &direct_body);
             let targets = gateways
                 .iter()
                 .map(|(target, _, url)| (target.as_str(), url, &through));
-            for (target, base, body) in std::iter::once(direct_target).chain(targets) {
+            for (target, base, body) in [direct_target, bare_target].into_iter().chain(targets) {
                 let body = body.clone();
                 let next = move || request(&body);
                 closed_loop::load(base, concurrency, 1, next.clone()).await;
@@ -216,10 +222,6 @@ async fn main() {
         }
     }
 
-    let mut forwarder = tokio::process::Command::new(std::env::current_exe().expect("bench"));
-    forwarder.args(["--bare-forwarder", &direct]);
-    let (_forwarder, bare) = harness::spawn_listening(forwarder, "listening on http://").await;
-    let bare = format!("http://{bare}");
     other_apis(&direct, &bare, &gateways, seconds, streams, rounds).await;
 }
 
