@@ -106,7 +106,14 @@ fn label(index: usize, entry: &ModelEntry) -> String {
 /// appends `/v1/chat/completions` itself, so its base has no `/v1`; `openai/…` appends
 /// `/chat/completions`, so its base ends in `/v1`.
 fn api_base_form(index: usize, entry: &ModelEntry) -> Vec<Finding> {
-    let base = entry.api_base.trim_end_matches('/');
+    // Its path: a query (Azure's `?api-version=`) stays after the API paths the gateway
+    // appends.
+    let base = entry
+        .api_base
+        .split(['?', '#'])
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('/');
     let problem = if entry.model.starts_with("gateway_proxy/") && base.ends_with("/v1") {
         "ends in /v1, but gateway_proxy/ models are called at {api_base}/v1/chat/completions: drop the /v1"
     } else if entry.model.starts_with("openai/") && !base.ends_with("/v1") {
@@ -266,6 +273,15 @@ model_list:
             api_base_form(0, &entry("g", "openai/azure/gpt", "https://o/openai/v1/")),
             []
         );
+        assert_eq!(
+            api_base_form(
+                0,
+                &entry("g", "openai/azure/gpt", "https://o/v1?api-version=2")
+            ),
+            []
+        );
+        let proxy = api_base_form(0, &entry("c", "gateway_proxy/c", "https://g/v1/?x=1"));
+        assert_eq!(proxy.len(), 1, "{proxy:?}");
     }
 
     #[test]
