@@ -412,6 +412,32 @@ async fn a_stream_reset_midway_ends_with_an_error_event_through_edge_and_model_g
         .await;
 }
 
+/// A client that leaves mid-stream ends the upstream call with it (the stream is relayed
+/// as the client reads it: the client's going drops the upstream's answer), and its spend
+/// log entry says 499.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_stream_ends_the_upstream_call_and_is_logged_499() {
+    let closed = Arc::new(Notify::new());
+    let upstream = ScriptedUpstream::start(vec![Reply::Stream {
+        events: 1,
+        end: StreamEnd::HoldUntilClosed(closed.clone()),
+    }])
+    .await;
+    let gateway = start("leaving", &upstream.base(), &[]).await;
+    let response = gateway.chat(true).await;
+    assert_eq!(response.status(), 200);
+    let mut chunks = response.bytes_stream();
+    let mut text = String::new();
+    read_events(&mut chunks, &mut text, 1).await;
+    drop(chunks);
+    let ended = tokio::time::timeout(PATIENCE, closed.notified()).await;
+    assert!(ended.is_ok(), "the upstream call outlived its client");
+    let logs = gateway.spend_logs().await;
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(logs[0]["status"], 499, "{logs:?}");
+    assert_eq!(gateway.answered("499").await, Some(1.0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_silent_midway_ends_with_a_504_error_event() {
     let never = Arc::new(Notify::new());

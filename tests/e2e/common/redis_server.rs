@@ -203,17 +203,20 @@ impl RedisServer {
             .expect("REPLICAOF");
         let listed = format!("port={},state=online", self.port);
         for _ in 0..200 {
-            let info: String = redis::cmd("INFO")
+            // A server busy sending its data may answer INFO past the client's response
+            // timeout: that is "not yet", not a failure.
+            let info: Result<String, _> = redis::cmd("INFO")
                 .arg("replication")
                 .query_async(&mut primary_connection)
-                .await
-                .expect("INFO");
-            let mine: String = redis::cmd("INFO")
+                .await;
+            let mine: Result<String, _> = redis::cmd("INFO")
                 .arg("replication")
                 .query_async(&mut connection)
-                .await
-                .expect("INFO");
-            if info.contains(&listed) && mine.contains("master_link_status:up") {
+                .await;
+            if let (Ok(info), Ok(mine)) = (info, mine)
+                && info.contains(&listed)
+                && mine.contains("master_link_status:up")
+            {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -40,6 +40,9 @@ pub enum StreamEnd {
     ResetOn(Arc<Notify>),
     /// One more event and `[DONE]`, once the notify is notified.
     FinishOn(Arc<Notify>),
+    /// Nothing more: the connection is held until the gateway closes it, and the notify
+    /// is notified then.
+    HoldUntilClosed(Arc<Notify>),
 }
 
 impl Reply {
@@ -247,6 +250,13 @@ async fn answer(mut socket: TcpStream, reply: Reply) -> std::io::Result<()> {
                 StreamEnd::FinishOn(notify) => {
                     notify.notified().await;
                     socket.write_all(chunk(&event(events)).as_bytes()).await?;
+                }
+                StreamEnd::HoldUntilClosed(closed) => {
+                    // The request was read whole: what comes next is the gateway's close.
+                    let mut byte = [0_u8; 1];
+                    while matches!(socket.read(&mut byte).await, Ok(read) if read > 0) {}
+                    closed.notify_one();
+                    return Ok(());
                 }
             }
             socket
