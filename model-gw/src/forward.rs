@@ -325,7 +325,7 @@ impl ModelGatewayService {
         let relay = Relay {
             gateway: self.clone(),
             status,
-            chunks: Box::pin(response.bytes_stream()),
+            response,
             editor: StreamEditor::new(&call),
             record: Some(record),
             span: Span::current(),
@@ -548,7 +548,7 @@ struct Relay {
     gateway: ModelGatewayService,
     /// The upstream's status.
     status: u16,
-    chunks: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    response: reqwest::Response,
     editor: StreamEditor,
     /// `None` once the entry is written.
     record: Option<CallRecord>,
@@ -561,14 +561,14 @@ impl Relay {
     async fn next(&mut self) -> Option<Result<CallResponse, Status>> {
         loop {
             self.record.as_ref()?;
-            match self.chunks.next().await {
-                Some(Ok(chunk)) => {
+            match self.response.chunk().await {
+                Ok(Some(chunk)) => {
                     let out = self.editor.push(&chunk);
                     if !out.is_empty() {
                         return Some(Ok(message(out)));
                     }
                 }
-                Some(Err(err)) => {
+                Err(err) => {
                     let (code, failed, message) = upstream_failure(&err);
                     let entry = self.finish(failed, || {
                         tracing::warn!(error = %err.without_url(), "upstream stream failed");
@@ -578,7 +578,7 @@ impl Relay {
                     self.gateway.log_spend(entry).await;
                     return Some(Err(error(code, message)));
                 }
-                None => {
+                Ok(None) => {
                     let rest = self.editor.finish();
                     let entry = self.finish(self.status, || {})?;
                     self.gateway.log_spend_soon(entry);
