@@ -27,46 +27,73 @@ const HEADER_MAPS: [&str; 4] = [
     "default_headers",
 ];
 
-fn normalized(key: &str) -> String {
-    key.to_ascii_lowercase().replace('-', "_")
+/// Credential field names, lowercase, `_` for `-`.
+const CREDENTIAL_NAMES: [&str; 14] = [
+    "api_key",
+    "apikey",
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "authorization",
+    "proxy_authorization",
+    "cookie",
+    "set_cookie",
+    "private_key",
+    "session_api_key",
+    "session_api_keys",
+    "acp_resume_session_id",
+];
+
+/// Endings of credential field names, as [`CREDENTIAL_NAMES`].
+const CREDENTIAL_SUFFIXES: [&str; 7] = [
+    "_api_key",
+    "_secret",
+    "_secret_key",
+    "_access_key",
+    "_password",
+    "_token",
+    "_private_key",
+];
+
+/// A key's byte as the names above are written: ASCII lowercase, `_` for `-`.
+fn folded(byte: u8) -> u8 {
+    if byte == b'-' {
+        b'_'
+    } else {
+        byte.to_ascii_lowercase()
+    }
+}
+
+/// Whether `key` reads `name` in any case, `-` for `_`. Compared in place: every key of
+/// every delivery is looked at, and nearly all differ in length or first byte.
+fn folds_to(key: &[u8], name: &str) -> bool {
+    key.len() == name.len()
+        && key
+            .iter()
+            .zip(name.as_bytes())
+            .all(|(&byte, &wanted)| folded(byte) == wanted)
+}
+
+/// Whether `key` ends with `suffix` in the sense of [`folds_to`].
+fn folds_to_suffix(key: &[u8], suffix: &str) -> bool {
+    key.len() >= suffix.len() && folds_to(&key[key.len() - suffix.len()..], suffix)
 }
 
 /// Whether a field of this name holds a credential.
 pub fn is_credential_key(key: &str) -> bool {
-    let key = normalized(key);
-    matches!(
-        key.as_str(),
-        "api_key"
-            | "apikey"
-            | "password"
-            | "passwd"
-            | "secret"
-            | "token"
-            | "authorization"
-            | "proxy_authorization"
-            | "cookie"
-            | "set_cookie"
-            | "private_key"
-            | "session_api_key"
-            | "session_api_keys"
-            | "acp_resume_session_id"
-    ) || [
-        "_api_key",
-        "_secret",
-        "_secret_key",
-        "_access_key",
-        "_password",
-        "_token",
-        "_private_key",
-    ]
-    .iter()
-    .any(|suffix| key.ends_with(suffix))
+    let key = key.as_bytes();
+    CREDENTIAL_NAMES.iter().any(|name| folds_to(key, name))
+        || CREDENTIAL_SUFFIXES
+            .iter()
+            .any(|suffix| folds_to_suffix(key, suffix))
 }
 
 /// Whether a header of this name carries a credential.
 fn is_credential_header(name: &str) -> bool {
-    let name = normalized(name);
-    is_credential_key(&name) || name.ends_with("_key") || name.contains("secret")
+    is_credential_key(name)
+        || folds_to_suffix(name.as_bytes(), "_key")
+        || name.to_ascii_lowercase().contains("secret")
 }
 
 /// A JSON tree the rules walk: serde_json's `Value`, and the webhook fast path's
@@ -197,7 +224,8 @@ fn json_text_redacted(text: &str) -> Option<String> {
 /// `scheme://user:password@host…` → `scheme://user:***@host…`, wherever it appears;
 /// `None` when there is no such password.
 fn url_password_redacted(text: &str) -> Option<String> {
-    if !text.contains("://") || !text.contains('@') {
+    // `@` first: a one-byte search, and rarer in text than a URL's scheme.
+    if !text.contains('@') || !text.contains("://") {
         return None;
     }
     let mut out = String::with_capacity(text.len());
@@ -281,6 +309,28 @@ mod tests {
             "https://vault"
         );
         assert!(text.contains("\\\"command\\\":\\\"ls\\\""), "{text}");
+    }
+
+    #[test]
+    fn key_names_match_in_any_case_and_length() {
+        assert!(is_credential_key("X-Api-Key"));
+        assert!(is_credential_key("GITHUB_TOKEN"));
+        assert!(!is_credential_key("per_turn_token_count"));
+        assert!(is_credential_key("Proxy-Authorization"));
+        assert!(!is_credential_key("api_keys"));
+        assert!(!is_credential_key("token_count"));
+        // Long, and with non-ASCII letters (compared as they are).
+        assert!(is_credential_key(&format!(
+            "{}_Private-Key",
+            "a".repeat(100)
+        )));
+        assert!(is_credential_key("clé_API-KEY"));
+        assert!(!is_credential_key("tokén"));
+        assert!(is_credential_header("X-Vault-Token"));
+        assert!(is_credential_header("X-Custom-Key"));
+        assert!(is_credential_header("X-My-SECRET-thing"));
+        assert!(!is_credential_header("X-Trace"));
+        assert!(!is_credential_header("Keyboard"));
     }
 
     #[test]

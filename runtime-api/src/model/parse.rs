@@ -357,7 +357,7 @@ fn replace_lone_surrogates(body: &[u8]) -> Cow<'_, [u8]> {
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
     let mut i = 0;
-    while let Some(pos) = body[i..].iter().position(|b| *b == b'\\') {
+    while let Some(pos) = memchr::memchr(b'\\', &body[i..]) {
         let at = i + pos;
         match body.get(at + 1) {
             Some(b'u') => {

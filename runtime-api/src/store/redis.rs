@@ -388,7 +388,9 @@ impl ConversationStore for RedisStore {
         expected: u64,
         next: &StoredConversation,
     ) -> StoreResult<bool> {
-        let data = serde_json::to_vec(next).map_err(corrupt)?;
+        // The record and a few hundred bytes of bookkeeping, written without regrowing.
+        let mut data = Vec::with_capacity(next.record.get().len() + 512);
+        serde_json::to_writer(&mut data, next).map_err(corrupt)?;
         let member = next.id.to_string();
         // Every index holds it in the same bucket.
         let bucket = self.layout.bucket(next.id.as_bytes());
