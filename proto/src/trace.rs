@@ -1,8 +1,9 @@
 //! W3C trace context (`traceparent`, `tracestate`) across Sandgate's hops, so that one
 //! request is one trace: the edge opens a server span per request, child of the caller's
-//! `traceparent`, and injects that span's context into the gRPC metadata; every gRPC
-//! service opens its span as the child of the metadata's context (one tower layer,
-//! [`traced`], around the services' routes, in-process calls included); the model gateway
+//! `traceparent`, and a remote gRPC call carries that span's context in its metadata;
+//! every gRPC service opens its span as the child of the metadata's context, or, called
+//! in-process, of the edge's span (one tower layer, [`traced`], around the services'
+//! routes, in-process calls included); the model gateway
 //! injects its upstream span's context into the upstream request. (In `sandgate serve` the
 //! edge calls the model gateway's service itself, not its routes: the upstream span is
 //! then the child of the edge's.)
@@ -20,7 +21,6 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::service::Routes;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -50,19 +50,6 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-struct MetadataInjector<'a>(&'a mut MetadataMap);
-
-impl Injector for MetadataInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(key), Ok(value)) = (
-            MetadataKey::from_bytes(key.as_bytes()),
-            MetadataValue::try_from(value),
-        ) {
-            self.0.insert(key, value);
-        }
-    }
-}
-
 /// Makes `span` the child of the trace context that `headers` carry, if they carry one;
 /// then records the trace id in the span's `trace_id` field (log lines show it).
 ///
@@ -82,13 +69,8 @@ pub fn continue_trace(span: &Span, headers: &HeaderMap) {
     }
 }
 
-/// Puts the current span's trace context into gRPC metadata.
-pub fn inject_metadata(metadata: &mut MetadataMap) {
-    let context = Span::current().context();
-    TraceContextPropagator::new().inject_context(&context, &mut MetadataInjector(metadata));
-}
-
-/// Puts `span`'s trace context into HTTP headers (an outbound request's).
+/// Puts `span`'s trace context into HTTP headers (an outbound request's, a remote gRPC
+/// call's).
 pub fn inject_headers(span: &Span, headers: &mut HeaderMap) {
     let context = span.context();
     TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
@@ -117,6 +99,9 @@ impl<S> tower::Layer<S> for GrpcTraceLayer {
 pub struct GrpcTrace<S> {
     inner: S,
 }
+
+/// The W3C header that carries a caller's trace context.
+const TRACEPARENT: &str = "traceparent";
 
 /// The path prefix of gRPC health checks.
 const HEALTH: &str = "/grpc.health.v1.Health/";
@@ -149,6 +134,9 @@ where
             .trim_start_matches('/')
             .split_once('/')
             .unwrap_or((path, ""));
+        // Called in-process, from inside the edge's request span: the span is its child,
+        // in its trace, and the edge's log context names the trace already.
+        let nested = !Span::current().is_none() && !request.headers().contains_key(TRACEPARENT);
         let span = tracing::info_span!(
             "grpc",
             otel.name = path.trim_start_matches('/'),
@@ -158,7 +146,9 @@ where
         span.set_attribute("rpc.system", "grpc");
         span.set_attribute("rpc.service", service.to_owned());
         span.set_attribute("rpc.method", method.to_owned());
-        continue_trace(&span, request.headers());
+        if !nested {
+            continue_trace(&span, request.headers());
+        }
         let future = span.in_scope(|| self.inner.call(request));
         Box::pin(tracing::Instrument::instrument(
             async move {
@@ -205,9 +195,8 @@ mod tests {
             incoming.insert("traceparent", HeaderValue::from_static(CALLER));
             let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
             continue_trace(&span, &incoming);
-            let mut metadata = MetadataMap::new();
-            span.in_scope(|| inject_metadata(&mut metadata));
-            let passed = metadata.into_headers();
+            let mut passed = HeaderMap::new();
+            inject_headers(&span, &mut passed);
             let sent = traceparent(&passed);
             assert!(
                 sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
@@ -238,8 +227,5 @@ mod tests {
         let mut headers = HeaderMap::new();
         inject_headers(&Span::current(), &mut headers);
         assert!(headers.is_empty());
-        let mut metadata = MetadataMap::new();
-        inject_metadata(&mut metadata);
-        assert!(metadata.is_empty());
     }
 }

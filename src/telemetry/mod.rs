@@ -14,7 +14,13 @@
 pub mod metrics;
 mod traces;
 
+use std::fmt;
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::{RecordFields, VisitOutput};
 use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -70,9 +76,53 @@ impl<W: std::io::Write> std::io::Write for OneLine<W> {
     }
 }
 
-/// What must outlive the process's work: the span exporter, flushed by [`Self::shutdown`].
+/// The text format's fields: `tracing-subscriber`'s, without the `otel.*` ones, which
+/// name and classify spans for the trace exporter and would repeat on every log line of
+/// a request (the span's name and the line's message say the same).
+struct TextFields;
+
+impl<'writer> FormatFields<'writer> for TextFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+        let mut visitor = WithoutOtel(DefaultVisitor::new(writer, true));
+        fields.record(&mut visitor);
+        visitor.0.finish()
+    }
+}
+
+struct WithoutOtel<V>(V);
+
+fn is_otel(field: &Field) -> bool {
+    field.name().starts_with("otel.")
+}
+
+impl<V: Visit> Visit for WithoutOtel<V> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if !is_otel(field) {
+            self.0.record_str(field, value);
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        if !is_otel(field) {
+            self.0.record_error(field, value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if !is_otel(field) {
+            self.0.record_debug(field, value);
+        }
+    }
+}
+
+/// What the log writer thread writes in one go at most.
+const LOG_BUFFER: usize = 64 * 1024;
+
+/// What must outlive the process's work: the span exporter, flushed by [`Self::shutdown`],
+/// and the log writer thread, which writes what is queued when this is dropped.
 pub struct Telemetry {
     traces: traces::Traces,
+    _log_writer: tracing_appender::non_blocking::WorkerGuard,
 }
 
 /// Installs logging and tracing for the process named `service` (OpenTelemetry's
@@ -81,14 +131,24 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_new(&args.log)
         .map_err(|err| anyhow::anyhow!("invalid --log filter {:?}: {err}", args.log))?;
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Requests hand their lines over; the writer thread writes whatever has queued in one
+    // `write` (a line per request under load made a syscall, and a wake-up of whatever
+    // reads stderr, per request). Not lossy: when the queue is full, loggers wait.
+    let (stderr, log_writer) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("sandgate-log")
+        .finish(std::io::BufWriter::with_capacity(
+            LOG_BUFFER,
+            std::io::stderr(),
+        ));
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(move || OneLine {
-            inner: std::io::stderr(),
+            inner: stderr.clone(),
             ansi,
         })
         .with_ansi(ansi);
     let logs = match args.log_format {
-        LogFormat::Text => logs.with_filter(filter).boxed(),
+        LogFormat::Text => logs.fmt_fields(TextFields).with_filter(filter).boxed(),
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
     };
     let traces = traces::Traces::new(service)?;
@@ -111,7 +171,10 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
         .try_init()
         .map_err(|err| anyhow::anyhow!("cannot install the logger: {err}"))?;
     traces.log_exporter();
-    Ok(Telemetry { traces })
+    Ok(Telemetry {
+        traces,
+        _log_writer: log_writer,
+    })
 }
 
 impl Telemetry {
@@ -148,5 +211,50 @@ mod tests {
             "\x1b[32mINFO\x1b[0m x\n"
         );
         assert_eq!(written(false, b"\x1b[2J\n"), "\\x1b[2J\n");
+    }
+
+    #[test]
+    fn text_lines_leave_the_exporters_span_fields_out() {
+        use std::sync::{Arc, Mutex};
+
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&buffer);
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .without_time()
+            .fmt_fields(super::TextFields)
+            .with_writer(move || Sink(Arc::clone(&sink)));
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            let span = tracing::info_span!(
+                "request",
+                otel.name = "POST /x",
+                otel.kind = "server",
+                trace_id = tracing::field::Empty
+            );
+            span.record("trace_id", "abc");
+            span.in_scope(|| tracing::info!(conversation = %"c1", status = "idle", "recorded"));
+        });
+        let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+        assert!(text.contains(r#"request{trace_id="abc"}: "#), "{text}");
+        assert!(
+            text.contains(r#"recorded conversation=c1 status="idle""#),
+            "{text}"
+        );
+        assert!(!text.contains("otel"), "{text}");
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 }

@@ -421,3 +421,65 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
         assert!(!edge.log().contains(secret), "{secret} was logged");
     }
 }
+
+/// `sandgate serve` calls its gRPC services in-process, without the metadata that carries
+/// a trace across a socket: a delivery is still one trace, the service's span the edge
+/// span's child, and a log line inside it names the trace once, without the exporter's
+/// span fields.
+#[tokio::test]
+async fn an_in_process_grpc_call_is_the_edge_spans_child() {
+    let (sent, mut spans) = mpsc::unbounded_channel();
+    let collector = collector(sent).await;
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+    ];
+    let server = SandgateProcess::spawn(&serve_args(&Backend::embedded()), &otel).await;
+    let id = crate::common::new_id();
+    let answer = reqwest::Client::new()
+        .post(server.url("/api/v1/webhooks/conversations"))
+        .header("x-session-api-key", crate::common::WEBHOOK_KEY)
+        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .json(&crate::common::conversation(
+            &id,
+            "2026-01-01T00:00:00Z",
+            "idle",
+        ))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(answer.status(), 200);
+
+    let mut seen: Vec<Exported> = Vec::new();
+    let chain = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let edge = seen
+                .iter()
+                .find(|span| span.trace_id == TRACE_ID && span.parent_span_id == CLIENT_SPAN)
+                .cloned();
+            if let Some(edge) = edge
+                && let Some(grpc) = seen
+                    .iter()
+                    .find(|span| span.trace_id == TRACE_ID && span.parent_span_id == edge.span_id)
+            {
+                return (edge, grpc.clone());
+            }
+            seen.push(spans.recv().await.expect("the collector runs"));
+        }
+    })
+    .await;
+    let Ok((edge, grpc)) = chain else {
+        panic!("the trace is not whole; spans exported: {seen:#?}");
+    };
+    assert_eq!(edge.name, "POST /api/v1/webhooks/conversations");
+    assert_eq!(grpc.name, "sandgate.conversations.v1.Conversations/Upsert");
+
+    server.wait_for_log("conversation recorded", PATIENCE).await;
+    let log = server.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains("conversation recorded"))
+        .expect("logged");
+    assert_eq!(line.matches(TRACE_ID).count(), 1, "{line}");
+    assert!(!line.contains("otel."), "{line}");
+}

@@ -1,6 +1,6 @@
 //! The transport between the edge and the gRPC services: a network channel when they run
 //! apart, or the services' own router called in-process (`sandgate serve`), so one process
-//! skips the sockets but keeps every gRPC semantic (metadata, codes, details).
+//! skips the sockets but keeps every gRPC semantic (metadata, codes, details, the trace).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +11,7 @@ use tonic::body::Body;
 use tonic::service::Routes;
 use tonic::transport::Channel;
 use tower::Service;
+use tracing::Span;
 
 /// A gRPC transport that generated clients accept.
 #[derive(Clone)]
@@ -56,9 +57,14 @@ impl Service<http::Request<Body>> for GrpcChannel {
         }
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         match self {
-            Self::Remote(channel) => Box::pin(channel.call(request)),
+            Self::Remote(channel) => {
+                // Across a socket the call carries the edge span's trace context; in-process
+                // the services' span is that span's child already.
+                sandgate_proto::trace::inject_headers(&Span::current(), request.headers_mut());
+                Box::pin(channel.call(request))
+            }
             Self::InProcess(routes) => {
                 let response = routes.call(request);
                 Box::pin(async move {

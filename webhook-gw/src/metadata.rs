@@ -1,7 +1,9 @@
 //! What of an HTTP request travels to the services as gRPC metadata: the caller's
 //! credentials and the forwardable `x-*` headers, which the services decide the meaning
-//! of, and the trace context of the edge's request span (not the caller's `traceparent`:
-//! the edge's span is the gRPC call's parent, and the caller's is the edge span's).
+//! of. (Not the caller's `traceparent`: the edge's span is the gRPC call's parent, and the
+//! caller's is the edge span's; the channel passes the edge span's on, see [`GrpcChannel`].)
+//!
+//! [`GrpcChannel`]: crate::GrpcChannel
 
 use std::net::IpAddr;
 
@@ -37,9 +39,7 @@ pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
             forwarded.append(name.clone(), value.clone());
         }
     }
-    let mut metadata = MetadataMap::from_headers(forwarded);
-    sandgate_proto::trace::inject_metadata(&mut metadata);
-    metadata
+    MetadataMap::from_headers(forwarded)
 }
 
 /// A gRPC request carrying `message` and the forwarded headers.
