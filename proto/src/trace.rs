@@ -100,9 +100,6 @@ pub struct GrpcTrace<S> {
     inner: S,
 }
 
-/// The W3C header that carries a caller's trace context.
-const TRACEPARENT: &str = "traceparent";
-
 /// The path prefix of gRPC health checks.
 const HEALTH: &str = "/grpc.health.v1.Health/";
 
@@ -134,9 +131,6 @@ where
             .trim_start_matches('/')
             .split_once('/')
             .unwrap_or((path, ""));
-        // Called in-process, from inside the edge's request span: the span is its child,
-        // in its trace, and the edge's log context names the trace already.
-        let nested = !Span::current().is_none() && !request.headers().contains_key(TRACEPARENT);
         let span = tracing::info_span!(
             "grpc",
             otel.name = path.trim_start_matches('/'),
@@ -146,9 +140,9 @@ where
         span.set_attribute("rpc.system", "grpc");
         span.set_attribute("rpc.service", service.to_owned());
         span.set_attribute("rpc.method", method.to_owned());
-        if !nested {
-            continue_trace(&span, request.headers());
-        }
+        // Called in-process, the call carries no trace context: the span stays the child
+        // of the edge's span, which is current, and takes its trace id from it.
+        continue_trace(&span, request.headers());
         let future = span.in_scope(|| self.inner.call(request));
         Box::pin(tracing::Instrument::instrument(
             async move {

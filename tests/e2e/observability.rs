@@ -424,8 +424,8 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
 
 /// `sandgate serve` calls its gRPC services in-process, without the metadata that carries
 /// a trace across a socket: a delivery is still one trace, the service's span the edge
-/// span's child, and a log line inside it names the trace once, without the exporter's
-/// span fields.
+/// span's child, and a log line inside it names the trace in each span (JSON readers take
+/// the innermost's), without the exporter's span fields.
 #[tokio::test]
 async fn an_in_process_grpc_call_is_the_edge_spans_child() {
     let (sent, mut spans) = mpsc::unbounded_channel();
@@ -480,6 +480,38 @@ async fn an_in_process_grpc_call_is_the_edge_spans_child() {
         .lines()
         .find(|line| line.contains("conversation recorded"))
         .expect("logged");
-    assert_eq!(line.matches(TRACE_ID).count(), 1, "{line}");
+    assert!(
+        line.contains(&format!(
+            "request{{trace_id={TRACE_ID}}}:grpc{{trace_id={TRACE_ID}}}: "
+        )),
+        "{line}"
+    );
     assert!(!line.contains("otel."), "{line}");
+
+    // JSON lines: the innermost span, the service's, names the trace too.
+    let mut args = serve_args(&Backend::embedded());
+    args.extend(["--log-format".to_owned(), "json".to_owned()]);
+    let server = SandgateProcess::spawn(&args, &[]).await;
+    let answer = reqwest::Client::new()
+        .post(server.url("/api/v1/webhooks/conversations"))
+        .header("x-session-api-key", crate::common::WEBHOOK_KEY)
+        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .json(&crate::common::conversation(
+            &crate::common::new_id(),
+            "2026-01-01T00:00:00Z",
+            "idle",
+        ))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(answer.status(), 200);
+    server.wait_for_log("conversation recorded", PATIENCE).await;
+    let log = server.log();
+    let line: Value = log
+        .lines()
+        .find(|line| line.contains("conversation recorded"))
+        .and_then(|line| serde_json::from_str(line).ok())
+        .expect("a JSON log line");
+    assert_eq!(line["span"]["name"], "grpc", "{line}");
+    assert_eq!(line["span"]["trace_id"], TRACE_ID, "{line}");
 }
