@@ -405,13 +405,8 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
         .await
         .expect("request");
     assert_eq!(added.status(), 200);
-    model_gw.wait_for_log("model added", PATIENCE).await;
+    let line = json_line(&model_gw, "model added").await;
     let log = model_gw.log();
-    let line: Value = log
-        .lines()
-        .find(|line| line.contains("model added"))
-        .and_then(|line| serde_json::from_str(line).ok())
-        .expect("a JSON log line");
     assert_eq!(
         line["span"]["trace_id"], "0af7651916cd43dd8448eb211c80319c",
         "{line}"
@@ -420,6 +415,34 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
         assert!(!log.contains(secret), "{secret} was logged");
         assert!(!edge.log().contains(secret), "{secret} was logged");
     }
+}
+
+/// The first line `process` logs that contains `needle`, as JSON.
+async fn json_line(process: &SandgateProcess, needle: &str) -> Value {
+    process.wait_for_log(needle, PATIENCE).await;
+    process
+        .log()
+        .lines()
+        .find(|line| line.contains(needle))
+        .and_then(|line| serde_json::from_str(line).ok())
+        .expect("a JSON log line")
+}
+
+/// Delivers a new conversation to `server` as a caller in the trace `TRACE_ID`.
+async fn deliver_in_trace(server: &SandgateProcess) {
+    let answer = reqwest::Client::new()
+        .post(server.url("/api/v1/webhooks/conversations"))
+        .header("x-session-api-key", crate::common::WEBHOOK_KEY)
+        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .json(&crate::common::conversation(
+            &crate::common::new_id(),
+            "2026-01-01T00:00:00Z",
+            "idle",
+        ))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(answer.status(), 200);
 }
 
 /// `sandgate serve` calls its gRPC services in-process, without the metadata that carries
@@ -435,20 +458,7 @@ async fn an_in_process_grpc_call_is_the_edge_spans_child() {
         ("OTEL_BSP_SCHEDULE_DELAY", "20"),
     ];
     let server = SandgateProcess::spawn(&serve_args(&Backend::embedded()), &otel).await;
-    let id = crate::common::new_id();
-    let answer = reqwest::Client::new()
-        .post(server.url("/api/v1/webhooks/conversations"))
-        .header("x-session-api-key", crate::common::WEBHOOK_KEY)
-        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
-        .json(&crate::common::conversation(
-            &id,
-            "2026-01-01T00:00:00Z",
-            "idle",
-        ))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(answer.status(), 200);
+    deliver_in_trace(&server).await;
 
     let mut seen: Vec<Exported> = Vec::new();
     let chain = tokio::time::timeout(PATIENCE, async {
@@ -492,26 +502,8 @@ async fn an_in_process_grpc_call_is_the_edge_spans_child() {
     let mut args = serve_args(&Backend::embedded());
     args.extend(["--log-format".to_owned(), "json".to_owned()]);
     let server = SandgateProcess::spawn(&args, &[]).await;
-    let answer = reqwest::Client::new()
-        .post(server.url("/api/v1/webhooks/conversations"))
-        .header("x-session-api-key", crate::common::WEBHOOK_KEY)
-        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
-        .json(&crate::common::conversation(
-            &crate::common::new_id(),
-            "2026-01-01T00:00:00Z",
-            "idle",
-        ))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(answer.status(), 200);
-    server.wait_for_log("conversation recorded", PATIENCE).await;
-    let log = server.log();
-    let line: Value = log
-        .lines()
-        .find(|line| line.contains("conversation recorded"))
-        .and_then(|line| serde_json::from_str(line).ok())
-        .expect("a JSON log line");
+    deliver_in_trace(&server).await;
+    let line = json_line(&server, "conversation recorded").await;
     assert_eq!(line["span"]["name"], "grpc", "{line}");
     assert_eq!(line["span"]["trace_id"], TRACE_ID, "{line}");
 }
