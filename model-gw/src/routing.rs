@@ -41,11 +41,15 @@ impl Upstream {
     /// The URL of `path` (`/chat/completions`, `/responses`, …) on this upstream: the base
     /// with `path` appended to its path (its query, if it has one, stays last).
     pub fn url(&self, path: &str) -> Option<Url> {
-        let mut url = self.base.clone()?;
-        let joined = format!("{}{path}", url.path().trim_end_matches('/'));
-        url.set_path(&joined);
-        Some(url)
+        self.base.clone().map(|base| appended(base, path))
     }
+}
+
+/// `base` with `path` appended to its path; its query, if it has one, stays last.
+fn appended(mut base: Url, path: &str) -> Url {
+    let joined = format!("{}{path}", base.path().trim_end_matches('/'));
+    base.set_path(&joined);
+    base
 }
 
 impl std::fmt::Debug for Upstream {
@@ -82,10 +86,10 @@ fn upstream(entry: &ModelEntry, model: &str) -> Option<Upstream> {
     };
     // An entry's kind is its own (a wildcard's model names it): its base is parsed once.
     let base = entry.base_url.0.get_or_init(|| {
-        let api_base = entry.api_base.trim_end_matches('/');
+        let base = Url::parse(&entry.api_base).ok();
         match kind {
-            Kind::GatewayProxy => Url::parse(&format!("{api_base}/v1")).ok(),
-            Kind::OpenAi => Url::parse(api_base).ok(),
+            Kind::GatewayProxy => base.map(|base| appended(base, "/v1")),
+            Kind::OpenAi => base,
         }
     });
     Some(Upstream {
@@ -170,6 +174,13 @@ mod tests {
         assert_eq!(
             upstream.url("/responses").map(String::from),
             Some("http://gw/v1/responses?api-version=2".to_owned())
+        );
+        // A gateway's `/v1` is part of the path too.
+        let entries = [entry("c", "gateway_proxy/c", "http://gw/?api-version=2")];
+        let upstream = route(&entries, "c").unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(
+            upstream.url("/chat/completions").map(String::from),
+            Some("http://gw/v1/chat/completions?api-version=2".to_owned())
         );
         let entries = [entry("gpt", "openai/gpt-4o", "not a url")];
         let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
