@@ -80,9 +80,53 @@ fn folds_to_suffix(key: &[u8], suffix: &str) -> bool {
     key.len() >= suffix.len() && folds_to(&key[key.len() - suffix.len()..], suffix)
 }
 
+/// The shortest credential name or ending, and which bytes end one: every key of every
+/// delivery is looked at, and most are told apart by these two alone (`id`, `kind`, `url`,
+/// `model`, `timestamp`). Derived from the lists, so that they stay the only place to edit.
+const SHORTEST_CREDENTIAL: usize = shortest(&CREDENTIAL_NAMES, &CREDENTIAL_SUFFIXES);
+const CREDENTIAL_LAST_BYTES: [bool; 256] = last_bytes(&CREDENTIAL_NAMES, &CREDENTIAL_SUFFIXES);
+
+const fn shortest(names: &[&str], suffixes: &[&str]) -> usize {
+    let mut shortest = usize::MAX;
+    let mut i = 0;
+    while i < names.len() + suffixes.len() {
+        let name = if i < names.len() {
+            names[i]
+        } else {
+            suffixes[i - names.len()]
+        };
+        if name.len() < shortest {
+            shortest = name.len();
+        }
+        i += 1;
+    }
+    shortest
+}
+
+const fn last_bytes(names: &[&str], suffixes: &[&str]) -> [bool; 256] {
+    let mut last = [false; 256];
+    let mut i = 0;
+    while i < names.len() + suffixes.len() {
+        let name = if i < names.len() {
+            names[i].as_bytes()
+        } else {
+            suffixes[i - names.len()].as_bytes()
+        };
+        last[name[name.len() - 1] as usize] = true;
+        i += 1;
+    }
+    last
+}
+
 /// Whether a field of this name holds a credential.
 pub fn is_credential_key(key: &str) -> bool {
     let key = key.as_bytes();
+    let Some(&last) = key.last() else {
+        return false;
+    };
+    if key.len() < SHORTEST_CREDENTIAL || !CREDENTIAL_LAST_BYTES[usize::from(folded(last))] {
+        return false;
+    }
     CREDENTIAL_NAMES.iter().any(|name| folds_to(key, name))
         || CREDENTIAL_SUFFIXES
             .iter()
@@ -331,6 +375,24 @@ mod tests {
         assert!(is_credential_header("X-My-SECRET-thing"));
         assert!(!is_credential_header("X-Trace"));
         assert!(!is_credential_header("Keyboard"));
+        // The quick refusals (too short, a last byte no name ends in) pass every listed
+        // name and ending, in any case and with `-` for `_`.
+        for name in CREDENTIAL_NAMES {
+            assert!(is_credential_key(name), "{name}");
+            assert!(
+                is_credential_key(&name.to_uppercase().replace('_', "-")),
+                "{name}"
+            );
+        }
+        for suffix in CREDENTIAL_SUFFIXES {
+            assert!(is_credential_key(&format!("x{suffix}")), "{suffix}");
+            assert!(
+                is_credential_key(&format!("X{}", suffix.to_uppercase())),
+                "{suffix}"
+            );
+        }
+        assert!(!is_credential_key(""));
+        assert!(!is_credential_key("key"));
     }
 
     #[test]
