@@ -80,42 +80,38 @@ fn folds_to_suffix(key: &[u8], suffix: &str) -> bool {
     key.len() >= suffix.len() && folds_to(&key[key.len() - suffix.len()..], suffix)
 }
 
-/// The shortest credential name or ending, and which bytes end one: every key of every
-/// delivery is looked at, and most are told apart by these two alone (`id`, `kind`, `url`,
-/// `model`, `timestamp`). Derived from the lists, so that they stay the only place to edit.
-const SHORTEST_CREDENTIAL: usize = shortest(&CREDENTIAL_NAMES, &CREDENTIAL_SUFFIXES);
-const CREDENTIAL_LAST_BYTES: [bool; 256] = last_bytes(&CREDENTIAL_NAMES, &CREDENTIAL_SUFFIXES);
-
-const fn shortest(names: &[&str], suffixes: &[&str]) -> usize {
-    let mut shortest = usize::MAX;
-    let mut i = 0;
-    while i < names.len() + suffixes.len() {
-        let name = if i < names.len() {
-            names[i]
-        } else {
-            suffixes[i - names.len()]
-        };
-        if name.len() < shortest {
-            shortest = name.len();
-        }
-        i += 1;
-    }
-    shortest
+/// What every credential name and ending has in common, for the quick refusals of
+/// [`is_credential_key`]: every key of every delivery is looked at, and most are told
+/// apart by these alone (`id`, `kind`, `url`, `model`, `timestamp`). Derived from the
+/// lists, so that they stay the only place to edit.
+struct Quick {
+    /// The length of the shortest.
+    shortest: usize,
+    /// The bytes one ends in.
+    last_bytes: [bool; 256],
 }
 
-const fn last_bytes(names: &[&str], suffixes: &[&str]) -> [bool; 256] {
-    let mut last = [false; 256];
-    let mut i = 0;
-    while i < names.len() + suffixes.len() {
-        let name = if i < names.len() {
-            names[i].as_bytes()
-        } else {
-            suffixes[i - names.len()].as_bytes()
-        };
-        last[name[name.len() - 1] as usize] = true;
-        i += 1;
+static QUICK: Quick = quick(&[&CREDENTIAL_NAMES, &CREDENTIAL_SUFFIXES]);
+
+const fn quick(lists: &[&[&str]]) -> Quick {
+    let mut quick = Quick {
+        shortest: usize::MAX,
+        last_bytes: [false; 256],
+    };
+    let mut list = 0;
+    while list < lists.len() {
+        let mut i = 0;
+        while i < lists[list].len() {
+            let name = lists[list][i].as_bytes();
+            if name.len() < quick.shortest {
+                quick.shortest = name.len();
+            }
+            quick.last_bytes[name[name.len() - 1] as usize] = true;
+            i += 1;
+        }
+        list += 1;
     }
-    last
+    quick
 }
 
 /// Whether a field of this name holds a credential.
@@ -124,7 +120,7 @@ pub fn is_credential_key(key: &str) -> bool {
     let Some(&last) = key.last() else {
         return false;
     };
-    if key.len() < SHORTEST_CREDENTIAL || !CREDENTIAL_LAST_BYTES[usize::from(folded(last))] {
+    if key.len() < QUICK.shortest || !QUICK.last_bytes[usize::from(folded(last))] {
         return false;
     }
     CREDENTIAL_NAMES.iter().any(|name| folds_to(key, name))
