@@ -97,8 +97,9 @@ pub(crate) fn get<'o, 'a>(object: &'o Object<'a>, key: &str) -> Option<&'o Json<
 /// Parses `text`; `None` when serde_json rejects it (or an object is too wide), so the
 /// caller takes the `Value` path, which reports the error.
 pub(crate) fn parse(text: &[u8]) -> Option<Json<'_>> {
-    // One UTF-8 check of the whole body, not one per string: a body that is not UTF-8
-    // fails here or in `from_slice` alike, and a `&str` reader checks none again.
+    // One UTF-8 check of the whole body instead of one per string: bytes that are not
+    // UTF-8 are refused either way (in a string by `from_slice`, elsewhere as bad syntax),
+    // and a `&str` reader checks no string again.
     let text = std::str::from_utf8(text).ok()?;
     let mut de = serde_json::Deserializer::from_str(text);
     // The caller has bounded the depth, as `parse::parse_json` does.
