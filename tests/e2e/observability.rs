@@ -419,13 +419,8 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
 
 /// The first line `process` logs that contains `needle`, as JSON.
 async fn json_line(process: &SandgateProcess, needle: &str) -> Value {
-    process.wait_for_log(needle, PATIENCE).await;
-    process
-        .log()
-        .lines()
-        .find(|line| line.contains(needle))
-        .and_then(|line| serde_json::from_str(line).ok())
-        .expect("a JSON log line")
+    let line = process.logged_line(needle, PATIENCE).await;
+    serde_json::from_str(&line).unwrap_or_else(|err| panic!("not a JSON log line ({err}): {line}"))
 }
 
 /// Delivers a new conversation to `server` as a caller in the trace `TRACE_ID`.
@@ -484,12 +479,7 @@ async fn an_in_process_grpc_call_is_the_edge_spans_child() {
     assert_eq!(edge.name, "POST /api/v1/webhooks/conversations");
     assert_eq!(grpc.name, "sandgate.conversations.v1.Conversations/Upsert");
 
-    server.wait_for_log("conversation recorded", PATIENCE).await;
-    let log = server.log();
-    let line = log
-        .lines()
-        .find(|line| line.contains("conversation recorded"))
-        .expect("logged");
+    let line = server.logged_line("conversation recorded", PATIENCE).await;
     assert!(
         line.contains(&format!(
             "request{{trace_id={TRACE_ID}}}:grpc{{trace_id={TRACE_ID}}}: "

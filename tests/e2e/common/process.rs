@@ -92,6 +92,17 @@ impl SandgateProcess {
         );
     }
 
+    /// The first line the process logs that contains `needle`, once it has; panics as
+    /// [`Self::wait_for_log`] when it has not within `within`.
+    pub async fn logged_line(&self, needle: &str, within: Duration) -> String {
+        self.wait_for_log(needle, within).await;
+        self.log()
+            .lines()
+            .find(|line| line.contains(needle))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    }
+
     /// The `host:port` a log line names after `prefix` (e.g. `metrics at http://`).
     pub fn logged_address(&self, prefix: &str) -> Option<String> {
         let log = self.log();
