@@ -106,14 +106,12 @@ fn label(index: usize, entry: &ModelEntry) -> String {
 /// appends `/v1/chat/completions` itself, so its base has no `/v1`; `openai/…` appends
 /// `/chat/completions`, so its base ends in `/v1`.
 fn api_base_form(index: usize, entry: &ModelEntry) -> Vec<Finding> {
-    // Its path: a query (Azure's `?api-version=`) stays after the API paths the gateway
-    // appends.
-    let base = entry
-        .api_base
-        .split(['?', '#'])
-        .next()
-        .unwrap_or_default()
-        .trim_end_matches('/');
+    // Its path as routing reads it (a query, Azure's `?api-version=`, stays after the API
+    // paths the gateway appends); a base that is no URL was refused when the file loaded.
+    let Ok(url) = reqwest::Url::parse(&entry.api_base) else {
+        return Vec::new();
+    };
+    let base = url.path().trim_end_matches('/');
     let problem = if entry.model.starts_with("gateway_proxy/") && base.ends_with("/v1") {
         "ends in /v1, but gateway_proxy/ models are called at {api_base}/v1/chat/completions: drop the /v1"
     } else if entry.model.starts_with("openai/") && !base.ends_with("/v1") {
@@ -280,7 +278,14 @@ model_list:
             ),
             []
         );
+        // Read as routing reads it: the calls go to https://o/v1/chat/completions.
+        assert_eq!(
+            api_base_form(0, &entry("g", "openai/azure/gpt", "https://o/v1/.")),
+            []
+        );
         let proxy = api_base_form(0, &entry("c", "gateway_proxy/c", "https://g/v1/?x=1"));
+        assert_eq!(proxy.len(), 1, "{proxy:?}");
+        let proxy = api_base_form(0, &entry("c", "gateway_proxy/c", "https://g/v1/."));
         assert_eq!(proxy.len(), 1, "{proxy:?}");
     }
 
