@@ -338,11 +338,32 @@ pub fn check_api_key(api_key: &str) -> Result<(), String> {
     }
 }
 
+/// The `api_base`s the gateway calls: http(s), a host that is a DNS name (its last label
+/// starting with a letter) or a dotted IPv4 address, a port up to 65535, then any path,
+/// query or fragment. The OpenAPI document states the same pattern (a test holds them
+/// equal; the document writes `(?s:.)` as `[\s\S]`): what `/model/new` refuses is what
+/// its document says it refuses.
+pub const API_BASE_PATTERN: &str = concat!(
+    "^[Hh][Tt][Tt][Pp][Ss]?://",
+    "(([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\\.)*[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?\\.?",
+    "|(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3})",
+    "(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?",
+    "([/?#](?s:.)*)?$",
+);
+
+static API_BASE: std::sync::LazyLock<Option<fancy_regex::Regex>> =
+    std::sync::LazyLock::new(|| fancy_regex::Regex::new(API_BASE_PATTERN).ok());
+
 /// Why an `api_base` cannot be called, if it cannot.
 pub fn check_api_base(api_base: &str) -> Result<(), String> {
+    let in_form = API_BASE
+        .as_ref()
+        .is_some_and(|form| form.is_match(api_base).unwrap_or(false));
     match reqwest::Url::parse(api_base) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(()),
-        _ => Err(format!("api_base {api_base:?} is not an http(s) URL")),
+        Ok(url) if in_form && matches!(url.scheme(), "http" | "https") => Ok(()),
+        _ => Err(format!(
+            "api_base {api_base:?} is not an http(s) URL with a DNS name or an IPv4 address as its host"
+        )),
     }
 }
 
@@ -603,6 +624,45 @@ impl ConfigFile {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn api_bases_are_refused_as_the_document_says() {
+        for base in [
+            "http://g",
+            "HTtp://litellm.ns.svc.cluster.local:4000",
+            "https://10-0-0-1.pods.local:65535/v1?api-version=2",
+            "http://127.0.0.1:11434/v1",
+            "https://o/openai/v1/",
+        ] {
+            assert_eq!(check_api_base(base), Ok(()), "{base}");
+        }
+        for base in [
+            // Schemathesis's find: a host no DNS name nor address is.
+            "HTtp://253.37.201.0*",
+            "http://a_b.com",
+            "http://a.1",
+            "http://host:65536",
+            "http://user:secret@host",
+            "ftp://host",
+            "http://",
+        ] {
+            let refused = check_api_base(base).expect_err(base);
+            assert!(refused.contains("is not an http(s) URL"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn the_api_base_pattern_is_the_documents() {
+        let document: serde_json::Value =
+            serde_json::from_str(include_str!("../../webhook-gw/src/openapi.json"))
+                .expect("the document");
+        let documented = document["components"]["schemas"]["NewModel"]["properties"]
+            ["gateway_params"]["properties"]["api_base"]["pattern"]
+            .as_str()
+            .expect("a pattern");
+        assert_eq!(documented.replace("[\\s\\S]", "(?s:.)"), API_BASE_PATTERN);
+    }
+
     use super::*;
 
     #[test]
