@@ -624,6 +624,7 @@ impl ConfigFile {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn api_bases_are_refused_as_the_document_says() {
@@ -662,8 +663,6 @@ mod tests {
             .expect("a pattern");
         assert_eq!(documented.replace("[\\s\\S]", "(?s:.)"), API_BASE_PATTERN);
     }
-
-    use super::*;
 
     #[test]
     fn an_api_key_must_be_a_header_value() {
