@@ -354,13 +354,14 @@ pub const API_BASE_PATTERN: &str = concat!(
 static API_BASE: std::sync::LazyLock<Option<fancy_regex::Regex>> =
     std::sync::LazyLock::new(|| fancy_regex::Regex::new(API_BASE_PATTERN).ok());
 
-/// Why an `api_base` cannot be called, if it cannot.
+/// Why an `api_base` cannot be called, if it cannot: not in the documented form (whose
+/// scheme is http or https), or not a URL the client can parse.
 pub fn check_api_base(api_base: &str) -> Result<(), String> {
     let in_form = API_BASE
         .as_ref()
         .is_some_and(|form| form.is_match(api_base).unwrap_or(false));
     match reqwest::Url::parse(api_base) {
-        Ok(url) if in_form && matches!(url.scheme(), "http" | "https") => Ok(()),
+        Ok(_) if in_form => Ok(()),
         _ => Err(format!(
             "api_base {api_base:?} is not an http(s) URL with a DNS name or an IPv4 address as its host"
         )),
