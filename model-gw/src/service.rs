@@ -565,7 +565,7 @@ impl ModelGatewayService {
                 path: openai::path(Api::ChatCompletions),
                 body: vec![Bytes::from(translated.body)],
                 asked: request.model.clone(),
-                user: messages::user(&body),
+                user: translated.user,
                 answer: if count_tokens {
                     AnswerEdit::CountTokens
                 } else {

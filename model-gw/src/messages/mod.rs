@@ -12,10 +12,17 @@
 //! marks. Server tools (web search, code execution) and blocks this gateway does not know
 //! are refused, naming the field. LiteLLM's adapter (`litellm/llms/anthropic/
 //! experimental_pass_through/adapters/`) was the reference for the choices made.
+//!
+//! Both directions read JSON into `serde_json_borrow`'s tree (strings borrowed from the
+//! body, objects as short lists: no hashing, few allocations) and write typed structs:
+//! this is on the path of every translated call, streamed chunk by chunk.
 
 pub mod stream;
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use serde_json_borrow::Value;
 
 /// A translated request: the chat completion body, and what the answer's translation and
 /// the spend log need.
@@ -23,6 +30,214 @@ use serde_json::{Map, Value, json};
 pub struct Translated {
     pub body: Vec<u8>,
     pub stream: bool,
+    /// `metadata.user_id`, for the spend log.
+    pub user: Option<String>,
+}
+
+/// A chat completion message, as the translation writes it.
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum ChatMessage<'a> {
+    System {
+        content: Cow<'a, str>,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        /// `null` when the turn is tool calls only.
+        content: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: String,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<Part<'a>>),
+}
+
+/// A chat completion content part.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: Url<'a> },
+    File { file: FileData<'a> },
+}
+
+#[derive(Serialize)]
+struct Url<'a> {
+    url: Cow<'a, str>,
+}
+
+#[derive(Serialize)]
+struct FileData<'a> {
+    file_data: Cow<'a, str>,
+}
+
+#[derive(Serialize)]
+struct ToolCall<'a> {
+    id: &'a str,
+    r#type: &'static str,
+    function: FunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionCall<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    r#type: &'static str,
+    function: FunctionDefinition<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionDefinition<'a> {
+    name: &'a str,
+    parameters: Parameters<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Parameters<'a> {
+    /// The tool's `input_schema`, as the client wrote it.
+    Given(&'a Value<'a>),
+    /// None given: any object.
+    AnyObject { r#type: &'static str },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolChoice<'a> {
+    Mode(&'static str),
+    Function {
+        r#type: &'static str,
+        function: FunctionName<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct FunctionName<'a> {
+    name: &'a str,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// The chat completion a Messages API request becomes.
+#[derive(Serialize)]
+struct ChatBody<'a> {
+    model: &'a str,
+    messages: Vec<ChatMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<&'a Value<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<&'a Value<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<&'a Value<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop: Option<&'a Value<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Vec<Tool<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+/// A message (a whole answer, or a stream's `message_start`), as Anthropic's API writes it.
+#[derive(Serialize)]
+struct Message<'a> {
+    id: Cow<'a, str>,
+    r#type: &'static str,
+    role: &'static str,
+    model: &'a str,
+    content: Vec<ContentBlock<'a>>,
+    stop_reason: Option<&'static str>,
+    stop_sequence: Option<&'static str>,
+    usage: MessageUsage,
+}
+
+impl<'a> Message<'a> {
+    /// A message named `model` with a chat completion's `id`.
+    fn new(id: &'a str, model: &'a str) -> Self {
+        Self {
+            id: if id.starts_with("msg_") {
+                Cow::Borrowed(id)
+            } else {
+                Cow::Owned(format!("msg_{id}"))
+            },
+            r#type: "message",
+            role: "assistant",
+            model,
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage: MessageUsage::default(),
+        }
+    }
+}
+
+/// A message's content block.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ContentBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: ToolInput<'a>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolInput<'a> {
+    Object(Value<'a>),
+    /// `{}`.
+    Empty {},
+}
+
+/// A message's token counts.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct MessageUsage {
+    input_tokens: u64,
+    output_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_read_input_tokens: Option<u64>,
+}
+
+/// Anthropic's error object: an error answer's body, and a stream's `error` event.
+#[derive(Serialize)]
+#[serde(tag = "type", rename = "error")]
+struct ErrorObject<'a> {
+    error: ErrorBody<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    r#type: &'a str,
+    message: &'a str,
 }
 
 /// Where in the request a value is, for errors: `messages[2].content[0].source`.
@@ -34,28 +249,36 @@ fn at(path: &str, key: &str) -> String {
     }
 }
 
-fn text_of<'v>(value: &'v Value, path: &str) -> Result<&'v str, String> {
+fn text_of<'v>(value: &'v Value<'v>, path: &str) -> Result<&'v str, String> {
     value
         .as_str()
         .ok_or_else(|| format!("`{path}` must be a string"))
 }
 
+/// `value`, unless it is `null` (or absent).
+fn given<'v>(value: &'v Value<'v>) -> Option<&'v Value<'v>> {
+    (!value.is_null()).then_some(value)
+}
+
 /// Text blocks (a system prompt, a tool result's content) as one string.
-fn joined_text(value: &Value, path: &str) -> Result<String, String> {
+fn joined_text<'v>(value: &'v Value<'v>, path: &str) -> Result<Cow<'v, str>, String> {
     match value {
-        Value::String(text) => Ok(text.clone()),
+        Value::Str(text) => Ok(Cow::Borrowed(text)),
         Value::Array(blocks) => {
             let mut texts = Vec::with_capacity(blocks.len());
             for (index, block) in blocks.iter().enumerate() {
                 let path = format!("{path}[{index}]");
-                match block.get("type").and_then(Value::as_str) {
-                    Some("text") => texts.push(text_of(&block["text"], &at(&path, "text"))?),
+                match block.get("type").as_str() {
+                    Some("text") => texts.push(text_of(block.get("text"), &at(&path, "text"))?),
                     _ => return Err(format!("`{path}` must be a text block")),
                 }
             }
-            Ok(texts.join("\n"))
+            Ok(match texts.as_slice() {
+                [text] => Cow::Borrowed(*text),
+                _ => Cow::Owned(texts.join("\n")),
+            })
         }
-        Value::Null => Ok(String::new()),
+        Value::Null => Ok(Cow::Borrowed("")),
         _ => Err(format!(
             "`{path}` must be a string or a list of text blocks"
         )),
@@ -63,34 +286,44 @@ fn joined_text(value: &Value, path: &str) -> Result<String, String> {
 }
 
 /// An image or document block as a chat completion content part.
-fn media_part(block: &Value, path: &str) -> Result<Value, String> {
-    let source = &block["source"];
+fn media_part<'v>(block: &'v Value<'v>, path: &str) -> Result<Part<'v>, String> {
+    let source = block.get("source");
     let source_path = at(path, "source");
-    let url = match source.get("type").and_then(Value::as_str) {
+    let url = match source.get("type").as_str() {
         Some("base64") => {
-            let media_type = text_of(&source["media_type"], &at(&source_path, "media_type"))?;
-            let data = text_of(&source["data"], &at(&source_path, "data"))?;
-            format!("data:{media_type};base64,{data}")
+            let media_type = text_of(source.get("media_type"), &at(&source_path, "media_type"))?;
+            let data = text_of(source.get("data"), &at(&source_path, "data"))?;
+            Cow::Owned(format!("data:{media_type};base64,{data}"))
         }
-        Some("url") => text_of(&source["url"], &at(&source_path, "url"))?.to_owned(),
+        Some("url") => Cow::Borrowed(text_of(source.get("url"), &at(&source_path, "url"))?),
         _ => {
             return Err(format!(
                 "`{source_path}.type` must be \"base64\" or \"url\""
             ));
         }
     };
-    Ok(match block["type"].as_str() {
-        Some("document") => json!({ "type": "file", "file": { "file_data": url } }),
-        _ => json!({ "type": "image_url", "image_url": { "url": url } }),
+    Ok(match block.get("type").as_str() {
+        Some("document") => Part::File {
+            file: FileData { file_data: url },
+        },
+        _ => Part::ImageUrl {
+            image_url: Url { url },
+        },
     })
 }
 
 /// A user turn: its tool results as `tool` messages first, then the rest as one user
 /// message.
-fn user_messages(content: &Value, path: &str, out: &mut Vec<Value>) -> Result<(), String> {
+fn user_messages<'v>(
+    content: &'v Value<'v>,
+    path: &str,
+    out: &mut Vec<ChatMessage<'v>>,
+) -> Result<(), String> {
     let blocks = match content {
-        Value::String(text) => {
-            out.push(json!({ "role": "user", "content": text }));
+        Value::Str(text) => {
+            out.push(ChatMessage::User {
+                content: UserContent::Text(text),
+            });
             return Ok(());
         }
         Value::Array(blocks) => blocks,
@@ -102,23 +335,24 @@ fn user_messages(content: &Value, path: &str, out: &mut Vec<Value>) -> Result<()
     let mut tool_media = Vec::new();
     for (index, block) in blocks.iter().enumerate() {
         let path = format!("{path}[{index}]");
-        match block.get("type").and_then(Value::as_str) {
+        match block.get("type").as_str() {
             Some("text") => {
-                let text = text_of(&block["text"], &at(&path, "text"))?;
-                parts.push(json!({ "type": "text", "text": text }));
+                let text = text_of(block.get("text"), &at(&path, "text"))?;
+                parts.push(Part::Text { text });
             }
             Some("image" | "document") => parts.push(media_part(block, &path)?),
             Some("tool_result") => {
-                let id = text_of(&block["tool_use_id"], &at(&path, "tool_use_id"))?;
+                let id = text_of(block.get("tool_use_id"), &at(&path, "tool_use_id"))?;
                 let mut texts = Vec::new();
-                match &block["content"] {
+                match block.get("content") {
                     Value::Array(items) => {
                         for (item_index, item) in items.iter().enumerate() {
                             let item_path = format!("{path}.content[{item_index}]");
-                            match item.get("type").and_then(Value::as_str) {
-                                Some("text") => texts.push(
-                                    text_of(&item["text"], &at(&item_path, "text"))?.to_owned(),
-                                ),
+                            match item.get("type").as_str() {
+                                Some("text") => texts.push(Cow::Borrowed(text_of(
+                                    item.get("text"),
+                                    &at(&item_path, "text"),
+                                )?)),
                                 Some("image" | "document") => {
                                     tool_media.push(media_part(item, &item_path)?);
                                 }
@@ -133,10 +367,13 @@ fn user_messages(content: &Value, path: &str, out: &mut Vec<Value>) -> Result<()
                     other => texts.push(joined_text(other, &at(&path, "content"))?),
                 }
                 let mut text = texts.join("\n");
-                if block["is_error"] == Value::Bool(true) {
-                    text = format!("Error: {text}");
+                if block.get("is_error").as_bool() == Some(true) {
+                    text.insert_str(0, "Error: ");
                 }
-                out.push(json!({ "role": "tool", "tool_call_id": id, "content": text }));
+                out.push(ChatMessage::Tool {
+                    tool_call_id: id,
+                    content: text,
+                });
             }
             Some(other) => {
                 return Err(format!(
@@ -148,33 +385,51 @@ fn user_messages(content: &Value, path: &str, out: &mut Vec<Value>) -> Result<()
     }
     tool_media.extend(parts);
     if !tool_media.is_empty() {
-        out.push(json!({ "role": "user", "content": tool_media }));
+        out.push(ChatMessage::User {
+            content: UserContent::Parts(tool_media),
+        });
     }
     Ok(())
 }
 
 /// An assistant turn: its text, and its tool uses as tool calls.
-fn assistant_message(content: &Value, path: &str) -> Result<Value, String> {
+fn assistant_message<'v>(content: &'v Value<'v>, path: &str) -> Result<ChatMessage<'v>, String> {
     let blocks = match content {
-        Value::String(text) => return Ok(json!({ "role": "assistant", "content": text })),
+        Value::Str(text) => {
+            return Ok(ChatMessage::Assistant {
+                content: Some(Cow::Borrowed(text)),
+                tool_calls: Vec::new(),
+            });
+        }
         Value::Array(blocks) => blocks,
         _ => return Err(format!("`{path}` must be a string or a list of blocks")),
     };
-    let mut text = String::new();
+    let mut text = Cow::Borrowed("");
     let mut calls = Vec::new();
     for (index, block) in blocks.iter().enumerate() {
         let path = format!("{path}[{index}]");
-        match block.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(text_of(&block["text"], &at(&path, "text"))?),
+        match block.get("type").as_str() {
+            Some("text") => {
+                let piece = text_of(block.get("text"), &at(&path, "text"))?;
+                if text.is_empty() {
+                    text = Cow::Borrowed(piece);
+                } else {
+                    text.to_mut().push_str(piece);
+                }
+            }
             Some("tool_use") => {
-                let id = text_of(&block["id"], &at(&path, "id"))?;
-                let name = text_of(&block["name"], &at(&path, "name"))?;
-                let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
-                calls.push(json!({
-                    "id": id,
-                    "type": "function",
-                    "function": { "name": name, "arguments": input.to_string() },
-                }));
+                let id = text_of(block.get("id"), &at(&path, "id"))?;
+                let name = text_of(block.get("name"), &at(&path, "name"))?;
+                let arguments = match block.as_object().and_then(|block| block.get("input")) {
+                    // Writing a tree into a string cannot fail.
+                    Some(input) => serde_json::to_string(input).unwrap_or_default(),
+                    None => "{}".to_owned(),
+                };
+                calls.push(ToolCall {
+                    id,
+                    r#type: "function",
+                    function: FunctionCall { name, arguments },
+                });
             }
             // The model's reasoning of an earlier turn: not an input a chat completion
             // takes.
@@ -187,17 +442,13 @@ fn assistant_message(content: &Value, path: &str) -> Result<Value, String> {
             None => return Err(format!("`{path}.type` is required")),
         }
     }
-    let mut message = json!({
-        "role": "assistant",
-        "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { Value::String(text) },
-    });
-    if !calls.is_empty() {
-        message["tool_calls"] = Value::Array(calls);
-    }
-    Ok(message)
+    Ok(ChatMessage::Assistant {
+        content: (calls.is_empty() || !text.is_empty()).then_some(text),
+        tool_calls: calls,
+    })
 }
 
-fn tools(tools: &Value) -> Result<Vec<Value>, String> {
+fn tools<'v>(tools: &'v Value<'v>) -> Result<Vec<Tool<'v>>, String> {
     let Value::Array(tools) = tools else {
         return Err("`tools` must be a list".to_owned());
     };
@@ -206,7 +457,7 @@ fn tools(tools: &Value) -> Result<Vec<Value>, String> {
         .enumerate()
         .map(|(index, tool)| {
             let path = format!("tools[{index}]");
-            match tool.get("type").and_then(Value::as_str) {
+            match tool.get("type").as_str() {
                 None | Some("custom") => {}
                 Some(other) => {
                     return Err(format!(
@@ -214,30 +465,36 @@ fn tools(tools: &Value) -> Result<Vec<Value>, String> {
                     ));
                 }
             }
-            let name = text_of(&tool["name"], &at(&path, "name"))?;
-            let mut function = json!({
-                "name": name,
-                "parameters": tool.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object"})),
-            });
-            if let Some(description) = tool.get("description").and_then(Value::as_str) {
-                function["description"] = description.into();
-            }
-            Ok(json!({ "type": "function", "function": function }))
+            let name = text_of(tool.get("name"), &at(&path, "name"))?;
+            let parameters = match tool.as_object().and_then(|tool| tool.get("input_schema")) {
+                Some(schema) => Parameters::Given(schema),
+                None => Parameters::AnyObject { r#type: "object" },
+            };
+            Ok(Tool {
+                r#type: "function",
+                function: FunctionDefinition {
+                    name,
+                    parameters,
+                    description: tool.get("description").as_str(),
+                },
+            })
         })
         .collect()
 }
 
 /// `tool_choice`, and whether parallel tool use is off.
-fn tool_choice(choice: &Value) -> Result<(Value, bool), String> {
-    let parallel_off = choice["disable_parallel_tool_use"] == Value::Bool(true);
-    let translated = match choice.get("type").and_then(Value::as_str) {
-        Some("auto") => json!("auto"),
-        Some("any") => json!("required"),
-        Some("none") => json!("none"),
-        Some("tool") => {
-            let name = text_of(&choice["name"], "tool_choice.name")?;
-            json!({ "type": "function", "function": { "name": name } })
-        }
+fn tool_choice<'v>(choice: &'v Value<'v>) -> Result<(ToolChoice<'v>, bool), String> {
+    let parallel_off = choice.get("disable_parallel_tool_use").as_bool() == Some(true);
+    let translated = match choice.get("type").as_str() {
+        Some("auto") => ToolChoice::Mode("auto"),
+        Some("any") => ToolChoice::Mode("required"),
+        Some("none") => ToolChoice::Mode("none"),
+        Some("tool") => ToolChoice::Function {
+            r#type: "function",
+            function: FunctionName {
+                name: text_of(choice.get("name"), "tool_choice.name")?,
+            },
+        },
         _ => {
             return Err(
                 "`tool_choice.type` must be \"auto\", \"any\", \"tool\" or \"none\"".to_owned(),
@@ -257,72 +514,77 @@ pub fn chat_request(
     upstream_model: &str,
     count_tokens: bool,
 ) -> Result<Translated, String> {
-    let request: Map<String, Value> = serde_json::from_slice(body)
+    let request: Value = serde_json::from_slice(body)
         .map_err(|err| format!("the request body is not a JSON object: {err}"))?;
-    let mut messages = Vec::new();
-    if let Some(system) = request.get("system") {
-        let system = joined_text(system, "system")?;
-        if !system.is_empty() {
-            messages.push(json!({ "role": "system", "content": system }));
-        }
+    if !request.is_object() {
+        return Err("the request body is not a JSON object".to_owned());
     }
-    let Some(Value::Array(turns)) = request.get("messages") else {
+    let mut messages = Vec::new();
+    let system = joined_text(request.get("system"), "system")?;
+    if !system.is_empty() {
+        messages.push(ChatMessage::System { content: system });
+    }
+    let Some(turns) = request.get("messages").as_array() else {
         return Err("`messages` is required, a list".to_owned());
     };
     for (index, turn) in turns.iter().enumerate() {
         let path = format!("messages[{index}]");
-        let content = &turn["content"];
+        let content = turn.get("content");
         let content_path = at(&path, "content");
-        match turn.get("role").and_then(Value::as_str) {
+        match turn.get("role").as_str() {
             Some("user") => user_messages(content, &content_path, &mut messages)?,
             Some("assistant") => messages.push(assistant_message(content, &content_path)?),
             _ => return Err(format!("`{path}.role` must be \"user\" or \"assistant\"")),
         }
     }
-    let stream = !count_tokens && request.get("stream") == Some(&Value::Bool(true));
-    let mut chat = Map::new();
-    chat.insert("model".into(), upstream_model.into());
-    chat.insert("messages".into(), Value::Array(messages));
-    for (from, to) in [
-        ("max_tokens", "max_tokens"),
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("stop_sequences", "stop"),
-    ] {
-        if let Some(value) = request.get(from).filter(|value| !value.is_null()) {
-            chat.insert(to.into(), value.clone());
+    let stream = !count_tokens && request.get("stream").as_bool() == Some(true);
+    let tools = given(request.get("tools")).map(tools).transpose()?;
+    let (tool_choice, parallel_off) = match given(request.get("tool_choice")) {
+        Some(choice) => {
+            let (choice, parallel_off) = tool_choice(choice)?;
+            (Some(choice), parallel_off)
         }
-    }
-    if let Some(list) = request.get("tools").filter(|value| !value.is_null()) {
-        chat.insert("tools".into(), Value::Array(tools(list)?));
-    }
-    if let Some(choice) = request.get("tool_choice").filter(|value| !value.is_null()) {
-        let (choice, parallel_off) = tool_choice(choice)?;
-        chat.insert("tool_choice".into(), choice);
-        if parallel_off {
-            chat.insert("parallel_tool_calls".into(), Value::Bool(false));
-        }
-    }
-    if count_tokens {
-        chat.insert("max_tokens".into(), 1.into());
-    }
-    if stream {
-        chat.insert("stream".into(), Value::Bool(true));
-        chat.insert("stream_options".into(), json!({ "include_usage": true }));
-    }
+        None => (None, false),
+    };
+    let one = Value::from(1_u64);
+    let chat = ChatBody {
+        model: upstream_model,
+        messages,
+        max_tokens: if count_tokens {
+            Some(&one)
+        } else {
+            given(request.get("max_tokens"))
+        },
+        temperature: given(request.get("temperature")),
+        top_p: given(request.get("top_p")),
+        stop: given(request.get("stop_sequences")),
+        tools,
+        tool_choice,
+        parallel_tool_calls: parallel_off.then_some(false),
+        stream: stream.then_some(true),
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+    };
     Ok(Translated {
+        // Writing typed values into a Vec cannot fail.
         body: serde_json::to_vec(&chat).unwrap_or_default(),
         stream,
+        user: request
+            .get("metadata")
+            .get("user_id")
+            .as_str()
+            .map(str::to_owned),
     })
 }
 
 /// The `user` a Messages API request names (`metadata.user_id`), for the spend log.
 pub fn user(body: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
+    #[derive(Deserialize)]
     struct Request {
         metadata: Option<Metadata>,
     }
-    #[derive(serde::Deserialize)]
+    #[derive(Deserialize)]
     struct Metadata {
         user_id: Option<String>,
     }
@@ -344,94 +606,104 @@ pub fn stop_reason(finish_reason: &str) -> &'static str {
 
 /// A chat completion's `usage` as a message's: the input tokens without the cache reads,
 /// which Anthropic counts apart.
-pub fn usage(usage: &Value) -> Value {
-    let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0);
-    let cached = usage["prompt_tokens_details"]["cached_tokens"]
+fn usage(usage: &Value) -> MessageUsage {
+    let prompt = usage.get("prompt_tokens").as_u64().unwrap_or(0);
+    let cached = usage
+        .get("prompt_tokens_details")
+        .get("cached_tokens")
         .as_u64()
         .unwrap_or(0);
-    let mut translated = json!({
-        "input_tokens": prompt.saturating_sub(cached),
-        "output_tokens": usage["completion_tokens"].as_u64().unwrap_or(0),
-    });
-    if cached > 0 {
-        translated["cache_read_input_tokens"] = cached.into();
+    MessageUsage {
+        input_tokens: prompt.saturating_sub(cached),
+        output_tokens: usage.get("completion_tokens").as_u64().unwrap_or(0),
+        cache_read_input_tokens: (cached > 0).then_some(cached),
     }
-    translated
 }
 
 /// A tool call's arguments as a tool use's input: an object, or `{}` when the model wrote
 /// something else.
-fn tool_input(arguments: &Value) -> Value {
+fn tool_input<'v>(arguments: &'v Value<'v>) -> ToolInput<'v> {
     arguments
         .as_str()
         .and_then(|text| serde_json::from_str::<Value>(text).ok())
         .filter(Value::is_object)
-        .unwrap_or_else(|| json!({}))
+        .map_or(ToolInput::Empty {}, ToolInput::Object)
 }
 
 /// A whole chat completion answer as a message named `model`.
 pub fn message(chat: &[u8], model: &str) -> Option<Vec<u8>> {
     let chat: Value = serde_json::from_slice(chat).ok()?;
-    let choice = &chat["choices"][0];
-    let answer = &choice["message"];
-    let mut content = Vec::new();
-    if let Some(text) = answer["content"].as_str().filter(|text| !text.is_empty()) {
-        content.push(json!({ "type": "text", "text": text }));
+    let choice = chat.get("choices").get(0);
+    let answer = choice.get("message");
+    let mut message = Message::new(chat.get("id").as_str().unwrap_or_default(), model);
+    if let Some(text) = answer
+        .get("content")
+        .as_str()
+        .filter(|text| !text.is_empty())
+    {
+        message.content.push(ContentBlock::Text { text });
     }
-    for call in answer["tool_calls"].as_array().into_iter().flatten() {
-        content.push(json!({
-            "type": "tool_use",
-            "id": call["id"],
-            "name": call["function"]["name"],
-            "input": tool_input(&call["function"]["arguments"]),
-        }));
+    for call in answer.get("tool_calls").as_array().into_iter().flatten() {
+        let function = call.get("function");
+        message.content.push(ContentBlock::ToolUse {
+            id: call.get("id").as_str().unwrap_or_default(),
+            name: function.get("name").as_str().unwrap_or_default(),
+            input: tool_input(function.get("arguments")),
+        });
     }
-    let id = chat["id"].as_str().unwrap_or_default();
-    let message = json!({
-        "id": if id.starts_with("msg_") { id.to_owned() } else { format!("msg_{id}") },
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason(choice["finish_reason"].as_str().unwrap_or("stop")),
-        "stop_sequence": Value::Null,
-        "usage": usage(&chat["usage"]),
-    });
+    message.stop_reason = Some(stop_reason(
+        choice.get("finish_reason").as_str().unwrap_or("stop"),
+    ));
+    message.usage = usage(chat.get("usage"));
     serde_json::to_vec(&message).ok()
 }
 
 /// A one-token chat completion's answer as a `count_tokens` answer.
 pub fn token_count(chat: &[u8]) -> Option<Vec<u8>> {
+    #[derive(Serialize)]
+    struct TokenCount {
+        input_tokens: u64,
+    }
     let chat: Value = serde_json::from_slice(chat).ok()?;
-    let input_tokens = chat["usage"]["prompt_tokens"].as_u64()?;
-    serde_json::to_vec(&json!({ "input_tokens": input_tokens })).ok()
+    let input_tokens = chat.get("usage").get("prompt_tokens").as_u64()?;
+    serde_json::to_vec(&TokenCount { input_tokens }).ok()
 }
 
 /// An error answer (an OpenAI error object, or any body) in Anthropic's shape.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let message = parsed
-        .as_ref()
-        .and_then(|body| {
-            body["error"]["message"]
-                .as_str()
-                .or_else(|| body["error"].as_str())
-                .or_else(|| body["detail"].as_str())
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(2000).collect());
-    serde_json::to_vec(&json!({
-        "type": "error",
-        "error": {
-            "type": sandgate_proto::models::anthropic_error_type(status),
-            "message": message,
+    let message = parsed.as_ref().and_then(|body| {
+        let error = body.get("error");
+        error
+            .get("message")
+            .as_str()
+            .or_else(|| error.as_str())
+            .or_else(|| body.get("detail").as_str())
+    });
+    let fallback;
+    let message = match message {
+        Some(message) => message,
+        None => {
+            fallback = String::from_utf8_lossy(body)
+                .chars()
+                .take(2000)
+                .collect::<String>();
+            &fallback
+        }
+    };
+    let error = ErrorObject {
+        error: ErrorBody {
+            r#type: sandgate_proto::models::anthropic_error_type(status),
+            message,
         },
-    }))
-    .unwrap_or_default()
+    };
+    serde_json::to_vec(&error).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
 
     fn translated(request: Value) -> Value {

@@ -12,8 +12,10 @@
 //! gateway asks for it), so `message_start` says 0 tokens and `message_delta` carries the
 //! counts, input tokens included, as Anthropic's own streams may.
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json_borrow::Value;
 
+use super::{ContentBlock, ErrorBody, ErrorObject, Message, MessageUsage, ToolInput};
 use super::{stop_reason, usage};
 use crate::rewrite::{Lines, Usage};
 
@@ -25,6 +27,60 @@ enum Block {
     Tool(u64),
 }
 
+/// An event of a streamed message (but `error`, an [`ErrorObject`]).
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event<'a> {
+    MessageStart {
+        message: Message<'a>,
+    },
+    Ping,
+    ContentBlockStart {
+        index: u64,
+        content_block: ContentBlock<'a>,
+    },
+    ContentBlockDelta {
+        index: u64,
+        delta: Delta<'a>,
+    },
+    ContentBlockStop {
+        index: u64,
+    },
+    MessageDelta {
+        delta: StopDelta,
+        usage: MessageUsage,
+    },
+    MessageStop,
+}
+
+impl Event<'_> {
+    /// The event's name, its `type` too.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::MessageStart { .. } => "message_start",
+            Self::Ping => "ping",
+            Self::ContentBlockStart { .. } => "content_block_start",
+            Self::ContentBlockDelta { .. } => "content_block_delta",
+            Self::ContentBlockStop { .. } => "content_block_stop",
+            Self::MessageDelta { .. } => "message_delta",
+            Self::MessageStop => "message_stop",
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Delta<'a> {
+    TextDelta { text: &'a str },
+    InputJsonDelta { partial_json: &'a str },
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: &'static str,
+    stop_sequence: Option<&'static str>,
+}
+
 pub struct StreamTranslator {
     model: String,
     lines: Lines,
@@ -33,20 +89,25 @@ pub struct StreamTranslator {
     open: Option<(Block, u64)>,
     next_index: u64,
     stop_reason: Option<&'static str>,
-    chat_usage: Option<Value>,
+    /// The upstream's usage, as the message's.
+    message_usage: Option<MessageUsage>,
     /// `message_stop` was sent: nothing follows it.
     stopped: bool,
     pub usage: Option<Usage>,
 }
 
-fn event(out: &mut Vec<u8>, data: &Value) {
-    let kind = data["type"].as_str().unwrap_or("error");
+/// Writes a server-sent event named `kind` with `data`.
+fn write_event(out: &mut Vec<u8>, kind: &str, data: &impl Serialize) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(b"\ndata: ");
-    // Writing a Value into a Vec cannot fail.
+    // Writing typed values into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, data);
     out.extend_from_slice(b"\n\n");
+}
+
+fn event(out: &mut Vec<u8>, event: &Event) {
+    write_event(out, event.kind(), event);
 }
 
 impl StreamTranslator {
@@ -58,7 +119,7 @@ impl StreamTranslator {
             open: None,
             next_index: 0,
             stop_reason: None,
-            chat_usage: None,
+            message_usage: None,
             stopped: false,
             usage: None,
         }
@@ -101,109 +162,102 @@ impl StreamTranslator {
         if self.stopped {
             return;
         }
-        if let Some(error) = chunk.get("error") {
-            let message = error["message"]
+        let error = chunk.get("error");
+        if !error.is_null() {
+            let message = error
+                .get("message")
                 .as_str()
                 .or_else(|| error.as_str())
                 .unwrap_or("the upstream's stream failed");
-            event(
-                out,
-                &json!({ "type": "error", "error": { "type": "api_error", "message": message } }),
-            );
+            let error = ErrorObject {
+                error: ErrorBody {
+                    r#type: "api_error",
+                    message,
+                },
+            };
+            write_event(out, "error", &error);
             self.stopped = true;
             return;
         }
-        self.start(&chunk, out);
-        if let Some(chat_usage) = chunk.get("usage").filter(|usage| usage.is_object()) {
-            self.chat_usage = Some(chat_usage.clone());
-            self.usage = serde_json::from_value(chat_usage.clone()).ok();
+        self.start(chunk.get("id").as_str().unwrap_or_default(), out);
+        let chat_usage = chunk.get("usage");
+        if chat_usage.is_object() {
+            self.message_usage = Some(usage(chat_usage));
+            self.usage = Usage::deserialize(chat_usage).ok();
         }
-        let Some(choice) = chunk["choices"].get(0) else {
-            return;
-        };
-        let delta = &choice["delta"];
-        if let Some(text) = delta["content"].as_str().filter(|text| !text.is_empty()) {
+        let choice = chunk.get("choices").get(0);
+        let delta = choice.get("delta");
+        if let Some(text) = delta
+            .get("content")
+            .as_str()
+            .filter(|text| !text.is_empty())
+        {
             if self.open.as_ref().map(|(block, _)| block) != Some(&Block::Text) {
-                self.open_block(Block::Text, json!({ "type": "text", "text": "" }), out);
+                self.open_block(Block::Text, ContentBlock::Text { text: "" }, out);
             }
-            self.delta(json!({ "type": "text_delta", "text": text }), out);
+            self.delta(Delta::TextDelta { text }, out);
         }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let position = call["index"].as_u64().unwrap_or(0);
+        for call in delta.get("tool_calls").as_array().into_iter().flatten() {
+            let position = call.get("index").as_u64().unwrap_or(0);
             let same = matches!(&self.open, Some((Block::Tool(open), _)) if *open == position);
-            if !same || call.get("id").is_some_and(Value::is_string) {
-                let block = json!({
-                    "type": "tool_use",
-                    "id": call["id"].as_str().unwrap_or_default(),
-                    "name": call["function"]["name"].as_str().unwrap_or_default(),
-                    "input": {},
-                });
+            let function = call.get("function");
+            if !same || call.get("id").is_string() {
+                let block = ContentBlock::ToolUse {
+                    id: call.get("id").as_str().unwrap_or_default(),
+                    name: function.get("name").as_str().unwrap_or_default(),
+                    input: ToolInput::Empty {},
+                };
                 self.open_block(Block::Tool(position), block, out);
             }
-            if let Some(arguments) = call["function"]["arguments"]
+            if let Some(partial_json) = function
+                .get("arguments")
                 .as_str()
                 .filter(|arguments| !arguments.is_empty())
             {
-                self.delta(
-                    json!({ "type": "input_json_delta", "partial_json": arguments }),
-                    out,
-                );
+                self.delta(Delta::InputJsonDelta { partial_json }, out);
             }
         }
-        if let Some(reason) = choice["finish_reason"].as_str() {
+        if let Some(reason) = choice.get("finish_reason").as_str() {
             self.close_block(out);
             self.stop_reason = Some(stop_reason(reason));
         }
     }
 
-    fn start(&mut self, chunk: &Value, out: &mut Vec<u8>) {
+    /// `message_start` and a `ping`, once: the message named after the chat completion
+    /// `id`.
+    fn start(&mut self, id: &str, out: &mut Vec<u8>) {
         if self.started {
             return;
         }
         self.started = true;
-        let id = chunk["id"].as_str().unwrap_or_default();
-        event(
-            out,
-            &json!({ "type": "message_start", "message": {
-                "id": if id.starts_with("msg_") { id.to_owned() } else { format!("msg_{id}") },
-                "type": "message",
-                "role": "assistant",
-                "model": self.model,
-                "content": [],
-                "stop_reason": Value::Null,
-                "stop_sequence": Value::Null,
-                "usage": { "input_tokens": 0, "output_tokens": 0 },
-            }}),
-        );
-        event(out, &json!({ "type": "ping" }));
+        let message = Message::new(id, &self.model);
+        event(out, &Event::MessageStart { message });
+        event(out, &Event::Ping);
     }
 
-    fn open_block(&mut self, block: Block, content_block: Value, out: &mut Vec<u8>) {
+    fn open_block(&mut self, block: Block, content_block: ContentBlock, out: &mut Vec<u8>) {
         self.close_block(out);
         let index = self.next_index;
         self.next_index += 1;
         event(
             out,
-            &json!({ "type": "content_block_start", "index": index, "content_block": content_block }),
+            &Event::ContentBlockStart {
+                index,
+                content_block,
+            },
         );
         self.open = Some((block, index));
     }
 
-    fn delta(&self, delta: Value, out: &mut Vec<u8>) {
-        if let Some((_, index)) = &self.open {
-            event(
-                out,
-                &json!({ "type": "content_block_delta", "index": index, "delta": delta }),
-            );
+    fn delta(&self, delta: Delta, out: &mut Vec<u8>) {
+        if let Some((_, index)) = self.open {
+            event(out, &Event::ContentBlockDelta { index, delta });
         }
     }
 
     fn close_block(&mut self, out: &mut Vec<u8>) {
         if let Some((_, index)) = self.open.take() {
-            event(
-                out,
-                &json!({ "type": "content_block_stop", "index": index }),
-            );
+            event(out, &Event::ContentBlockStop { index });
         }
     }
 
@@ -212,29 +266,23 @@ impl StreamTranslator {
             return;
         }
         self.stopped = true;
-        if !self.started {
-            // An upstream that streamed nothing: a message, empty, rather than no events.
-            self.start(&json!({}), out);
-        }
+        // An upstream that streamed nothing: a message, empty, rather than no events.
+        self.start("", out);
         self.close_block(out);
-        let usage = self
-            .chat_usage
-            .as_ref()
-            .map_or_else(|| json!({ "input_tokens": 0, "output_tokens": 0 }), usage);
-        event(
-            out,
-            &json!({
-                "type": "message_delta",
-                "delta": { "stop_reason": self.stop_reason.unwrap_or("end_turn"), "stop_sequence": Value::Null },
-                "usage": usage,
-            }),
-        );
-        event(out, &json!({ "type": "message_stop" }));
+        let delta = StopDelta {
+            stop_reason: self.stop_reason.unwrap_or("end_turn"),
+            stop_sequence: None,
+        };
+        let usage = self.message_usage.unwrap_or_default();
+        event(out, &Event::MessageDelta { delta, usage });
+        event(out, &Event::MessageStop);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
 
     /// The events' types and data, in order.
@@ -341,6 +389,26 @@ data: [DONE]\n\n";
         assert_eq!(
             events,
             [json!({"type": "error", "error": {"type": "api_error", "message": "boom"}})]
+        );
+    }
+
+    #[test]
+    fn a_null_error_is_no_error() {
+        let (events, _) = translate(&[
+            b"data: {\"id\":\"c\",\"error\":null,\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+        ]);
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "message_start",
+                "ping",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+            ]
         );
     }
 }
