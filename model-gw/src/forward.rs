@@ -295,7 +295,7 @@ impl ModelGatewayService {
                 });
             }
         }
-        let first = CallResponse {
+        let mut first = CallResponse {
             status: u32::from(status),
             content_type: if call.answer != (AnswerEdit::Rename { hide_usage: false }) && !streamed
             {
@@ -322,7 +322,7 @@ impl ModelGatewayService {
         }
         // Relayed as the client reads it, in the client's task: no relay task, no channel,
         // no wake-up of another thread between an upstream chunk and the client.
-        let relay = Relay {
+        let mut relay = Relay {
             gateway: self.clone(),
             status,
             response,
@@ -330,13 +330,21 @@ impl ModelGatewayService {
             record: Some(record),
             span: Span::current(),
         };
+        // The first events leave with the answer's head, in one write and one read for
+        // the client, as LiteLLM answers a stream once its first chunk is in. A stream
+        // that fails before any event still begins (its head, then the error).
+        let mut failed = None;
+        match relay.next().await {
+            Some(Ok(events)) => first.chunk = events.chunk,
+            Some(Err(status)) => failed = Some(Err(status)),
+            None => {}
+        }
+        let head = futures::stream::iter(std::iter::once(Ok(first)).chain(failed));
         let rest = futures::stream::unfold(relay, |mut relay| async move {
             let next = relay.next().await?;
             Some((next, relay))
         });
-        Ok(Response::new(Box::pin(
-            futures::stream::once(std::future::ready(Ok(first))).chain(rest),
-        )))
+        Ok(Response::new(Box::pin(head.chain(rest))))
     }
 
     /// A call's request, without its body: the header policy, the upstream's key and
@@ -541,7 +549,7 @@ impl StreamEditor {
     }
 }
 
-/// A streamed answer's events after its first message: passed on as they arrive, each
+/// A streamed answer's events (the first leave with its head): passed on as they arrive, each
 /// edited. Its spend log entry is written when the answer ends, fails, or is dropped
 /// unfinished (the client went away: 499, and the upstream call ends with it).
 struct Relay {
