@@ -4,7 +4,9 @@
 //! stack on the machine. Reports the added latency at concurrency 1 and 16, requests per
 //! second at 64, and the added time to a stream's first chunk; then, at concurrency 1, the
 //! added p50 of `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against
-//! the chat completion it becomes, called directly), streamed first chunks included.
+//! the chat completion it becomes, called directly), streamed first chunks included. Beside
+//! each streamed figure, the CPU time Sandgate's process used per stream (a measure the
+//! machine's noise moves less than latency) and how often its threads were woken.
 //!
 //! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
@@ -53,11 +55,6 @@ fn request_to(path: &str, body: &Bytes) -> http::Request<Full<Bytes>> {
         .expect("request")
 }
 
-/// Time to the first body chunk of `count` streamed chat completions, one at a time, in µs.
-async fn first_chunks(base: &str, body: &Bytes, count: usize) -> Histogram<u64> {
-    first_chunks_of(base, "/v1/chat/completions", body, count).await
-}
-
 /// Time to the first body chunk of `count` streamed requests to `path`, one at a time,
 /// in µs.
 async fn first_chunks_of(base: &str, path: &str, body: &Bytes, count: usize) -> Histogram<u64> {
@@ -80,6 +77,52 @@ async fn first_chunks_of(base: &str, path: &str, body: &Bytes, count: usize) -> 
         }
     }
     times
+}
+
+/// What a process's threads have used so far (`/proc/<pid>/task/*/schedstat`, the
+/// scheduler's own counts): CPU time in ns, and how many times a thread was put on a CPU.
+fn cpu_use(pid: Option<u32>) -> Option<[u64; 2]> {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", pid?)).ok()?;
+    let mut total = [0, 0];
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        let fields: Vec<u64> = stat
+            .split_whitespace()
+            .filter_map(|field| field.parse().ok())
+            .collect();
+        if let [on_cpu, _waiting, runs] = fields[..] {
+            total[0] += on_cpu;
+            total[1] += runs;
+        }
+    }
+    Some(total)
+}
+
+/// `count` streams' first chunks, and what the process `pid` (a Sandgate) used per stream
+/// to answer them whole: CPU time in µs, and thread runs (each a wake-up, most often);
+/// `—` without a process.
+async fn timed_streams(
+    base: &str,
+    path: &str,
+    body: &Bytes,
+    count: usize,
+    pid: Option<u32>,
+) -> (Histogram<u64>, String) {
+    first_chunks_of(base, path, body, count / 10).await;
+    let before = cpu_use(pid);
+    let times = first_chunks_of(base, path, body, count).await;
+    let used = match (before, cpu_use(pid)) {
+        (Some([cpu, runs]), Some([cpu_after, runs_after])) => {
+            let per_stream = |before: u64, after: u64| (after - before) as f64 / count as f64;
+            format!(
+                "{:.0} | {:.1}",
+                per_stream(cpu, cpu_after) / 1000.0,
+                per_stream(runs, runs_after)
+            )
+        }
+        _ => String::from("— | —"),
+    };
+    (times, used)
 }
 
 /// The floor of any gateway on this stack: an axum server forwarding each request's body to
@@ -200,22 +243,30 @@ async fn main() {
     }
 
     println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
-    println!("| target | p50 ms | p99 ms |");
-    println!("|---|---:|---:|");
+    println!(
+        "| target | p50 ms | p99 ms | Sandgate's CPU µs per stream | its thread runs per stream |"
+    );
+    println!("|---|---:|---:|---:|---:|");
     for _ in 0..rounds {
         let direct_target = (
             "direct to the fake upstream",
             &direct,
             upstream::chat("claude-sonnet", true),
+            None,
         );
-        let targets = gateways
-            .iter()
-            .map(|(target, _, url)| (target.as_str(), url, upstream::chat("claude", true)));
-        for (target, base, body) in std::iter::once(direct_target).chain(targets) {
-            first_chunks(base, &body, streams / 10).await;
-            let times = first_chunks(base, &body, streams).await;
+        let targets = gateways.iter().map(|(target, child, url)| {
+            (
+                target.as_str(),
+                url,
+                upstream::chat("claude", true),
+                child.id(),
+            )
+        });
+        for (target, base, body, pid) in std::iter::once(direct_target).chain(targets) {
+            let (times, used) =
+                timed_streams(base, "/v1/chat/completions", &body, streams, pid).await;
             println!(
-                "| {target} | {:.3} | {:.3} |",
+                "| {target} | {:.3} | {:.3} | {used} |",
                 times.value_at_quantile(0.5) as f64 / 1000.0,
                 times.value_at_quantile(0.99) as f64 / 1000.0
             );
@@ -311,8 +362,10 @@ async fn other_apis(
     println!(
         "\nStreamed, time to the first chunk: a translated /v1/messages against the chat stream it becomes\n"
     );
-    println!("| target | p50 ms | p99 ms | added p50 ms |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "| target | p50 ms | p99 ms | added p50 ms | Sandgate's CPU µs per stream | its thread runs per stream |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
     for _ in 0..rounds {
         let direct_body = upstream::chat("gpt-up", true);
         let through_body = upstream::message("gpt", true);
@@ -322,20 +375,26 @@ async fn other_apis(
             direct,
             "/v1/chat/completions",
             &direct_body,
+            None,
         );
-        let targets = gateways
-            .iter()
-            .map(|(target, _, url)| (target.as_str(), url.as_str(), "/v1/messages", &through_body));
-        for (target, base, path, body) in std::iter::once(direct_target).chain(targets) {
-            first_chunks_of(base, path, body, streams / 10).await;
-            let times = first_chunks_of(base, path, body, streams).await;
+        let targets = gateways.iter().map(|(target, child, url)| {
+            (
+                target.as_str(),
+                url.as_str(),
+                "/v1/messages",
+                &through_body,
+                child.id(),
+            )
+        });
+        for (target, base, path, body, pid) in std::iter::once(direct_target).chain(targets) {
+            let (times, used) = timed_streams(base, path, body, streams, pid).await;
             let p50 = times.value_at_quantile(0.5) as f64 / 1000.0;
             let added = baseline.map_or(String::from("—"), |direct: f64| {
                 format!("{:.3}", p50 - direct)
             });
             baseline.get_or_insert(p50);
             println!(
-                "| {target} | {p50:.3} | {:.3} | {added} |",
+                "| {target} | {p50:.3} | {:.3} | {added} | {used} |",
                 times.value_at_quantile(0.99) as f64 / 1000.0
             );
         }
