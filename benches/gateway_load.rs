@@ -127,7 +127,7 @@ async fn timed_streams(
 
 /// The floor of any gateway on this stack: an axum server forwarding each request's body to
 /// the same path on `upstream` over one pooled reqwest client and answering what comes
-/// back; no authentication, routing, rewriting, headers, spans, metrics or spend log. It
+/// back (a stream as it comes); no authentication, routing, rewriting, headers, spans, metrics or spend log. It
 /// runs as its own process, as Sandgate does: this bench started again with
 /// `--bare-forwarder <upstream>`.
 async fn bare_forwarder(upstream: String) {
@@ -145,7 +145,15 @@ async fn bare_forwarder(upstream: String) {
                 .expect("upstream answers");
             let status = answer.status();
             let content_type = answer.headers().get(http::header::CONTENT_TYPE).cloned();
-            let body = answer.bytes().await.expect("upstream body");
+            let streamed = content_type
+                .as_ref()
+                .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+            let body = if streamed {
+                // Relayed chunk by chunk, as it arrives.
+                axum::body::Body::from_stream(answer.bytes_stream())
+            } else {
+                axum::body::Body::from(answer.bytes().await.expect("upstream body"))
+            };
             let mut response = (status, body).into_response();
             if let Some(content_type) = content_type {
                 response
@@ -254,6 +262,12 @@ async fn main() {
             upstream::chat("claude-sonnet", true),
             None,
         );
+        let bare_target = (
+            "bare forwarder (axum + reqwest)",
+            &bare,
+            upstream::chat("claude-sonnet", true),
+            None,
+        );
         let targets = gateways.iter().map(|(target, child, url)| {
             (
                 target.as_str(),
@@ -262,7 +276,7 @@ async fn main() {
                 child.id(),
             )
         });
-        for (target, base, body, pid) in std::iter::once(direct_target).chain(targets) {
+        for (target, base, body, pid) in [direct_target, bare_target].into_iter().chain(targets) {
             let (times, used) =
                 timed_streams(base, "/v1/chat/completions", &body, streams, pid).await;
             println!(
@@ -377,6 +391,13 @@ async fn other_apis(
             &direct_body,
             None,
         );
+        let bare_target = (
+            "bare forwarder (axum + reqwest, the chat stream)",
+            bare,
+            "/v1/chat/completions",
+            &direct_body,
+            None,
+        );
         let targets = gateways.iter().map(|(target, child, url)| {
             (
                 target.as_str(),
@@ -386,7 +407,9 @@ async fn other_apis(
                 child.id(),
             )
         });
-        for (target, base, path, body, pid) in std::iter::once(direct_target).chain(targets) {
+        for (target, base, path, body, pid) in
+            [direct_target, bare_target].into_iter().chain(targets)
+        {
             let (times, used) = timed_streams(base, path, body, streams, pid).await;
             let p50 = times.value_at_quantile(0.5) as f64 / 1000.0;
             let added = baseline.map_or(String::from("—"), |direct: f64| {
