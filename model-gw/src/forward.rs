@@ -26,7 +26,7 @@ use crate::headers::{
 use crate::messages;
 use crate::messages::stream::StreamTranslator;
 use crate::retry::{RetryPolicy, transient};
-use crate::rewrite::{SseRenamer, Usage, rename_model};
+use crate::rewrite::{self, SseRenamer, Usage, rename_model};
 use crate::routing::{Kind, Upstream};
 use crate::service::{ModelGatewayService, error, now_ms};
 
@@ -333,12 +333,14 @@ impl ModelGatewayService {
         // The first events leave with the answer's head, in one write and one read for
         // the client, as LiteLLM answers a stream once its first chunk is in. A stream
         // that fails before any event still begins (its head, then the error).
-        let mut failed = None;
-        match relay.next().await {
-            Some(Ok(events)) => first.chunk = events.chunk,
-            Some(Err(status)) => failed = Some(Err(status)),
-            None => {}
-        }
+        let failed = match relay.next().await {
+            Some(Ok(events)) => {
+                first.chunk = events.chunk;
+                None
+            }
+            // The error, or the end of a stream that had no events.
+            other => other,
+        };
         let head = futures::stream::iter(std::iter::once(Ok(first)).chain(failed));
         let rest = futures::stream::unfold(relay, |mut relay| async move {
             let next = relay.next().await?;
@@ -459,7 +461,8 @@ fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (u16, Bytes, Option<
         }
         AnswerEdit::Rename { .. } => (status, body, None),
         AnswerEdit::Message | AnswerEdit::CountTokens if success => {
-            let usage = rename_model(&body, &call.asked).1;
+            // The answer is rewritten whole below: only its usage is read here.
+            let usage = rewrite::usage(&body);
             let translated = if call.answer == AnswerEdit::Message {
                 messages::message(&body, &call.asked)
             } else {

@@ -311,6 +311,11 @@ pub fn rename_model<'a>(body: &'a [u8], model: &str) -> (Cow<'a, [u8]>, Option<U
     )
 }
 
+/// The usage a whole answer reports, read as [`rename_model`] reads it, without renaming.
+pub(crate) fn usage(body: &[u8]) -> Option<Usage> {
+    usage_of(&serde_json::from_slice::<Members<'_>>(body).ok()?)
+}
+
 /// `members` with `model` renamed, when it must be.
 fn renamed(members: &Members<'_>, model: &str) -> Option<Vec<u8>> {
     let Some(current) = members.get("model") else {
