@@ -5,8 +5,9 @@
 //! second at 64, and the added time to a stream's first chunk; then, at concurrency 1, the
 //! added p50 of `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against
 //! the chat completion it becomes, called directly), streamed first chunks included. Beside
-//! each streamed figure, the CPU time Sandgate's process used per stream (a measure the
-//! machine's noise moves less than latency) and how often its threads were woken.
+//! each streamed figure, the CPU time the forwarding process (Sandgate, or the bare
+//! forwarder) used per stream (a measure the machine's noise moves less than latency) and
+//! how often its threads were woken.
 //!
 //! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
@@ -98,9 +99,9 @@ fn cpu_use(pid: Option<u32>) -> Option<[u64; 2]> {
     Some(total)
 }
 
-/// `count` streams' first chunks, and what the process `pid` (a Sandgate) used per stream
-/// to answer them whole: CPU time in µs, and thread runs (each a wake-up, most often);
-/// `—` without a process.
+/// `count` streams' first chunks, and what the process `pid` (a Sandgate or the bare
+/// forwarder) used per stream to answer them whole: CPU time in µs, and thread runs (each
+/// a wake-up, most often); `—` without a process.
 async fn timed_streams(
     base: &str,
     path: &str,
@@ -218,8 +219,9 @@ async fn main() {
 
     let mut forwarder = tokio::process::Command::new(std::env::current_exe().expect("bench"));
     forwarder.args(["--bare-forwarder", &direct]);
-    let (_forwarder, bare) = harness::spawn_listening(forwarder, "listening on http://").await;
+    let (forwarder, bare) = harness::spawn_listening(forwarder, "listening on http://").await;
     let bare = format!("http://{bare}");
+    let bare_pid = forwarder.id();
 
     // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
     let through = upstream::chat("claude", false);
@@ -252,7 +254,7 @@ async fn main() {
 
     println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
     println!(
-        "| target | p50 ms | p99 ms | Sandgate's CPU µs per stream | its thread runs per stream |"
+        "| target | p50 ms | p99 ms | the forwarder's CPU µs per stream | its thread runs per stream |"
     );
     println!("|---|---:|---:|---:|---:|");
     for _ in 0..rounds {
@@ -266,7 +268,7 @@ async fn main() {
             "bare forwarder (axum + reqwest)",
             &bare,
             upstream::chat("claude-sonnet", true),
-            None,
+            bare_pid,
         );
         let targets = gateways.iter().map(|(target, child, url)| {
             (
@@ -287,14 +289,22 @@ async fn main() {
         }
     }
 
-    other_apis(&direct, &bare, &gateways, seconds, streams, rounds).await;
+    other_apis(
+        &direct,
+        (&bare, bare_pid),
+        &gateways,
+        seconds,
+        streams,
+        rounds,
+    )
+    .await;
 }
 
 /// The added p50 of each other API at concurrency 1: each through Sandgate beside the
 /// upstream call it becomes, made directly.
 async fn other_apis(
     direct: &str,
-    bare: &str,
+    (bare, bare_pid): (&str, Option<u32>),
     gateways: &[(String, tokio::process::Child, String)],
     seconds: u64,
     streams: usize,
@@ -377,7 +387,7 @@ async fn other_apis(
         "\nStreamed, time to the first chunk: a translated /v1/messages against the chat stream it becomes\n"
     );
     println!(
-        "| target | p50 ms | p99 ms | added p50 ms | Sandgate's CPU µs per stream | its thread runs per stream |"
+        "| target | p50 ms | p99 ms | added p50 ms | the forwarder's CPU µs per stream | its thread runs per stream |"
     );
     println!("|---|---:|---:|---:|---:|---:|");
     for _ in 0..rounds {
@@ -396,7 +406,7 @@ async fn other_apis(
             bare,
             "/v1/chat/completions",
             &direct_body,
-            None,
+            bare_pid,
         );
         let targets = gateways.iter().map(|(target, child, url)| {
             (
