@@ -596,27 +596,30 @@ impl ConfigFile {
 
     /// The configuration in effect, re-reading a changed file.
     pub fn current(&self) -> Arc<GatewayConfig> {
+        // The file is looked at before the lock is taken: concurrent calls do not wait on
+        // one another's system call. Two that see stamps in the opposite order to their
+        // locking only make the later one read the file again.
+        let now = self.path.as_deref().map(|path| stamp(path).ok());
         let Ok(mut state) = self.state.lock() else {
             return Arc::new(GatewayConfig::default());
         };
-        if let Some(path) = &self.path {
-            let now = stamp(path).ok();
-            if now != state.stamp {
-                state.stamp = now;
-                match read(path) {
-                    Ok(config) => {
-                        if config != *state.config {
-                            tracing::info!(file = %path.display(), models = config.models.len(), "gateway config reloaded");
-                            config.log_warnings(path);
-                            state.config = Arc::new(config);
-                        }
+        if let (Some(path), Some(now)) = (&self.path, now)
+            && now != state.stamp
+        {
+            state.stamp = now;
+            match read(path) {
+                Ok(config) => {
+                    if config != *state.config {
+                        tracing::info!(file = %path.display(), models = config.models.len(), "gateway config reloaded");
+                        config.log_warnings(path);
+                        state.config = Arc::new(config);
                     }
-                    Err(err) => tracing::warn!(
-                        file = %path.display(),
-                        error = %err,
-                        "gateway config is unreadable or invalid; keeping the last good one"
-                    ),
                 }
+                Err(err) => tracing::warn!(
+                    file = %path.display(),
+                    error = %err,
+                    "gateway config is unreadable or invalid; keeping the last good one"
+                ),
             }
         }
         state.config.clone()
