@@ -32,7 +32,8 @@ pub(crate) struct Recorded {
 pub(crate) struct FakeUpstream {
     address: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
-    release: Arc<tokio::sync::Notify>,
+    /// Lets a `gated` stream's second event go.
+    pub(crate) release: Arc<tokio::sync::Notify>,
     /// TCP connections accepted so far.
     connections: Arc<std::sync::atomic::AtomicUsize>,
 }

@@ -9,6 +9,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
+use futures::StreamExt;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
@@ -223,6 +224,7 @@ struct Exported {
     trace_id: String,
     span_id: String,
     parent_span_id: String,
+    end_unix_nano: u64,
 }
 
 /// An OTLP/HTTP collector on port 0: every span it is sent goes down `spans`.
@@ -256,6 +258,7 @@ async fn collector(spans: mpsc::UnboundedSender<Exported>) -> String {
                     trace_id: hex(&span.trace_id),
                     span_id: hex(&span.span_id),
                     parent_span_id: hex(&span.parent_span_id),
+                    end_unix_nano: span.end_time_unix_nano,
                 }));
             }
         }
@@ -496,4 +499,107 @@ async fn an_in_process_grpc_call_is_the_edge_spans_child() {
     let line = json_line(&server, "conversation recorded").await;
     assert_eq!(line["span"]["name"], "grpc", "{line}");
     assert_eq!(line["span"]["trace_id"], TRACE_ID, "{line}");
+}
+
+/// In `sandgate serve` a streamed completion's trace is the edge's span and the upstream
+/// call's, its child. The request's span covers the whole answer: it ends after the
+/// stream's last event has left, so after the upstream call's span, not at the head.
+#[tokio::test]
+async fn a_streamed_answers_span_ends_after_its_last_event() {
+    const STREAM_TRACE_ID: &str = "5cf92f3577b34da6a3ce929d0e0e4737";
+    let (sent, mut spans) = mpsc::unbounded_channel();
+    let collector = collector(sent).await;
+    let upstream = FakeUpstream::start().await;
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: gated\n    gateway_params: {{model: gateway_proxy/gated, api_base: \"{}\", api_key: {UPSTREAM_KEY}}}\n",
+            upstream.base()
+        ),
+    )
+    .expect("write config");
+    let mut args = serve_args(&Backend::embedded());
+    args.extend([
+        "--gateway-config".to_owned(),
+        config.path().display().to_string(),
+    ]);
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+        ("PROXY_MASTER_KEY", MASTER_KEY),
+    ];
+    let server = SandgateProcess::spawn(&args, &otel).await;
+
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(MASTER_KEY)
+        .header(
+            "traceparent",
+            format!("00-{STREAM_TRACE_ID}-{CLIENT_SPAN}-01"),
+        )
+        .body(
+            json!({"model": "gated", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let first = body.next().await.expect("a first chunk").expect("chunk");
+    assert!(String::from_utf8_lossy(&first).contains("Hel"), "{first:?}");
+    // The rest of the stream leaves the upstream only now, long after the answer's head.
+    upstream.release.notify_one();
+    while let Some(chunk) = body.next().await {
+        chunk.expect("chunk");
+    }
+
+    let mut seen: Vec<Exported> = Vec::new();
+    let chain = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let edge = seen
+                .iter()
+                .find(|span| span.trace_id == STREAM_TRACE_ID && span.parent_span_id == CLIENT_SPAN)
+                .cloned();
+            if let Some(edge) = edge
+                && let Some(call) = seen.iter().find(|span| {
+                    span.trace_id == STREAM_TRACE_ID && span.parent_span_id == edge.span_id
+                })
+            {
+                return (edge, call.clone());
+            }
+            seen.push(spans.recv().await.expect("the collector runs"));
+        }
+    })
+    .await;
+    let Ok((edge, call)) = chain else {
+        panic!("the trace is not whole; spans exported: {seen:#?}");
+    };
+    assert_eq!(edge.name, "POST /v1/chat/completions");
+    assert_eq!(call.name, "POST chat completion");
+    assert!(
+        edge.end_unix_nano >= call.end_unix_nano,
+        "the request's span ended {} ns before its upstream call's",
+        call.end_unix_nano - edge.end_unix_nano
+    );
+
+    // Held the same way, a whole answer keeps its length: one body, not a chunked one.
+    let whole = reqwest::Client::new()
+        .post(server.url("/v1/chat/completions"))
+        .bearer_auth(MASTER_KEY)
+        .body(
+            json!({"model": "gated", "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(whole.status(), 200);
+    assert!(
+        whole.headers().get("transfer-encoding").is_none(),
+        "{:?}",
+        whole.headers()
+    );
+    let length = whole.content_length().expect("a content-length");
+    assert_eq!(whole.bytes().await.expect("body").len() as u64, length);
 }
