@@ -443,6 +443,32 @@ async fn deliver_in_trace(server: &SandgateProcess) {
     assert_eq!(answer.status(), 200);
 }
 
+/// The edge's span in the trace `trace_id` (the child of the client's span) and the span
+/// it parents, as the collector gets them.
+async fn edge_span_and_child(
+    spans: &mut mpsc::UnboundedReceiver<Exported>,
+    trace_id: &str,
+) -> (Exported, Exported) {
+    let mut seen: Vec<Exported> = Vec::new();
+    let chain = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let edge = seen
+                .iter()
+                .find(|span| span.trace_id == trace_id && span.parent_span_id == CLIENT_SPAN);
+            if let Some(edge) = edge
+                && let Some(child) = seen
+                    .iter()
+                    .find(|span| span.trace_id == trace_id && span.parent_span_id == edge.span_id)
+            {
+                return (edge.clone(), child.clone());
+            }
+            seen.push(spans.recv().await.expect("the collector runs"));
+        }
+    })
+    .await;
+    chain.unwrap_or_else(|_| panic!("the trace is not whole; spans exported: {seen:#?}"))
+}
+
 /// `sandgate serve` calls its gRPC services in-process, without the metadata that carries
 /// a trace across a socket: a delivery is still one trace, the service's span the edge
 /// span's child, and a log line inside it names the trace in each span (JSON readers take
@@ -458,27 +484,7 @@ async fn an_in_process_grpc_call_is_the_edge_spans_child() {
     let server = SandgateProcess::spawn(&serve_args(&Backend::embedded()), &otel).await;
     deliver_in_trace(&server).await;
 
-    let mut seen: Vec<Exported> = Vec::new();
-    let chain = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let edge = seen
-                .iter()
-                .find(|span| span.trace_id == TRACE_ID && span.parent_span_id == CLIENT_SPAN)
-                .cloned();
-            if let Some(edge) = edge
-                && let Some(grpc) = seen
-                    .iter()
-                    .find(|span| span.trace_id == TRACE_ID && span.parent_span_id == edge.span_id)
-            {
-                return (edge, grpc.clone());
-            }
-            seen.push(spans.recv().await.expect("the collector runs"));
-        }
-    })
-    .await;
-    let Ok((edge, grpc)) = chain else {
-        panic!("the trace is not whole; spans exported: {seen:#?}");
-    };
+    let (edge, grpc) = edge_span_and_child(&mut spans, TRACE_ID).await;
     assert_eq!(edge.name, "POST /api/v1/webhooks/conversations");
     assert_eq!(grpc.name, "sandgate.conversations.v1.Conversations/Upsert");
 
@@ -555,27 +561,7 @@ async fn a_streamed_answers_span_ends_after_its_last_event() {
         chunk.expect("chunk");
     }
 
-    let mut seen: Vec<Exported> = Vec::new();
-    let chain = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let edge = seen
-                .iter()
-                .find(|span| span.trace_id == STREAM_TRACE_ID && span.parent_span_id == CLIENT_SPAN)
-                .cloned();
-            if let Some(edge) = edge
-                && let Some(call) = seen.iter().find(|span| {
-                    span.trace_id == STREAM_TRACE_ID && span.parent_span_id == edge.span_id
-                })
-            {
-                return (edge, call.clone());
-            }
-            seen.push(spans.recv().await.expect("the collector runs"));
-        }
-    })
-    .await;
-    let Ok((edge, call)) = chain else {
-        panic!("the trace is not whole; spans exported: {seen:#?}");
-    };
+    let (edge, call) = edge_span_and_child(&mut spans, STREAM_TRACE_ID).await;
     assert_eq!(edge.name, "POST /v1/chat/completions");
     assert_eq!(call.name, "POST chat completion");
     assert!(
