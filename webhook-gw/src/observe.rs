@@ -134,6 +134,7 @@ impl http_body::Body for Answer {
     }
 }
 
+/// A request's span, ended when this is dropped.
 struct Answering(tracing::Span);
 
 impl Drop for Answering {
