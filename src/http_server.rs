@@ -29,7 +29,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -289,12 +288,9 @@ impl Server {
                 async move {
                     let response = app.oneshot(request).await?;
                     // In flight until the answer's body ends (a stream's last event).
-                    Ok::<_, std::convert::Infallible>(response.map(|body| {
-                        Body::new(body.map_frame(move |frame| {
-                            let _in_flight = &busy;
-                            frame
-                        }))
-                    }))
+                    Ok::<_, std::convert::Infallible>(
+                        response.map(|body| sandgate_webhook_gw::holding(body, busy)),
+                    )
                 }
             })
         };

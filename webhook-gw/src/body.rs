@@ -1,8 +1,14 @@
-//! Request bodies: the size limit, and JSON bodies the edge translates into messages.
+//! Bodies: the request size limit, JSON bodies the edge translates into messages, and
+//! answers that hold something until they are sent.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
 use axum::extract::rejection::BytesRejection;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
+use http_body::{Frame, SizeHint};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -38,4 +44,37 @@ pub fn is_json(headers: &HeaderMap) -> bool {
 /// Decodes a JSON body into `T`, answering a FastAPI-shaped 422 at the offending field.
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     sandgate_proto::error::decode_json(body).map_err(ApiError::Service)
+}
+
+/// `body`, holding `held` until it is done with (sent whole, or dropped when the client
+/// went away): `held` is dropped after what the body holds. Its length and end are the
+/// body's, so that an answer of known length keeps its `content-length`.
+pub fn holding<T: Send + Unpin + 'static>(body: Body, held: T) -> Body {
+    Body::new(Holding { body, _held: held })
+}
+
+struct Holding<T> {
+    body: Body,
+    /// Dropped after `body`.
+    _held: T,
+}
+
+impl<T: Unpin> http_body::Body for Holding<T> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }

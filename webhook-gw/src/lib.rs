@@ -35,6 +35,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+pub use body::holding;
 pub use channel::GrpcChannel;
 pub use error::ApiError;
 pub use model_gw::{LocalModelGateway, ModelGw};

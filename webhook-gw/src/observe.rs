@@ -3,18 +3,13 @@
 //! route's template (`/api/v1/conversations/{id}`), never the raw path, and by a known
 //! method name, so that label values stay few whatever clients send.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
-use bytes::Bytes;
 use http::Method;
-use http_body::{Frame, SizeHint};
 use metrics::SharedString;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -96,42 +91,7 @@ pub async fn observe(request: Request, next: Next) -> Response {
     // The span lasts as long as the answer: a stream's ends after its last event, after
     // the upstream call's span (its child) has. Closing it (building the span an exporter
     // gets) is thus no longer between a stream's head and its client.
-    response.map(|body| {
-        Body::new(Answer {
-            body,
-            _span: Answering(span),
-        })
-    })
-}
-
-/// An answer's body, holding its request's span until the body is done with (sent whole,
-/// or dropped when the client went away). Its length is the body's, so that an answer of
-/// known length keeps its `content-length`.
-struct Answer {
-    body: Body,
-    /// Dropped after `body`: the span ends after what the body held (a stream's relay, and
-    /// the upstream call's span in it).
-    _span: Answering,
-}
-
-impl http_body::Body for Answer {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    response.map(|body| crate::body::holding(body, Answering(span)))
 }
 
 /// A request's span, ended when this is dropped.
