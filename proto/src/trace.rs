@@ -25,6 +25,9 @@ use tonic::service::Routes;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// The W3C header that carries a trace context.
+const TRACEPARENT: &str = "traceparent";
+
 struct HeaderExtractor<'a>(&'a HeaderMap);
 
 impl Extractor for HeaderExtractor<'_> {
@@ -57,10 +60,14 @@ impl Injector for HeaderInjector<'_> {
 /// formats every field of every span it sees, so the rest of what a trace shows goes in
 /// as OpenTelemetry attributes, which only the trace layer handles.
 pub fn continue_trace(span: &Span, headers: &HeaderMap) {
-    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-    if parent.span().span_context().is_valid() {
-        // Fails only without the OpenTelemetry layer, or for a disabled span: no trace.
-        drop(span.set_parent(parent));
+    // Most callers send no trace context: nothing to extract then (a `tracestate` alone
+    // is no context).
+    if headers.contains_key(TRACEPARENT) {
+        let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+        if parent.span().span_context().is_valid() {
+            // Fails only without the OpenTelemetry layer, or for a disabled span: no trace.
+            drop(span.set_parent(parent));
+        }
     }
     let context = span.context();
     let span_context = context.span().span_context().clone();
