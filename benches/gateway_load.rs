@@ -5,16 +5,16 @@
 //! second at 64, and the added time to a stream's first chunk; then, at concurrency 1, the
 //! added p50 of `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against
 //! the chat completion it becomes, called directly), streamed first chunks included. Beside
-//! each streamed figure, the CPU time the forwarding process (Sandgate, or the bare
-//! forwarder) used per stream (a measure the machine's noise moves less than latency) and
-//! how often its threads were woken.
+//! each figure of a stream or another API, the CPU time the forwarding process (Sandgate,
+//! or the bare forwarder) used per call (a measure the machine's noise moves less than
+//! latency) and how often its threads were woken.
 //!
 //! `cargo bench --bench gateway_load` (needs `redis-server`: the spend log goes to Redis).
 //! Environment: `BENCH_SECONDS` (per run, default 5), `BENCH_CONCURRENCY` (default
 //! `1,16,64`), `BENCH_STREAMS` (streams timed per target, default 2000), `BENCH_ROUNDS`
-//! (how many times each cell runs, interleaved; default 1) and `BENCH_SANDGATE`
+//! (how many times each cell runs, interleaved; default 1), `BENCH_SANDGATE`
 //! (`label=path,…`: release binaries to compare side by side in one run; default the
-//! current build).
+//! current build) and `BENCH_PARTS` (which tables: `chat`, `streams`, `apis`; default all).
 
 #![expect(
     clippy::expect_used,
@@ -112,18 +112,23 @@ async fn timed_streams(
     first_chunks_of(base, path, body, count / 10).await;
     let before = cpu_use(pid);
     let times = first_chunks_of(base, path, body, count).await;
-    let used = match (before, cpu_use(pid)) {
-        (Some([cpu, runs]), Some([cpu_after, runs_after])) => {
-            let per_stream = |before: u64, after: u64| (after - before) as f64 / count as f64;
+    (times, used_per(before, cpu_use(pid), count as u64))
+}
+
+/// What a process used between two [`cpu_use`] readings, per one of `count` calls: CPU
+/// time in µs and thread runs, as two table cells.
+fn used_per(before: Option<[u64; 2]>, after: Option<[u64; 2]>, count: u64) -> String {
+    match (before, after) {
+        (Some([cpu, runs]), Some([cpu_after, runs_after])) if count > 0 => {
+            let per_call = |before: u64, after: u64| (after - before) as f64 / count as f64;
             format!(
                 "{:.0} | {:.1}",
-                per_stream(cpu, cpu_after) / 1000.0,
-                per_stream(runs, runs_after)
+                per_call(cpu, cpu_after) / 1000.0,
+                per_call(runs, runs_after)
             )
         }
         _ => String::from("— | —"),
-    };
-    (times, used)
+    }
 }
 
 /// The floor of any gateway on this stack: an axum server forwarding each request's body to
@@ -190,6 +195,8 @@ async fn main() {
     let streams = harness::env_number("BENCH_STREAMS", 2000) as usize;
 
     let rounds = harness::env_number("BENCH_ROUNDS", 1);
+    let parts = std::env::var("BENCH_PARTS").unwrap_or_default();
+    let part = |name: &str| parts.is_empty() || parts.split(',').any(|part| part.trim() == name);
 
     let direct = upstream::start().await;
     let config = upstream::gateway_config(&direct);
@@ -226,78 +233,86 @@ async fn main() {
     // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
     let through = upstream::chat("claude", false);
     let direct_body = upstream::chat("claude-sonnet", false);
-    println!("Non-streaming chat completions, closed loop\n");
-    println!("| target | concurrency | requests/s | p50 ms | p99 ms | errors |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for concurrency in closed_loop::concurrency_levels() {
+    if part("chat") {
+        println!("Non-streaming chat completions, closed loop\n");
+        println!("| target | concurrency | requests/s | p50 ms | p99 ms | errors |");
+        println!("|---|---:|---:|---:|---:|---:|");
+        for concurrency in closed_loop::concurrency_levels() {
+            for _ in 0..rounds {
+                let direct_target = ("direct to the fake upstream", &direct, &direct_body);
+                let bare_target = ("bare forwarder (axum + reqwest)", &bare, &direct_body);
+                let targets = gateways
+                    .iter()
+                    .map(|(target, _, url)| (target.as_str(), url, &through));
+                for (target, base, body) in [direct_target, bare_target].into_iter().chain(targets)
+                {
+                    let body = body.clone();
+                    let next = move || request(&body);
+                    closed_loop::load(base, concurrency, 1, next.clone()).await;
+                    let outcome = closed_loop::load(base, concurrency, seconds, next).await;
+                    println!(
+                        "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
+                        outcome.rate(),
+                        outcome.ms(0.5),
+                        outcome.ms(0.99),
+                        outcome.errors
+                    );
+                }
+            }
+        }
+    }
+
+    if part("streams") {
+        println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
+        println!(
+            "| target | p50 ms | p99 ms | the forwarder's CPU µs per stream | its thread runs per stream |"
+        );
+        println!("|---|---:|---:|---:|---:|");
         for _ in 0..rounds {
-            let direct_target = ("direct to the fake upstream", &direct, &direct_body);
-            let bare_target = ("bare forwarder (axum + reqwest)", &bare, &direct_body);
-            let targets = gateways
-                .iter()
-                .map(|(target, _, url)| (target.as_str(), url, &through));
-            for (target, base, body) in [direct_target, bare_target].into_iter().chain(targets) {
-                let body = body.clone();
-                let next = move || request(&body);
-                closed_loop::load(base, concurrency, 1, next.clone()).await;
-                let outcome = closed_loop::load(base, concurrency, seconds, next).await;
+            let direct_target = (
+                "direct to the fake upstream",
+                &direct,
+                upstream::chat("claude-sonnet", true),
+                None,
+            );
+            let bare_target = (
+                "bare forwarder (axum + reqwest)",
+                &bare,
+                upstream::chat("claude-sonnet", true),
+                bare_pid,
+            );
+            let targets = gateways.iter().map(|(target, child, url)| {
+                (
+                    target.as_str(),
+                    url,
+                    upstream::chat("claude", true),
+                    child.id(),
+                )
+            });
+            for (target, base, body, pid) in [direct_target, bare_target].into_iter().chain(targets)
+            {
+                let (times, used) =
+                    timed_streams(base, "/v1/chat/completions", &body, streams, pid).await;
                 println!(
-                    "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
-                    outcome.rate(),
-                    outcome.ms(0.5),
-                    outcome.ms(0.99),
-                    outcome.errors
+                    "| {target} | {:.3} | {:.3} | {used} |",
+                    times.value_at_quantile(0.5) as f64 / 1000.0,
+                    times.value_at_quantile(0.99) as f64 / 1000.0
                 );
             }
         }
     }
 
-    println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
-    println!(
-        "| target | p50 ms | p99 ms | the forwarder's CPU µs per stream | its thread runs per stream |"
-    );
-    println!("|---|---:|---:|---:|---:|");
-    for _ in 0..rounds {
-        let direct_target = (
-            "direct to the fake upstream",
+    if part("apis") {
+        other_apis(
             &direct,
-            upstream::chat("claude-sonnet", true),
-            None,
-        );
-        let bare_target = (
-            "bare forwarder (axum + reqwest)",
-            &bare,
-            upstream::chat("claude-sonnet", true),
-            bare_pid,
-        );
-        let targets = gateways.iter().map(|(target, child, url)| {
-            (
-                target.as_str(),
-                url,
-                upstream::chat("claude", true),
-                child.id(),
-            )
-        });
-        for (target, base, body, pid) in [direct_target, bare_target].into_iter().chain(targets) {
-            let (times, used) =
-                timed_streams(base, "/v1/chat/completions", &body, streams, pid).await;
-            println!(
-                "| {target} | {:.3} | {:.3} | {used} |",
-                times.value_at_quantile(0.5) as f64 / 1000.0,
-                times.value_at_quantile(0.99) as f64 / 1000.0
-            );
-        }
+            (&bare, bare_pid),
+            &gateways,
+            seconds,
+            streams,
+            rounds,
+        )
+        .await;
     }
-
-    other_apis(
-        &direct,
-        (&bare, bare_pid),
-        &gateways,
-        seconds,
-        streams,
-        rounds,
-    )
-    .await;
 }
 
 /// The added p50 of each other API at concurrency 1: each through Sandgate beside the
@@ -347,34 +362,39 @@ async fn other_apis(
         ),
     ];
     println!("\nOther APIs at concurrency 1: p50 and the p50 added to the direct call\n");
-    println!("| API | target | requests/s | p50 ms | p99 ms | added p50 ms | errors |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| API | target | requests/s | p50 ms | p99 ms | added p50 ms | the forwarder's CPU µs per call | its thread runs per call | errors |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for (api, path, body, direct_path, direct_body) in &cases {
         for _ in 0..rounds {
             let mut baseline = None;
-            let direct_target = ("direct", direct, *direct_path, direct_body);
+            let direct_target = ("direct", direct, *direct_path, direct_body, None);
             let bare_target = (
                 "bare forwarder (axum + reqwest)",
                 bare,
                 *direct_path,
                 direct_body,
+                bare_pid,
             );
-            let targets = gateways
-                .iter()
-                .map(|(target, _, url)| (target.as_str(), url.as_str(), *path, body));
+            let targets = gateways.iter().map(|(target, child, url)| {
+                (target.as_str(), url.as_str(), *path, body, child.id())
+            });
             let all = [direct_target, bare_target].into_iter().chain(targets);
-            for (target, base, path, body) in all {
+            for (target, base, path, body, pid) in all {
                 let (path, body) = (path.to_owned(), body.clone());
                 let next = move || request_to(&path, &body);
                 closed_loop::load(base, 1, 1, next.clone()).await;
+                let before = cpu_use(pid);
                 let outcome = closed_loop::load(base, 1, seconds, next).await;
+                let used = used_per(before, cpu_use(pid), outcome.requests);
                 let p50 = outcome.ms(0.5);
                 let added = baseline.map_or(String::from("—"), |direct: f64| {
                     format!("{:.3}", p50 - direct)
                 });
                 baseline.get_or_insert(p50);
                 println!(
-                    "| {api} | {target} | {:.0} | {p50:.3} | {:.3} | {added} | {} |",
+                    "| {api} | {target} | {:.0} | {p50:.3} | {:.3} | {added} | {used} | {} |",
                     outcome.rate(),
                     outcome.ms(0.99),
                     outcome.errors
