@@ -39,6 +39,9 @@ use http_body_util::{BodyExt, Full};
 
 const MASTER_KEY: &str = "bench-master-key";
 
+/// The tables `BENCH_PARTS` can pick, in the order they run.
+const PARTS: [&str; 3] = ["chat", "streams", "apis"];
+
 fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
     request_to("/v1/chat/completions", body)
 }
@@ -195,8 +198,11 @@ async fn main() {
     let streams = harness::env_number("BENCH_STREAMS", 2000) as usize;
 
     let rounds = harness::env_number("BENCH_ROUNDS", 1);
-    let parts = std::env::var("BENCH_PARTS").unwrap_or_default();
-    let part = |name: &str| parts.is_empty() || parts.split(',').any(|part| part.trim() == name);
+    let parts = std::env::var("BENCH_PARTS").unwrap_or_else(|_| PARTS.join(","));
+    let parts: Vec<&str> = parts.split(',').map(str::trim).collect();
+    if let Some(unknown) = parts.iter().find(|part| !PARTS.contains(part)) {
+        panic!("BENCH_PARTS: no table {unknown:?}; the tables are {PARTS:?}");
+    }
 
     let direct = upstream::start().await;
     let config = upstream::gateway_config(&direct);
@@ -230,79 +236,13 @@ async fn main() {
     let bare = format!("http://{bare}");
     let bare_pid = forwarder.id();
 
-    // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
-    let through = upstream::chat("claude", false);
-    let direct_body = upstream::chat("claude-sonnet", false);
-    if part("chat") {
-        println!("Non-streaming chat completions, closed loop\n");
-        println!("| target | concurrency | requests/s | p50 ms | p99 ms | errors |");
-        println!("|---|---:|---:|---:|---:|---:|");
-        for concurrency in closed_loop::concurrency_levels() {
-            for _ in 0..rounds {
-                let direct_target = ("direct to the fake upstream", &direct, &direct_body);
-                let bare_target = ("bare forwarder (axum + reqwest)", &bare, &direct_body);
-                let targets = gateways
-                    .iter()
-                    .map(|(target, _, url)| (target.as_str(), url, &through));
-                for (target, base, body) in [direct_target, bare_target].into_iter().chain(targets)
-                {
-                    let body = body.clone();
-                    let next = move || request(&body);
-                    closed_loop::load(base, concurrency, 1, next.clone()).await;
-                    let outcome = closed_loop::load(base, concurrency, seconds, next).await;
-                    println!(
-                        "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
-                        outcome.rate(),
-                        outcome.ms(0.5),
-                        outcome.ms(0.99),
-                        outcome.errors
-                    );
-                }
-            }
-        }
+    if parts.contains(&"chat") {
+        chat_completions(&direct, &bare, &gateways, seconds, rounds).await;
     }
-
-    if part("streams") {
-        println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
-        println!(
-            "| target | p50 ms | p99 ms | the forwarder's CPU µs per stream | its thread runs per stream |"
-        );
-        println!("|---|---:|---:|---:|---:|");
-        for _ in 0..rounds {
-            let direct_target = (
-                "direct to the fake upstream",
-                &direct,
-                upstream::chat("claude-sonnet", true),
-                None,
-            );
-            let bare_target = (
-                "bare forwarder (axum + reqwest)",
-                &bare,
-                upstream::chat("claude-sonnet", true),
-                bare_pid,
-            );
-            let targets = gateways.iter().map(|(target, child, url)| {
-                (
-                    target.as_str(),
-                    url,
-                    upstream::chat("claude", true),
-                    child.id(),
-                )
-            });
-            for (target, base, body, pid) in [direct_target, bare_target].into_iter().chain(targets)
-            {
-                let (times, used) =
-                    timed_streams(base, "/v1/chat/completions", &body, streams, pid).await;
-                println!(
-                    "| {target} | {:.3} | {:.3} | {used} |",
-                    times.value_at_quantile(0.5) as f64 / 1000.0,
-                    times.value_at_quantile(0.99) as f64 / 1000.0
-                );
-            }
-        }
+    if parts.contains(&"streams") {
+        chat_streams(&direct, (&bare, bare_pid), &gateways, streams, rounds).await;
     }
-
-    if part("apis") {
+    if parts.contains(&"apis") {
         other_apis(
             &direct,
             (&bare, bare_pid),
@@ -312,6 +252,90 @@ async fn main() {
             rounds,
         )
         .await;
+    }
+}
+
+/// Non-streaming chat completions at each concurrency: requests per second and latency.
+async fn chat_completions(
+    direct: &str,
+    bare: &str,
+    gateways: &[(String, tokio::process::Child, String)],
+    seconds: u64,
+    rounds: u64,
+) {
+    // The client asks the gateway for `claude`; the provider is asked for `claude-sonnet`.
+    let through = upstream::chat("claude", false);
+    let direct_body = upstream::chat("claude-sonnet", false);
+    println!("Non-streaming chat completions, closed loop\n");
+    println!("| target | concurrency | requests/s | p50 ms | p99 ms | errors |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for concurrency in closed_loop::concurrency_levels() {
+        for _ in 0..rounds {
+            let direct_target = ("direct to the fake upstream", direct, &direct_body);
+            let bare_target = ("bare forwarder (axum + reqwest)", bare, &direct_body);
+            let targets = gateways
+                .iter()
+                .map(|(target, _, url)| (target.as_str(), url.as_str(), &through));
+            for (target, base, body) in [direct_target, bare_target].into_iter().chain(targets) {
+                let body = body.clone();
+                let next = move || request(&body);
+                closed_loop::load(base, concurrency, 1, next.clone()).await;
+                let outcome = closed_loop::load(base, concurrency, seconds, next).await;
+                println!(
+                    "| {target} | {concurrency} | {:.0} | {:.3} | {:.3} | {} |",
+                    outcome.rate(),
+                    outcome.ms(0.5),
+                    outcome.ms(0.99),
+                    outcome.errors
+                );
+            }
+        }
+    }
+}
+
+/// Chat streams one at a time: the time to the first chunk, and the forwarders' CPU.
+async fn chat_streams(
+    direct: &str,
+    (bare, bare_pid): (&str, Option<u32>),
+    gateways: &[(String, tokio::process::Child, String)],
+    streams: usize,
+    rounds: u64,
+) {
+    println!("\nStreaming: time to the first chunk, {streams} streams one at a time\n");
+    println!(
+        "| target | p50 ms | p99 ms | the forwarder's CPU µs per stream | its thread runs per stream |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for _ in 0..rounds {
+        let direct_target = (
+            "direct to the fake upstream",
+            direct,
+            upstream::chat("claude-sonnet", true),
+            None,
+        );
+        let bare_target = (
+            "bare forwarder (axum + reqwest)",
+            bare,
+            upstream::chat("claude-sonnet", true),
+            bare_pid,
+        );
+        let targets = gateways.iter().map(|(target, child, url)| {
+            (
+                target.as_str(),
+                url.as_str(),
+                upstream::chat("claude", true),
+                child.id(),
+            )
+        });
+        for (target, base, body, pid) in [direct_target, bare_target].into_iter().chain(targets) {
+            let (times, used) =
+                timed_streams(base, "/v1/chat/completions", &body, streams, pid).await;
+            println!(
+                "| {target} | {:.3} | {:.3} | {used} |",
+                times.value_at_quantile(0.5) as f64 / 1000.0,
+                times.value_at_quantile(0.99) as f64 / 1000.0
+            );
+        }
     }
 }
 
