@@ -282,6 +282,25 @@ const UPSTREAM_KEY: &str = "sk-upstream-key-for-traces";
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
+/// A gateway config of one entry, `model_name`, sent to `upstream` as the same-kind
+/// gateway's `upstream_model` with the upstream's key.
+fn proxy_config(
+    model_name: &str,
+    upstream_model: &str,
+    upstream: &FakeUpstream,
+) -> tempfile::NamedTempFile {
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: {model_name}\n    gateway_params: {{model: gateway_proxy/{upstream_model}, api_base: \"{}\", api_key: {UPSTREAM_KEY}}}\n",
+            upstream.base()
+        ),
+    )
+    .expect("write config");
+    config
+}
+
 /// `sandgate model-gw` and `sandgate edge` as processes exporting to `collector`: the
 /// client's trace continues through the edge's span, the gRPC call's and the upstream
 /// call's, and the upstream sees the last as its parent.
@@ -291,15 +310,7 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
     let collector = collector(sent).await;
     let upstream = FakeUpstream::start().await;
     let data = tempfile::tempdir().expect("temp dir");
-    let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: {UPSTREAM_KEY}}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("write config");
+    let config = proxy_config("claude", "claude-sonnet", &upstream);
     let otel = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "20"),
@@ -516,15 +527,7 @@ async fn a_streamed_answers_span_ends_after_its_last_event() {
     let (sent, mut spans) = mpsc::unbounded_channel();
     let collector = collector(sent).await;
     let upstream = FakeUpstream::start().await;
-    let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: gated\n    gateway_params: {{model: gateway_proxy/gated, api_base: \"{}\", api_key: {UPSTREAM_KEY}}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("write config");
+    let config = proxy_config("gated", "gated", &upstream);
     let mut args = serve_args(&Backend::embedded());
     args.extend([
         "--gateway-config".to_owned(),
