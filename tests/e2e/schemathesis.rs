@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::common::{
-    ADMIN_PASSWORD, Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, admin_args,
-    driver_output, repository, serve_args, tool,
+    ADMIN_PASSWORD, Backend, REAL_CLIENTS, RUNTIME_KEY, Sandgate, SandgateProcess, WEBHOOK_KEY,
+    admin_args, driver_output, fixtures, repository, serve_args, tool,
 };
 use crate::model_gateway::{FakeUpstream, MASTER_KEY};
 
@@ -47,8 +47,9 @@ const GATEWAY: &str =
 
 /// The operations that take or return a ConversationInfo: a minute of their own (their
 /// bodies are the largest to draw). Every run loads `schemathesis_hooks.py`, which acts on
-/// their bodies only: it encodes the two kinds of the models' rules no JSON Schema can
-/// state (pydantic's lax scalars, rules across fields), which the document says in prose.
+/// their bodies: it encodes the two kinds of the models' rules no JSON Schema can state
+/// (pydantic's lax scalars, rules across fields), which the document says in prose; and on
+/// the gateway's 502 and 504 for an upstream a fuzzed `POST /model/new` made up.
 const CONVERSATIONS: &str = "^/api/v1/(webhooks/conversations|conversations(/[{]id[}])?)$";
 
 /// The hooks module, and where Python finds it.
@@ -120,6 +121,115 @@ async fn the_hooks_coerce_scalars_as_pydantic_does() {
     let mut checks = tokio::process::Command::new(tool("schemathesis/bin/python", REAL_CLIENTS));
     checks.arg(repository(HOOKS_DIR).join(format!("{HOOKS}.py")));
     driver_output(checks, String::new).await;
+}
+
+/// Sets `pointer` in `body` to `value`, adding the last key to its object if need be.
+fn set(body: &mut serde_json::Value, pointer: &str, value: serde_json::Value) {
+    let (parent, key) = pointer.rsplit_once('/').expect("a pointer");
+    body.pointer_mut(parent)
+        .and_then(serde_json::Value::as_object_mut)
+        .unwrap_or_else(|| panic!("no object at {parent}"))
+        .insert(key.to_owned(), value);
+}
+
+/// What the models' before-validators coerce, the service accepts and the document says it
+/// takes: schemathesis draws negative cases from the document, so a value the document
+/// refuses and the service rightly accepts would be a failure of every run that draws it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_takes_what_the_models_coerce() {
+    use serde_json::json;
+
+    let backend = Backend::embedded();
+    let server = Sandgate::start(&backend).await;
+    let document: serde_json::Value = reqwest::get(server.url("/openapi.json"))
+        .await
+        .expect("document")
+        .json()
+        .await
+        .expect("JSON");
+    let skill = "/agent/agent_context/skills/0";
+    let cases = [
+        (
+            "agent_basic_idle",
+            "/workspace/working_dir",
+            json!({"a": [1]}),
+        ),
+        ("agent_basic_idle", "/workspace/working_dir", json!(7)),
+        (
+            "agent_basic_idle",
+            "/agent/system_prompt_kwargs",
+            json!("x"),
+        ),
+        ("agent_basic_idle", "/agent/tools/0/params", json!(null)),
+        (
+            "agent_basic_idle",
+            "/agent/security_policy_filename",
+            json!(null),
+        ),
+        ("acp_agent", "/agent/security_policy_filename", json!(null)),
+        (
+            "agent_context_skills",
+            &format!("{skill}/allowed_tools"),
+            json!("read  write"),
+        ),
+        (
+            "agent_context_skills",
+            &format!("{skill}/allowed_tools"),
+            json!([1, {"b": null}]),
+        ),
+        (
+            "agent_context_skills",
+            &format!("{skill}/metadata"),
+            json!({"n": 1, "l": [true]}),
+        ),
+        (
+            "agent_basic_idle",
+            "/agent/critic",
+            json!({"kind": "APIBasedCritic", "api_key": 0}),
+        ),
+        (
+            "agent_basic_idle",
+            "/agent/critic",
+            json!({"kind": "APIBasedCritic", "api_key": {}}),
+        ),
+        ("acp_agent", "/agent/acp_resume_session_id", json!(false)),
+        ("acp_agent", "/agent/acp_resume_session_id", json!([])),
+    ];
+    let mut bodies = Vec::new();
+    for (fixture, pointer, value) in cases {
+        let mut body = fixtures::json(&format!("accept/{fixture}"));
+        set(&mut body, pointer, value.clone());
+        let response = server.deliver(WEBHOOK_KEY, body.to_string()).await;
+        let status = response.status();
+        let answer = response.text().await.expect("answer");
+        assert_eq!(status, 200, "{fixture} with {pointer} = {value}: {answer}");
+        bodies.push(json!({"case": format!("{fixture} with {pointer} = {value}"), "body": body}));
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (document_path, bodies_path) = (
+        dir.path().join("openapi.json"),
+        dir.path().join("bodies.json"),
+    );
+    std::fs::write(&document_path, document.to_string()).expect("document written");
+    std::fs::write(&bodies_path, serde_json::Value::from(bodies).to_string()).expect("bodies");
+    // The document's own judgement, by the validator schemathesis uses.
+    let mut check = tokio::process::Command::new(tool("schemathesis/bin/python", REAL_CLIENTS));
+    check
+        .env("PYTHONPATH", repository(HOOKS_DIR))
+        .arg("-c")
+        .arg(
+            "import json, sys\n\
+             from schemathesis_hooks import validator\n\
+             root = json.load(open(sys.argv[1]))\n\
+             post = root['paths']['/api/v1/webhooks/conversations']['post']\n\
+             schema = post['requestBody']['content']['application/json']['schema']\n\
+             refused = [case['case'] for case in json.load(open(sys.argv[2]))\n\
+                        if not validator(schema, root).is_valid(case['body'])]\n\
+             assert not refused, refused\n",
+        )
+        .arg(&document_path)
+        .arg(&bodies_path);
+    driver_output(check, String::new).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

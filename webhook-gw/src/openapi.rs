@@ -28,6 +28,7 @@ pub fn document(conversation_schema: &Value) -> Value {
     schemas.values_mut().for_each(returned_redacted);
     require_validated_fields(&mut schemas);
     constrain_validated_values(&mut schemas);
+    widen_coerced_fields(&mut schemas);
     if let Some(Value::Object(components)) = document.get_mut("components")
         && let Some(Value::Object(existing)) = components.get_mut("schemas")
     {
@@ -226,17 +227,6 @@ fn constrain_validated_values(schemas: &mut Map<String, Value>) {
             }
         }
     }
-    // `validate_secret` makes a critic's empty, blank, redacted or falsy key `None`, and the
-    // model keeps it so: the record may hold null.
-    for critic in both_releases("APIBasedCritic") {
-        if let Some(Value::Array(members)) = schemas
-            .get_mut(&critic)
-            .and_then(|critic| critic.pointer_mut("/properties/api_key/anyOf"))
-            && !members.iter().any(|member| member["type"] == "null")
-        {
-            members.push(json!({ "type": "null" }));
-        }
-    }
     // `HookDefinition._validate_type_fields` (1.34.0's, the looser): a command hook needs
     // its command, a prompt hook its prompt, an agent hook takes no command and no `async`.
     // `MCPServer._validate_server`: `auth` excludes an `Authorization` header.
@@ -289,6 +279,85 @@ fn constrain_validated_values(schemas: &mut Map<String, Value>) {
                     } } },
                 ] } } },
             }));
+        }
+    }
+}
+
+/// What the models' before-validators (`runtime-api/src/model/hooks.rs`, `BeforeHook`)
+/// take and turn into what the field's schema says: the field's schema, with what they
+/// also take beside it (`None`: any value), for both releases' models. Without it the
+/// document would call bodies invalid that the models (and the service) accept.
+const COERCED_FIELDS: [(&str, &str, Option<&[&str]>); 9] = [
+    // `LocalWorkspace.__init__`: `str(working_dir)`.
+    ("LocalWorkspace", "working_dir", None),
+    // `Agent._add_security_prompt_as_default`: anything but a dict becomes `{}`.
+    ("Agent", "system_prompt_kwargs", None),
+    // `Tool.validate_params`: `None` is `{}`.
+    ("Tool", "params", Some(&[r#"{"type": "null"}"#])),
+    // `AgentBase._validate_system_prompt_fields` (1.34.0): `None` is `""`.
+    (
+        "Agent",
+        "security_policy_filename",
+        Some(&[r#"{"type": "null"}"#]),
+    ),
+    (
+        "ACPAgent",
+        "security_policy_filename",
+        Some(&[r#"{"type": "null"}"#]),
+    ),
+    // `Skill._parse_allowed_tools`: a string is split on whitespace, a list's items become
+    // strings; `Skill._convert_metadata_values`: a dict's values become strings.
+    (
+        "Skill",
+        "allowed_tools",
+        Some(&[r#"{"type": "string"}"#, r#"{"type": "array"}"#]),
+    ),
+    ("Skill", "metadata", Some(&[r#"{"type": "object"}"#])),
+    // `validate_secret`: a falsy value is `None`, and kept so.
+    ("APIBasedCritic", "api_key", Some(FALSY)),
+    ("ACPAgent", "acp_resume_session_id", Some(FALSY)),
+];
+
+/// Python's falsy JSON values but `""` (a string already): each is `None` to
+/// `validate_secret`.
+const FALSY: &[&str] = &[
+    r#"{"type": "null"}"#,
+    r#"{"const": false}"#,
+    r#"{"const": 0}"#,
+    r#"{"type": "array", "maxItems": 0}"#,
+    r#"{"type": "object", "maxProperties": 0}"#,
+];
+
+/// The annotations of a field's schema, kept at its top when it is widened.
+const ANNOTATIONS: [&str; 4] = ["title", "description", "default", "examples"];
+
+fn widen_coerced_fields(schemas: &mut Map<String, Value>) {
+    for (model, field, also) in COERCED_FIELDS {
+        for name in both_releases(model) {
+            let Some(Value::Object(schema)) = schemas
+                .get_mut(&name)
+                .and_then(|model| model.pointer_mut(&format!("/properties/{field}")))
+            else {
+                continue;
+            };
+            let annotations: Map<String, Value> = ANNOTATIONS
+                .iter()
+                .filter_map(|key| Some(((*key).to_owned(), schema.get(*key)?.clone())))
+                .collect();
+            let widened = also.map(|also| {
+                let original = schema
+                    .iter()
+                    .filter(|(key, _)| !ANNOTATIONS.contains(&key.as_str()))
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect();
+                let alternatives = std::iter::once(Value::Object(original)).chain(
+                    // Each is JSON (`tests::coerced_fields_widen_to_json_schemas`).
+                    also.iter()
+                        .filter_map(|text| serde_json::from_str(text).ok()),
+                );
+                ("anyOf".to_owned(), alternatives.collect())
+            });
+            *schema = annotations.into_iter().chain(widened).collect();
         }
     }
 }
@@ -379,7 +448,7 @@ fn remap_unions(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     /// What the models' validators refuse is in the document, for both releases' models.
     #[test]
@@ -505,6 +574,40 @@ mod tests {
                 "U+{:04X}",
                 u32::from(c)
             );
+        }
+    }
+
+    /// A profile's name is refused when `str::trim` leaves nothing of it (the Settings
+    /// service's rule): the document's pattern accepts exactly the names with a
+    /// character that is not Rust's whitespace, on every character up to U+FFFF.
+    #[test]
+    fn a_profile_name_pattern_is_the_services_non_blank_rule() {
+        let document: Value = serde_json::from_str(super::DOCUMENT).unwrap();
+        let pattern =
+            document["paths"]["/api/v1/settings/profiles/{profile_name}"]["post"]["parameters"][0]
+                ["schema"]["pattern"]
+                .as_str()
+                .expect("the saved profile's name has a pattern");
+        let pattern = fancy_regex::Regex::new(pattern).unwrap();
+        for c in (0..=0xffff).filter_map(char::from_u32) {
+            let name = format!(" {c}\u{3000}");
+            assert_eq!(
+                pattern.is_match(&name).unwrap(),
+                !name.trim().is_empty(),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
+    }
+
+    #[test]
+    fn coerced_fields_widen_to_json_schemas() {
+        for (model, field, also) in super::COERCED_FIELDS {
+            for text in also.unwrap_or_default() {
+                let schema: Value = serde_json::from_str(text)
+                    .unwrap_or_else(|err| panic!("{model}.{field}: {text}: {err}"));
+                assert!(schema.is_object(), "{model}.{field}: {text}");
+            }
         }
     }
 
