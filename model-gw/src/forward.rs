@@ -25,6 +25,7 @@ use crate::headers::{
 };
 use crate::messages;
 use crate::messages::stream::StreamTranslator;
+use crate::openai;
 use crate::retry::{RetryPolicy, transient};
 use crate::rewrite::{self, SseRenamer, Usage, rename_model};
 use crate::routing::{Kind, Upstream};
@@ -426,6 +427,11 @@ async fn whole_answer(
         Ok(body) => {
             let (status, mut rest, usage) = edit_whole(call, status.as_u16(), body);
             first.status = u32::from(status);
+            if !(200..300).contains(&status) {
+                // A failed answer is an error object in the API's shape, whatever the
+                // upstream's was.
+                "application/json".clone_into(&mut first.content_type);
+            }
             first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
             let mut messages = vec![first];
             while !rest.is_empty() {
@@ -459,7 +465,7 @@ fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (u16, Bytes, Option<
                 std::borrow::Cow::Owned(renamed) => (status, Bytes::from(renamed), usage),
             }
         }
-        AnswerEdit::Rename { .. } => (status, body, None),
+        AnswerEdit::Rename { .. } => (status, openai::error(status, body), None),
         AnswerEdit::Message | AnswerEdit::CountTokens if success => {
             // The answer is rewritten whole below: only its usage is read here.
             let usage = rewrite::usage(&body);

@@ -83,6 +83,55 @@ pub fn prepare(
     }
 }
 
+/// An upstream's failed answer as the OpenAI SDKs read one: itself when it is a JSON object
+/// (an upstream's own error, relayed unchanged), else the OpenAI error shape around its text
+/// (a proxy's HTML page, a plain-text message, nothing), as LiteLLM's proxy answers it too.
+pub fn error(status: u16, body: Bytes) -> Bytes {
+    let is_object = body.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'{')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();
+    if is_object {
+        return body;
+    }
+    #[derive(serde::Serialize)]
+    struct ErrorObject<'a> {
+        error: ErrorBody<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct ErrorBody<'a> {
+        message: &'a str,
+        r#type: &'static str,
+        param: Option<&'a str>,
+        code: String,
+    }
+    let text = crate::messages::upstream_text(&body);
+    let message = if text.trim().is_empty() {
+        format!("the upstream answered {status} without a message")
+    } else {
+        text
+    };
+    let error = ErrorObject {
+        error: ErrorBody {
+            message: &message,
+            r#type: error_type(status),
+            param: None,
+            code: status.to_string(),
+        },
+    };
+    Bytes::from(serde_json::to_vec(&error).unwrap_or_default())
+}
+
+/// The OpenAI error `type` of an HTTP status.
+fn error_type(status: u16) -> &'static str {
+    match status {
+        400 | 413 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        _ => "api_error",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +143,35 @@ mod tests {
             .flat_map(|piece| piece.to_vec())
             .collect();
         serde_json::from_slice(&joined).expect("JSON")
+    }
+
+    #[test]
+    fn an_upstream_error_object_is_relayed_and_anything_else_wrapped() {
+        let own = Bytes::from_static(br#" {"error": {"message": "quota", "code": "x"}}"#);
+        assert_eq!(error(429, own.clone()), own);
+        for (status, body, message, kind) in [
+            (
+                404,
+                &b"<html>File not found</html>"[..],
+                "<html>File not found</html>",
+                "not_found_error",
+            ),
+            (
+                502,
+                b"",
+                "the upstream answered 502 without a message",
+                "api_error",
+            ),
+            (400, b"[1, 2]", "[1, 2]", "invalid_request_error"),
+            (503, b"{broken", "{broken", "api_error"),
+            (500, b"bad \xff byte", "bad \u{fffd} byte", "api_error"),
+        ] {
+            let wrapped: Value = serde_json::from_slice(&error(status, Bytes::from(body))).unwrap();
+            assert_eq!(wrapped["error"]["message"], message, "{status}");
+            assert_eq!(wrapped["error"]["type"], kind, "{status}");
+            assert_eq!(wrapped["error"]["code"], status.to_string());
+            assert!(wrapped["error"]["param"].is_null());
+        }
     }
 
     #[test]

@@ -67,6 +67,14 @@ async fn answer(State(state): State<UpstreamState>, request: http::Request<Body>
     if model == "hang" {
         std::future::pending::<()>().await;
     }
+    if model.ends_with("html") {
+        // What a web server in front of an upstream answers a path it does not serve.
+        return Response::builder()
+            .status(404)
+            .header("content-type", "text/html")
+            .body(Body::from("<html><body>Not Found</body></html>"))
+            .expect("response");
+    }
     if model == "overloaded" {
         return Response::builder()
             .status(503)
@@ -644,6 +652,43 @@ async fn unknown_models_are_404_without_a_wildcard() {
     assert_openai_error(&body);
     assert_eq!(body["error"]["code"], "404");
     assert_eq!(gateway.upstream.count(), 0);
+}
+
+/// The SDKs read a failed answer as a JSON error object: an upstream's page that is not
+/// one reaches them wrapped in one, its status and text kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_failure_that_is_not_json_reaches_the_client_as_an_error_object() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    for path in ["/v1/embeddings", "/v1/chat/completions", "/v1/responses"] {
+        let response = gateway
+            .post(
+                path,
+                &json!({"model": "x/html", "input": "x", "messages": []}),
+            )
+            .send()
+            .await
+            .expect("answer");
+        let status = response.status();
+        assert_eq!(
+            status,
+            404,
+            "{path}: {}",
+            response.text().await.unwrap_or_default()
+        );
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{path}"
+        );
+        let body: Value = response.json().await.expect("JSON");
+        assert_openai_error(&body);
+        assert_eq!(body["error"]["type"], "not_found_error", "{path}");
+        assert_eq!(
+            body["error"]["message"], "<html><body>Not Found</body></html>",
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -684,10 +684,7 @@ pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
     let message = match message {
         Some(message) => message,
         None => {
-            fallback = String::from_utf8_lossy(body)
-                .chars()
-                .take(2000)
-                .collect::<String>();
+            fallback = upstream_text(body);
             &fallback
         }
     };
@@ -698,6 +695,12 @@ pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
         },
     };
     serde_json::to_vec(&error).unwrap_or_default()
+}
+
+/// An upstream's answer as the text of an error message: at most 2,000 characters of it,
+/// its invalid UTF-8 replaced.
+pub(crate) fn upstream_text(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).chars().take(2000).collect()
 }
 
 #[cfg(test)]
