@@ -92,44 +92,13 @@ pub fn error(status: u16, body: Bytes) -> Bytes {
     if is_object {
         return body;
     }
-    #[derive(serde::Serialize)]
-    struct ErrorObject<'a> {
-        error: ErrorBody<'a>,
-    }
-    #[derive(serde::Serialize)]
-    struct ErrorBody<'a> {
-        message: &'a str,
-        r#type: &'static str,
-        param: Option<&'a str>,
-        code: String,
-    }
     let text = crate::messages::upstream_text(&body);
     let message = if text.trim().is_empty() {
         format!("the upstream answered {status} without a message")
     } else {
         text
     };
-    let error = ErrorObject {
-        error: ErrorBody {
-            message: &message,
-            r#type: error_type(status),
-            param: None,
-            code: status.to_string(),
-        },
-    };
-    Bytes::from(serde_json::to_vec(&error).unwrap_or_default())
-}
-
-/// The OpenAI error `type` of an HTTP status.
-fn error_type(status: u16) -> &'static str {
-    match status {
-        400 | 413 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        429 => "rate_limit_error",
-        _ => "api_error",
-    }
+    Bytes::from(sandgate_proto::models::openai_error(status, &message, None))
 }
 
 #[cfg(test)]

@@ -40,18 +40,51 @@ pub mod models {
         Box<dyn futures::Stream<Item = Result<v1::CallResponse, tonic::Status>> + Send>,
     >;
 
-    /// Anthropic's error `type` for an HTTP status: what the Messages API's errors say,
-    /// the gateway's own and an upstream's translated alike.
-    pub fn anthropic_error_type(status: u16) -> &'static str {
+    /// The OpenAI error `type` for an HTTP status, as the OpenAI SDKs and LiteLLM's proxy
+    /// name them.
+    pub fn openai_error_type(status: u16) -> &'static str {
         match status {
             400 | 413 | 422 => "invalid_request_error",
             401 => "authentication_error",
             403 => "permission_error",
             404 => "not_found_error",
             429 => "rate_limit_error",
-            503 | 529 => "overloaded_error",
             _ => "api_error",
         }
+    }
+
+    /// Anthropic's error `type` for an HTTP status (OpenAI's, and `overloaded_error`): what
+    /// the Messages API's errors say, the gateway's own and an upstream's translated alike.
+    pub fn anthropic_error_type(status: u16) -> &'static str {
+        match status {
+            503 | 529 => "overloaded_error",
+            _ => openai_error_type(status),
+        }
+    }
+
+    /// An error in the OpenAI shape, `{"error": {message, type, param, code}}`, its `code`
+    /// the status: the gateway's own errors and an upstream's that had no such object.
+    pub fn openai_error(status: u16, message: &str, param: Option<&str>) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct ErrorObject<'a> {
+            error: ErrorBody<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct ErrorBody<'a> {
+            message: &'a str,
+            r#type: &'static str,
+            param: Option<&'a str>,
+            code: String,
+        }
+        let error = ErrorObject {
+            error: ErrorBody {
+                message,
+                r#type: openai_error_type(status),
+                param,
+                code: status.to_string(),
+            },
+        };
+        serde_json::to_vec(&error).unwrap_or_default()
     }
 
     /// The messages of a chat completion's answer through the deprecated ChatCompletion

@@ -70,23 +70,14 @@ impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
         let code = self.0.code();
         let status = code.http_status();
-        let error_type = match code {
-            ErrorCode::Unauthenticated => "authentication_error",
-            ErrorCode::Forbidden => "permission_error",
-            ErrorCode::NotFound => "not_found_error",
-            ErrorCode::BadRequest | ErrorCode::ValidationFailed | ErrorCode::PayloadTooLarge => {
-                "invalid_request_error"
-            }
-            ErrorCode::RateLimited => "rate_limit_error",
-            _ => "api_error",
-        };
-        let body = json!({ "error": {
-            "message": self.0.detail,
-            "type": error_type,
-            "param": if code == ErrorCode::NotFound { Value::from("model") } else { Value::Null },
-            "code": status.as_u16().to_string(),
-        }});
-        (status, Json(body)).into_response()
+        let param = (code == ErrorCode::NotFound).then_some("model");
+        let body = sandgate_proto::models::openai_error(status.as_u16(), &self.0.detail, param);
+        (
+            status,
+            [(http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
     }
 }
 
