@@ -122,16 +122,10 @@ impl Endpoint {
 
 /// The fake upstream's gateway configuration: one model, `fake`.
 fn gateway_config(upstream: &FakeUpstream) -> tempfile::NamedTempFile {
-    let file = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        file.path(),
-        format!(
-            "model_list:\n  - model_name: fake\n    gateway_params: {{model: gateway_proxy/fake, api_base: \"{}\", api_key: sk-upstream}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("write config");
-    file
+    crate::common::file_with(&format!(
+        "model_list:\n  - model_name: fake\n    gateway_params: {{model: gateway_proxy/fake, api_base: \"{}\", api_key: sk-upstream}}\n",
+        upstream.base()
+    ))
 }
 
 async fn send(

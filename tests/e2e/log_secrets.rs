@@ -261,15 +261,10 @@ async fn no_secret_in_json_logs_with_a_redis_password() {
 
 async fn logs_hold_no_secret(mut backend: Backend, format: &str) {
     let upstream = FakeUpstream::start().await;
-    let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: configured\n    gateway_params: {{model: gateway_proxy/configured, api_base: \"{}\", api_key: os.environ/GATEWAY_KEY}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("gateway config");
+    let config = crate::common::file_with(&format!(
+        "model_list:\n  - model_name: configured\n    gateway_params: {{model: gateway_proxy/configured, api_base: \"{}\", api_key: os.environ/GATEWAY_KEY}}\n",
+        upstream.base()
+    ));
     let path = config.path().display().to_string();
     // Secrets travel in the environment, as the README advises (the test keys of
     // `serve_args` are on the command line; they are searched for all the same).

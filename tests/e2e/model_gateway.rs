@@ -1093,15 +1093,10 @@ crate::on_both_backends!(
 async fn model_gw_and_edge_run_apart_with_keys_from_the_environment() {
     let upstream = FakeUpstream::start().await;
     let data = tempfile::tempdir().expect("temp dir");
-    let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: os.environ/TEST_GATEWAY_KEY}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("write config");
+    let config = crate::common::file_with(&format!(
+        "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{}\", api_key: os.environ/TEST_GATEWAY_KEY}}\n",
+        upstream.base()
+    ));
     let gateway_args = [
         "model-gw",
         "--grpc-listen",

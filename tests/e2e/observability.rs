@@ -289,16 +289,10 @@ fn proxy_config(
     upstream_model: &str,
     upstream: &FakeUpstream,
 ) -> tempfile::NamedTempFile {
-    let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: {model_name}\n    gateway_params: {{model: gateway_proxy/{upstream_model}, api_base: \"{}\", api_key: {UPSTREAM_KEY}}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("write config");
-    config
+    crate::common::file_with(&format!(
+        "model_list:\n  - model_name: {model_name}\n    gateway_params: {{model: gateway_proxy/{upstream_model}, api_base: \"{}\", api_key: {UPSTREAM_KEY}}}\n",
+        upstream.base()
+    ))
 }
 
 /// `sandgate model-gw` and `sandgate edge` as processes exporting to `collector`: the

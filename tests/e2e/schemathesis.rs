@@ -18,15 +18,10 @@ const RUN_SECONDS: u64 = 60;
 /// `sandgate serve` on the embedded store with admin login and a model gateway in front of
 /// `upstream`; with what must outlive it.
 async fn sandgate(upstream: &FakeUpstream) -> (SandgateProcess, Backend, tempfile::NamedTempFile) {
-    let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        config.path(),
-        format!(
-            "model_list:\n  - model_name: fuzzed\n    gateway_params: {{model: gateway_proxy/fuzzed, api_base: \"{}\"}}\n",
-            upstream.base()
-        ),
-    )
-    .expect("gateway config");
+    let config = crate::common::file_with(&format!(
+        "model_list:\n  - model_name: fuzzed\n    gateway_params: {{model: gateway_proxy/fuzzed, api_base: \"{}\"}}\n",
+        upstream.base()
+    ));
     let backend = Backend::embedded();
     let mut args = serve_args(&backend);
     args.extend(admin_args());

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::common::scripted_upstream::{Reply, ScriptedUpstream, StreamEnd, error_body};
-use crate::common::{Backend, Sandgate, SandgateProcess, serve_args};
+use crate::common::{Backend, Sandgate, SandgateProcess, file_with, serve_args};
 
 const MASTER_KEY: &str = "sk-master-key-for-fault-tests";
 /// The longest any wait of these tests may take before it fails.
@@ -21,15 +21,9 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// OpenAI-compatible API (`{base}/v1/chat/completions`), which is retried on the
 /// gateway's policy.
 fn config_file(model_name: &str, base: &str) -> tempfile::NamedTempFile {
-    config_with(&format!(
+    file_with(&format!(
         "model_list:\n  - model_name: {model_name}\n    gateway_params: {{model: openai/up-model, api_base: \"{base}/v1\", api_key: sk-upstream}}\n"
     ))
-}
-
-fn config_with(text: &str) -> tempfile::NamedTempFile {
-    let config = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(config.path(), text).expect("write config");
-    config
 }
 
 fn chat_body(model: &str, stream: bool) -> String {
@@ -195,7 +189,7 @@ async fn a_chained_gateways_503_is_not_retried_unless_its_entry_asks() {
     .await;
     let base = upstream.base();
     let backend = Backend::embedded();
-    let config = config_with(&format!(
+    let config = file_with(&format!(
         "model_list:\n  - model_name: chained\n    gateway_params: {{model: gateway_proxy/up, api_base: \"{base}\"}}\n  - model_name: asks\n    gateway_params: {{model: gateway_proxy/up, api_base: \"{base}\", num_retries: 1}}\n"
     ));
     let path = config.path().display().to_string();

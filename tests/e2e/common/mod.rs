@@ -27,6 +27,13 @@ pub fn repository(path: &str) -> PathBuf {
 /// The script that installs the real clients into `.tools/`.
 pub const REAL_CLIENTS: &str = "scripts/install-real-clients";
 
+/// A temporary file holding `text` (a gateway configuration, say), removed when dropped.
+pub fn file_with(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), text).expect("write the temp file");
+    file
+}
+
 /// A file of `.tools/` (`path` relative to it) that the repository's script `installer`
 /// installs; a test that needs it fails naming the script when it is missing.
 pub fn tool(path: &str, installer: &str) -> PathBuf {
