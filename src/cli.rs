@@ -122,6 +122,10 @@ pub struct MetricsArgs {
     /// `0.0.0.0:9090`; without it the process keeps no metrics.
     #[arg(long, env = "SANDGATE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// A key `/metrics` asks of its scrapers (`Authorization: Bearer <key>`); without
+    /// it, `/metrics` is open.
+    #[arg(long, env = "METRICS_API_KEY", hide_env_values = true)]
+    pub metrics_api_key: Option<String>,
 }
 
 /// The built-in model gateway.
@@ -148,6 +152,30 @@ pub struct GatewayArgs {
     #[arg(long, env = "GATEWAY_RETRIES", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(sandgate_model_gw::config::MAX_RETRIES)))]
     pub gateway_retries: u32,
+    /// Hosts (comma-separated names or addresses) that models added at runtime
+    /// (`/model/new`) may reach although they are loopback, private, link-local or a
+    /// cloud metadata service; the configuration file's entries go anywhere.
+    #[arg(long, env = "GATEWAY_ALLOWED_UPSTREAM_HOSTS", value_delimiter = ',')]
+    pub gateway_allowed_upstream_hosts: Vec<String>,
+    /// The largest whole (not streamed) upstream answer read, in bytes (then 502).
+    #[arg(long, env = "GATEWAY_MAX_ANSWER_BYTES", default_value_t = 32 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1024..))]
+    pub gateway_max_answer_bytes: u64,
+    /// The longest line (one server-sent event's) of a streamed upstream answer, in
+    /// bytes: past it the stream ends with an error event.
+    #[arg(long, env = "GATEWAY_MAX_EVENT_BYTES", default_value_t = 8 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1024..))]
+    pub gateway_max_event_bytes: u64,
+    /// Seconds one gateway call may take in all, a stream included (then 504).
+    #[arg(long, env = "GATEWAY_CALL_DEADLINE", default_value = "1800", value_parser = seconds)]
+    pub gateway_call_deadline: Duration,
+    /// Spend log entries kept at most (about, on Redis): the oldest go first.
+    #[arg(long, env = "SPEND_LOG_MAX_ENTRIES", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub spend_log_max_entries: u64,
+    /// Seconds a spend log entry is kept at most.
+    #[arg(long, env = "SPEND_LOG_MAX_AGE", default_value = "2592000", value_parser = seconds)]
+    pub spend_log_max_age: Duration,
 }
 
 /// A positive number of seconds, fractions allowed.
@@ -443,6 +471,10 @@ pub struct EdgeLimits {
     /// the peer is the client. Without it, behind a proxy every client has its address.
     #[arg(long, env = "SANDGATE_TRUSTED_PROXIES", value_delimiter = ',', value_parser = trusted_proxy)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// A key the edge's `/metrics` asks of its scrapers (`Authorization: Bearer <key>`);
+    /// without it, `/metrics` is open.
+    #[arg(long, env = "METRICS_API_KEY", hide_env_values = true)]
+    pub metrics_api_key: Option<String>,
 }
 
 /// A CIDR (`10.0.0.0/8`) or a single address.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use check_config::{Settings, refuse_on_fatal};
-use sandgate_model_gw::{ConfigFile, GatewayOptions, ModelGatewayService};
+use sandgate_model_gw::{AnswerLimits, ConfigFile, GatewayOptions, ModelGatewayService};
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
@@ -33,6 +33,7 @@ use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
+use sandgate_runtime_api::store::models::SpendLogRetention;
 use sandgate_runtime_api::store::{Backend, EventRetention, RedisTls, Store, redact_url};
 use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
@@ -253,6 +254,18 @@ fn model_gateway(store: Store, args: &GatewayArgs) -> anyhow::Result<ModelGatewa
             connect_timeout: args.gateway_connect_timeout,
             read_timeout: args.gateway_read_timeout,
             retries: args.gateway_retries,
+            allowed_upstream_hosts: args.gateway_allowed_upstream_hosts.clone(),
+            limits: AnswerLimits {
+                max_answer_bytes: usize::try_from(args.gateway_max_answer_bytes)
+                    .unwrap_or(usize::MAX),
+                max_event_bytes: usize::try_from(args.gateway_max_event_bytes)
+                    .unwrap_or(usize::MAX),
+                call_deadline: args.gateway_call_deadline,
+            },
+            spend_log: SpendLogRetention {
+                max_entries: usize::try_from(args.spend_log_max_entries).unwrap_or(usize::MAX),
+                max_age_ms: i64::try_from(args.spend_log_max_age.as_millis()).unwrap_or(i64::MAX),
+            },
         },
     )
     .map_err(|err| anyhow::anyhow!("model gateway: {err}"))
@@ -297,6 +310,7 @@ fn grpc_router(routes: Routes) -> Router {
 /// `/metrics` served on that listener beside it and stopped with it.
 async fn with_metrics_listener<F>(
     metrics: Option<TcpListener>,
+    metrics_key: Option<String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     server: http_server::Config,
     serve_until_stopped: impl FnOnce(tokio_util::sync::WaitForCancellationFutureOwned) -> F,
@@ -314,7 +328,7 @@ where
         Some(listener) => {
             let address = listener.local_addr()?;
             tracing::info!("metrics at http://{address}/metrics");
-            let routes = telemetry::metrics::routes(telemetry::metrics::recorder());
+            let routes = telemetry::metrics::routes(telemetry::metrics::recorder(), metrics_key);
             let stopped = stopping.clone().cancelled_owned();
             Some(tokio::spawn(http_server::serve(
                 listener, routes, stopped, server,
@@ -369,8 +383,10 @@ pub async fn serve(
     );
     let channel = GrpcChannel::in_process(grpc.clone());
     let model_gw = ModelGw::Local(std::sync::Arc::new(gateway.clone()));
-    let mut app = sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw)))
-        .merge(telemetry::metrics::routes(metrics));
+    let mut app =
+        sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw))).merge(
+            telemetry::metrics::routes(metrics, args.edge.metrics_api_key.clone()),
+        );
     let mut direct_grpc = Router::new();
     for service in &services {
         direct_grpc = direct_grpc.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
@@ -415,12 +431,18 @@ pub async fn runtime_api(
         .routes
         .add_service(health(store, RUNTIME_API_SERVICES));
     let server = args.server.config();
-    with_metrics_listener(metrics, shutdown, server, |stopped| {
-        with_reconciler(
-            runtime_api.reconciler,
-            run_http(listener, grpc_router(routes), stopped, server),
-        )
-    })
+    with_metrics_listener(
+        metrics,
+        args.metrics.metrics_api_key.clone(),
+        shutdown,
+        server,
+        |stopped| {
+            with_reconciler(
+                runtime_api.reconciler,
+                run_http(listener, grpc_router(routes), stopped, server),
+            )
+        },
+    )
     .await
 }
 
@@ -442,9 +464,13 @@ pub async fn model_gw(
     let grpc = Routes::new(sandgate_model_gw::grpc_service(gateway.clone()))
         .add_service(health(store, &[MODEL_GATEWAY, HEALTH]));
     let server = args.server.config();
-    let served = with_metrics_listener(metrics, shutdown, server, |stopped| {
-        run_http(listener, grpc_router(grpc), stopped, server)
-    })
+    let served = with_metrics_listener(
+        metrics,
+        args.metrics.metrics_api_key.clone(),
+        shutdown,
+        server,
+        |stopped| run_http(listener, grpc_router(grpc), stopped, server),
+    )
     .await;
     gateway.flush_spend_log().await;
     served
@@ -469,7 +495,8 @@ pub async fn edge(
         })
         .transpose()?;
     let metrics = telemetry::metrics::recorder();
-    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw))
-        .merge(telemetry::metrics::routes(metrics));
+    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw)).merge(
+        telemetry::metrics::routes(metrics, args.edge.metrics_api_key.clone()),
+    );
     run_http(listener, app, shutdown, args.server.config()).await
 }

@@ -34,6 +34,8 @@ use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::budget::Prices;
+
 /// One model a client may ask for.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ModelEntry {
@@ -46,6 +48,11 @@ pub struct ModelEntry {
     pub model_info: Option<serde_json::Value>,
     /// How its calls are made, when the entry says.
     pub params: CallParams,
+    /// Its prices per token, from `model_info`: what its calls cost.
+    pub prices: Prices,
+    /// Added at runtime (`/model/new`), not by the operator's file: its upstream is held
+    /// to the egress rules (see `egress`).
+    pub added: bool,
     /// The upstream's base URL, parsed at the entry's first call (see `routing`).
     pub base_url: BaseUrl,
 }
@@ -474,7 +481,11 @@ impl GatewayConfig {
             }
             let api_key = resolve(&params.api_key, &what, env)?;
             check_api_key(&api_key).map_err(|err| format!("{what}: {err}"))?;
+            let prices = Prices::from_model_info(entry.model_info.as_ref())
+                .map_err(|err| format!("{what}: {err}"))?;
             models.push(ModelEntry {
+                prices,
+                added: false,
                 params: call_params(&params, &model, &what)?,
                 model_name: entry.model_name,
                 model,

@@ -13,12 +13,15 @@ use http::HeaderMap;
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{Api, CallResponse, Header};
-use sandgate_runtime_api::store::SpendLogEntry;
+use sandgate_runtime_api::store::{KeySpend, SpendLogEntry};
 use tonic::{Response, Status};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::auth::Charge;
+use crate::budget::Prices;
 use crate::config::GatewayConfig;
+use crate::egress::{HOP_HEADER, hop_value};
 use crate::headers::{
     SESSION_ID, SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT, outbound_headers,
     passed_answer_headers,
@@ -72,11 +75,19 @@ pub struct CallRecord {
     /// The routing entry's name: the calls' metrics label.
     model_entry: String,
     started: Instant,
+    /// What the call costs per token.
+    prices: Prices,
+    /// The virtual key the call is charged to.
+    charge: Option<Charge>,
 }
 
+/// A finished call: its spend log entry, and what it adds to its key's spend.
+pub(crate) type Finished = (SpendLogEntry, Option<KeySpend>);
+
 impl CallRecord {
-    /// The call's spend log entry, once `status` is answered; its metrics are recorded.
-    fn finish(mut self, status: u16, usage: Option<Usage>) -> SpendLogEntry {
+    /// The call's spend log entry, once `status` is answered, and its key's charge; its
+    /// metrics are recorded.
+    fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {
         let elapsed = self.started.elapsed();
         crate::metrics::finished(&self.model_entry, status, elapsed, usage);
         Span::current().set_attribute("http.response.status_code", i64::from(status));
@@ -86,9 +97,49 @@ impl CallRecord {
             self.entry.prompt_tokens = usage.prompt_tokens;
             self.entry.completion_tokens = usage.completion_tokens;
             self.entry.total_tokens = usage.total_tokens;
+            self.entry.spend = self.prices.cost(&usage);
         }
-        self.entry
+        let charge = match (&self.charge, self.entry.spend) {
+            (Some(charge), Some(spend)) if spend > 0.0 => Some(charge.spend(spend)),
+            _ => None,
+        };
+        (self.entry, charge)
     }
+}
+
+/// The longest `user` or session id a spend log entry keeps: a client's value of any
+/// length is cut there (at a character boundary).
+const MAX_KEPT_TEXT: usize = 256;
+
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_KEPT_TEXT) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// The metrics label of a call's entry: the configuration's entries by name, every model
+/// added at runtime under one label, so that additions make no new series.
+fn metric_label(upstream: &Upstream) -> String {
+    if upstream.guarded {
+        "(added)".to_owned()
+    } else {
+        upstream.entry.clone()
+    }
+}
+
+/// The reason the guarded resolver gave for refusing an upstream, if that is why the
+/// connection failed.
+fn egress_refusal(err: &reqwest::Error) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if text.contains("added models may not reach") || text.contains("names this machine") {
+            return Some(format!("cannot connect to the upstream: {text}"));
+        }
+        source = cause.source();
+    }
+    None
 }
 
 /// The first of `names` the client sent, as text.
@@ -190,6 +241,7 @@ impl ModelGatewayService {
         config: &GatewayConfig,
         call: Prepared,
         upstream: Upstream,
+        charge: Option<Charge>,
     ) -> Result<Response<CallStream>, Status> {
         let record = CallRecord {
             entry: SpendLogEntry {
@@ -197,15 +249,20 @@ impl ModelGatewayService {
                 started_at_ms: now_ms(),
                 model: call.asked.clone(),
                 upstream_model: upstream.model.clone(),
-                user: call.user.clone(),
-                session_id: first_header(&headers, &SESSION_ID).map(str::to_owned),
+                user: call.user.as_deref().map(bounded),
+                session_id: first_header(&headers, &SESSION_ID).map(bounded),
                 metadata: spend_metadata(&headers),
                 call_type: Some(api_name(call.api).to_owned()),
+                api_key: charge.as_ref().map(|charge| charge.token.clone()),
+                key_alias: charge.as_ref().and_then(|charge| charge.key_alias.clone()),
                 ..SpendLogEntry::default()
             },
-            model_entry: upstream.entry.clone(),
+            model_entry: metric_label(&upstream),
             started: Instant::now(),
+            prices: upstream.prices,
+            charge,
         };
+        let deadline = tokio::time::Instant::now() + self.limits.call_deadline;
         let read_timeout = upstream.params.timeout.unwrap_or(self.read_timeout);
         let policy = RetryPolicy {
             retries: upstream.params.num_retries.unwrap_or(self.retry.retries),
@@ -219,6 +276,24 @@ impl ModelGatewayService {
                 ErrorCode::BadGateway,
                 "the model entry's api_base cannot be sent upstream",
             ));
+        };
+        let client = if upstream.guarded {
+            // An address in the URL itself never reaches the resolver: judged here, at
+            // every call, by the rules in force.
+            if let Some(refusal) = url
+                .host_str()
+                .and_then(|host| self.allowed_hosts.refusal(host))
+            {
+                tracing::warn!(model_entry = %upstream.entry, "an added model's upstream is not allowed: {refusal}");
+                self.log_spend(record.finish(403, None)).await;
+                return Err(error(
+                    ErrorCode::Forbidden,
+                    format!("the model's api_base is not allowed: {refusal}"),
+                ));
+            }
+            &self.guarded_client
+        } else {
+            &self.client
         };
         let mut attempt = 0;
         let response = loop {
@@ -236,7 +311,8 @@ impl ModelGatewayService {
                     "the model entry's api_key cannot be sent upstream",
                 ));
             };
-            let Ok(sent) = tokio::time::timeout(read_timeout, self.client.execute(outbound)).await
+            let answer_by = deadline.min(tokio::time::Instant::now() + read_timeout);
+            let Ok(sent) = tokio::time::timeout_at(answer_by, client.execute(outbound)).await
             else {
                 // Never retried: a second wait as long would double the client's.
                 tracing::warn!(model = %upstream.model, attempts = attempt + 1, "upstream did not answer in time");
@@ -255,9 +331,10 @@ impl ModelGatewayService {
                     Err(err) => {
                         let (code, status, message) = upstream_failure(&err);
                         // Without the URL: a base URL may carry credentials in its query.
+                        let refusal = egress_refusal(&err);
                         tracing::warn!(model = %upstream.model, attempts = attempt + 1, error = %err.without_url(), "upstream call failed");
                         self.log_spend(record.finish(status, None)).await;
-                        return Err(error(code, message));
+                        return Err(error(code, refusal.unwrap_or_else(|| message.to_owned())));
                     }
                 }
             };
@@ -271,7 +348,7 @@ impl ModelGatewayService {
                     tracing::warn!(model = %upstream.model, attempt, status = response.status().as_u16(), ?pause, "upstream answered a transient failure; retrying");
                 }
             }
-            crate::metrics::retried(&upstream.entry, reason.label());
+            crate::metrics::retried(&metric_label(&upstream), reason.label());
             tokio::time::sleep(pause).await;
         };
         Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
@@ -309,7 +386,15 @@ impl ModelGatewayService {
         };
         if !streamed {
             // A whole answer is read here and answered at once: no relay task, no channel.
-            let (messages, entry, failure) = whole_answer(response, first, &call, record).await;
+            let (messages, entry, failure) = whole_answer(
+                response,
+                first,
+                &call,
+                record,
+                self.limits.max_answer_bytes,
+                deadline,
+            )
+            .await;
             if let Some(failure) = failure {
                 // Logged first, so that a client that has its (failed) answer finds it.
                 self.log_spend(entry).await;
@@ -327,7 +412,8 @@ impl ModelGatewayService {
             gateway: self.clone(),
             status,
             response,
-            editor: StreamEditor::new(&call),
+            deadline,
+            editor: StreamEditor::new(&call, self.limits.max_event_bytes),
             record: Some(record),
             span: Span::current(),
         };
@@ -360,11 +446,21 @@ impl ModelGatewayService {
         call: &Prepared,
         url: reqwest::Url,
     ) -> reqwest::RequestBuilder {
-        let mut outbound = self
-            .client
+        let client = if upstream.guarded {
+            &self.guarded_client
+        } else {
+            &self.client
+        };
+        let mut outbound = client
             .post(url)
             .header(http::header::CONTENT_TYPE, "application/json");
         let mut forwarded = outbound_headers(headers, config);
+        // This gateway's hop, after those the call came with: a call that comes back is
+        // refused (see `egress`).
+        forwarded.remove(HOP_HEADER);
+        if let Some(hops) = hop_value(headers, &self.hop_id) {
+            forwarded.insert(HOP_HEADER, hops);
+        }
         if upstream.kind == Kind::GatewayProxy {
             // A gateway like this one reads LiteLLM's names: a client's spec-named session
             // id and spend metadata reach it under those too.
@@ -421,9 +517,15 @@ async fn whole_answer(
     mut first: CallResponse,
     call: &Prepared,
     record: CallRecord,
-) -> (Vec<CallResponse>, SpendLogEntry, Option<Status>) {
+    max_bytes: usize,
+    deadline: tokio::time::Instant,
+) -> (Vec<CallResponse>, Finished, Option<Status>) {
     let status = response.status();
-    match whole_body(response).await {
+    let body = match tokio::time::timeout_at(deadline, whole_body(response, max_bytes)).await {
+        Ok(body) => body,
+        Err(_) => Err(BodyFailure::Deadline),
+    };
+    match body {
         Ok(body) => {
             let (status, mut rest, usage) = edit_whole(call, status.as_u16(), body);
             first.status = u32::from(status);
@@ -442,9 +544,8 @@ async fn whole_answer(
             }
             (messages, record.finish(status, usage), None)
         }
-        Err(err) => {
-            let (code, status, message) = upstream_failure(&err);
-            tracing::warn!(error = %err.without_url(), "upstream body failed");
+        Err(failure) => {
+            let (code, status, message) = failure.describe();
             (
                 Vec::new(),
                 record.finish(status, None),
@@ -452,6 +553,48 @@ async fn whole_answer(
             )
         }
     }
+}
+
+/// Why a whole answer's body was not read.
+enum BodyFailure {
+    Upstream(reqwest::Error),
+    /// Larger than the limit (its announced length, or what arrived).
+    TooLarge(usize),
+    /// The call's deadline passed.
+    Deadline,
+}
+
+impl BodyFailure {
+    fn describe(self) -> (ErrorCode, u16, String) {
+        match self {
+            Self::Upstream(err) => {
+                let (code, status, message) = upstream_failure(&err);
+                tracing::warn!(error = %err.without_url(), "upstream body failed");
+                (code, status, message.to_owned())
+            }
+            Self::TooLarge(limit) => {
+                tracing::warn!(limit, "an upstream answer is larger than the limit; cut");
+                (
+                    ErrorCode::BadGateway,
+                    502,
+                    format!(
+                        "the upstream's answer is larger than {limit} bytes (--gateway-max-answer-bytes)"
+                    ),
+                )
+            }
+            Self::Deadline => deadline_passed(),
+        }
+    }
+}
+
+fn deadline_passed() -> (ErrorCode, u16, String) {
+    tracing::warn!("an upstream call passed its deadline; ended");
+    (
+        ErrorCode::GatewayTimeout,
+        504,
+        "the upstream's answer took longer than the call's deadline (--gateway-call-deadline)"
+            .to_owned(),
+    )
 }
 
 /// A whole answer as the client gets it (its status, its body), and the usage it reports.
@@ -493,27 +636,40 @@ fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (u16, Bytes, Option<
     }
 }
 
-/// An answer's whole body. One with a length is whole once that many bytes are in: its
-/// end-of-stream would come only after the task hyper-util spawns to put the connection
-/// back in the pool has run (a wake-up of another thread, on the call's path).
-async fn whole_body(mut response: reqwest::Response) -> Result<Bytes, reqwest::Error> {
-    let Some(length) = response.content_length() else {
-        return response.bytes().await;
-    };
-    let Some(first) = response.chunk().await? else {
+/// An answer's whole body, of at most `max_bytes`. One with a length is whole once that
+/// many bytes are in: its end-of-stream would come only after the task hyper-util spawns
+/// to put the connection back in the pool has run (a wake-up of another thread, on the
+/// call's path).
+async fn whole_body(
+    mut response: reqwest::Response,
+    max_bytes: usize,
+) -> Result<Bytes, BodyFailure> {
+    let length = response.content_length();
+    if length.is_some_and(|length| length > max_bytes as u64) {
+        return Err(BodyFailure::TooLarge(max_bytes));
+    }
+    let mut next = async || response.chunk().await.map_err(BodyFailure::Upstream);
+    let Some(first) = next().await? else {
         return Ok(Bytes::new());
     };
-    if first.len() as u64 >= length {
+    let whole = |body: &[u8]| length.is_some_and(|length| body.len() as u64 >= length);
+    if whole(&first) {
         return Ok(first);
     }
     // Reserved from what arrived, not from the announced length: an upstream's header
     // does not size an allocation.
     let mut body = BytesMut::from(first);
-    while (body.len() as u64) < length {
-        match response.chunk().await? {
+    while !whole(&body) {
+        match next().await? {
+            Some(chunk) if body.len() + chunk.len() > max_bytes => {
+                return Err(BodyFailure::TooLarge(max_bytes));
+            }
             Some(chunk) => body.extend_from_slice(&chunk),
             None => break,
         }
+    }
+    if body.len() > max_bytes {
+        return Err(BodyFailure::TooLarge(max_bytes));
     }
     Ok(body.freeze())
 }
@@ -525,14 +681,23 @@ enum StreamEditor {
 }
 
 impl StreamEditor {
-    fn new(call: &Prepared) -> Self {
+    fn new(call: &Prepared, max_line: usize) -> Self {
         match call.answer {
-            AnswerEdit::Rename { hide_usage } => {
-                Self::Rename(SseRenamer::new(&call.asked).hiding_usage(hide_usage))
-            }
+            AnswerEdit::Rename { hide_usage } => Self::Rename(
+                SseRenamer::new(&call.asked)
+                    .hiding_usage(hide_usage)
+                    .with_line_limit(max_line),
+            ),
             AnswerEdit::Message | AnswerEdit::CountTokens => {
-                Self::Message(StreamTranslator::new(&call.asked))
+                Self::Message(StreamTranslator::new(&call.asked).with_line_limit(max_line))
             }
+        }
+    }
+
+    fn overflowed(&self) -> bool {
+        match self {
+            Self::Rename(renamer) => renamer.overflowed(),
+            Self::Message(translator) => translator.overflowed(),
         }
     }
 
@@ -566,6 +731,8 @@ struct Relay {
     /// The upstream's status.
     status: u16,
     response: reqwest::Response,
+    /// When the call must be over, its stream included.
+    deadline: tokio::time::Instant,
     editor: StreamEditor,
     /// `None` once the entry is written.
     record: Option<CallRecord>,
@@ -578,9 +745,28 @@ impl Relay {
     async fn next(&mut self) -> Option<Result<CallResponse, Status>> {
         loop {
             self.record.as_ref()?;
-            match self.response.chunk().await {
+            let Ok(chunk) = tokio::time::timeout_at(self.deadline, self.response.chunk()).await
+            else {
+                let (code, failed, message) = deadline_passed();
+                let entry = self.finish(failed, || {})?;
+                self.gateway.log_spend(entry).await;
+                return Some(Err(error(code, message)));
+            };
+            match chunk {
                 Ok(Some(chunk)) => {
                     let out = self.editor.push(&chunk);
+                    if self.editor.overflowed() {
+                        let entry = self.finish(502, || {
+                            tracing::warn!(
+                                "an upstream stream's line is longer than the limit; ended"
+                            );
+                        })?;
+                        self.gateway.log_spend(entry).await;
+                        return Some(Err(error(
+                            ErrorCode::BadGateway,
+                            "an event of the upstream's stream is longer than the limit (--gateway-max-event-bytes)",
+                        )));
+                    }
                     if !out.is_empty() {
                         return Some(Ok(message(out)));
                     }
@@ -607,7 +793,7 @@ impl Relay {
 
     /// The spend log entry, once: the relay is over, its `status` known (`also` runs in the
     /// upstream span too).
-    fn finish(&mut self, status: u16, also: impl FnOnce()) -> Option<SpendLogEntry> {
+    fn finish(&mut self, status: u16, also: impl FnOnce()) -> Option<Finished> {
         let record = self.record.take()?;
         let _entered = self.span.enter();
         also();

@@ -3,9 +3,15 @@
 //! Anthropic messages, embeddings, completions) routed to external gateways with
 //! streaming passed through, the header policy, and the spend log.
 
+mod added;
+mod auth;
+mod budget;
 pub mod config;
+mod egress;
 mod forward;
 mod headers;
+mod keys;
+mod manage;
 #[doc(hidden)]
 pub mod messages;
 mod metrics;
@@ -22,12 +28,13 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 pub use config::{
     CallParams, ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };
+pub use egress::HOP_HEADER;
 pub use metrics::describe_metrics;
 /// The body rewriting, for the fuzz targets (`fuzz/`) and their regression test; not an
 /// API of the crate.
 #[doc(hidden)]
 pub use rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
-pub use service::{GatewayOptions, ModelGatewayService};
+pub use service::{AnswerLimits, GatewayOptions, ModelGatewayService};
 
 /// The gRPC service of `gateway`, ready to mount.
 pub fn grpc_service(gateway: ModelGatewayService) -> ModelGatewayServer<ModelGatewayService> {

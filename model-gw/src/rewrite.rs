@@ -77,6 +77,26 @@ pub struct Usage {
     #[serde(alias = "output_tokens")]
     pub completion_tokens: Option<u64>,
     pub total_tokens: Option<u64>,
+    /// Of the prompt tokens, those the provider read from its cache (OpenAI's
+    /// `prompt_tokens_details`, the Responses API's `input_tokens_details`).
+    #[serde(
+        default,
+        alias = "input_tokens_details",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub prompt_tokens_details: Option<TokenDetails>,
+    /// Anthropic's cache reads and writes: beside its input tokens, not among them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
+}
+
+/// The breakdown of an OpenAI usage's prompt tokens that prices read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -95,6 +115,13 @@ impl Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             total_tokens: total,
+            prompt_tokens_details: later.prompt_tokens_details.or(self.prompt_tokens_details),
+            cache_read_input_tokens: later
+                .cache_read_input_tokens
+                .or(self.cache_read_input_tokens),
+            cache_creation_input_tokens: later
+                .cache_creation_input_tokens
+                .or(self.cache_creation_input_tokens),
         }
     }
 }
@@ -343,21 +370,60 @@ fn usage_only(data: &[u8]) -> Option<Usage> {
     if no_choices { usage_of(&members) } else { None }
 }
 
-/// The lines of a byte stream as they complete: what arrives is kept until its line ends.
-#[derive(Default)]
+/// The lines of a byte stream as they complete: what arrives is kept until its line ends,
+/// up to a limit. Each byte is looked at once, however the lines are cut into chunks.
 pub(crate) struct Lines {
     /// The start of a line whose end has not arrived yet.
     pending: Vec<u8>,
+    /// The longest line kept.
+    max: usize,
+    /// A line passed `max`: the stream is over, nothing more is taken.
+    overflowed: bool,
+}
+
+impl Default for Lines {
+    fn default() -> Self {
+        Self::with_limit(usize::MAX)
+    }
 }
 
 impl Lines {
+    pub(crate) fn with_limit(max: usize) -> Self {
+        Self {
+            pending: Vec::new(),
+            max,
+            overflowed: false,
+        }
+    }
+
+    /// Whether a line passed the limit (and the stream was given up).
+    pub(crate) fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
     /// The complete lines of what arrived so far, `chunk` included, ends kept; `None`
-    /// while no line has ended.
+    /// while no line has ended, or once a line passed the limit.
     pub(crate) fn push(&mut self, chunk: &[u8]) -> Option<Vec<u8>> {
-        self.pending.extend_from_slice(chunk);
-        let end = self.pending.iter().rposition(|byte| *byte == b'\n')?;
-        let rest = self.pending.split_off(end + 1);
-        Some(std::mem::replace(&mut self.pending, rest))
+        if self.overflowed {
+            return None;
+        }
+        // What was pending holds no line end: only `chunk` is searched.
+        let first_end = chunk.iter().position(|byte| *byte == b'\n');
+        let first_line = self.pending.len() + first_end.map_or(chunk.len(), |end| end + 1);
+        if first_line > self.max {
+            self.overflowed = true;
+            self.pending = Vec::new();
+            return None;
+        }
+        let Some(last_end) = chunk.iter().rposition(|byte| *byte == b'\n') else {
+            self.pending.extend_from_slice(chunk);
+            return None;
+        };
+        self.pending.extend_from_slice(&chunk[..=last_end]);
+        Some(std::mem::replace(
+            &mut self.pending,
+            chunk[last_end + 1..].to_vec(),
+        ))
     }
 
     /// What is left once the stream ended: a last line without its end.
@@ -394,6 +460,17 @@ impl SseRenamer {
     pub fn hiding_usage(mut self, hide: bool) -> Self {
         self.hide_usage = hide;
         self
+    }
+
+    /// Lines longer than `max` bytes end the stream (see [`Self::overflowed`]).
+    pub fn with_line_limit(mut self, max: usize) -> Self {
+        self.lines = Lines::with_limit(max);
+        self
+    }
+
+    /// Whether a line passed the limit: nothing more is passed on.
+    pub fn overflowed(&self) -> bool {
+        self.lines.overflowed()
     }
 
     /// The lines of what arrived so far that are complete, rewritten; the rest is kept.
@@ -553,7 +630,8 @@ mod tests {
             Usage {
                 prompt_tokens: Some(7),
                 completion_tokens: Some(30),
-                total_tokens: Some(37)
+                total_tokens: Some(37),
+                ..Usage::default()
             }
         );
     }

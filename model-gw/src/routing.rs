@@ -10,6 +10,7 @@
 
 use reqwest::Url;
 
+use crate::budget::Prices;
 use crate::config::{CallParams, ModelEntry};
 
 /// What kind of API an upstream is.
@@ -30,11 +31,15 @@ pub struct Upstream {
     pub kind: Kind,
     /// The URL paths are appended to: `{api_base}/v1` for a gateway, `{api_base}` for an
     /// OpenAI-compatible API; `None` when it does not parse.
-    base: Option<Url>,
+    pub(crate) base: Option<Url>,
     /// The `model` sent upstream.
     pub model: String,
     pub api_key: String,
     pub params: CallParams,
+    /// What its calls cost.
+    pub prices: Prices,
+    /// Its entry was added at runtime: it is called through the guarded client.
+    pub guarded: bool,
 }
 
 impl Upstream {
@@ -99,6 +104,8 @@ fn upstream(entry: &ModelEntry, model: &str) -> Option<Upstream> {
         model: name.to_owned(),
         api_key: entry.api_key.clone(),
         params: entry.params,
+        prices: entry.prices,
+        guarded: entry.added,
     })
 }
 

@@ -1,4 +1,4 @@
-//! The ModelGateway gRPC service: master-key auth, the model list and its info, and calls
+//! The ModelGateway gRPC service: who may do what (`auth`), the model list and its info, and calls
 //! of every API routed to their upstream (`forward` does the forwarding; `openai` and
 //! `messages` prepare each API's call), with a spend log entry per call.
 
@@ -13,21 +13,24 @@ use sandgate_proto::models::v1::{
     AddModelRequest, AddModelResponse, Api, CallRequest, ChatCompletionRequest,
     ChatCompletionResponse, GatewayParams, GetModelInfoRequest, GetModelInfoResponse,
     GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse, ListSpendLogsRequest,
-    ListSpendLogsResponse, Model, ModelInfo, SpendLogEntry as ProtoSpendLogEntry,
+    ListSpendLogsResponse, ManageKeysRequest, ManageKeysResponse, Model, ModelInfo,
+    SpendLogEntry as ProtoSpendLogEntry,
 };
 use sandgate_proto::models::{CallStream, ChatCompletionStream};
-use sandgate_runtime_api::store::{SpendLogEntry, Store, StoredModel};
+use sandgate_runtime_api::store::models::SpendLogRetention;
+use sandgate_runtime_api::store::{KeySpend, SpendLogEntry, Store, StoredModel};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::config::{
-    ConfigFile, GatewayConfig, ModelEntry, check_api_base, check_api_key, check_model,
-};
-use crate::forward::{AnswerEdit, Prepared};
+use crate::auth::{Charge, check_budget};
+use crate::budget::Prices;
+use crate::config::{ConfigFile, GatewayConfig, ModelEntry};
+use crate::egress::{AllowedHosts, GuardedResolver, HOP_HEADER, looped};
+use crate::forward::{AnswerEdit, Finished, Prepared};
+use crate::keys::{Caller, model_refused};
 use crate::registry::{OPENAI_MODELS, REGISTRY_CREATED};
 use crate::retry::RetryPolicy;
 use crate::rewrite::ChatRequest;
@@ -47,6 +50,33 @@ pub struct GatewayOptions {
     /// How many times a call that failed before its answer began is tried again (429,
     /// 500, 502, 503, a refused or reset connection); 0: never.
     pub retries: u32,
+    /// Hosts models added at runtime may reach whatever their addresses (see `egress`).
+    pub allowed_upstream_hosts: Vec<String>,
+    /// The limits on an upstream's answer.
+    pub limits: AnswerLimits,
+    /// How much of the spend log is kept.
+    pub spend_log: SpendLogRetention,
+}
+
+/// What one upstream answer may take.
+#[derive(Clone, Copy, Debug)]
+pub struct AnswerLimits {
+    /// The largest whole (not streamed) answer read: past it the call ends with a 502.
+    pub max_answer_bytes: usize,
+    /// The longest line of a streamed answer: past it the stream ends with an error event.
+    pub max_event_bytes: usize,
+    /// How long one call may take in all, its stream included (then 504).
+    pub call_deadline: Duration,
+}
+
+impl Default for AnswerLimits {
+    fn default() -> Self {
+        Self {
+            max_answer_bytes: 32 * 1024 * 1024,
+            max_event_bytes: 8 * 1024 * 1024,
+            call_deadline: Duration::from_secs(1800),
+        }
+    }
 }
 
 /// The service; clones share one gateway.
@@ -61,12 +91,19 @@ impl std::ops::Deref for ModelGatewayService {
 }
 
 pub struct Gateway {
-    config: ConfigFile,
+    pub(crate) config: ConfigFile,
     /// sha256 of the master key: compared in constant time, whatever the lengths.
-    master_key: Option<[u8; 32]>,
-    store: Store,
+    pub(crate) master_key: Option<[u8; 32]>,
+    pub(crate) store: Store,
     /// Pooled: connections to an upstream are reused across calls.
     pub(crate) client: reqwest::Client,
+    /// The client of models added at runtime: its resolver keeps them outside.
+    pub(crate) guarded_client: reqwest::Client,
+    pub(crate) allowed_hosts: AllowedHosts,
+    /// This gateway's id in the hop header of the calls it sends (see `egress`).
+    pub(crate) hop_id: String,
+    pub(crate) limits: AnswerLimits,
+    spend_log_retention: SpendLogRetention,
     /// How long an upstream may stay silent, unless its entry says.
     pub(crate) read_timeout: Duration,
     /// Retries, unless an entry says.
@@ -76,7 +113,7 @@ pub struct Gateway {
     /// Held while the spend log queue is written out.
     spend_writer: tokio::sync::Mutex<()>,
     /// The store's generation of added models (see `ModelStore::model_changes`).
-    model_changes: watch::Receiver<Option<u64>>,
+    pub(crate) model_changes: watch::Receiver<Option<u64>>,
     /// The entries a chat completion routes over, kept between calls: reading the added
     /// models from the store for each call would put a store round trip before every
     /// upstream call.
@@ -100,6 +137,8 @@ const KEEP_ENTRIES_AT_MOST: Duration = Duration::from_secs(30);
 #[derive(Default)]
 struct SpendQueue {
     entries: Vec<SpendLogEntry>,
+    /// What the virtual keys' calls add to their spend, written with the entries.
+    key_spend: Vec<KeySpend>,
     /// A delayed write is scheduled: entries queued for one need not schedule another.
     scheduled: bool,
 }
@@ -113,6 +152,21 @@ const MAX_QUEUED_SPEND_ENTRIES: usize = 10_000;
 
 /// Spend log entries listed when the caller names no limit.
 const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
+
+/// An added model as an entry: its prices were checked when it was added.
+fn added_entry(model: StoredModel) -> ModelEntry {
+    let prices = Prices::from_model_info(model.model_info.as_ref()).unwrap_or_default();
+    ModelEntry {
+        model_name: model.model_name,
+        model: model.model,
+        api_base: model.api_base,
+        api_key: model.api_key,
+        model_info: model.model_info,
+        prices,
+        added: true,
+        ..ModelEntry::default()
+    }
+}
 
 pub(crate) fn error(code: ErrorCode, message: impl Into<String>) -> Status {
     ErrorDetail::new(code, message).into_status()
@@ -132,13 +186,28 @@ impl ModelGatewayService {
 
 impl Gateway {
     fn new(store: Store, options: GatewayOptions) -> Result<Self, String> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(options.connect_timeout)
-            .read_timeout(options.read_timeout)
-            .redirect(reqwest::redirect::Policy::none())
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(options.connect_timeout)
+                .read_timeout(options.read_timeout)
+                .redirect(reqwest::redirect::Policy::none())
+        };
+        let client = builder()
+            .build()
+            .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
+        let allowed_hosts = AllowedHosts::new(options.allowed_upstream_hosts);
+        let guarded_client = builder()
+            .dns_resolver(Arc::new(GuardedResolver {
+                allowed: allowed_hosts.clone(),
+            }))
             .build()
             .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
         Ok(Self {
+            guarded_client,
+            allowed_hosts,
+            hop_id: hex::encode(rand::random::<[u8; 8]>()),
+            limits: options.limits,
+            spend_log_retention: options.spend_log,
             config: options.config,
             master_key: options
                 .master_key
@@ -158,25 +227,19 @@ impl Gateway {
         })
     }
 
-    fn authenticate(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
-        let Some(expected) = &self.master_key else {
-            return Err(error(
-                ErrorCode::Unauthenticated,
-                "Authentication Error: the gateway has no master key configured",
-            ));
-        };
-        let valid = presented_keys(metadata).any(|key| {
-            let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-            bool::from(digest.ct_eq(expected))
-        });
-        if valid {
-            Ok(())
-        } else {
-            Err(error(
-                ErrorCode::Unauthenticated,
-                "Authentication Error: invalid or missing master key (Authorization: Bearer <key>, or x-api-key, api-key, x-litellm-api-key)",
-            ))
-        }
+    /// The entry added under `name`, if one is: one lookup.
+    async fn added_entry(
+        &self,
+        config: &GatewayConfig,
+        name: &str,
+    ) -> Result<Option<ModelEntry>, Status> {
+        let added = self
+            .store
+            .models
+            .added_model(&config.scope, name)
+            .await
+            .map_err(ErrorDetail::from)?;
+        Ok(added.map(added_entry))
     }
 
     /// Every model entry of `config`, read now: configured, then added.
@@ -188,13 +251,7 @@ impl Gateway {
             .await
             .map_err(ErrorDetail::from)?;
         let mut entries = config.models.clone();
-        entries.extend(added.into_iter().map(|model| ModelEntry {
-            model_name: model.model_name,
-            model: model.model,
-            api_base: model.api_base,
-            api_key: model.api_key,
-            ..ModelEntry::default()
-        }));
+        entries.extend(added.into_iter().map(added_entry));
         Ok(entries.into())
     }
 
@@ -229,7 +286,8 @@ impl Gateway {
         Ok((config, entries, false))
     }
 
-    async fn models(&self) -> Result<Vec<Model>, Status> {
+    /// The model list as `caller` sees it: only the models a virtual key may call.
+    async fn models(&self, caller: &Caller) -> Result<Vec<Model>, Status> {
         let entries = self.entries(&self.config.current()).await?;
         let mut ids: Vec<&str> = Vec::with_capacity(entries.len() + OPENAI_MODELS.len());
         for entry in entries.iter() {
@@ -247,6 +305,7 @@ impl Gateway {
         }
         Ok(ids
             .into_iter()
+            .filter(|id| caller.may_call(id))
             .map(|id| Model {
                 id: id.to_owned(),
                 created: REGISTRY_CREATED,
@@ -257,10 +316,17 @@ impl Gateway {
 
     /// Queues `entry` for the spend log; `true` when it is the first to wait for a delayed
     /// write (and `schedule` asks for one), so that its caller schedules it.
-    fn enqueue_spend(&self, entry: SpendLogEntry, schedule: bool) -> bool {
+    fn enqueue_spend(
+        &self,
+        entry: SpendLogEntry,
+        charge: Option<KeySpend>,
+        schedule: bool,
+    ) -> bool {
         let Ok(mut pending) = self.spend_queue.lock() else {
             return false;
         };
+        // A key's spend is queued whatever the log's length: it is what its budget holds to.
+        pending.key_spend.extend(charge);
         if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
             tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
             return false;
@@ -273,8 +339,8 @@ impl Gateway {
 
     /// Writes `entry` now, with whatever else waits: for a failed answer, whose entry is in
     /// the log by the time the client has the answer.
-    pub(crate) async fn log_spend(&self, entry: SpendLogEntry) {
-        self.enqueue_spend(entry, false);
+    pub(crate) async fn log_spend(&self, (entry, charge): Finished) {
+        self.enqueue_spend(entry, charge, false);
         self.write_spend_queue(false).await;
     }
 
@@ -284,9 +350,12 @@ impl Gateway {
     async fn write_spend_queue(&self, delayed: bool) {
         let _writing = self.spend_writer.lock().await;
         loop {
-            let batch = match self.spend_queue.lock() {
-                Ok(mut pending) if !pending.entries.is_empty() => {
-                    std::mem::take(&mut pending.entries)
+            let (batch, key_spend) = match self.spend_queue.lock() {
+                Ok(mut pending) if !pending.entries.is_empty() || !pending.key_spend.is_empty() => {
+                    (
+                        std::mem::take(&mut pending.entries),
+                        std::mem::take(&mut pending.key_spend),
+                    )
                 }
                 Ok(mut pending) => {
                     pending.scheduled &= !delayed;
@@ -294,7 +363,18 @@ impl Gateway {
                 }
                 Err(_) => return,
             };
-            if let Err(err) = self.store.spend_log.append_spend_logs(&batch).await {
+            if !key_spend.is_empty()
+                && let Err(err) = self.store.keys.add_key_spend(&key_spend).await
+            {
+                tracing::warn!(error = %err, calls = key_spend.len(), "virtual keys' spend lost");
+            }
+            if !batch.is_empty()
+                && let Err(err) = self
+                    .store
+                    .spend_log
+                    .append_spend_logs(&batch, self.spend_log_retention)
+                    .await
+            {
                 tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
             }
         }
@@ -304,8 +384,8 @@ impl Gateway {
 impl ModelGatewayService {
     /// Queues `entry` to be written within [`SPEND_LOG_DELAY`], with the entries of the calls
     /// that end meanwhile: one store round trip for many calls, and none on a call's path.
-    pub(crate) fn log_spend_soon(&self, entry: SpendLogEntry) {
-        if self.enqueue_spend(entry, true) {
+    pub(crate) fn log_spend_soon(&self, (entry, charge): Finished) {
+        if self.enqueue_spend(entry, charge, true) {
             // Weak: a stopped gateway (which flushed its queue) is not kept alive, nor its
             // store open, by a write that has nothing left to do.
             let gateway = Arc::downgrade(&self.0);
@@ -325,29 +405,15 @@ impl ModelGatewayService {
     }
 }
 
-/// Every master key a caller presents, where LiteLLM's proxy takes one: `Authorization:
-/// Bearer` (OpenAI SDKs), `x-api-key` (the Anthropic SDK, Claude Code), `api-key` (Azure
-/// OpenAI clients), `x-litellm-api-key` (LiteLLM's own, with or without `Bearer `).
-fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item = &str> {
-    let text = |name: &str| metadata.get(name).and_then(|value| value.to_str().ok());
-    let bearer = text("authorization").and_then(sandgate_proto::bearer_token);
-    let litellm = text("x-litellm-api-key")
-        .map(|value| sandgate_proto::bearer_token(value).unwrap_or(value.trim()));
-    let raw = ["x-api-key", "api-key"]
-        .into_iter()
-        .filter_map(move |name| text(name).map(str::trim));
-    bearer.into_iter().chain(litellm).chain(raw)
-}
-
 #[tonic::async_trait]
 impl ModelGateway for ModelGatewayService {
     async fn list_models(
         &self,
         request: Request<ListModelsRequest>,
     ) -> Result<Response<ListModelsResponse>, Status> {
-        self.authenticate(request.metadata())?;
+        let caller = self.authenticate(request.metadata()).await?;
         Ok(Response::new(ListModelsResponse {
-            models: self.models().await?,
+            models: self.models(&caller).await?,
         }))
     }
 
@@ -355,10 +421,10 @@ impl ModelGateway for ModelGatewayService {
         &self,
         request: Request<GetModelRequest>,
     ) -> Result<Response<GetModelResponse>, Status> {
-        self.authenticate(request.metadata())?;
+        let caller = self.authenticate(request.metadata()).await?;
         let id = &request.get_ref().id;
         let model = self
-            .models()
+            .models(&caller)
             .await?
             .into_iter()
             .find(|model| model.id == *id)
@@ -375,27 +441,12 @@ impl ModelGateway for ModelGatewayService {
         &self,
         request: Request<AddModelRequest>,
     ) -> Result<Response<AddModelResponse>, Status> {
-        self.authenticate(request.metadata())?;
-        let AddModelRequest {
-            model_name,
-            gateway_params,
-        } = request.into_inner();
-        let params = gateway_params
-            .ok_or_else(|| error(ErrorCode::BadRequest, "`gateway_params` is required"))?;
-        if model_name.is_empty() {
-            return Err(error(ErrorCode::BadRequest, "`model_name` is required"));
-        }
-        check_model(&params.model).map_err(|err| error(ErrorCode::BadRequest, err))?;
-        check_api_base(&params.api_base).map_err(|err| error(ErrorCode::BadRequest, err))?;
-        check_api_key(&params.api_key).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        self.authenticate(request.metadata())
+            .await?
+            .master_only("add models")
+            .map_err(ErrorDetail::into_status)?;
+        let stored = self.addition(request.into_inner())?;
         let config = self.config.current();
-        let stored = StoredModel {
-            model_name,
-            model: params.model,
-            api_base: params.api_base,
-            api_key: params.api_key,
-            added_at_ms: now_ms(),
-        };
         self.store
             .models
             .add_model(&config.scope, &stored)
@@ -417,7 +468,7 @@ impl ModelGateway for ModelGatewayService {
 
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallStream>, Status> {
         let (metadata, _, message) = request.into_parts();
-        let (config, call, upstream) = match self.route_call(&metadata, message).await {
+        let (config, call, upstream, charge) = match self.route_call(&metadata, message).await {
             Ok(routed) => routed,
             Err(status) => {
                 let code = ErrorDetail::from_status(&status).code();
@@ -433,7 +484,7 @@ impl ModelGateway for ModelGatewayService {
             otel.kind = "client",
         );
         span.set_attribute("sandgate.model_entry", upstream.entry.clone());
-        self.forward(metadata.into_headers(), &config, call, upstream)
+        self.forward(metadata.into_headers(), &config, call, upstream, charge)
             .instrument(span)
             .await
     }
@@ -466,12 +517,13 @@ impl ModelGateway for ModelGatewayService {
         &self,
         request: Request<GetModelInfoRequest>,
     ) -> Result<Response<GetModelInfoResponse>, Status> {
-        self.authenticate(request.metadata())?;
+        let caller = self.authenticate(request.metadata()).await?;
         let wanted = &request.get_ref().model_name;
         let entries = self.entries(&self.config.current()).await?;
         let models = entries
             .iter()
             .filter(|entry| wanted.is_empty() || entry.model_name == *wanted)
+            .filter(|entry| caller.may_call(&entry.model_name))
             .map(|entry| ModelInfo {
                 model_name: entry.model_name.clone(),
                 model: entry.model.clone(),
@@ -491,7 +543,10 @@ impl ModelGateway for ModelGatewayService {
         &self,
         request: Request<ListSpendLogsRequest>,
     ) -> Result<Response<ListSpendLogsResponse>, Status> {
-        self.authenticate(request.metadata())?;
+        self.authenticate(request.metadata())
+            .await?
+            .master_only("list the spend log across keys (a key's own spend is at /key/info)")
+            .map_err(ErrorDetail::into_status)?;
         let limit = match request.get_ref().limit {
             0 => DEFAULT_SPEND_LOG_LIMIT,
             limit => limit as usize,
@@ -505,6 +560,17 @@ impl ModelGateway for ModelGatewayService {
         Ok(Response::new(ListSpendLogsResponse {
             entries: entries.into_iter().map(proto_entry).collect(),
         }))
+    }
+
+    async fn manage_keys(
+        &self,
+        request: Request<ManageKeysRequest>,
+    ) -> Result<Response<ManageKeysResponse>, Status> {
+        let caller = self.authenticate(request.metadata()).await?;
+        let body = crate::manage::manage(self, &caller, request.into_inner())
+            .await
+            .map_err(ErrorDetail::into_status)?;
+        Ok(Response::new(ManageKeysResponse { body }))
     }
 }
 
@@ -528,8 +594,16 @@ impl ModelGatewayService {
         &self,
         metadata: &tonic::metadata::MetadataMap,
         message: CallRequest,
-    ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream), Status> {
-        self.authenticate(metadata)?;
+    ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream, Option<Charge>), Status> {
+        let caller = self.authenticate(metadata).await?;
+        if looped(&metadata.clone().into_headers(), &self.hop_id) {
+            return Err(error(
+                ErrorCode::BadGateway,
+                format!(
+                    "the call came back to the gateway that sent it ({HOP_HEADER}): a model entry points at the gateway itself"
+                ),
+            ));
+        }
         let api = Api::try_from(message.api)
             .ok()
             .filter(|api| *api != Api::Unspecified)
@@ -541,11 +615,29 @@ impl ModelGatewayService {
             })?;
         let body = message.body;
         let request = ChatRequest::parse(&body).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        if !caller.may_call(&request.model) {
+            return Err(model_refused(&request.model).into_status());
+        }
+        let charge = match &caller {
+            Caller::Virtual {
+                key,
+                counters,
+                session,
+            } => Some(check_budget(key, counters, session.as_deref())?),
+            Caller::Master => None,
+        };
         let (config, entries, kept) = self.kept_entries().await?;
         let routed = match route(entries.iter(), &request.model) {
             // Perhaps a model added a moment ago, by a replica whose notification has not
-            // arrived yet: never refused on the strength of what was kept.
-            Err(_) if kept => route(self.entries(&config).await?.iter(), &request.model),
+            // arrived yet: never refused on the strength of what was kept. That one name
+            // is looked up, not every added entry read again.
+            Err(_) if kept => match self.added_entry(&config, &request.model).await? {
+                Some(added) => route(
+                    std::iter::once(&added).chain(entries.iter()),
+                    &request.model,
+                ),
+                None => route(entries.iter(), &request.model),
+            },
             routed => routed,
         };
         let upstream = routed.map_err(|err| match err {
@@ -579,7 +671,7 @@ impl ModelGatewayService {
             }
             call
         };
-        Ok((config, call, upstream))
+        Ok((config, call, upstream, charge))
     }
 }
 
@@ -597,6 +689,9 @@ fn proto_entry(entry: SpendLogEntry) -> ProtoSpendLogEntry {
         user: entry.user,
         session_id: entry.session_id,
         call_type: entry.call_type.unwrap_or_default(),
+        spend: entry.spend,
+        api_key_hash: entry.api_key.unwrap_or_default(),
+        key_alias: entry.key_alias.unwrap_or_default(),
         metadata_json: entry
             .metadata
             .map(|metadata| serde_json::to_vec(&metadata).unwrap_or_default().into())

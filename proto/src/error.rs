@@ -88,6 +88,13 @@ impl ErrorDetail {
         }
     }
 
+    /// `self`, with the machine-readable reason an API names (the `type` of an
+    /// OpenAI-shaped error, as LiteLLM's proxy reports it).
+    pub fn with_reason(mut self, reason: &str) -> Self {
+        reason.clone_into(&mut self.reason);
+        self
+    }
+
     /// The status a service returns: the code's gRPC projection, the detail as message,
     /// and this whole message encoded in the details.
     pub fn into_status(self) -> tonic::Status {

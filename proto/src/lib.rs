@@ -65,6 +65,17 @@ pub mod models {
     /// An error in the OpenAI shape, `{"error": {message, type, param, code}}`, its `code`
     /// the status: the gateway's own errors and an upstream's that had no such object.
     pub fn openai_error(status: u16, message: &str, param: Option<&str>) -> Vec<u8> {
+        openai_error_of_type(status, openai_error_type(status), message, param)
+    }
+
+    /// An error in the OpenAI shape with its own `type` (LiteLLM's proxy names its
+    /// refusals: `budget_exceeded`, `key_model_access_denied`, …).
+    pub fn openai_error_of_type(
+        status: u16,
+        r#type: &str,
+        message: &str,
+        param: Option<&str>,
+    ) -> Vec<u8> {
         #[derive(serde::Serialize)]
         struct ErrorObject<'a> {
             error: ErrorBody<'a>,
@@ -72,14 +83,14 @@ pub mod models {
         #[derive(serde::Serialize)]
         struct ErrorBody<'a> {
             message: &'a str,
-            r#type: &'static str,
+            r#type: &'a str,
             param: Option<&'a str>,
             code: String,
         }
         let error = ErrorObject {
             error: ErrorBody {
                 message,
-                r#type: openai_error_type(status),
+                r#type,
                 param,
                 code: status.to_string(),
             },

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use sha2::Digest;
 
 /// Bucket bounds of every histogram (all are durations in seconds): from a fast REST
 /// answer (a millisecond) to a long LLM generation (minutes).
@@ -63,14 +64,45 @@ fn install() -> PrometheusHandle {
     handle
 }
 
-/// `GET /metrics`.
-pub fn routes(handle: PrometheusHandle) -> Router {
+/// `GET /metrics`; with `key`, only for a scraper that presents it as a bearer token.
+pub fn routes(handle: PrometheusHandle, key: Option<String>) -> Router {
+    let key = key
+        .filter(|key| !key.is_empty())
+        .map(|key| sha2::Sha256::digest(key.as_bytes()).into());
     Router::new()
         .route("/metrics", get(render))
-        .with_state(handle)
+        .with_state(Scrape { handle, key })
 }
 
-async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse {
+#[derive(Clone)]
+struct Scrape {
+    handle: PrometheusHandle,
+    /// sha256 of the key a scraper must present, compared in constant time.
+    key: Option<[u8; 32]>,
+}
+
+async fn render(
+    State(Scrape { handle, key }): State<Scrape>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    if let Some(expected) = key {
+        let presented = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(sandgate_proto::bearer_token)
+            .map(|token| -> [u8; 32] { sha2::Sha256::digest(token.as_bytes()).into() });
+        let valid = presented.is_some_and(|digest| {
+            bool::from(subtle::ConstantTimeEq::ct_eq(&digest[..], &expected[..]))
+        });
+        if !valid {
+            return (
+                axum::http::StatusCode::UNAUTHORIZED,
+                [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+                "/metrics needs the metrics key (Authorization: Bearer <METRICS_API_KEY>)\n",
+            )
+                .into_response();
+        }
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -78,4 +110,5 @@ async fn render(State(handle): State<PrometheusHandle>) -> impl IntoResponse {
         )],
         handle.render(),
     )
+        .into_response()
 }

@@ -405,6 +405,9 @@ async fn start(backend: &Backend, forward: bool, wildcard: bool) -> Gateway {
             MASTER_KEY,
             "--gateway-read-timeout",
             "0.5",
+            // The fake upstream is on loopback, where added models may go only so.
+            "--gateway-allowed-upstream-hosts",
+            "127.0.0.1",
         ],
     )
     .await;
@@ -1238,7 +1241,14 @@ async fn an_added_model_is_seen_by_every_replica() {
     let path = first.config.path().display().to_string();
     let second = Sandgate::start_with(
         &backend,
-        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+        &[
+            "--gateway-config",
+            &path,
+            "--proxy-master-key",
+            MASTER_KEY,
+            "--gateway-allowed-upstream-hosts",
+            "127.0.0.1",
+        ],
     )
     .await;
     let chat_on_second = |model: &'static str| {

@@ -309,6 +309,8 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
         ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "20"),
         ("PROXY_MASTER_KEY", MASTER_KEY),
+        // The test's upstream is on loopback, where added models may go only so.
+        ("GATEWAY_ALLOWED_UPSTREAM_HOSTS", "127.0.0.1"),
     ];
     let gateway_args = [
         "model-gw",

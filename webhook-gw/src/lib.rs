@@ -8,6 +8,7 @@ pub mod channel;
 mod client;
 mod conversations;
 mod error;
+mod keys;
 mod metadata;
 mod model_gw;
 mod models;
@@ -179,6 +180,11 @@ fn routes(gateway_body_limit: usize) -> Vec<(String, MethodRouter<AppState>)> {
         ("/health/liveness", get(liveliness)),
         ("/health/readiness", get(readiness)),
         ("/spend/logs", get(models::spend_logs)),
+        ("/key/generate", post(keys::generate)),
+        ("/key/info", get(keys::info)),
+        ("/key/update", post(keys::update)),
+        ("/key/delete", post(keys::delete)),
+        ("/key/list", get(keys::list)),
     ];
     // The model gateway's LLM APIs, each also without `/v1` (as LiteLLM's proxy serves
     // them), with their own body limit: closer to the handler than the edge's, so it is

@@ -13,7 +13,7 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGateway;
 use sandgate_proto::models::v1::{
     AddModelRequest, AddModelResponse, CallRequest, GetModelInfoRequest, GetModelInfoResponse,
     GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse, ListSpendLogsRequest,
-    ListSpendLogsResponse,
+    ListSpendLogsResponse, ManageKeysRequest, ManageKeysResponse,
 };
 use sandgate_proto::models::{CallStream, ChatCompletionStream};
 use tonic::{Request, Response, Status};
@@ -60,6 +60,7 @@ impl ModelGw {
         add_model(AddModelRequest) -> AddModelResponse;
         get_model_info(GetModelInfoRequest) -> GetModelInfoResponse;
         list_spend_logs(ListSpendLogsRequest) -> ListSpendLogsResponse;
+        manage_keys(ManageKeysRequest) -> ManageKeysResponse;
     }
 
     /// A call of an LLM API: the answer's messages as the service yields them.

@@ -38,15 +38,19 @@ impl From<tonic::Status> for GatewayError {
 }
 
 impl GatewayError {
-    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self(ErrorDetail::new(code, message))
     }
 
     /// The error in Anthropic's shape, as the Messages API's clients expect it.
     fn anthropic(self) -> Response {
         let status = self.0.code().http_status();
+        let kind = match self.0.reason.as_str() {
+            "" => sandgate_proto::models::anthropic_error_type(status.as_u16()),
+            reason => reason,
+        };
         let body = json!({ "type": "error", "error": {
-            "type": sandgate_proto::models::anthropic_error_type(status.as_u16()),
+            "type": kind,
             "message": self.0.detail,
         }});
         (status, Json(body)).into_response()
@@ -70,8 +74,19 @@ impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
         let code = self.0.code();
         let status = code.http_status();
-        let param = (code == ErrorCode::NotFound).then_some("model");
-        let body = sandgate_proto::models::openai_error(status.as_u16(), &self.0.detail, param);
+        let reason = self.0.reason.as_str();
+        let param =
+            (code == ErrorCode::NotFound || reason == "key_model_access_denied").then_some("model");
+        let kind = match reason {
+            "" => sandgate_proto::models::openai_error_type(status.as_u16()),
+            reason => reason,
+        };
+        let body = sandgate_proto::models::openai_error_of_type(
+            status.as_u16(),
+            kind,
+            &self.0.detail,
+            param,
+        );
         (
             status,
             [(http::header::CONTENT_TYPE, "application/json")],
@@ -81,7 +96,7 @@ impl IntoResponse for GatewayError {
     }
 }
 
-fn client(state: &AppState) -> Result<&ModelGw, GatewayError> {
+pub(crate) fn client(state: &AppState) -> Result<&ModelGw, GatewayError> {
     state.models.as_ref().ok_or_else(|| {
         GatewayError::new(
             ErrorCode::Unavailable,
@@ -90,7 +105,7 @@ fn client(state: &AppState) -> Result<&ModelGw, GatewayError> {
     })
 }
 
-fn body(payload: Result<Bytes, BytesRejection>) -> Result<Bytes, GatewayError> {
+pub(crate) fn body(payload: Result<Bytes, BytesRejection>) -> Result<Bytes, GatewayError> {
     payload.map_err(|rejection| {
         let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ErrorCode::PayloadTooLarge
@@ -137,6 +152,12 @@ struct NewModel {
     model_name: String,
     #[serde(deserialize_with = "sandgate_proto::json::object")]
     gateway_params: NewParams,
+    /// LiteLLM's `model_info`: the entry's prices, above all.
+    #[serde(default)]
+    model_info: Option<Value>,
+    /// Takes over a name the configuration's wildcard routes.
+    #[serde(default)]
+    replace_configured: bool,
 }
 
 #[derive(Deserialize)]
@@ -177,6 +198,12 @@ pub async fn add(
                     api_base: new.gateway_params.api_base,
                     api_key: new.gateway_params.api_key,
                 }),
+                replace_configured: new.replace_configured,
+                model_info_json: new
+                    .model_info
+                    .filter(|info| !info.is_null())
+                    .map(|info| Bytes::from(info.to_string()))
+                    .unwrap_or_default(),
             },
         ))
         .await?;
@@ -441,6 +468,9 @@ pub async fn spend_logs(
                     "session_id": entry.session_id,
                     "call_type": (!entry.call_type.is_empty()).then_some(entry.call_type),
                     "metadata": metadata,
+                    "spend": entry.spend,
+                    "api_key": (!entry.api_key_hash.is_empty()).then_some(entry.api_key_hash),
+                    "key_alias": (!entry.key_alias.is_empty()).then_some(entry.key_alias),
                 })
             })
             .collect(),

@@ -126,6 +126,17 @@ impl StreamTranslator {
     }
 
     /// The events of the complete lines of what arrived so far.
+    /// Lines longer than `max` bytes end the stream (see [`Self::overflowed`]).
+    pub fn with_line_limit(mut self, max: usize) -> Self {
+        self.lines = Lines::with_limit(max);
+        self
+    }
+
+    /// Whether a line passed the limit: nothing more is translated.
+    pub fn overflowed(&self) -> bool {
+        self.lines.overflowed()
+    }
+
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         let Some(complete) = self.lines.push(chunk) else {
             return Vec::new();

@@ -7,6 +7,7 @@
 //! (generic transaction writes, which touch tables of their own, run first).
 
 mod events;
+mod keys;
 mod models;
 mod sandboxes;
 
@@ -63,6 +64,8 @@ pub struct EmbeddedStore {
     rate_limits: Mutex<HashMap<String, (u64, Instant)>>,
     /// Moved on by every added model (`ModelStore::model_changes`).
     model_changes: tokio::sync::watch::Sender<Option<u64>>,
+    /// The virtual keys' spend counters read or written so far.
+    key_spend_memory: keys::SpendMemory,
 }
 
 /// A write run inside a batch's transaction. It returns what to answer its caller once the
@@ -112,6 +115,8 @@ impl EmbeddedStore {
             txn.open_table(WARM_IMAGES).map_err(unavailable)?;
             txn.open_table(models::MODELS).map_err(unavailable)?;
             txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
+            txn.open_table(keys::KEYS).map_err(unavailable)?;
+            txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
             sandboxes::create_tables(&txn)?;
             events::create_tables(&txn)?;
             txn.commit().map_err(unavailable)?;
@@ -135,7 +140,15 @@ impl EmbeddedStore {
             warm_version: AtomicU64::new(1),
             rate_limits: Mutex::new(HashMap::new()),
             model_changes: tokio::sync::watch::Sender::new(Some(0)),
+            key_spend_memory: keys::SpendMemory::default(),
         })
+    }
+
+    /// Tells the gateway's replicas (here: this process) that the added models changed.
+    /// This process is the store's only writer: every addition passes here.
+    fn gateway_changed(&self) {
+        self.model_changes
+            .send_modify(|generation| *generation = generation.map(|at| at + 1));
     }
 
     /// Runs `write` in the writer's next transaction and answers once that has committed.

@@ -15,6 +15,7 @@
 pub mod admin;
 mod embedded;
 pub mod events;
+pub mod keys;
 pub mod models;
 mod records;
 mod redis;
@@ -35,6 +36,7 @@ pub use events::{
     AppendOutcome, DeadLetter, EventPage, EventRetention, EventStats, EventStore, NewEvent,
     StoredEvent,
 };
+pub use keys::{KeySpend, KeyStore, SpendCounters, StoredKey};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
 pub use redis::RedisStore;
@@ -58,6 +60,13 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Milliseconds since the epoch, for what the store keeps by age.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
 
 /// What a caller is told when the store fails: 503, retry later. The cause is logged once
 /// here and never sent (it may name hosts).
@@ -243,6 +252,7 @@ pub struct Store {
     pub warm_configs: Arc<dyn WarmConfigStore>,
     pub models: Arc<dyn ModelStore>,
     pub spend_log: Arc<dyn SpendLogStore>,
+    pub keys: Arc<dyn KeyStore>,
     pub sandboxes: Arc<dyn SandboxStore>,
     pub health: Arc<dyn StoreHealth>,
 }
@@ -275,6 +285,7 @@ impl Store {
             + WarmConfigStore
             + ModelStore
             + SpendLogStore
+            + KeyStore
             + SandboxStore
             + StoreHealth,
     {
@@ -288,6 +299,7 @@ impl Store {
             warm_configs: backend.clone(),
             models: backend.clone(),
             spend_log: backend.clone(),
+            keys: backend.clone(),
             sandboxes: backend.clone(),
             health: backend,
         }

@@ -17,6 +17,9 @@ pub struct StoredModel {
     pub api_key: String,
     /// Milliseconds since the epoch; entries are listed in the order they were added.
     pub added_at_ms: i64,
+    /// LiteLLM's `model_info` of the entry (its prices, above all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_info: Option<serde_json::Value>,
 }
 
 impl std::fmt::Debug for StoredModel {
@@ -39,6 +42,9 @@ pub trait ModelStore: Send + Sync + 'static {
 
     /// The added models, oldest first.
     async fn added_models(&self, scope: &str) -> StoreResult<Vec<StoredModel>>;
+
+    /// The model added under `name`, if one is: one lookup, whatever else was added.
+    async fn added_model(&self, scope: &str, name: &str) -> StoreResult<Option<StoredModel>>;
 
     /// A generation that moves on every addition, this replica's or another's (on Redis,
     /// within milliseconds, by a notification), so that a replica may keep the added
@@ -75,17 +81,48 @@ pub struct SpendLogEntry {
     /// recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_type: Option<String>,
+    /// The call's cost, by its entry's prices; none when the entry has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<f64>,
+    /// The virtual key that called: its token (sha256 hex) and alias; none for the master
+    /// key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_alias: Option<String>,
 }
 
-/// How many spend log entries a store keeps, about: older ones are dropped as new ones
-/// arrive, so the log never grows without bound.
+/// How many spend log entries a store keeps by default, about: older ones are dropped as
+/// new ones arrive, so the log never grows without bound.
 pub const SPEND_LOG_RETENTION: usize = 100_000;
+
+/// How much of the spend log is kept: at most `max_entries` (about, on Redis), none older
+/// than `max_age_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpendLogRetention {
+    pub max_entries: usize,
+    pub max_age_ms: i64,
+}
+
+impl Default for SpendLogRetention {
+    fn default() -> Self {
+        Self {
+            max_entries: SPEND_LOG_RETENTION,
+            max_age_ms: 30 * 24 * 3600 * 1000,
+        }
+    }
+}
 
 /// The spend log: append-only, bounded, read newest first.
 #[async_trait]
 pub trait SpendLogStore: Send + Sync + 'static {
-    /// Appends `entries`, in order, in one round trip.
-    async fn append_spend_logs(&self, entries: &[SpendLogEntry]) -> StoreResult<()>;
+    /// Appends `entries`, in order, in one round trip, and drops what `retention` no
+    /// longer keeps.
+    async fn append_spend_logs(
+        &self,
+        entries: &[SpendLogEntry],
+        retention: SpendLogRetention,
+    ) -> StoreResult<()>;
 
     /// Up to `limit` entries, newest first.
     async fn spend_logs(&self, limit: usize) -> StoreResult<Vec<SpendLogEntry>>;

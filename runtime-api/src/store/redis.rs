@@ -15,6 +15,7 @@
 mod admin;
 pub(super) mod cluster;
 mod events;
+mod keys;
 mod models;
 mod nodes;
 mod sandboxes;

@@ -6,7 +6,7 @@ use tokio::sync::watch;
 
 use super::{EmbeddedStore, unavailable};
 use crate::store::models::{
-    ModelStore, SPEND_LOG_RETENTION, SpendLogEntry, SpendLogStore, StoredModel,
+    ModelStore, SpendLogEntry, SpendLogRetention, SpendLogStore, StoredModel,
 };
 use crate::store::{StoreError, StoreResult};
 
@@ -32,9 +32,7 @@ impl ModelStore for EmbeddedStore {
                 .map_err(unavailable)
         })
         .await?;
-        // This process is the store's only writer: every addition passes here.
-        self.model_changes
-            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+        self.gateway_changed();
         Ok(())
     }
 
@@ -59,6 +57,20 @@ impl ModelStore for EmbeddedStore {
         Ok(models)
     }
 
+    async fn added_model(&self, scope: &str, name: &str) -> StoreResult<Option<StoredModel>> {
+        let key = format!("{scope}\0{name}");
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(MODELS).map_err(unavailable)?;
+            table
+                .get(key.as_str())
+                .map_err(unavailable)?
+                .map(|data| serde_json::from_slice(data.value()).map_err(corrupt))
+                .transpose()
+        })
+        .await
+    }
+
     fn model_changes(&self) -> watch::Receiver<Option<u64>> {
         self.model_changes.subscribe()
     }
@@ -66,7 +78,12 @@ impl ModelStore for EmbeddedStore {
 
 #[async_trait]
 impl SpendLogStore for EmbeddedStore {
-    async fn append_spend_logs(&self, entries: &[SpendLogEntry]) -> StoreResult<()> {
+    async fn append_spend_logs(
+        &self,
+        entries: &[SpendLogEntry],
+        retention: SpendLogRetention,
+    ) -> StoreResult<()> {
+        let oldest_kept = crate::store::now_ms().saturating_sub(retention.max_age_ms);
         let encoded = entries
             .iter()
             .map(|entry| serde_json::to_vec(entry).map_err(corrupt))
@@ -80,7 +97,19 @@ impl SpendLogStore for EmbeddedStore {
             for (key, json) in (next..).zip(&encoded) {
                 log.insert(key, json.as_slice()).map_err(unavailable)?;
             }
-            while log.len().map_err(unavailable)? > SPEND_LOG_RETENTION as u64 {
+            while log.len().map_err(unavailable)? > retention.max_entries as u64 {
+                log.pop_first().map_err(unavailable)?;
+            }
+            // The oldest first: they go until one is young enough.
+            loop {
+                let expired = match log.first().map_err(unavailable)? {
+                    Some((_, data)) => serde_json::from_slice::<SpendLogEntry>(data.value())
+                        .map_or(true, |entry| entry.started_at_ms < oldest_kept),
+                    None => false,
+                };
+                if !expired {
+                    break;
+                }
                 log.pop_first().map_err(unavailable)?;
             }
             Ok(())

@@ -16,11 +16,11 @@ use tokio::sync::watch;
 use super::{Primary, RedisStore, corrupt, unavailable};
 use crate::store::StoreResult;
 use crate::store::models::{
-    ModelStore, SPEND_LOG_RETENTION, SpendLogEntry, SpendLogStore, StoredModel,
+    ModelStore, SpendLogEntry, SpendLogRetention, SpendLogStore, StoredModel,
 };
 
 const SPEND_LOG: &str = "sandgate:spend-log";
-const MODELS_CHANGED: &str = "sandgate:models:changed";
+pub(super) const MODELS_CHANGED: &str = "sandgate:models:changed";
 
 /// How long subscribing may take, and the wait before another try after a failure.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -146,6 +146,18 @@ impl ModelStore for RedisStore {
         Ok(models)
     }
 
+    async fn added_model(&self, scope: &str, name: &str) -> StoreResult<Option<StoredModel>> {
+        let mut connection = self.connection();
+        let data: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(models_key(scope))
+            .arg(name)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        data.map(|data| serde_json::from_slice(&data).map_err(corrupt))
+            .transpose()
+    }
+
     fn model_changes(&self) -> watch::Receiver<Option<u64>> {
         // Followed from the first caller on (the model gateway), not by every process
         // that opens the store: the runtime API never asks.
@@ -164,7 +176,11 @@ impl ModelStore for RedisStore {
 
 #[async_trait]
 impl SpendLogStore for RedisStore {
-    async fn append_spend_logs(&self, entries: &[SpendLogEntry]) -> StoreResult<()> {
+    async fn append_spend_logs(
+        &self,
+        entries: &[SpendLogEntry],
+        retention: SpendLogRetention,
+    ) -> StoreResult<()> {
         let mut pipe = redis::pipe();
         for entry in entries {
             let data = serde_json::to_vec(entry).map_err(corrupt)?;
@@ -172,12 +188,23 @@ impl SpendLogStore for RedisStore {
                 .arg(SPEND_LOG)
                 .arg("MAXLEN")
                 .arg("~")
-                .arg(SPEND_LOG_RETENTION)
+                .arg(retention.max_entries)
                 .arg("*")
                 .arg("d")
                 .arg(data)
                 .ignore();
         }
+        // Entries' ids are the milliseconds they were added at: older ones than the age
+        // kept go.
+        let oldest_kept = crate::store::now_ms()
+            .saturating_sub(retention.max_age_ms)
+            .max(0);
+        pipe.cmd("XTRIM")
+            .arg(SPEND_LOG)
+            .arg("MINID")
+            .arg("=")
+            .arg(oldest_kept)
+            .ignore();
         let mut connection = self.write_connection();
         pipe.query_async::<()>(&mut connection)
             .await

@@ -1,0 +1,164 @@
+//! Who calls: the master key, compared in constant time, or a virtual key found by its
+//! token; and, before a virtual key's call goes upstream, whether its budgets allow it.
+//!
+//! A virtual key and its spend are read from the store at every call, in one read (on
+//! Redis one round trip; the embedded store answers from memory), so a changed or
+//! deleted key holds at once on every replica and replicas share the budgets. A budget
+//! can be overshot by the calls in flight when it is reached (their cost is counted once
+//! they end), and by those that ended within the spend log's batching delay (10 ms),
+//! whose spend is written in that batch.
+
+use std::sync::Arc;
+
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_runtime_api::store::keys::session_digest;
+use sandgate_runtime_api::store::{KeySpend, SpendCounters, StoredKey};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tonic::Status;
+
+use crate::budget::{parse_duration_ms, window};
+use crate::headers::SESSION_ID;
+use crate::keys::{Caller, descriptor, expired, token_of};
+use crate::service::{Gateway, now_ms};
+
+/// What a virtual key's call adds to its counters once its cost is known.
+#[derive(Clone, Debug)]
+pub struct Charge {
+    pub token: String,
+    pub key_alias: Option<String>,
+    window: u64,
+    session: Option<String>,
+}
+
+impl Charge {
+    pub fn spend(&self, amount: f64) -> KeySpend {
+        KeySpend {
+            token: self.token.clone(),
+            window: self.window,
+            amount,
+            session: self.session.clone(),
+        }
+    }
+}
+
+/// Every key a caller presents, where LiteLLM's proxy takes one: `Authorization: Bearer`
+/// (OpenAI SDKs), `x-api-key` (the Anthropic SDK, Claude Code), `api-key` (Azure OpenAI
+/// clients), `x-litellm-api-key` (LiteLLM's own, with or without `Bearer `).
+fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item = &str> {
+    let text = |name: &str| metadata.get(name).and_then(|value| value.to_str().ok());
+    let bearer = text("authorization").and_then(sandgate_proto::bearer_token);
+    let litellm = text("x-litellm-api-key")
+        .map(|value| sandgate_proto::bearer_token(value).unwrap_or(value.trim()));
+    let raw = ["x-api-key", "api-key"]
+        .into_iter()
+        .filter_map(move |name| text(name).map(str::trim));
+    bearer.into_iter().chain(litellm).chain(raw)
+}
+
+fn refused() -> Status {
+    ErrorDetail::new(
+        ErrorCode::Unauthenticated,
+        "Authentication Error: invalid or missing key (Authorization: Bearer <key>, or x-api-key, api-key, x-litellm-api-key)",
+    )
+    .into_status()
+}
+
+impl Gateway {
+    /// The caller of a request: the master key, or a virtual key that has not expired,
+    /// with its spend as stored now.
+    pub(crate) async fn authenticate(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Caller, Status> {
+        let presented: Vec<&str> = presented_keys(metadata)
+            .filter(|key| !key.is_empty())
+            .collect();
+        if let Some(master) = &self.master_key {
+            let is_master = presented.iter().any(|key| {
+                let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+                bool::from(digest.ct_eq(master))
+            });
+            if is_master {
+                return Ok(Caller::Master);
+            }
+        }
+        // A client sends one key, in one carrier: the first is the one it meant.
+        let Some(presented) = presented.first() else {
+            return Err(refused());
+        };
+        let token = token_of(presented);
+        let session = session_id(metadata).map(session_digest);
+        let (key, counters) = self
+            .store
+            .keys
+            .key_for_call(&token, session.as_deref())
+            .await
+            .map_err(|err| ErrorDetail::from(err).into_status())?
+            .ok_or_else(refused)?;
+        if key.expires_at_ms.is_some_and(|expires| expires <= now_ms()) {
+            return Err(expired(&key).into_status());
+        }
+        Ok(Caller::Virtual {
+            key: Arc::new(key),
+            counters,
+            session,
+        })
+    }
+}
+
+/// The session a call names (`x-gateway-session-id`, else LiteLLM's
+/// `x-litellm-session-id`).
+pub(crate) fn session_id(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    SESSION_ID
+        .iter()
+        .find_map(|name| metadata.get(*name))
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| !value.is_empty())
+}
+
+/// Whether `key` may make one more call (of `session`, a digest), by what it and the
+/// session spent as `counters` say; what the call will add to their counters.
+pub(crate) fn check_budget(
+    key: &StoredKey,
+    counters: &SpendCounters,
+    session: Option<&str>,
+) -> Result<Charge, Status> {
+    let duration = key
+        .budget_duration
+        .as_deref()
+        .and_then(|duration| parse_duration_ms(duration).ok());
+    let (window, _) = window(key.budget_start_ms, duration, now_ms());
+    let charge = Charge {
+        token: key.token.clone(),
+        key_alias: key.key_alias.clone(),
+        window,
+        session: session.map(str::to_owned),
+    };
+    let spent = counters.in_window(window);
+    if let Some(max) = key.max_budget
+        && spent >= max
+    {
+        return Err(over_budget(format!(
+            "Budget has been exceeded! Key={} Current cost: {spent}, Max budget: {max}",
+            descriptor(key),
+        )));
+    }
+    if let Some(max) = key.max_budget_per_session.filter(|_| session.is_some())
+        && counters.session >= max
+    {
+        return Err(over_budget(format!(
+            "Budget has been exceeded! Session of Key={} Current cost: {}, Max budget per session: {max}",
+            descriptor(key),
+            counters.session
+        )));
+    }
+    Ok(charge)
+}
+
+/// A budget refusal, as LiteLLM's proxy answers it (422, `budget_exceeded`).
+fn over_budget(message: String) -> Status {
+    ErrorDetail::new(ErrorCode::ValidationFailed, message)
+        .with_reason("budget_exceeded")
+        .into_status()
+}

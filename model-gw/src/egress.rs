@@ -1,0 +1,248 @@
+//! Where a model added at runtime may send its calls: never to this machine, the cloud's
+//! metadata service, or a private network, unless the operator names the host
+//! (`--gateway-allowed-upstream-hosts`). Entries of the configuration file are the
+//! operator's own and go anywhere.
+//!
+//! The host is checked when the model is added (an address, or a name that is known to
+//! be internal) and again at every connection: the guarded client's resolver drops the
+//! addresses a name resolves to that are not allowed, so a name that resolves to
+//! loopback (or is made to, later) is refused too.
+//!
+//! And no call comes back through the gateway that sent it, however its entry came: each
+//! call carries [`HOP_HEADER`] with the gateways it passed, and a gateway that finds
+//! itself there (or too many others) refuses the call.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use http::HeaderMap;
+
+/// The gateways a call passed, one id each, comma-separated.
+pub const HOP_HEADER: &str = "x-sandgate-hop";
+/// Gateways one call may pass, at most.
+const MAX_HOPS: usize = 8;
+
+/// Names of cloud metadata services and of this machine, refused whatever they resolve to.
+const INTERNAL_NAMES: [&str; 7] = [
+    "localhost",
+    "metadata",
+    "metadata.google.internal",
+    "metadata.goog",
+    "metadata.azure.internal",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
+
+/// Why an address may not be an added model's upstream, if it may not.
+pub fn forbidden_address(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(ip) => forbidden_v4(ip),
+        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+            Some(mapped) => forbidden_v4(mapped),
+            None => forbidden_v6(ip),
+        },
+    }
+}
+
+fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let [first, second, ..] = ip.octets();
+    if ip.is_loopback() {
+        Some("a loopback address")
+    } else if ip.is_unspecified() || first == 0 {
+        Some("an unspecified address")
+    } else if ip.is_link_local() {
+        Some("a link-local address (the cloud metadata service's)")
+    } else if ip.is_private() || (first == 100 && (64..128).contains(&second)) {
+        Some("a private address")
+    } else if ip.is_broadcast() || ip.is_multicast() {
+        Some("a broadcast or multicast address")
+    } else {
+        None
+    }
+}
+
+fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let first = ip.segments()[0];
+    if ip.is_loopback() {
+        Some("a loopback address")
+    } else if ip.is_unspecified() {
+        Some("an unspecified address")
+    } else if first & 0xffc0 == 0xfe80 {
+        Some("a link-local address")
+    } else if first & 0xfe00 == 0xfc00 {
+        Some("a private (unique local) address")
+    } else if ip.is_multicast() {
+        Some("a multicast address")
+    } else if ip.segments()[..6] == [0, 0, 0, 0, 0, 0] {
+        // IPv4-compatible (deprecated), `::127.0.0.1` and the like.
+        forbidden_v4(Ipv4Addr::from(
+            (u32::from(ip.segments()[6]) << 16) | u32::from(ip.segments()[7]),
+        ))
+    } else {
+        None
+    }
+}
+
+/// The hosts an operator allows added models to reach whatever their addresses.
+#[derive(Clone, Debug, Default)]
+pub struct AllowedHosts(Arc<[String]>);
+
+impl AllowedHosts {
+    pub fn new(hosts: impl IntoIterator<Item = String>) -> Self {
+        Self(
+            hosts
+                .into_iter()
+                .map(|host| normalized(&host))
+                .filter(|host| !host.is_empty())
+                .collect(),
+        )
+    }
+
+    fn allows(&self, host: &str) -> bool {
+        let host = normalized(host);
+        self.0.iter().any(|allowed| *allowed == host)
+    }
+
+    /// Why an added model may not call `host`, judged from its text alone (an address,
+    /// or an internal name); `None` when it may, or when only its addresses can tell.
+    pub fn refusal(&self, host: &str) -> Option<String> {
+        if self.allows(host) {
+            return None;
+        }
+        let name = normalized(host);
+        if let Ok(ip) = name.parse::<IpAddr>() {
+            return forbidden_address(ip).map(|why| format!("{host} is {why}"));
+        }
+        let internal = INTERNAL_NAMES.contains(&name.as_str()) || name.ends_with(".localhost");
+        internal.then(|| format!("{host} names this machine or a cloud metadata service"))
+    }
+}
+
+/// A host as compared: lower case, without a final dot.
+fn normalized(host: &str) -> String {
+    host.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The resolver of the client that calls added models' upstreams: the system's, less
+/// the addresses an added model may not reach (unless the host is allowed).
+pub struct GuardedResolver {
+    pub allowed: AllowedHosts,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_owned();
+        let refusal = self.allowed.refusal(&host);
+        let allowed = self.allowed.allows(&host);
+        Box::pin(async move {
+            if let Some(refusal) = refusal {
+                return Err(refusal.into());
+            }
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let permitted: Vec<SocketAddr> = found
+                .iter()
+                .copied()
+                .filter(|address| allowed || forbidden_address(address.ip()).is_none())
+                .collect();
+            if permitted.is_empty() {
+                let why = found
+                    .first()
+                    .and_then(|address| forbidden_address(address.ip()))
+                    .unwrap_or("no address");
+                tracing::warn!(host = %host, "an added model's upstream resolves to {why}; refused");
+                return Err(
+                    format!("{host} resolves to {why}, which added models may not reach").into(),
+                );
+            }
+            let addresses: reqwest::dns::Addrs = Box::new(permitted.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
+/// Whether a call already passed the gateway `id`, or too many: a loop.
+pub fn looped(headers: &HeaderMap, id: &str) -> bool {
+    let hops: Vec<&str> = headers
+        .get_all(HOP_HEADER)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .collect();
+    hops.len() >= MAX_HOPS || hops.contains(&id)
+}
+
+/// The hop header a call leaves with: the hops it came with, and this gateway.
+pub fn hop_value(headers: &HeaderMap, id: &str) -> Option<http::HeaderValue> {
+    let mut hops: Vec<&str> = headers
+        .get_all(HOP_HEADER)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    hops.push(id);
+    http::HeaderValue::from_str(&hops.join(",")).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_addresses_and_names_are_refused_unless_allowed() {
+        let allowed = AllowedHosts::new(["LiteLLM.internal.".to_owned(), "10.0.0.7".to_owned()]);
+        for refused in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "169.254.169.254",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "localhost",
+            "LOCALHOST.",
+            "api.localhost",
+            "metadata.google.internal",
+            "::1",
+            "::ffff:127.0.0.1",
+            "fe80::1",
+            "fd00:ec2::254",
+            "::",
+        ] {
+            assert!(allowed.refusal(refused).is_some(), "{refused}");
+        }
+        for accepted in [
+            "api.openai.com",
+            "8.8.8.8",
+            "litellm.internal",
+            "10.0.0.7",
+            "2606:4700::1",
+        ] {
+            assert_eq!(allowed.refusal(accepted), None, "{accepted}");
+        }
+    }
+
+    #[test]
+    fn a_call_that_passed_this_gateway_or_too_many_is_a_loop() {
+        let mut headers = HeaderMap::new();
+        assert!(!looped(&headers, "me"));
+        headers.insert(HOP_HEADER, http::HeaderValue::from_static("other, me"));
+        assert!(looped(&headers, "me"));
+        assert!(!looped(&headers, "third"));
+        assert_eq!(
+            hop_value(&headers, "third")
+                .as_ref()
+                .map(|value| value.to_str().ok()),
+            Some(Some("other, me,third"))
+        );
+        let many = (0..MAX_HOPS)
+            .map(|hop| hop.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        headers.insert(
+            HOP_HEADER,
+            http::HeaderValue::from_str(&many).unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(looped(&headers, "new"));
+    }
+}

@@ -1,0 +1,125 @@
+//! The model gateway's virtual keys: what a key may do (its models, budgets, expiry), kept
+//! under the sha256 of the key (the key itself is never stored), and what it has spent.
+//!
+//! Spend is counted per budget window: a key whose budget resets (`budget_duration`) adds
+//! to the counter of the current window, and a counter of an earlier window reads as
+//! nothing. A key's spend per session (the session id its calls carry) is counted beside
+//! it, for the per-session budget, and forgotten after [`SESSION_SPEND_TTL_MS`] without
+//! a call.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::StoreResult;
+
+/// One virtual key, as stored: everything but the key.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredKey {
+    /// The sha256 hex of the key (LiteLLM's `token`): how the key is found and named.
+    pub token: String,
+    /// The key abbreviated for display, `sk-...abcd` (LiteLLM's `key_name`).
+    pub key_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_alias: Option<String>,
+    /// The model names the key may call; empty: every model.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The most the key may spend (in each budget window, with `budget_duration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_budget: Option<f64>,
+    /// How often the spend starts again from nothing, LiteLLM's way (`30s`, `1h`, `7d`,
+    /// `1mo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_duration: Option<String>,
+    /// When the first budget window began (milliseconds since the epoch): windows follow
+    /// each other from it.
+    #[serde(default)]
+    pub budget_start_ms: i64,
+    /// The most one session (the session id its calls carry) may spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_budget_per_session: Option<f64>,
+    /// When the key stops working (milliseconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// Spend to add to a key's counters, once a call's cost is known.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeySpend {
+    pub token: String,
+    /// The budget window the call ended in (0 for a key whose budget never resets).
+    pub window: u64,
+    pub amount: f64,
+    /// The call's session, as [`session_digest`] names it.
+    pub session: Option<String>,
+}
+
+/// A key's counters as stored: the caller knows the window it is in.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpendCounters {
+    /// The budget window the key's counter counts; `None` before its first spend.
+    pub window: Option<u64>,
+    /// What it counted in that window.
+    pub spent: f64,
+    /// What the session asked about spent.
+    pub session: f64,
+}
+
+impl SpendCounters {
+    /// The key's spend in `window`: nothing when its counter counts an earlier one.
+    pub fn in_window(&self, window: u64) -> f64 {
+        if self.window == Some(window) {
+            self.spent
+        } else {
+            0.0
+        }
+    }
+}
+
+/// How long a session's spend is kept after its last call.
+pub const SESSION_SPEND_TTL_MS: i64 = 30 * 24 * 3600 * 1000;
+
+/// A session id as the store keys it: a digest, so that a client's id of any length or
+/// content names a bounded key.
+pub fn session_digest(session_id: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(session_id.as_bytes())[..16])
+}
+
+/// The gateway's virtual keys and their spend.
+#[async_trait]
+pub trait KeyStore: Send + Sync + 'static {
+    /// Stores `key` under its token. With `create`, only if no key has that token:
+    /// `Ok(false)` when one does.
+    async fn put_key(&self, key: &StoredKey, create: bool) -> StoreResult<bool>;
+
+    async fn get_key(&self, token: &str) -> StoreResult<Option<StoredKey>>;
+
+    /// Every key, oldest first.
+    async fn list_keys(&self) -> StoreResult<Vec<StoredKey>>;
+
+    /// Deletes the keys of `tokens`, with their spend; the tokens that were there.
+    async fn delete_keys(&self, tokens: &[String]) -> StoreResult<Vec<String>>;
+
+    /// The key of `token` and its counters, with what `session` (a [`session_digest`])
+    /// spent: what a call needs, in one read, always as stored now (a deleted or changed
+    /// key is seen at once, on every replica).
+    async fn key_for_call(
+        &self,
+        token: &str,
+        session: Option<&str>,
+    ) -> StoreResult<Option<(StoredKey, SpendCounters)>>;
+
+    /// Adds each item to its key's counter of its window (a counter of an earlier window
+    /// starts again from nothing) and to its session's, in one round trip. Spend of a key
+    /// that is gone is dropped.
+    async fn add_key_spend(&self, spend: &[KeySpend]) -> StoreResult<()>;
+}
