@@ -100,7 +100,7 @@ impl AllowedHosts {
 
     fn allows(&self, host: &str) -> bool {
         let host = normalized(host);
-        self.0.iter().any(|allowed| *allowed == host)
+        self.0.contains(&host)
     }
 
     /// Why an added model may not call `host`, judged from its text alone (an address,
@@ -162,8 +162,8 @@ impl reqwest::dns::Resolve for GuardedResolver {
 }
 
 /// Whether a call already passed the gateway `id`, or too many: a loop.
-pub fn looped(headers: &HeaderMap, id: &str) -> bool {
-    let hops: Vec<&str> = headers
+pub fn looped(metadata: &tonic::metadata::MetadataMap, id: &str) -> bool {
+    let hops: Vec<&str> = metadata
         .get_all(HOP_HEADER)
         .iter()
         .filter_map(|value| value.to_str().ok())
@@ -225,6 +225,12 @@ mod tests {
     #[test]
     fn a_call_that_passed_this_gateway_or_too_many_is_a_loop() {
         let mut headers = HeaderMap::new();
+        let looped = |headers: &HeaderMap, id| {
+            looped(
+                &tonic::metadata::MetadataMap::from_headers(headers.clone()),
+                id,
+            )
+        };
         assert!(!looped(&headers, "me"));
         headers.insert(HOP_HEADER, http::HeaderValue::from_static("other, me"));
         assert!(looped(&headers, "me"));

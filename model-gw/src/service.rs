@@ -595,8 +595,8 @@ impl ModelGatewayService {
         metadata: &tonic::metadata::MetadataMap,
         message: CallRequest,
     ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream, Option<Charge>), Status> {
-        let caller = self.authenticate(metadata).await?;
-        if looped(&metadata.clone().into_headers(), &self.hop_id) {
+        // Before anything else: a call that came back is refused whatever key it holds.
+        if looped(metadata, &self.hop_id) {
             return Err(error(
                 ErrorCode::BadGateway,
                 format!(
@@ -604,6 +604,7 @@ impl ModelGatewayService {
                 ),
             ));
         }
+        let caller = self.authenticate(metadata).await?;
         let api = Api::try_from(message.api)
             .ok()
             .filter(|api| *api != Api::Unspecified)

@@ -60,7 +60,12 @@ pub(crate) async fn send(request: reqwest::RequestBuilder) -> (StatusCode, Value
     )
 }
 
-pub(crate) fn post(sandgate: &Sandgate, path: &str, key: &str, body: &Value) -> reqwest::RequestBuilder {
+pub(crate) fn post(
+    sandgate: &Sandgate,
+    path: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::RequestBuilder {
     sandgate
         .client
         .post(sandgate.url(path))
@@ -82,7 +87,12 @@ pub(crate) async fn generate(sandgate: &Sandgate, body: &Value) -> (String, Stri
     (key, token)
 }
 
-pub(crate) async fn chat(sandgate: &Sandgate, key: &str, model: &str, session: Option<&str>) -> (StatusCode, Value) {
+pub(crate) async fn chat(
+    sandgate: &Sandgate,
+    key: &str,
+    model: &str,
+    session: Option<&str>,
+) -> (StatusCode, Value) {
     let mut request = post(
         sandgate,
         "/v1/chat/completions",
@@ -100,11 +110,25 @@ pub(crate) async fn chat(sandgate: &Sandgate, key: &str, model: &str, session: O
 pub(crate) async fn spend_reaches(sandgate: &Sandgate, token: &str, at_least: f64) -> f64 {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let (status, info) = send(get(sandgate, &format!("/key/info?key={token}"), MASTER_KEY)).await;
+        let (status, info) =
+            send(get(sandgate, &format!("/key/info?key={token}"), MASTER_KEY)).await;
         assert_eq!(status, 200, "{info}");
         let spend = info["info"]["spend"].as_f64().expect("spend");
         if spend >= at_least - 1e-9 || tokio::time::Instant::now() > deadline {
             return spend;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// The spend log once it holds `count` entries (written just after each call ends).
+async fn spend_logs(sandgate: &Sandgate, count: usize) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, logs) = send(get(sandgate, "/spend/logs", MASTER_KEY)).await;
+        assert_eq!(status, 200, "{logs}");
+        if logs.as_array().map_or(0, Vec::len) >= count || tokio::time::Instant::now() > deadline {
+            return logs;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
@@ -135,11 +159,14 @@ async fn a_virtual_key_calls_its_models_within_its_budget_and_no_more() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(spend_reaches(sandgate, &token, CALL_COST).await, CALL_COST);
     // The spend log names the key by its hash and alias, never the key, and the cost.
-    let (_, logs) = send(get(sandgate, "/spend/logs", MASTER_KEY)).await;
+    let logs = spend_logs(sandgate, 1).await;
     let entry = &logs[0];
     assert_eq!(entry["api_key"], token.as_str(), "{entry}");
     assert_eq!(entry["key_alias"], "sandbox-1", "{entry}");
-    assert!((entry["spend"].as_f64().expect("spend") - CALL_COST).abs() < 1e-12, "{entry}");
+    assert!(
+        (entry["spend"].as_f64().expect("spend") - CALL_COST).abs() < 1e-12,
+        "{entry}"
+    );
     assert!(!logs.to_string().contains(&key));
 
     // A model outside its list, as LiteLLM refuses it: 403 key_model_access_denied.
@@ -149,7 +176,12 @@ async fn a_virtual_key_calls_its_models_within_its_budget_and_no_more() {
     assert_eq!(body["error"]["param"], "model", "{body}");
     // Its model list shows its models only.
     let (_, models) = send(get(sandgate, "/v1/models", &key)).await;
-    let ids: Vec<&str> = models["data"].as_array().expect("data").iter().filter_map(|model| model["id"].as_str()).collect();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .filter_map(|model| model["id"].as_str())
+        .collect();
     assert_eq!(ids, ["gpt", "claude"]);
     let (_, info) = send(get(sandgate, "/model/info", &key)).await;
     assert_eq!(info["data"].as_array().map(Vec::len), Some(2), "{info}");
@@ -163,9 +195,21 @@ async fn a_virtual_key_calls_its_models_within_its_budget_and_no_more() {
     let (status, body) = chat(sandgate, &key, "gpt", None).await;
     assert_budget_exceeded(status, &body);
     for (path, model, call) in [
-        ("/v1/responses", "gpt", json!({"model": "gpt", "input": "hi"})),
-        ("/v1/embeddings", "gpt", json!({"model": "gpt", "input": "hi"})),
-        ("/v1/completions", "gpt", json!({"model": "gpt", "prompt": "hi"})),
+        (
+            "/v1/responses",
+            "gpt",
+            json!({"model": "gpt", "input": "hi"}),
+        ),
+        (
+            "/v1/embeddings",
+            "gpt",
+            json!({"model": "gpt", "input": "hi"}),
+        ),
+        (
+            "/v1/completions",
+            "gpt",
+            json!({"model": "gpt", "prompt": "hi"}),
+        ),
     ] {
         let (status, body) = send(post(sandgate, path, &key, &call)).await;
         assert_budget_exceeded(status, &body);
@@ -175,10 +219,20 @@ async fn a_virtual_key_calls_its_models_within_its_budget_and_no_more() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["type"], "error", "{body}");
     assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
-    assert_eq!(gateway.upstream.count(), reached, "a refused call went upstream");
+    assert_eq!(
+        gateway.upstream.count(),
+        reached,
+        "a refused call went upstream"
+    );
 
     // Raising the budget lets it call again, at once.
-    let (status, body) = send(post(sandgate, "/key/update", MASTER_KEY, &json!({"key": key, "max_budget": 1.0}))).await;
+    let (status, body) = send(post(
+        sandgate,
+        "/key/update",
+        MASTER_KEY,
+        &json!({"key": key, "max_budget": 1.0}),
+    ))
+    .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["max_budget"], 1.0);
     let (status, body) = chat(sandgate, &key, "gpt", None).await;
@@ -194,16 +248,26 @@ async fn a_virtual_key_may_not_administer_the_gateway() {
     let (_, other) = generate(sandgate, &json!({"key_alias": "other"})).await;
     let upstream = gateway.upstream.base();
     for (path, body) in [
-        ("/model/new", json!({"model_name": "mine", "gateway_params": {"model": "openai/x", "api_base": format!("{upstream}/v1")}})),
+        (
+            "/model/new",
+            json!({"model_name": "mine", "gateway_params": {"model": "openai/x", "api_base": format!("{upstream}/v1")}}),
+        ),
         ("/key/generate", json!({})),
         ("/key/update", json!({"key": key, "max_budget": 100})),
         ("/key/delete", json!({"keys": [other]})),
     ] {
         let (status, answer) = send(post(sandgate, path, &key, &body)).await;
         assert_eq!(status, 403, "{path}: {answer}");
-        assert_eq!(answer["error"]["type"], "permission_error", "{path}: {answer}");
+        assert_eq!(
+            answer["error"]["type"], "permission_error",
+            "{path}: {answer}"
+        );
     }
-    for path in ["/spend/logs", "/key/list", &format!("/key/info?key={other}")] {
+    for path in [
+        "/spend/logs",
+        "/key/list",
+        &format!("/key/info?key={other}"),
+    ] {
         let (status, answer) = send(get(sandgate, path, &key)).await;
         assert_eq!(status, 403, "{path}: {answer}");
     }
@@ -230,28 +294,53 @@ async fn keys_are_shown_once_and_stored_as_their_hash() {
     let sandgate = &gateway.sandgate;
     let (key, token) = generate(sandgate, &json!({"key_alias": "kept"})).await;
     let chosen = "sk-chosen-by-the-operator-0123456789";
-    let (status, body) = send(post(sandgate, "/key/generate", MASTER_KEY, &json!({"key": chosen}))).await;
+    let (status, body) = send(post(
+        sandgate,
+        "/key/generate",
+        MASTER_KEY,
+        &json!({"key": chosen}),
+    ))
+    .await;
     assert_eq!(status, 200, "{body}");
     let (status, _) = chat(sandgate, chosen, "gpt", None).await;
     assert_eq!(status, 200);
-    let (status, list) = send(get(sandgate, "/key/list?return_full_object=true", MASTER_KEY)).await;
+    let (status, list) = send(get(
+        sandgate,
+        "/key/list?return_full_object=true",
+        MASTER_KEY,
+    ))
+    .await;
     assert_eq!(status, 200, "{list}");
     assert_eq!(list["total_count"], 2);
     assert!(list.to_string().contains(&token));
     assert!(!list.to_string().contains(&key) && !list.to_string().contains(chosen));
     // An alias names one key.
-    let (status, _) = send(post(sandgate, "/key/generate", MASTER_KEY, &json!({"key_alias": "kept"}))).await;
+    let (status, _) = send(post(
+        sandgate,
+        "/key/generate",
+        MASTER_KEY,
+        &json!({"key_alias": "kept"}),
+    ))
+    .await;
     assert_eq!(status, 409);
-    let Backend::Embedded(dir) = &backend else { unreachable!() };
+    let Backend::Embedded(dir) = &backend else {
+        unreachable!()
+    };
     gateway.sandgate.stop().await;
     let stored = std::fs::read(dir.path().join("sandgate.redb")).expect("the database");
     for secret in [key.as_str(), chosen] {
         assert!(
-            !stored.windows(secret.len()).any(|window| window == secret.as_bytes()),
+            !stored
+                .windows(secret.len())
+                .any(|window| window == secret.as_bytes()),
             "a key is stored in clear"
         );
     }
-    assert!(stored.windows(token.len()).any(|window| window == token.as_bytes()));
+    assert!(
+        stored
+            .windows(token.len())
+            .any(|window| window == token.as_bytes())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,13 +351,25 @@ async fn an_expired_or_deleted_key_is_refused_at_once() {
     let (key, _) = generate(sandgate, &json!({"key_alias": "short-lived"})).await;
     let (status, _) = chat(sandgate, &key, "gpt", None).await;
     assert_eq!(status, 200);
-    let (status, body) = send(post(sandgate, "/key/delete", MASTER_KEY, &json!({"key_aliases": ["short-lived"]}))).await;
+    let (status, body) = send(post(
+        sandgate,
+        "/key/delete",
+        MASTER_KEY,
+        &json!({"key_aliases": ["short-lived"]}),
+    ))
+    .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["deleted_keys"], json!(["short-lived"]));
     let (status, _) = chat(sandgate, &key, "gpt", None).await;
     assert_eq!(status, 401);
     // Deleting what does not exist deletes nothing and says so.
-    let (status, _) = send(post(sandgate, "/key/delete", MASTER_KEY, &json!({"keys": [key]}))).await;
+    let (status, _) = send(post(
+        sandgate,
+        "/key/delete",
+        MASTER_KEY,
+        &json!({"keys": [key]}),
+    ))
+    .await;
     assert_eq!(status, 404);
 
     let (key, _) = generate(sandgate, &json!({"duration": "1s"})).await;
@@ -289,13 +390,23 @@ async fn a_session_budget_stops_one_session_and_not_another() {
     let backend = Backend::embedded();
     let gateway = gateway(&backend).await;
     let sandgate = &gateway.sandgate;
-    let (key, token) = generate(sandgate, &json!({"max_budget_per_session": CALL_COST, "max_budget": 10.0})).await;
+    let (key, token) = generate(
+        sandgate,
+        &json!({"max_budget_per_session": CALL_COST, "max_budget": 10.0}),
+    )
+    .await;
     let (status, _) = chat(sandgate, &key, "gpt", Some("conversation-a")).await;
     assert_eq!(status, 200);
     spend_reaches(sandgate, &token, CALL_COST).await;
     let (status, body) = chat(sandgate, &key, "gpt", Some("conversation-a")).await;
     assert_budget_exceeded(status, &body);
-    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("Session"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Session"),
+        "{body}"
+    );
     // Another conversation of the same key goes on; so does a call naming no session
     // (held to the key's own budget only).
     let (status, body) = chat(sandgate, &key, "gpt", Some("conversation-b")).await;
@@ -310,28 +421,55 @@ async fn keys_and_budgets_hold_across_replicas_on_redis() {
     let upstream = FakeUpstream::start().await;
     let config = config(&upstream);
     let path = config.path().display().to_string();
-    let args = ["--gateway-config", path.as_str(), "--proxy-master-key", MASTER_KEY];
+    let args = [
+        "--gateway-config",
+        path.as_str(),
+        "--proxy-master-key",
+        MASTER_KEY,
+    ];
     let one = Sandgate::start_with(&backend, &args).await;
     let two = Sandgate::start_with(&backend, &args).await;
-    let (key, token) = generate(&one, &json!({"models": ["gpt"], "max_budget": 2.0 * CALL_COST})).await;
+    let (key, token) = generate(
+        &one,
+        &json!({"models": ["gpt"], "max_budget": 2.0 * CALL_COST}),
+    )
+    .await;
     // Generated on one replica, it works on the other at once.
     let (status, body) = chat(&two, &key, "gpt", None).await;
     assert_eq!(status, 200, "{body}");
     let (status, _) = chat(&one, &key, "gpt", None).await;
     assert_eq!(status, 200);
     // The spend of both counts on each.
-    assert_eq!(spend_reaches(&one, &token, 2.0 * CALL_COST).await, 2.0 * CALL_COST);
-    assert_eq!(spend_reaches(&two, &token, 2.0 * CALL_COST).await, 2.0 * CALL_COST);
+    assert_eq!(
+        spend_reaches(&one, &token, 2.0 * CALL_COST).await,
+        2.0 * CALL_COST
+    );
+    assert_eq!(
+        spend_reaches(&two, &token, 2.0 * CALL_COST).await,
+        2.0 * CALL_COST
+    );
     for replica in [&one, &two] {
         let (status, body) = chat(replica, &key, "gpt", None).await;
         assert_budget_exceeded(status, &body);
     }
     // A change on one replica holds on the other at once: a model taken away.
-    let (status, _) = send(post(&one, "/key/update", MASTER_KEY, &json!({"key": token, "models": ["claude"], "max_budget": null}))).await;
+    let (status, _) = send(post(
+        &one,
+        "/key/update",
+        MASTER_KEY,
+        &json!({"key": token, "models": ["claude"], "max_budget": null}),
+    ))
+    .await;
     assert_eq!(status, 200);
     let (status, body) = chat(&two, &key, "gpt", None).await;
     assert_eq!(status, 403, "{body}");
-    let (status, _) = send(post(&two, "/key/delete", MASTER_KEY, &json!({"keys": [key]}))).await;
+    let (status, _) = send(post(
+        &two,
+        "/key/delete",
+        MASTER_KEY,
+        &json!({"keys": [key]}),
+    ))
+    .await;
     assert_eq!(status, 200);
     let (status, _) = chat(&one, &key, "claude", None).await;
     assert_eq!(status, 401);

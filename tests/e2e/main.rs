@@ -14,6 +14,7 @@ mod chart;
 mod event_store;
 mod events;
 mod faults;
+mod gateway_attacks;
 mod gateway_keys;
 mod hostile;
 mod http_cases;

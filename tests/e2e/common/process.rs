@@ -110,6 +110,11 @@ impl SandgateProcess {
         Some(address_prefix(rest).to_owned())
     }
 
+    /// The process's id, to read its resources from `/proc`.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("a running process")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }
