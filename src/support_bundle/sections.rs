@@ -13,15 +13,13 @@ use sandgate_runtime_api::store::{Store, StoredSandbox, StoredWarmConfig, redact
 use super::{MAX_RECORDS, SPEND_LOG_SCANNED, Sources};
 use crate::check_config::{self, Finding, Settings};
 
-/// How a secret setting reads: whether it is set, never its value.
+/// How a secret setting reads: whether it is set (`true`), never its value.
 fn secret(value: Option<&str>) -> Value {
-    match value {
-        Some(value) if !value.is_empty() => json!("[set]"),
-        _ => json!("[unset]"),
-    }
+    json!(value.is_some_and(|value| !value.is_empty()))
 }
 
-/// The effective settings by their environment names, secrets shown only as set or not.
+/// The effective settings by their environment names; a secret is `true` when set, `false`
+/// when not, never its value.
 pub fn settings(settings: &Settings) -> Value {
     let mut out = serde_json::Map::new();
     if let Some(rt) = &settings.runtime_api {
@@ -37,7 +35,7 @@ pub fn settings(settings: &Settings) -> Value {
                 "REDIS_TLS_FILES": rt.redis_tls_files.iter()
                     .map(|(name, path)| (name.to_string(), path.display().to_string()))
                     .collect::<std::collections::BTreeMap<_, _>>(),
-                "SANDGATE_WEBHOOK_API_KEYS": format!("[{} set]", rt.webhook_api_keys.len()),
+                "SANDGATE_WEBHOOK_API_KEYS": rt.webhook_api_keys.len(),
                 "DEFAULT_API_KEY": secret(rt.default_api_key.as_deref()),
                 "ADMIN_PASSWORD": secret(rt.admin_password.as_deref()),
                 "JWT_SECRET": secret(rt.jwt_secret.as_deref()),

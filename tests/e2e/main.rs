@@ -34,6 +34,7 @@ mod sandbox_api;
 mod schemathesis;
 mod slow_clients;
 mod store_conformance;
+mod support_bundle;
 mod tenancy;
 mod upstream_faults;
 mod warm_limits;
