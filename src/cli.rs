@@ -566,6 +566,11 @@ pub struct SupportBundleArgs {
     /// `sandgate-support-bundle-<unix time>.tar.gz` in the current directory.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Write the archive's files as one JSON object (file name → text) instead of the
+    /// archive: for `kubectl support-bundle`, which stores what it collects as text (and
+    /// runs its own redactors over it).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

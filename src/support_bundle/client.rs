@@ -58,16 +58,21 @@ pub async fn run(args: &SupportBundleArgs, stdout: &mut dyn Write) -> anyhow::Re
             crate::admin_client::detail(&body)
         );
     }
-    let archive = response
+    let mut archive = response
         .bytes()
         .await
-        .context("downloading the support bundle")?;
+        .context("downloading the support bundle")?
+        .to_vec();
+    if args.json {
+        archive = as_json(&archive)?;
+    }
     let output = args.output.clone().unwrap_or_else(|| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|elapsed| elapsed.as_secs())
             .unwrap_or_default();
-        format!("sandgate-support-bundle-{now}.tar.gz").into()
+        let extension = if args.json { "json" } else { "tar.gz" };
+        format!("sandgate-support-bundle-{now}.{extension}").into()
     });
     if output.as_os_str() == "-" {
         stdout.write_all(&archive)?;
@@ -77,4 +82,21 @@ pub async fn run(args: &SupportBundleArgs, stdout: &mut dyn Write) -> anyhow::Re
     std::fs::write(&output, &archive)
         .with_context(|| format!("cannot write {}", output.display()))?;
     Ok(output.display().to_string())
+}
+
+/// The archive's files as one JSON object, name → text, in the archive's order.
+fn as_json(archive: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive));
+    let mut files = serde_json::Map::new();
+    for entry in tar.entries().context("the answer is not a tar.gz")? {
+        let mut entry = entry.context("the answer is not a tar.gz")?;
+        let name = entry.path()?.display().to_string();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut text)
+            .with_context(|| format!("{name} is not text"))?;
+        files.insert(name, serde_json::Value::String(text));
+    }
+    let mut json = serde_json::to_vec_pretty(&files)?;
+    json.push(b'\n');
+    Ok(json)
 }

@@ -296,6 +296,38 @@ async fn the_bundle_has_every_section_and_no_secret(redis: Option<RedisServer>) 
             assert!(!text.contains(secret), "{secret} leaks in {name}:\n{text}");
         }
     }
+
+    // As `kubectl support-bundle` runs it in runtime-api's pod: a token signed with the
+    // pod's JWT_SECRET (no login there), the files as JSON text on stdout.
+    let run = run_sandgate(
+        &[
+            "support-bundle",
+            "--url",
+            &server.url(""),
+            "--sign-with-jwt-secret",
+            "--json",
+            "--output",
+            "-",
+        ],
+        &[("JWT_SECRET", JWT_SECRET)],
+    )
+    .await;
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let as_json: BTreeMap<String, String> =
+        serde_json::from_slice(&run.stdout).expect("the files as one JSON object");
+    for section in SECTIONS {
+        let name = format!("sandgate-support-bundle/{section}");
+        let text = as_json
+            .get(&name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        for secret in &planted {
+            assert!(!text.contains(secret), "{secret} leaks in {name}:\n{text}");
+        }
+    }
 }
 
 #[tokio::test]
