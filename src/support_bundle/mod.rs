@@ -71,10 +71,13 @@ impl Sources {
                 secrets.add_url(url);
             }
         }
-        if let Some(gw) = &self.settings.model_gw {
-            if let Some(key) = &gw.proxy_master_key {
-                secrets.add(key);
-            }
+        if let Some(key) = self
+            .settings
+            .model_gw
+            .as_ref()
+            .and_then(|gw| gw.proxy_master_key.as_ref())
+        {
+            secrets.add(key);
         }
         secrets.add_credential_environment(
             std::env::vars()
