@@ -36,6 +36,7 @@ mod slow_clients;
 mod store_conformance;
 mod support_bundle;
 mod tenancy;
+mod troubleshoot;
 mod upstream_faults;
 mod warm_limits;
 mod warm_pools;
