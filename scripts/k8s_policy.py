@@ -1546,6 +1546,8 @@ VALUES_TESTS: list[tuple[str, list[str], list[str]]] = [
     ("no Redis: neither sandgate.redis.url nor bundled", ['sandgate.redis.url=""'], ["sandgate.redis.url"]),
     ("a model entry without gateway_params", ['gateway-helm.proxy_config.model_list=[{"model_name":"m"}]'], ["model_list"]),
     ("disruption budgets over a single replica", ['runtime-api.replicaCount=1'], ["sandgate.podDisruptionBudgets", "runtime-api.replicaCount"]),
+    ("a support bundle taking no log lines: sandgate.troubleshoot.logs.maxLines 0", ['sandgate.troubleshoot.logs.maxLines=0'], ["maxLines"]),
+    ("a typo in the troubleshoot.sh specs' values: sandgate.troubleshoot.enable", ['sandgate.troubleshoot.enable=false'], ["enable"]),
 ]
 
 
