@@ -218,3 +218,54 @@ fn archive(files: &[File], now_ms: u128) -> std::io::Result<Vec<u8>> {
     }
     tar.into_inner()?.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    #[test]
+    fn a_file_past_the_limit_is_cut_on_a_character_boundary_and_says_so() {
+        let cut = bounded("é".repeat(MAX_FILE_BYTES));
+        assert!(cut.len() < MAX_FILE_BYTES + 100, "{}", cut.len());
+        assert!(cut.ends_with("the first 1 MiB of each file]\n"));
+        assert_eq!(bounded("short".to_owned()), "short");
+    }
+
+    #[test]
+    fn the_archive_holds_each_file_under_the_bundles_directory() {
+        let files = [
+            File {
+                name: "version.json",
+                text: "{}".to_owned(),
+            },
+            File {
+                name: "logs.txt",
+                text: "WARN x\n".to_owned(),
+            },
+        ];
+        let archive = archive(&files, 1_700_000_000_000).unwrap();
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(archive.as_slice()));
+        let mut seen = Vec::new();
+        for entry in tar.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let mut text = String::new();
+            entry.read_to_string(&mut text).unwrap();
+            seen.push((entry.path().unwrap().display().to_string(), text));
+        }
+        assert_eq!(
+            seen,
+            [
+                (
+                    "sandgate-support-bundle/version.json".to_owned(),
+                    "{}".to_owned()
+                ),
+                (
+                    "sandgate-support-bundle/logs.txt".to_owned(),
+                    "WARN x\n".to_owned()
+                ),
+            ]
+        );
+    }
+}
