@@ -77,7 +77,9 @@ async fn the_bundle_has_every_section_and_no_secret(redis: Option<RedisServer>) 
         &warm,
         json!({"count": 1, "configs": [{
             "name": "v1_current", "image": "ghcr.io/acme/agent:1.0", "working_dir": "/workspace",
-            "command": ["/usr/local/bin/agent-server"],
+            // A key passed on the command line, which the bundle shows: the redaction's
+            // net (every credential-named environment variable's value) must catch it.
+            "command": ["/usr/local/bin/agent-server", "--llm-key", ENV_UPSTREAM_KEY],
             "environment": {"LLM_API_KEY": WARM_ENV_KEY, "OH_WEBHOOKS_0_BASE_URL": "http://edge"},
         }]})
         .to_string(),
@@ -242,6 +244,11 @@ async fn the_bundle_has_every_section_and_no_secret(redis: Option<RedisServer>) 
     );
     let pools = json_of(&files, "pools.json");
     assert_eq!(pools["pools"][0]["name"], "v1_current", "{pools}");
+    assert_eq!(
+        pools["pools"][0]["config"]["command"],
+        json!(["/usr/local/bin/agent-server", "--llm-key", "[redacted]"]),
+        "{pools}"
+    );
     assert_eq!(pools["pools"][0]["count"], 1, "{pools}");
     let sandboxes = json_of(&files, "sandboxes.json");
     let cold = sandboxes["sandboxes"]
