@@ -70,6 +70,16 @@ RUNTIME_API_NEEDS = [
     ("networking.k8s.io", "ingresses", {"get", "list", "create", "delete"}),
     ("", "events", {"get", "list", "watch"}),
 ]
+# troubleshoot.sh's specs: the Secrets `kubectl preflight` and `kubectl support-bundle` read
+# (by their label troubleshoot.sh/kind), the keys they read, and the published JSON schemas
+# (v1beta2) each kind is validated against, vendored by scripts/vendor-troubleshoot-schemas.
+TROUBLESHOOT_KEYS = {"preflight.yaml", "support-bundle-spec", "redactor-spec"}
+TROUBLESHOOT_SCHEMAS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "k8s", "schemas", "troubleshoot")
+TROUBLESHOOT_SCHEMA_FILES = {
+    "Preflight": "preflight-troubleshoot-v1beta2.json",
+    "SupportBundle": "supportbundle-troubleshoot-v1beta2.json",
+    "Redactor": "redactor-troubleshoot-v1beta2.json",
+}
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
 RELEASE = "sandgate"
 
@@ -514,7 +524,13 @@ def probes(inst: Install) -> list[str]:
     mutations=[("a Secret with data is rendered", lambda d: d.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "jwt-secret", "namespace": APP_NS}, "data": {"jwt-secret": "c2VjcmV0"}}))],
 )
 def no_secret_values(inst: Install) -> list[str]:
-    return [f"{ref(d)} carries {k}" for d in objects(inst.docs, "Secret") for k in ("data", "stringData") if d.get(k)]
+    # A troubleshoot.sh spec is no secret value; its Secret holds the spec's keys only.
+    return [
+        f"{ref(d)} carries {k}"
+        for d in objects(inst.docs, "Secret")
+        for k in ("data", "stringData")
+        if d.get(k) and not (troubleshoot_kind(d) and k == "stringData" and set(d[k]) <= TROUBLESHOOT_KEYS)
+    ]
 
 
 @check(
@@ -1178,6 +1194,206 @@ def preflight(inst: Install) -> list[str]:
     return out
 
 
+def troubleshoot_kind(doc: dict) -> str | None:
+    return ((doc.get("metadata") or {}).get("labels") or {}).get("troubleshoot.sh/kind")
+
+
+def troubleshoot_docs(inst: Install, name: str, kind: str, out: list[str]) -> dict[str, list[dict]]:
+    """The specs in Secret `name`, by key, once the Secret is labelled troubleshoot.sh/kind: `kind`."""
+    secret = find(inst.docs, "Secret", name)
+    if secret is None:
+        out.append(f"no Secret {name} in {APP_NS}")
+        return {}
+    if troubleshoot_kind(secret) != kind:
+        out.append(f"{ref(secret)} is labelled troubleshoot.sh/kind={troubleshoot_kind(secret)!r}, want {kind!r}")
+    return {key: [d for d in yaml.safe_load_all(text) if d] for key, text in (secret.get("stringData") or {}).items()}
+
+
+_schemas: dict[str, Any] = {}
+_missing_schemas: set[str] = set()
+
+
+def troubleshoot_schema_problems(doc: dict, where: str) -> list[str]:
+    """`doc` against troubleshoot.sh's published schema of its kind (v1beta2)."""
+    import jsonschema  # from the venv of scripts/check-k8s
+
+    kind = doc.get("kind")
+    if doc.get("apiVersion") != "troubleshoot.sh/v1beta2" or kind not in TROUBLESHOOT_SCHEMA_FILES:
+        return [f"{where}: {doc.get('apiVersion')}/{kind} is not a troubleshoot.sh/v1beta2 Preflight, SupportBundle or Redactor"]
+    path = os.path.join(TROUBLESHOOT_SCHEMAS, TROUBLESHOOT_SCHEMA_FILES[kind])
+    if not os.path.exists(path):
+        # Not to be had on this machine (see scripts/vendor-troubleshoot-schemas): said
+        # once, and the rest of the spec's checks still run.
+        if kind not in _missing_schemas:
+            _missing_schemas.add(kind)
+            print(f"skipped: {where} not validated against troubleshoot.sh's {kind} schema (not in {TROUBLESHOOT_SCHEMAS})")
+        return []
+    if kind not in _schemas:
+        with open(path) as f:
+            _schemas[kind] = json.load(f)
+    validator = jsonschema.validators.validator_for(_schemas[kind])(_schemas[kind])
+    return [f"{where}: {'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+def quantity_bytes(text: str) -> float:
+    units = {"": 1, "m": 1e-3, "k": 1e3, "Ki": 2**10, "M": 1e6, "Mi": 2**20, "G": 1e9, "Gi": 2**30, "T": 1e12, "Ti": 2**40}
+    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", text)
+    return float(m.group(1)) * units[m.group(2)] if m else float("nan")
+
+
+def referenced_secrets(inst: Install) -> set[tuple[str, str, str | None]]:
+    """(namespace, secret, key) the workloads and ingresses read; key None for a whole secret."""
+    refs: set[tuple[str, str, str | None]] = set()
+    for w in workloads(inst.docs):
+        if hook(w) or is_test_hook(w):
+            continue
+        for c in containers(pod_spec(w)):
+            for e in c.get("env") or []:
+                r = (e.get("valueFrom") or {}).get("secretKeyRef")
+                if r:
+                    refs.add((ns_of(w), r["name"], r.get("key")))
+            for ef in c.get("envFrom") or []:
+                if (ef.get("secretRef") or {}).get("name"):
+                    refs.add((ns_of(w), ef["secretRef"]["name"], None))
+    for ing in objects(inst.docs, "Ingress"):
+        for t in (ing.get("spec") or {}).get("tls") or []:
+            refs.add((ns_of(ing), t.get("secretName"), "tls.crt"))
+    c = service_container(inst.docs, "runtime-api")
+    if c is not None and env_value(c, "SANDBOX_TLS_SECRET"):
+        refs.add((SANDBOX_NS, env_value(c, "SANDBOX_TLS_SECRET"), "tls.crt"))
+    return refs
+
+
+def analyzers(spec: dict, kind: str) -> list[dict]:
+    return [a[kind] for a in spec.get("analyzers") or [] if kind in a]
+
+
+def collectors(spec: dict, kind: str) -> list[dict]:
+    return [c[kind] for c in spec.get("collectors") or [] if kind in c]
+
+
+def preflight_spec(inst: Install) -> dict:
+    return troubleshoot_docs(inst, f"{RELEASE}-preflight", "preflight", [])["preflight.yaml"][0]
+
+
+def support_bundle_spec(inst: Install) -> dict:
+    return troubleshoot_docs(inst, f"{RELEASE}-support-bundle", "support-bundle", [])["support-bundle-spec"][0]
+
+
+@check(
+    "troubleshoot.sh: Secrets <release>-preflight and <release>-support-bundle, labelled troubleshoot.sh/kind, hold a Preflight, a SupportBundle and a Redactor valid against troubleshoot.sh's v1beta2 schemas",
+    mutations=[
+        ("the preflight Secret loses its troubleshoot.sh/kind label", lambda d: find(d, "Secret", f"{RELEASE}-preflight")["metadata"]["labels"].pop("troubleshoot.sh/kind")),
+        ("the support bundle's log limit is not a number (schema)", lambda d: find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"].update({"support-bundle-spec": find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"]["support-bundle-spec"].replace("maxLines: ", "maxLines: lots-of-")})),
+        ("the support-bundle Secret has no redactors", lambda d: find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"].pop("redactor-spec")),
+    ],
+)
+def troubleshoot_specs(inst: Install) -> list[str]:
+    out: list[str] = []
+    want = {
+        f"{RELEASE}-preflight": ("preflight", {"preflight.yaml": "Preflight"}),
+        f"{RELEASE}-support-bundle": ("support-bundle", {"support-bundle-spec": "SupportBundle", "redactor-spec": "Redactor"}),
+    }
+    for name, (kind, keys) in want.items():
+        specs = troubleshoot_docs(inst, name, kind, out)
+        for key, spec_kind in keys.items():
+            docs = specs.get(key)
+            if not docs:
+                out.append(f"Secret {name} has no {key}")
+                continue
+            if [d.get("kind") for d in docs] != [spec_kind]:
+                out.append(f"Secret {name} key {key} holds {[d.get('kind') for d in docs]}, want [{spec_kind!r}]")
+            for d in docs:
+                out += troubleshoot_schema_problems(d, f"Secret {name} key {key}")
+    return out
+
+
+@check(
+    "troubleshoot.sh preflight: the Kubernetes version, every secret and key the install reads, the storage class, the ingress class, the sandbox namespace, and ephemeral storage for every warm sandbox",
+    mutations=[
+        ("the preflight no longer checks secret jwt-secret", lambda d: find(d, "Secret", f"{RELEASE}-preflight")["stringData"].update({"preflight.yaml": yaml.safe_dump({**preflight_spec(Install("x", d, {})), "spec": {**preflight_spec(Install("x", d, {}))["spec"], "analyzers": [a for a in preflight_spec(Install("x", d, {}))["spec"]["analyzers"] if (a.get("secret") or {}).get("secretName") != "jwt-secret"]}})})),
+        ("the node capacity check asks for one warm sandbox less", lambda d: find(d, "Secret", f"{RELEASE}-preflight")["stringData"].update({"preflight.yaml": re.sub(r"ephemeralStorageAllocatable\) < ([0-9]+)", lambda m: f"ephemeralStorageAllocatable) < {int(m.group(1)) - 1}", find(d, "Secret", f"{RELEASE}-preflight")["stringData"]["preflight.yaml"])})),
+        ("the preflight forgets the sandbox namespace", lambda d: find(d, "Secret", f"{RELEASE}-preflight")["stringData"].update({"preflight.yaml": find(d, "Secret", f"{RELEASE}-preflight")["stringData"]["preflight.yaml"].replace("kind: Namespace", "kind: Node")})),
+    ],
+)
+def troubleshoot_preflight(inst: Install) -> list[str]:
+    out: list[str] = []
+    spec = preflight_spec(inst).get("spec") or {}
+    if not analyzers(spec, "clusterVersion"):
+        out.append("no clusterVersion analyzer")
+    checked = {(a.get("namespace"), a.get("secretName"), a.get("key")) for a in analyzers(spec, "secret")}
+    collected = {(c.get("namespace"), c.get("name"), c.get("key")) for c in collectors(spec, "secret")}
+    for r in sorted(referenced_secrets(inst), key=str):
+        if r not in checked:
+            out.append(f"the install reads secret {r[1]!r} key {r[2]!r} in {r[0]}: no secret analyzer checks it")
+        elif r not in collected:
+            out.append(f"secret {r[1]!r} key {r[2]!r} in {r[0]} is analyzed but never collected")
+    for c in collectors(spec, "secret"):
+        if c.get("includeValue"):
+            out.append(f"the preflight collects secret {c.get('name')!r}'s value")
+    runtime = service_container(inst.docs, "runtime-api")
+    storage_class = env_value(runtime, "STORAGE_CLASS") if runtime else None
+    if storage_class and storage_class not in {a.get("storageClassName") for a in analyzers(spec, "storageClass")}:
+        out.append(f"no storageClass analyzer for {storage_class!r}")
+    if not any(a.get("fileName") == "cluster-resources/ingress-classes.json" for a in analyzers(spec, "textAnalyze")):
+        out.append("no ingress class analyzer (textAnalyze of cluster-resources/ingress-classes.json)")
+    if not any(a.get("kind") == "Namespace" and a.get("name") == SANDBOX_NS for a in analyzers(spec, "clusterResource")):
+        out.append(f"no clusterResource analyzer for Namespace {SANDBOX_NS}")
+    # The pools' ephemeral storage: EPHEMERAL_STORAGE_SIZE times the warm sandboxes asked for.
+    cm = find(inst.docs, "ConfigMap", "warm-runtimes")
+    warm = 0
+    if cm is not None:
+        doc = json.loads(cm["data"]["warm-runtimes.json"])
+        warm = sum(c.get("count", doc.get("count", 1)) for c in doc.get("configs") or [])
+    size = env_value(runtime, "EPHEMERAL_STORAGE_SIZE") if runtime else None
+    needed = quantity_bytes(size or "25Gi") * warm
+    whens = [o["fail"].get("when", "") for a in analyzers(spec, "nodeResources") for o in a.get("outcomes") or [] if "fail" in o]
+    m = [re.fullmatch(r"sum\(ephemeralStorageAllocatable\) < ([0-9]+)", w) for w in whens]
+    if not any(m_ and abs(int(m_.group(1)) - needed) < 1 for m_ in m):
+        out.append(f"no nodeResources analyzer failing when sum(ephemeralStorageAllocatable) < {needed:.0f} ({warm} warm sandboxes x {size}): {whens}")
+    return out
+
+
+@check(
+    "troubleshoot.sh support bundle: Sandgate's pods' logs (bounded), both namespaces' resources and events, and `sandgate support-bundle` run in runtime-api's pod",
+    mutations=[
+        ("the support bundle's logs are unbounded", lambda d: find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"].update({"support-bundle-spec": re.sub(r"\n +limits:\n( +max\w+: .*\n)+", "\n", find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"]["support-bundle-spec"])})),
+        ("the sandbox namespace's resources are not collected", lambda d: find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"].update({"support-bundle-spec": find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"]["support-bundle-spec"].replace(f'"{SANDBOX_NS}"', '"elsewhere"')})),
+        ("Sandgate's own diagnostics are not collected", lambda d: find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"].update({"support-bundle-spec": find(d, "Secret", f"{RELEASE}-support-bundle")["stringData"]["support-bundle-spec"].replace('"support-bundle", ', "")})),
+    ],
+)
+def troubleshoot_support_bundle(inst: Install) -> list[str]:
+    out: list[str] = []
+    spec = support_bundle_spec(inst).get("spec") or {}
+    namespaces = {ns for c in collectors(spec, "clusterResources") for ns in c.get("namespaces") or []}
+    if not {APP_NS, SANDBOX_NS} <= namespaces:
+        out.append(f"clusterResources collects {sorted(namespaces)}, want {APP_NS} and {SANDBOX_NS}")
+    logs = [c for c in collectors(spec, "logs") if c.get("namespace") == APP_NS]
+    if not logs:
+        out.append(f"no logs collector in {APP_NS}")
+    for c in logs:
+        limits = c.get("limits") or {}
+        if not (limits.get("maxLines") or limits.get("maxBytes")) or not (limits.get("maxAge") or limits.get("sinceTime")):
+            out.append(f"logs collector {c.get('name')!r} is unbounded: {limits}")
+        labels = dict(s.split("=", 1) for s in c.get("selector") or [])
+        services = [svc for svc in SERVICES if find(inst.docs, "Deployment", svc) and selector_matches({"matchLabels": labels}, pod_labels(find(inst.docs, "Deployment", svc)))]
+        if len(services) != len([svc for svc in SERVICES if find(inst.docs, "Deployment", svc)]):
+            out.append(f"logs collector {c.get('name')!r} selects {services}, not every Sandgate service")
+    runtime = find(inst.docs, "Deployment", "runtime-api")
+    execs = [c for c in collectors(spec, "exec") if (c.get("args") or [])[:1] == ["support-bundle"]]
+    if not execs:
+        out.append("no exec collector runs `sandgate support-bundle`")
+    for c in execs:
+        labels = dict(s.split("=", 1) for s in c.get("selector") or [])
+        if runtime is None or not selector_matches({"matchLabels": labels}, pod_labels(runtime)):
+            out.append(f"exec collector {c.get('name')!r} does not select runtime-api's pods")
+        metrics = listen_port(env_value(service_container(inst.docs, "runtime-api") or {}, "SANDGATE_METRICS_LISTEN"))
+        url = (c.get("args") or [])[(c.get("args") or []).index("--url") + 1] if "--url" in (c.get("args") or []) else ""
+        if metrics is None or not url.endswith(f":{metrics}"):
+            out.append(f"exec collector {c.get('name')!r} asks {url!r}, not runtime-api's metrics listener (:{metrics})")
+    return out
+
+
 @check(
     "helm test: a pod per service runs `sandgate health-check` on it; the test's NetworkPolicy lets in those pods only, as a test hook",
     mutations=[
@@ -1339,6 +1555,8 @@ VALUES_TESTS: list[tuple[str, list[str], list[str]]] = [
     ("no Redis: neither sandgate.redis.url nor bundled", ['sandgate.redis.url=""'], ["sandgate.redis.url"]),
     ("a model entry without gateway_params", ['gateway-helm.proxy_config.model_list=[{"model_name":"m"}]'], ["model_list"]),
     ("disruption budgets over a single replica", ['runtime-api.replicaCount=1'], ["sandgate.podDisruptionBudgets", "runtime-api.replicaCount"]),
+    ("a support bundle taking no log lines: sandgate.troubleshoot.logs.maxLines 0", ['sandgate.troubleshoot.logs.maxLines=0'], ["maxLines"]),
+    ("a typo in the troubleshoot.sh specs' values: sandgate.troubleshoot.enable", ['sandgate.troubleshoot.enable=false'], ["enable"]),
 ]
 
 

@@ -275,6 +275,30 @@ pub async fn run(
     }
 }
 
+/// An admin token from the server at `url`, logged in with `admin_password`; with the
+/// client's answer-time limit `timeout` (a support bundle takes longer than a list).
+pub(crate) async fn admin_session(
+    url: &str,
+    admin_password: Option<String>,
+    timeout: Duration,
+) -> anyhow::Result<(reqwest::Client, String)> {
+    let client = Client {
+        http: reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(timeout)
+            .build()?,
+        base: url.trim_end_matches('/').to_owned(),
+        admin_password: admin_password.filter(|p| !p.is_empty()),
+    };
+    let token = client.login().await?;
+    Ok((client.http, token))
+}
+
+/// The server's `detail` of a failed answer, as a line a person can act on.
+pub(crate) fn detail(body: &str) -> String {
+    describe(body)
+}
+
 /// A name as one path segment.
 fn encode(name: &str) -> String {
     form_urlencoded::byte_serialize(name.as_bytes())

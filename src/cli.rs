@@ -38,6 +38,9 @@ pub enum Command {
     GenSecrets(GenSecretsArgs),
     /// Probe a running service (for container probes): exits 0 when it is healthy.
     HealthCheck(HealthCheckArgs),
+    /// Save a support bundle of a running Sandgate (a tar.gz of its versions, settings
+    /// with every secret redacted, store, pools, gateway, metrics and recent warnings).
+    SupportBundle(SupportBundleArgs),
 }
 
 impl Command {
@@ -52,6 +55,7 @@ impl Command {
             Self::CheckConfig(_) => "sandgate-check-config",
             Self::GenSecrets(_) => "sandgate-gen-secrets",
             Self::HealthCheck(_) => "sandgate-health-check",
+            Self::SupportBundle(_) => "sandgate-support-bundle",
         }
     }
 }
@@ -572,6 +576,33 @@ pub struct GenSecretsArgs {
     /// Namespace of the Secrets: the application's.
     #[arg(long, default_value = "sandgate")]
     pub namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SupportBundleArgs {
+    /// Base URL of the server that builds the bundle: `serve`'s (e.g.
+    /// `http://127.0.0.1:8080`), or runtime-api's metrics listener
+    /// (`http://127.0.0.1:9090`, from inside its pod).
+    #[arg(long, env = "RUNTIME_API_URL")]
+    pub url: String,
+    /// The admin password, to log in.
+    #[arg(long, env = "ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+    /// Sign the admin token with JWT_SECRET instead of logging in: for runtime-api's
+    /// metrics listener, which serves no login (run inside its pod, which has the key).
+    #[arg(long)]
+    pub sign_with_jwt_secret: bool,
+    #[arg(long, env = "JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// Where to write the archive; `-` for standard output. Default:
+    /// `sandgate-support-bundle-<unix time>.tar.gz` in the current directory.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Write the archive's files as one JSON object (file name → text) instead of the
+    /// archive: for `kubectl support-bundle`, which stores what it collects as text (and
+    /// runs its own redactors over it).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

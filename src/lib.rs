@@ -11,6 +11,7 @@ mod grpc_peer;
 pub mod health_check;
 mod http_server;
 mod shutdown;
+pub mod support_bundle;
 pub mod telemetry;
 
 use std::future::Future;
@@ -229,6 +230,42 @@ async fn runtime_api_services(
         .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))
 }
 
+/// What the support bundle of a process running the runtime API reads: `gateway` when it
+/// runs the model gateway too.
+fn bundle_sources(
+    service: &'static str,
+    settings: Settings,
+    store: &Store,
+    args: (&StoreArgs, &AdminArgs),
+    gateway: Option<&GatewayArgs>,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+) -> anyhow::Result<support_bundle::Sources> {
+    let (store_args, admin) = args;
+    let installer =
+        sandgate_runtime_api::admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())
+            .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))?;
+    let gateway = gateway
+        .map(|gateway| ConfigFile::open(gateway.gateway_config.clone()).map(Arc::new))
+        .transpose()
+        .map_err(|err| anyhow::anyhow!("invalid --gateway-config: {err}"))?;
+    Ok(support_bundle::Sources {
+        service,
+        settings,
+        store: Some(store.clone()),
+        data_dir: store_args
+            .redis
+            .is_none()
+            .then(|| store_args.data_dir.display().to_string()),
+        warm_configs: Some(sandgate_runtime_api::admin::source::WarmConfigSource::new(
+            store.clone(),
+            installer,
+            admin.warm_runtime_config_overlay,
+        )),
+        gateway,
+        metrics,
+    })
+}
+
 /// Runs `serve_until_stopped` with the reconciler beside it, stopping the reconciler after.
 async fn with_reconciler(
     reconciler: sandgate_runtime_api::sandboxes::Reconciler,
@@ -307,10 +344,11 @@ fn grpc_router(routes: Routes) -> Router {
 }
 
 /// Runs `serve_until_stopped` (handed the shutdown signal) with, when `metrics` is given,
-/// `/metrics` served on that listener beside it and stopped with it.
+/// `/metrics` (and `beside_metrics`) served on that listener beside it and stopped with it.
 async fn with_metrics_listener<F>(
     metrics: Option<TcpListener>,
     metrics_key: Option<String>,
+    beside_metrics: Option<Router>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     server: http_server::Config,
     serve_until_stopped: impl FnOnce(tokio_util::sync::WaitForCancellationFutureOwned) -> F,
@@ -328,7 +366,11 @@ where
         Some(listener) => {
             let address = listener.local_addr()?;
             tracing::info!("metrics at http://{address}/metrics");
-            let routes = telemetry::metrics::routes(telemetry::metrics::recorder(), metrics_key);
+            let mut routes =
+                telemetry::metrics::routes(telemetry::metrics::recorder(), metrics_key);
+            if let Some(beside) = beside_metrics {
+                routes = routes.merge(beside);
+            }
             let stopped = stopping.clone().cancelled_owned();
             Some(tokio::spawn(http_server::serve(
                 listener, routes, stopped, server,
@@ -355,7 +397,8 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    refuse_on_fatal(&Settings::serve(&args))?;
+    let settings = Settings::serve(&args);
+    refuse_on_fatal(&settings)?;
     // First: what the services record from their start is kept.
     let metrics = telemetry::metrics::recorder();
     let store = open_store(&args.store).await?;
@@ -379,14 +422,27 @@ pub async fn serve(
         runtime_api
             .routes
             .add_service(sandgate_model_gw::grpc_service(gateway.clone()))
-            .add_service(health(store, &services)),
+            .add_service(health(store.clone(), &services)),
     );
     let channel = GrpcChannel::in_process(grpc.clone());
     let model_gw = ModelGw::Local(std::sync::Arc::new(gateway.clone()));
-    let mut app =
-        sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw))).merge(
-            telemetry::metrics::routes(metrics, args.edge.metrics_api_key.clone()),
-        );
+    let bundle = bundle_sources(
+        "serve",
+        settings,
+        &store,
+        (&args.store, &args.admin),
+        Some(&args.gateway),
+        Some(metrics.clone()),
+    )?;
+    let mut app = sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw)))
+        .merge(telemetry::metrics::routes(
+            metrics,
+            args.edge.metrics_api_key.clone(),
+        ))
+        .merge(support_bundle::http::routes(
+            runtime_api.admin.clone(),
+            bundle,
+        ));
     let mut direct_grpc = Router::new();
     for service in &services {
         direct_grpc = direct_grpc.route_service(&format!("/{service}/{{*rpc}}"), grpc.clone());
@@ -412,12 +468,21 @@ pub async fn runtime_api(
     metrics: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    refuse_on_fatal(&Settings::runtime_api(&args))?;
+    let settings = Settings::runtime_api(&args);
+    refuse_on_fatal(&settings)?;
     if metrics.is_some() {
         // Before the services exist: what they record from their start is kept.
         telemetry::metrics::recorder();
     }
     let store = open_store(&args.store).await?;
+    let bundle = bundle_sources(
+        "runtime-api",
+        settings,
+        &store,
+        (&args.store, &args.admin),
+        None,
+        metrics.is_some().then(telemetry::metrics::recorder),
+    )?;
     let runtime_api = runtime_api_services(
         store.clone(),
         &args.auth,
@@ -431,9 +496,12 @@ pub async fn runtime_api(
         .routes
         .add_service(health(store, RUNTIME_API_SERVICES));
     let server = args.server.config();
+    // The support bundle beside the metrics: an internal port, like the gRPC one.
+    let beside_metrics = support_bundle::http::routes(runtime_api.admin.clone(), bundle);
     with_metrics_listener(
         metrics,
         args.metrics.metrics_api_key.clone(),
+        Some(beside_metrics),
         shutdown,
         server,
         |stopped| {
@@ -467,6 +535,7 @@ pub async fn model_gw(
     let served = with_metrics_listener(
         metrics,
         args.metrics.metrics_api_key.clone(),
+        None,
         shutdown,
         server,
         |stopped| run_http(listener, grpc_router(grpc), stopped, server),

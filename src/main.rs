@@ -80,6 +80,24 @@ async fn main() -> anyhow::Result<()> {
             let outcome = sandgate::health_check::run(&args).await;
             finish("health-check", outcome.map(|()| true))
         }
+        Command::SupportBundle(args) => {
+            let outcome =
+                sandgate::support_bundle::client::run(&args, &mut std::io::stdout().lock()).await;
+            if let Ok(written) = &outcome
+                && written != "stdout"
+            {
+                use std::io::Write;
+                // Nothing more can be said if stderr is gone.
+                drop(writeln!(
+                    std::io::stderr(),
+                    "support bundle written to {written}"
+                ));
+            }
+            finish(
+                "support-bundle",
+                outcome.map(|_| true).map_err(|err| format!("{err:#}")),
+            )
+        }
         server => server,
     };
     let telemetry = sandgate::telemetry::init(&cli.log, command.service_name())?;
@@ -105,7 +123,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Admin(_)
         | Command::CheckConfig(_)
         | Command::GenSecrets(_)
-        | Command::HealthCheck(_) => Ok(()),
+        | Command::HealthCheck(_)
+        | Command::SupportBundle(_) => Ok(()),
     };
     if let Err(err) = &result {
         tracing::error!("{err:#}");

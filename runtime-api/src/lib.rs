@@ -25,6 +25,7 @@ pub use admin::{AdminConfig, RuntimeAdminService};
 pub use auth::Authenticator;
 pub use conversations::ConversationsService;
 pub use health::StoreHealthService;
+pub use redact::redact as redact_credentials;
 pub use settings::SettingsService;
 pub use store::Store;
 
@@ -67,6 +68,9 @@ pub struct SandboxConfig {
 pub struct RuntimeApi {
     pub routes: Routes,
     pub reconciler: sandboxes::Reconciler,
+    /// The RuntimeAdmin service its routes serve, for what checks an admin token outside
+    /// gRPC (the support bundle's download).
+    pub admin: Arc<RuntimeAdminService>,
 }
 
 /// The key session keys derive from, when none is configured.
@@ -140,20 +144,22 @@ pub fn grpc_routes(
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let runtime_admin = RuntimeAdminServer::new(RuntimeAdminService::with_clock(
+    let admin_service = Arc::new(RuntimeAdminService::with_clock(
         store.clone(),
         authenticator,
         admin,
         configs,
         sandbox.clock,
-    ))
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    ));
+    let runtime_admin = RuntimeAdminServer::from_arc(admin_service.clone())
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     Ok(RuntimeApi {
         routes: Routes::new(conversations)
             .add_service(settings)
             .add_service(runtime_admin)
             .add_service(sandboxes_service),
         reconciler: sandboxes::Reconciler::new(pools),
+        admin: admin_service,
     })
 }

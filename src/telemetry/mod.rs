@@ -5,6 +5,9 @@
 //! to a log macro or a span field. Request spans carry a `trace_id` field, so every log
 //! line inside a request names its trace.
 //!
+//! Recent warnings and errors: a copy of each, whatever `--log` says, in a bounded ring
+//! the support bundle reads (`recent`).
+//!
 //! Traces: every process runs the `tracing-opentelemetry` layer, so spans have W3C trace
 //! context and propagate it (edge → gRPC → upstream) whether or not anything is exported;
 //! with OTLP configured (`OTEL_EXPORTER_OTLP_ENDPOINT`), spans are also exported. The
@@ -12,6 +15,7 @@
 //! not cut a trace.
 
 pub mod metrics;
+pub mod recent;
 mod traces;
 
 use std::fmt;
@@ -165,8 +169,14 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
         // thread-local context, so entering a span need not set it.
         .with_context_activation(false)
         .with_filter(Targets::new().with_target("sandgate", tracing::Level::INFO));
+    let recent = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .fmt_fields(TextFields)
+        .with_writer(|| recent::RingWriter)
+        .with_filter(tracing_subscriber::filter::LevelFilter::WARN);
     tracing_subscriber::registry()
         .with(logs)
+        .with(recent)
         .with(spans)
         .try_init()
         .map_err(|err| anyhow::anyhow!("cannot install the logger: {err}"))?;

@@ -279,8 +279,9 @@ impl RuntimeAdminService {
         }
     }
 
-    /// The admin behind `authorization: Bearer <JWT>`.
-    fn authorize(&self, metadata: &MetadataMap) -> Result<(), Status> {
+    /// The admin behind `authorization: Bearer <JWT>`. Public for the routes served beside
+    /// the gRPC services (the support bundle), which take the same admin token.
+    pub fn authorize(&self, metadata: &MetadataMap) -> Result<(), Status> {
         let admin = self.admin()?;
         let token = metadata
             .get("authorization")
