@@ -179,7 +179,7 @@ async fn the_node_openai_sdk_speaks_the_responses_api_through_sandgate() {
 }
 
 /// A free port for a server that cannot be told to take port 0 (LiteLLM's CLI).
-async fn free_port() -> u16 {
+pub(crate) async fn free_port() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -188,7 +188,7 @@ async fn free_port() -> u16 {
 
 /// The LiteLLM proxy the callbacks file records to `record`, started on `port` with
 /// `models` (LiteLLM's own model list), ready when this returns; killed when dropped.
-async fn litellm_proxy(
+pub(crate) async fn litellm_proxy(
     dir: &std::path::Path,
     port: u16,
     models: &str,

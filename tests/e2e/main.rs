@@ -21,6 +21,7 @@ mod http_cases;
 mod install_tools;
 mod kubernetes;
 mod limits;
+mod llm_sdk_keys;
 mod llm_sdks;
 mod log_secrets;
 mod login_rate;
