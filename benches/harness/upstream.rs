@@ -129,7 +129,7 @@ pub fn gateway_config(api_base: &str) -> tempfile::NamedTempFile {
     std::fs::write(
         config.path(),
         format!(
-            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{api_base}\", api_key: sk-upstream}}\n  - model_name: gpt\n    gateway_params: {{model: openai/gpt-up, api_base: \"{api_base}/v1\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{api_base}\", api_key: sk-upstream}}\n    model_info: {{input_cost_per_token: 0.000003, output_cost_per_token: 0.000015}}\n  - model_name: gpt\n    gateway_params: {{model: openai/gpt-up, api_base: \"{api_base}/v1\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
         ),
     )
     .expect("write config");

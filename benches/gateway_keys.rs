@@ -1,0 +1,129 @@
+//! What virtual keys cost a call: chat completions through `sandgate serve` with the
+//! master key against the same build with a virtual key whose budgets (the key's and the
+//! session's) are enforced, on Redis and on the embedded store, side by side in one run,
+//! rounds interleaved. Reports requests per second at concurrency 64 and p50 at 1, and
+//! the ratios the issue holds them to (≥ 0.9× the rate, ≤ +0.05 ms at p50).
+//!
+//! `cargo bench --bench gateway_keys` (needs `redis-server`). Environment:
+//! `BENCH_SECONDS` (per run, default 5) and `BENCH_ROUNDS` (default 3).
+
+#![expect(
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a benchmark: it fails loudly and prints its table"
+)]
+
+#[path = "harness/closed_loop.rs"]
+mod closed_loop;
+mod harness;
+#[path = "harness/upstream.rs"]
+mod upstream;
+
+use bytes::Bytes;
+use http_body_util::Full;
+
+const MASTER_KEY: &str = "bench-master-key";
+
+fn request(body: &Bytes, key: &str) -> http::Request<Full<Bytes>> {
+    http::Request::post("/v1/chat/completions")
+        .header("host", "bench")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {key}"))
+        .header(
+            "x-gateway-session-id",
+            "0f0e0d0c-0b0a-4908-8706-050403020100",
+        )
+        .body(Full::new(body.clone()))
+        .expect("request")
+}
+
+/// A virtual key of `base` with budgets it never reaches, so that each call is checked
+/// against them and charged.
+async fn virtual_key(base: &str) -> String {
+    let generated: serde_json::Value = reqwest::Client::new()
+        .post(format!("{base}/key/generate"))
+        .bearer_auth(MASTER_KEY)
+        .json(&serde_json::json!({
+            "models": ["claude"],
+            "max_budget": 1e12,
+            "budget_duration": "30d",
+            "max_budget_per_session": 1e12,
+        }))
+        .send()
+        .await
+        .expect("/key/generate")
+        .json()
+        .await
+        .expect("JSON");
+    generated["key"].as_str().expect("a key").to_owned()
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    let seconds = harness::env_number("BENCH_SECONDS", 5);
+    let rounds = harness::env_number("BENCH_ROUNDS", 3);
+    let direct = upstream::start().await;
+    let config = upstream::gateway_config(&direct);
+    let (_redis, redis) = harness::redis().await;
+    let data = tempfile::tempdir().expect("data dir");
+    let mut gateways = Vec::new();
+    for (store, args) in [
+        ("Redis", vec!["--redis".to_owned(), redis]),
+        (
+            "embedded",
+            vec!["--data-dir".to_owned(), data.path().display().to_string()],
+        ),
+    ] {
+        let mut args = args;
+        args.extend([
+            "--log".to_owned(),
+            "warn".to_owned(),
+            "--gateway-config".to_owned(),
+            config.path().display().to_string(),
+        ]);
+        let (child, url) = harness::sandgate(
+            env!("CARGO_BIN_EXE_sandgate"),
+            &args,
+            &[("PROXY_MASTER_KEY", MASTER_KEY)],
+        )
+        .await;
+        let key = virtual_key(&url).await;
+        gateways.push((store, child, url, key));
+    }
+    let body = upstream::chat("claude", false);
+    println!("Chat completions with the master key and with a budgeted virtual key\n");
+    println!(
+        "| store | concurrency | round | master key req/s | virtual key req/s | ratio | master p50 ms | virtual p50 ms | added p50 ms |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for concurrency in [1, 64] {
+        for round in 1..=rounds {
+            for (store, _, url, key) in &gateways {
+                let mut outcomes = Vec::new();
+                for key in [MASTER_KEY, key.as_str()] {
+                    let (body, key) = (body.clone(), key.to_owned());
+                    let next = move || request(&body, &key);
+                    closed_loop::load(url, concurrency, 1, next.clone()).await;
+                    let outcome = closed_loop::load(url, concurrency, seconds, next).await;
+                    assert_eq!(outcome.errors, 0, "{store}: errors");
+                    outcomes.push(outcome);
+                }
+                let [master, by_key] = &outcomes[..] else {
+                    unreachable!("two outcomes")
+                };
+                println!(
+                    "| {store} | {concurrency} | {round} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:+.3} |",
+                    master.rate(),
+                    by_key.rate(),
+                    by_key.rate() / master.rate(),
+                    master.ms(0.5),
+                    by_key.ms(0.5),
+                    by_key.ms(0.5) - master.ms(0.5),
+                );
+            }
+        }
+    }
+}
