@@ -25,6 +25,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
+use sandgate_runtime_api::sandboxes::kubernetes::PodSecurity;
+
 use crate::cli::SandboxDriverKind;
 
 pub use settings::from_check_config_args;
@@ -116,6 +118,8 @@ pub struct RuntimeApiSettings {
     /// checked against it (spec 8).
     pub node_ephemeral_storage: Option<String>,
     pub sandbox_nodes: u32,
+    /// `SANDBOX_POD_SECURITY`: what the warm configurations are checked against.
+    pub sandbox_pod_security: PodSecurity,
 }
 
 /// The binary's defaults, so tests state only what they change.
@@ -144,6 +148,7 @@ impl Default for RuntimeApiSettings {
             runtime_url_pattern: None,
             node_ephemeral_storage: None,
             sandbox_nodes: 1,
+            sandbox_pod_security: PodSecurity::Restricted,
         }
     }
 }
@@ -182,6 +187,7 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
             }
         };
         findings.extend(sandboxes::node_capacity(runtime, installer.as_ref()));
+        findings.extend(sandboxes::warm_pod_security(runtime, installer.as_ref()));
         findings.extend(secrets::runtime_api_secrets(runtime));
         findings.extend(secrets::signing_keys_shared(runtime));
     }

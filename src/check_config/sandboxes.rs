@@ -2,6 +2,8 @@
 //! the warm runtimes file and whether its pools fit the nodes (spec 2.9, 8).
 
 use sandgate_runtime_api::admin::configs::Installer;
+use sandgate_runtime_api::sandboxes::kubernetes::refusal;
+use sandgate_runtime_api::store::SandboxSpec;
 
 use super::quantity::{format_bytes, parse_bytes};
 use super::{Finding, RuntimeApiSettings, Severity};
@@ -174,11 +176,37 @@ pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
             ),
         ));
     } else {
-        let host = format!(
-            "{EXAMPLE_RUNTIME_ID}{}{base}",
-            settings.runtime_url_separator
-        );
-        if !is_dns_subdomain(&host) {
+        let separator = &settings.runtime_url_separator;
+        let host = format!("{EXAMPLE_RUNTIME_ID}{separator}{base}");
+        let first_label = host.split('.').next().unwrap_or_default();
+        let separator_is_valid = separator
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if separator_is_valid && host.len() > 253 {
+            findings.push(Finding::new(
+                Severity::Fatal,
+                "RUNTIME_BASE_URL",
+                format!(
+                    "is {} characters: sandbox hosts ({{runtime_id}}{separator}{base}, the id \
+                     {} characters) would be {}, more than the 253 a host name may have; use a \
+                     shorter base domain",
+                    base.len(),
+                    EXAMPLE_RUNTIME_ID.len(),
+                    host.len()
+                ),
+            ));
+        } else if separator_is_valid && first_label.len() > 63 {
+            findings.push(Finding::new(
+                Severity::Fatal,
+                "RUNTIME_BASE_URL",
+                format!(
+                    "sandbox hosts begin with {first_label:?} ({} characters: the runtime id, \
+                     {separator:?} and the base domain's first label), more than the 63 a DNS \
+                     label may have; shorten that label, or use \".\" as RUNTIME_URL_SEPARATOR",
+                    first_label.len()
+                ),
+            ));
+        } else if !is_dns_subdomain(&host) {
             findings.push(Finding::new(
                 Severity::Fatal,
                 "RUNTIME_URL_SEPARATOR",
@@ -212,9 +240,53 @@ pub fn ephemeral_storage_size(settings: &RuntimeApiSettings) -> Vec<Finding> {
         return Vec::new();
     };
     match parse_bytes(&settings.ephemeral_storage_size) {
+        Ok(0) => vec![Finding::new(
+            severity,
+            "EPHEMERAL_STORAGE_SIZE",
+            format!(
+                "{:?} is no space at all: a sandbox's scratch disk (image layers written to, \
+                 /tmp) is capped at it, and the kubelet evicts the pod that writes a byte; \
+                 give it room, e.g. 25Gi",
+                settings.ephemeral_storage_size
+            ),
+        )],
         Ok(_) => Vec::new(),
         Err(err) => vec![Finding::new(severity, "EPHEMERAL_STORAGE_SIZE", err)],
     }
+}
+
+/// With the Kubernetes driver, every warm configuration of the installer's file is one
+/// that `SANDBOX_POD_SECURITY` (the level the sandbox namespace enforces) lets run:
+/// otherwise its pool stays empty. Configurations saved through the API are checked when
+/// they are saved.
+pub fn warm_pod_security(
+    settings: &RuntimeApiSettings,
+    installer: Option<&Installer>,
+) -> Vec<Finding> {
+    let Some(installer) = installer.filter(|_| kubernetes(settings)) else {
+        return Vec::new();
+    };
+    installer
+        .configs
+        .iter()
+        .filter_map(|(name, config)| {
+            let spec = SandboxSpec {
+                run_as_user: config.run_as_user,
+                fuse_s3_mount: config.fuse_s3_mount,
+                ..SandboxSpec::default()
+            };
+            let refusal = refusal(&spec, settings.sandbox_pod_security)?;
+            // The service still runs (its other pools fill); this one would stay empty.
+            Some(Finding::new(
+                Severity::Error,
+                "WARM_RUNTIMES_FILE",
+                format!(
+                    "configuration {name:?}: {} {}: {}",
+                    refusal.field, refusal.input, refusal.message
+                ),
+            ))
+        })
+        .collect()
 }
 
 /// The installer's warm runtimes file, when named, read and parsed as the runtime API

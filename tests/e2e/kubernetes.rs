@@ -70,6 +70,7 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         created_at_ms: 0,
         changed_at_ms: 0,
         restarts: Restarts::default(),
+        slot_failures: 0,
     }
 }
 

@@ -10,6 +10,8 @@
 mod objects;
 mod observe;
 
+pub use objects::refusal;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -364,31 +366,16 @@ impl KubernetesDriver {
             Err(err) => Err(self.failed("patch", "Secret", &name, err)),
         }
     }
-}
 
-/// `Ok` when every call succeeded, else every failure, one after the other.
-fn all_ok(results: impl IntoIterator<Item = Result<(), DriverError>>) -> Result<(), DriverError> {
-    let failures: Vec<String> = results
-        .into_iter()
-        .filter_map(|result| result.err().map(|err| err.0))
-        .collect();
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(DriverError(failures.join("; ")))
-    }
-}
-
-#[async_trait]
-impl SandboxDriver for KubernetesDriver {
-    fn admit(&self, spec: &SandboxSpec) -> Result<(), Refusal> {
-        match objects::refusal(spec, self.options.pod_security) {
-            Some(refusal) => Err(refusal),
-            None => Ok(()),
-        }
-    }
-
-    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+    /// Makes the sandbox's objects, each that exists already counting as made. `cleanup`:
+    /// a failure removes what was made (a first create), rather than keeping it (a
+    /// recovery, whose workspace may hold work).
+    async fn make(
+        &self,
+        sandbox: &StoredSandbox,
+        session_key: &str,
+        cleanup: bool,
+    ) -> Result<(), DriverError> {
         let options = &self.options;
         // The Deployment first: the rest are its dependents, named by its uid. Its pod
         // waits for its Secret and claim, which follow at once.
@@ -415,6 +402,9 @@ impl SandboxDriver for KubernetesDriver {
             self.create(&ingress),
         );
         if let Err(failed) = all_ok([secret, claim, service, ingress]) {
+            if !cleanup {
+                return Err(failed);
+            }
             // Half made: nothing is left behind to wait for a retry that may never come
             // (a claim that holds a volume, a Service routing nowhere).
             return Err(match self.remove(&sandbox.runtime_id).await {
@@ -426,6 +416,40 @@ impl SandboxDriver for KubernetesDriver {
         }
         tracing::debug!(runtime_id = %sandbox.runtime_id, namespace = %options.namespace, "sandbox created");
         Ok(())
+    }
+}
+
+/// `Ok` when every call succeeded, else every failure, one after the other.
+fn all_ok(results: impl IntoIterator<Item = Result<(), DriverError>>) -> Result<(), DriverError> {
+    let failures: Vec<String> = results
+        .into_iter()
+        .filter_map(|result| result.err().map(|err| err.0))
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(DriverError(failures.join("; ")))
+    }
+}
+
+#[async_trait]
+impl SandboxDriver for KubernetesDriver {
+    fn admit(&self, spec: &SandboxSpec) -> Result<(), Refusal> {
+        match objects::refusal(spec, self.options.pod_security) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+
+    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        self.make(sandbox, session_key, true).await
+    }
+
+    async fn recover(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        // What exists is kept (a 409 counts as made): the workspace claim above all. A
+        // part that cannot be made leaves the rest for the next attempt, not deleted.
+        self.make(sandbox, session_key, false).await?;
+        self.resume(sandbox, session_key).await
     }
 
     async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {

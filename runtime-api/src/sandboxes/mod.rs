@@ -4,12 +4,12 @@
 
 pub mod driver;
 pub mod kubernetes;
+pub mod pools;
 pub mod process;
 pub mod reconciler;
 mod service;
 pub mod spec;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,8 @@ use crate::model::LocItem;
 use crate::store::{
     Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
 };
-use driver::{DriverError, Refusal, SandboxDriver};
+use driver::{DriverError, Observed, Refusal, SandboxDriver};
+pub use pools::{PoolCounts, pool_counts, pool_status};
 pub use reconciler::Reconciler;
 pub use service::SandboxesService;
 use spec::{SessionKeys, claim_key};
@@ -43,6 +44,10 @@ pub struct SandboxOptions {
     pub stopped_retention: Duration,
     /// `RECONCILE_INTERVAL`.
     pub reconcile_interval: Duration,
+    /// `SANDBOX_START_TIMEOUT`: a sandbox still starting this long after it was asked for
+    /// (an image that cannot be pulled, a pod that cannot be scheduled or configured) is
+    /// in error, with the reason the platform gave.
+    pub start_timeout: Duration,
 }
 
 impl Default for SandboxOptions {
@@ -54,6 +59,7 @@ impl Default for SandboxOptions {
             dead_after: Duration::from_secs(864_000),
             stopped_retention: Duration::from_secs(3600),
             reconcile_interval: Duration::from_secs(60),
+            start_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -110,6 +116,10 @@ impl From<SandboxError> for ErrorDetail {
 }
 
 pub type SandboxResult<T> = Result<T, SandboxError>;
+
+/// What a launch made: the sandbox, or the platform's refusal and the record it left in
+/// error (`None`: gone since).
+type Launched = Result<StoredSandbox, (Option<StoredSandbox>, DriverError)>;
 
 /// A sandbox as answered: its record, its URL and its current session key.
 pub struct SandboxView {
@@ -215,6 +225,7 @@ impl Sandboxes {
             created_at_ms: now,
             changed_at_ms: now,
             restarts: Restarts::default(),
+            slot_failures: 0,
         }
     }
 
@@ -228,8 +239,28 @@ impl Sandboxes {
         session: Option<String>,
         fence: Option<&Fence>,
     ) -> SandboxResult<StoredSandbox> {
+        match self.launch_slot(spec, pool, session, 0, fence).await? {
+            Ok(record) => Ok(record),
+            Err((_, err)) => Err(err.into()),
+        }
+    }
+
+    /// [`Self::launch`], for a warm pool's slot whose sandboxes failed `slot_failures`
+    /// times in a row before; a platform failure answers the record as it was left (in
+    /// error; `None` if gone since), with the platform's error.
+    pub(crate) async fn launch_slot(
+        &self,
+        spec: SandboxSpec,
+        pool: Option<String>,
+        session: Option<String>,
+        slot_failures: u32,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<Launched> {
         self.admit(&spec).map_err(SandboxError::Refused)?;
-        let record = self.record(spec, pool, session);
+        let record = StoredSandbox {
+            slot_failures,
+            ..self.record(spec, pool, session)
+        };
         self.store
             .session_keys
             .put_session_key(&record.key_sha256, &record.runtime_id)
@@ -245,18 +276,19 @@ impl Sandboxes {
         let key = self.keys.key(&record.runtime_id, &record.key_nonce);
         if let Err(err) = self.driver.create(&record, &key).await {
             let detail = format!("cannot create the sandbox: {err}");
-            self.update(
-                record,
-                |record| {
-                    record.state = SandboxState::Error;
-                    record.status_detail = Some(detail.clone());
-                },
-                fence,
-            )
-            .await?;
-            return Err(err.into());
+            let failed = self
+                .update(
+                    record,
+                    |record| {
+                        record.state = SandboxState::Error;
+                        record.status_detail = Some(detail.clone());
+                    },
+                    fence,
+                )
+                .await?;
+            return Ok(Err((failed, err)));
         }
-        Ok(record)
+        Ok(Ok(record))
     }
 
     /// Writes `change` applied to `record`, re-reading and re-applying it when another
@@ -306,34 +338,75 @@ impl Sandboxes {
             return Ok(records);
         }
         let mut observed = self.driver.observe(&live).await?;
+        let now = self.clock.now_ms();
         let mut refreshed = Vec::with_capacity(records.len());
         for record in records {
-            match observed.remove(&record.runtime_id) {
-                Some(seen)
-                    if record.state.is_live()
-                        && (seen.state != record.state
-                            || seen.detail != record.status_detail
-                            || seen.restarts != record.restarts) =>
-                {
-                    if let Some(updated) = self
-                        .update(
-                            record,
-                            |record| {
-                                record.state = seen.state;
-                                record.status_detail = seen.detail.clone();
-                                record.restarts = seen.restarts.clone();
-                            },
-                            fence,
-                        )
-                        .await?
-                    {
-                        refreshed.push(updated);
-                    }
-                }
-                _ => refreshed.push(record),
+            let Some(seen) = observed
+                .remove(&record.runtime_id)
+                .filter(|_| record.state.is_live())
+            else {
+                refreshed.push(record);
+                continue;
+            };
+            let seen = self.timed_out(&record, seen, now);
+            let running = seen.state == SandboxState::Running;
+            if seen.state == record.state
+                && seen.detail == record.status_detail
+                && seen.restarts == record.restarts
+                && !(running && record.slot_failures > 0)
+            {
+                refreshed.push(record);
+                continue;
+            }
+            if let Some(updated) = self
+                .update(
+                    record,
+                    |record| {
+                        record.state = seen.state;
+                        record.status_detail = seen.detail.clone();
+                        record.restarts = seen.restarts.clone();
+                        if running {
+                            // Its slot works again: a later failure starts a new backoff.
+                            record.slot_failures = 0;
+                        }
+                    },
+                    fence,
+                )
+                .await?
+            {
+                refreshed.push(updated);
             }
         }
         Ok(refreshed)
+    }
+
+    /// `seen`, or, when it says that `record` is still starting past the start timeout,
+    /// an error with the platform's last reason: a pod that can never start (an image
+    /// that cannot be pulled or run as the user asked, a pod no node takes) fails where
+    /// the caller looks, rather than staying `starting` for ever.
+    fn timed_out(&self, record: &StoredSandbox, seen: Observed, now: i64) -> Observed {
+        let timeout = self.options.start_timeout;
+        let starting_since = if record.state == SandboxState::Starting {
+            record.changed_at_ms
+        } else {
+            now
+        };
+        let limit = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        if seen.state != SandboxState::Starting || now.saturating_sub(starting_since) < limit {
+            return seen;
+        }
+        let why = seen
+            .detail
+            .as_deref()
+            .unwrap_or("the platform gives no reason");
+        Observed {
+            state: SandboxState::Error,
+            detail: Some(format!(
+                "not running {} s after it was started (SANDBOX_START_TIMEOUT): {why}",
+                timeout.as_secs()
+            )),
+            restarts: seen.restarts,
+        }
     }
 
     /// Up to `limit` sandboxes of a sweep index placed there at or before `until_ms`,
@@ -400,10 +473,30 @@ impl Sandboxes {
         spec: SandboxSpec,
         session_id: String,
     ) -> SandboxResult<(StoredSandbox, bool)> {
-        if let Some(existing) = self.session(&session_id).await?
-            && existing.state != SandboxState::Stopped
-        {
-            return Ok((existing, false));
+        if let Some(existing) = self.session(&session_id).await? {
+            match existing.state {
+                SandboxState::Stopped => {}
+                // A failed start (or a sandbox that failed since) is started again, on
+                // what it was made with; another spec would silently not be what was
+                // asked for.
+                SandboxState::Error if existing.claim_key == claim_key(&spec) => {
+                    return Ok((self.restart(existing).await?, false));
+                }
+                SandboxState::Error => {
+                    return Err(SandboxError::Conflict(format!(
+                        "Session {session_id} has runtime {} in error ({}), made with another \
+                         image, command, working directory or environment: start it again with \
+                         its own spec, resume it (/resume), or stop it (/stop) before starting \
+                         this one",
+                        existing.runtime_id,
+                        existing
+                            .status_detail
+                            .as_deref()
+                            .unwrap_or("no reason recorded")
+                    )));
+                }
+                _ => return Ok((existing, false)),
+            }
         }
         if let Some(claimed) = self.claim(&spec, &session_id).await? {
             self.claimed.notify_one();
@@ -447,8 +540,12 @@ impl Sandboxes {
                         next.status_detail = seen.detail;
                         next.restarts = seen.restarts;
                     }
-                    // One that failed since it was indexed is no claim.
-                    next.state.is_live().then_some((candidate, next))
+                    // One that failed since it was indexed is no claim, nor one stuck
+                    // starting for a reason (its image cannot be pulled, no node takes
+                    // it): a cold start does not inherit its wait.
+                    let stuck =
+                        next.state == SandboxState::Starting && next.status_detail.is_some();
+                    (next.state.is_live() && !stuck).then_some((candidate, next))
                 })
                 .collect();
             claims
@@ -498,6 +595,15 @@ impl Sandboxes {
     /// session key; the old key stops working.
     pub async fn resume(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
         let record = self.by_id(runtime_id).await?;
+        self.restart(record).await
+    }
+
+    /// [`Self::resume`] of `record`. A failed one has what is missing of it made again
+    /// (a create that failed half-way left nothing), keeping what is there (its
+    /// workspace).
+    async fn restart(&self, record: StoredSandbox) -> SandboxResult<StoredSandbox> {
+        let runtime_id = record.runtime_id.clone();
+        let runtime_id = runtime_id.as_str();
         if !matches!(record.state, SandboxState::Paused | SandboxState::Error) {
             return Err(SandboxError::Conflict(format!(
                 "Runtime {runtime_id} is {}, not paused or in error",
@@ -514,7 +620,11 @@ impl Sandboxes {
         let mut resumed = record.clone();
         resumed.key_nonce.clone_from(&nonce);
         resumed.key_sha256.clone_from(&key_sha256);
-        self.driver.resume(&resumed, &key).await?;
+        if record.state == SandboxState::Error {
+            self.driver.recover(&resumed, &key).await?;
+        } else {
+            self.driver.resume(&resumed, &key).await?;
+        }
         let old_key = record.key_sha256.clone();
         let updated = self
             .update(
@@ -522,7 +632,6 @@ impl Sandboxes {
                 |record| {
                     record.state = SandboxState::Starting;
                     record.status_detail = None;
-                    record.restarts = Restarts::default();
                     record.restarts = Restarts::default();
                     record.key_nonce.clone_from(&nonce);
                     record.key_sha256.clone_from(&key_sha256);
@@ -632,36 +741,4 @@ pub fn state_name(state: SandboxState) -> &'static str {
         SandboxState::Stopped => "stopped",
         SandboxState::Error => "error",
     }
-}
-
-/// Counts of one pool.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PoolCounts {
-    pub ready: i64,
-    pub starting: i64,
-    pub failed: i64,
-    /// Why sandboxes are failed or stuck starting, deduplicated.
-    pub failures: Vec<String>,
-}
-
-/// The warm sandboxes of each pool, counted.
-pub fn pool_counts(records: &[StoredSandbox]) -> HashMap<String, PoolCounts> {
-    let mut pools: HashMap<String, PoolCounts> = HashMap::new();
-    for record in records.iter().filter(|record| record.session_id.is_none()) {
-        let Some(pool) = &record.pool else { continue };
-        let counts = pools.entry(pool.clone()).or_default();
-        match record.state {
-            SandboxState::Running => counts.ready += 1,
-            SandboxState::Starting => counts.starting += 1,
-            SandboxState::Error => counts.failed += 1,
-            SandboxState::Paused | SandboxState::Stopped => {}
-        }
-        // A pending sandbox's reason (unschedulable, insufficient resources) is shown too.
-        if let Some(detail) = &record.status_detail
-            && !counts.failures.contains(detail)
-        {
-            counts.failures.push(detail.clone());
-        }
-    }
-    pools
 }
