@@ -196,7 +196,7 @@ fn pod_condition(pod: &Pod) -> Observed {
 /// What to change, for the kubelet's refusals that name their remedy: an image whose user
 /// is root (or not numeric) under `runAsNonRoot`.
 fn create_hint(message: &str) -> &'static str {
-    if message.contains("non-root") {
+    if message.contains("runAsNonRoot") {
         " (give the sandbox a non-zero run_as_user, use an image with a numeric non-root \
          user, or allow root with SANDBOX_POD_SECURITY=baseline)"
     } else {
