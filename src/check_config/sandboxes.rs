@@ -166,7 +166,7 @@ pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
                  are served on the ingress controller's ports (e.g. runtime.sandgate.example.com)"
             ),
         ));
-    } else if !is_dns_subdomain(base) {
+    } else if !base.split('.').all(is_dns_label) {
         findings.push(Finding::new(
             Severity::Fatal,
             "RUNTIME_BASE_URL",

@@ -359,12 +359,6 @@ pub fn check_start(config: &StoredWarmConfig) -> Vec<ValidationError> {
     rules(config, false)
 }
 
-/// Whether the absolute `path` names `/` (`/`, `//`, `/.`, `/..`…).
-fn is_root(path: &str) -> bool {
-    path.split('/')
-        .all(|part| matches!(part, "" | "." | ".."))
-}
-
 fn rules(config: &StoredWarmConfig, command_required: bool) -> Vec<ValidationError> {
     let mut errors = Vec::new();
     if config.image.trim().is_empty() {
@@ -385,13 +379,6 @@ fn rules(config: &StoredWarmConfig, command_required: bool) -> Vec<ValidationErr
             &["working_dir"],
             "value_error",
             "Value error, working_dir must be an absolute path",
-        ));
-    } else if is_root(&config.working_dir) {
-        errors.push(error(
-            &["working_dir"],
-            "value_error",
-            "Value error, working_dir must not be the root directory: the workspace is mounted \
-             there, over the image's own files (use a directory such as /workspace)",
         ));
     }
     if command_required && config.command.is_empty() {
