@@ -15,6 +15,7 @@
 
 mod edge;
 mod gateway;
+mod kubernetes;
 pub mod quantity;
 mod sandboxes;
 mod secrets;
@@ -175,9 +176,9 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
     if let Some(runtime) = &settings.runtime_api {
         findings.extend(store::redis(runtime));
         findings.extend(sandboxes::runtime_url_pattern(runtime));
-        findings.extend(sandboxes::storage_class(runtime));
-        findings.extend(sandboxes::sandbox_namespace(runtime));
-        findings.extend(sandboxes::kubernetes_names(runtime));
+        findings.extend(kubernetes::storage_class(runtime));
+        findings.extend(kubernetes::sandbox_namespace(runtime));
+        findings.extend(kubernetes::kubernetes_names(runtime));
         findings.extend(sandboxes::ephemeral_storage_size(runtime));
         let installer = match sandboxes::warm_runtimes_file(runtime) {
             Ok(installer) => installer,
@@ -187,7 +188,7 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
             }
         };
         findings.extend(sandboxes::node_capacity(runtime, installer.as_ref()));
-        findings.extend(sandboxes::warm_pod_security(runtime, installer.as_ref()));
+        findings.extend(kubernetes::warm_pod_security(runtime, installer.as_ref()));
         findings.extend(secrets::runtime_api_secrets(runtime));
         findings.extend(secrets::signing_keys_shared(runtime));
     }

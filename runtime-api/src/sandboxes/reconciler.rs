@@ -12,6 +12,10 @@
 //! orphans: Sandgate's workloads whose record is gone (a crash between two steps, a store
 //! restored from an older backup), deleted once older than [`ORPHAN_GRACE_MS`].
 //!
+//! A failed warm sandbox holds its slot until its backoff is over (`pools.rs`), then is
+//! deleted and replaced: a transient platform error heals by itself, and a pool whose
+//! creates keep failing retries ever more slowly and says why in its status.
+//!
 //! Each pass that acts records its duration, its actions and the pools' counts as
 //! metrics; a replica that does not hold the lease reports its pools at 0, so that only
 //! the acting reconciler's counts add up.
@@ -24,6 +28,10 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::spec::pool_spec;
+mod orphans;
+
+pub use orphans::{ORPHAN_GRACE_MS, ORPHAN_SWEEP_GUARD};
+
 use super::pools::heal_at_ms;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_status};
 use crate::admin::login::random_hex;
@@ -50,19 +58,6 @@ const LEASE_TTL_MAX: Duration = Duration::from_secs(300);
 /// Claimed sandboxes a pass retires (paused too long) or forgets (stopped), at most, of
 /// each kind; the rest wait for the next pass.
 const SWEEP_BATCH: usize = 1000;
-
-/// How often the lease's holder repairs the sweep indexes, besides when it takes the lease.
-const REINDEX_EVERY_MS: i64 = 3_600_000;
-
-/// How old a workload without a record must be before the sweep deletes it. A record is
-/// written before its workload is made, so this only covers clocks that disagree and
-/// calls still under way.
-pub const ORPHAN_GRACE_MS: i64 = 600_000;
-
-/// The most orphans one sweep deletes when they are half or more of what the platform runs:
-/// past that, it deletes nothing and says why. A Sandgate pointed at an empty or another
-/// installation's store would otherwise delete every sandbox in the namespace.
-pub const ORPHAN_SWEEP_GUARD: usize = 10;
 
 /// How often a waiting reconciler checks whether the configurations changed through
 /// another replica (one read of a version key).
@@ -494,78 +489,5 @@ impl Reconciler {
                 .generation()
                 .await
                 .is_ok_and(|now| now == generation)
-    }
-
-    fn lock_reindexed_at(&self) -> std::sync::MutexGuard<'_, Option<i64>> {
-        self.reindexed_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Repairs the sweep indexes and sweeps the platform for orphans when this reconciler
-    /// has just taken the lease, or last did an hour ago; the orphans deleted.
-    async fn reindex_when_due(&self) -> SandboxResult<usize> {
-        let now = self.sandboxes.now_ms();
-        let due = self
-            .lock_reindexed_at()
-            .is_none_or(|at| now.saturating_sub(at) >= REINDEX_EVERY_MS);
-        if !due {
-            return Ok(0);
-        }
-        let repaired = self.sandboxes.store.sandboxes.reindex_sandboxes().await?;
-        if repaired > 0 {
-            tracing::info!(entries = repaired, "sandbox sweep indexes repaired");
-        }
-        let orphans = self.sweep_orphans(now).await?;
-        *self.lock_reindexed_at() = Some(now);
-        Ok(orphans)
-    }
-
-    /// Deletes Sandgate's workloads that no record names, once older than
-    /// [`ORPHAN_GRACE_MS`]. The platform failing is logged, not the pass's failure: the
-    /// next sweep tries again.
-    async fn sweep_orphans(&self, now: i64) -> SandboxResult<usize> {
-        let workloads = match self.sandboxes.driver.workloads().await {
-            Ok(workloads) => workloads,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot list the platform's sandboxes for the orphan sweep");
-                return Ok(0);
-            }
-        };
-        let mut orphans = Vec::new();
-        for (runtime_id, made_at) in &workloads {
-            if now.saturating_sub(*made_at) >= ORPHAN_GRACE_MS
-                && self
-                    .sandboxes
-                    .store
-                    .sandboxes
-                    .sandbox(runtime_id)
-                    .await?
-                    .is_none()
-            {
-                orphans.push(runtime_id);
-            }
-        }
-        if orphans.len() > ORPHAN_SWEEP_GUARD && orphans.len() * 2 >= workloads.len() {
-            tracing::error!(
-                orphans = orphans.len(),
-                workloads = workloads.len(),
-                "the orphan sweep deletes nothing: most of the platform's sandboxes have no record here; is this the store of the installation that made them? (one installation per sandbox namespace)"
-            );
-            return Ok(0);
-        }
-        let mut swept = 0;
-        for runtime_id in orphans {
-            match self.sandboxes.driver.delete(runtime_id).await {
-                Ok(()) => {
-                    tracing::info!(%runtime_id, "deleted a sandbox workload no record names (an orphan)");
-                    swept += 1;
-                }
-                Err(err) => {
-                    tracing::warn!(%runtime_id, error = %err, "cannot delete an orphaned sandbox workload");
-                }
-            }
-        }
-        Ok(swept)
     }
 }

@@ -19,8 +19,8 @@ use super::{SandboxError, SandboxView, Sandboxes, pool_status};
 use crate::admin::configs;
 use crate::admin::login::random_hex;
 use crate::auth::Authenticator;
-use crate::store::{SandboxSpec, SandboxState, StoredWarmConfig};
 use crate::model::ValidationError;
+use crate::store::{SandboxSpec, SandboxState, StoredWarmConfig};
 use crate::validation;
 
 /// Session ids and runtime ids longer than this are refused unread.
