@@ -412,7 +412,10 @@ async fn check_config_refuses_what_cannot_run_naming_the_setting() {
             "error: WARM_RUNTIMES_FILE: configuration \"s3\": fuse_s3_mount true:",
             "SANDBOX_POD_SECURITY=privileged",
         ),
-        ("error: EPHEMERAL_STORAGE_SIZE: \"0\" is no space at all", "25Gi"),
+        (
+            "error: EPHEMERAL_STORAGE_SIZE: \"0\" is no space at all",
+            "25Gi",
+        ),
         ("error: RUNTIME_BASE_URL: is 255 characters", "253"),
     ] {
         assert!(
@@ -426,11 +429,7 @@ async fn check_config_refuses_what_cannot_run_naming_the_setting() {
     assert!(!report.contains("RUNTIME_URL_SEPARATOR"), "{report}");
 
     // The level that allows root passes that configuration.
-    let baseline = changed(
-        &runtime_env,
-        &[("SANDBOX_POD_SECURITY", "baseline")],
-        &[],
-    );
+    let baseline = changed(&runtime_env, &[("SANDBOX_POD_SECURITY", "baseline")], &[]);
     let output = run_sandgate(&["check-config", "--service", "runtime-api"], &baseline).await;
     let report = stdout(&output);
     assert!(!report.contains("\"as_root\""), "{report}");
