@@ -124,8 +124,15 @@ fn start_spec(request: StartRequest) -> Result<(SandboxSpec, String), Status> {
     if let Some(factor) = spec.resource_factor
         && !(MIN_RESOURCE_FACTOR..=MAX_RESOURCE_FACTOR).contains(&factor)
     {
+        // Echoed as sent: the proto's double loses whether it was `8` or `8.0`, and a
+        // whole number was most likely sent as one.
+        let input = if factor.fract() == 0.0 && factor.abs() < 9.0e15 {
+            serde_json::Value::from(factor as i64)
+        } else {
+            serde_json::Value::from(factor)
+        };
         errors.push(ValidationError {
-            input: factor.into(),
+            input,
             ..configs::error(
                 &["resource_factor"],
                 "value_error",
