@@ -345,151 +345,6 @@ async fn each_waiting_state_is_the_detail_then_an_error_past_the_start_timeout()
     assert_eq!(ids.len(), cases.len());
 }
 
-/// The real binary on the fake cluster: a warm configuration the pod security level
-/// refuses, and one whose create the API refuses, show as failed with their reasons in
-/// the pools' listing, as many as the failed-sandboxes gauge says; the refusal, the same
-/// every pass, is logged once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_pools_listing_and_the_gauges_agree_on_failures_and_say_why() {
-    let kube = FakeKube::start().await;
-    for _ in 0..5 {
-        kube.fail_next(
-            Method::POST,
-            DEPLOYMENTS,
-            403,
-            "Forbidden",
-            "deployments.apps is forbidden: exceeded quota: sandboxes",
-        );
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"http://{}\"}}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake}}\ncurrent-context: fake\n",
-            kube.address
-        ),
-    )
-    .expect("kubeconfig");
-    let warm = dir.path().join("warm.json");
-    std::fs::write(
-        &warm,
-        json!({"configs": [
-            {"name": "as_root", "image": "agent:1", "working_dir": "/workspace",
-             "command": ["/agent"], "environment": {}, "run_as_user": 0, "count": 2},
-            {"name": "quota", "image": "agent:2", "working_dir": "/workspace",
-             "command": ["/agent"], "environment": {}, "count": 1},
-        ]})
-        .to_string(),
-    )
-    .expect("warm runtimes file");
-    let data = dir.path().join("data");
-    let args: Vec<String> = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().expect("utf-8"),
-        "--default-api-key",
-        RUNTIME_KEY,
-        "--sandbox-driver",
-        "kubernetes",
-        "--sandbox-namespace",
-        NAMESPACE,
-        "--storage-class",
-        "fast-ssd",
-        "--warm-runtimes-file",
-        warm.to_str().expect("utf-8"),
-        "--reconcile-interval",
-        "1",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let kubeconfig = kubeconfig.display().to_string();
-    let sandgate =
-        crate::common::SandgateProcess::spawn(&args, &[("KUBECONFIG", &kubeconfig)]).await;
-    let client = reqwest::Client::new();
-
-    // (pool, failed) as listed and as gauged, until they agree on what is expected: the
-    // listing and the gauges are read one after the other while passes run.
-    let expected = [("as_root".to_owned(), 2.0), ("quota".to_owned(), 1.0)];
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    let (listed, passes) = loop {
-        let listed: serde_json::Value = client
-            .get(sandgate.url("/api/warm-runtime-pools"))
-            .header("x-api-key", RUNTIME_KEY)
-            .send()
-            .await
-            .expect("pools")
-            .json()
-            .await
-            .expect("JSON");
-        let metrics = crate::observability::scrape(&client, &sandgate.url("/metrics")).await;
-        let gauge = |pool: &str| {
-            crate::observability::sample(
-                &metrics,
-                "sandgate_warm_pool_sandboxes",
-                &[("pool", pool), ("state", "failed")],
-            )
-        };
-        let mut in_listing: Vec<(String, f64)> = listed["pools"]
-            .as_array()
-            .expect("pools")
-            .iter()
-            .map(|pool| {
-                (
-                    pool["name"].as_str().unwrap_or_default().to_owned(),
-                    pool["failed"].as_f64().unwrap_or_default(),
-                )
-            })
-            .collect();
-        in_listing.sort_by(|a, b| a.0.cmp(&b.0));
-        let in_gauges: Vec<(String, f64)> = expected
-            .iter()
-            .map(|(pool, _)| (pool.clone(), gauge(pool).unwrap_or(-1.0)))
-            .collect();
-        let passes = crate::observability::sample(
-            &metrics,
-            "sandgate_reconcile_duration_seconds_count",
-            &[],
-        )
-        .unwrap_or(0.0);
-        if in_listing == expected && in_gauges == expected && passes >= 3.0 {
-            break (listed, passes);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "listing {in_listing:?}, gauges {in_gauges:?} after {passes} passes\n{}",
-            sandgate.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    let pool = |name: &str| {
-        listed["pools"]
-            .as_array()
-            .and_then(|pools| pools.iter().find(|pool| pool["name"] == name))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let reasons = pool("as_root")["failures"].to_string();
-    assert!(
-        reasons.contains("run_as_user") && reasons.contains("SANDBOX_POD_SECURITY=baseline"),
-        "{reasons}"
-    );
-    let reasons = pool("quota")["failures"].to_string();
-    assert!(reasons.contains("exceeded quota"), "{reasons}");
-
-    let log = sandgate.log();
-    let refusals = log
-        .lines()
-        .filter(|line| line.contains("refuses this warm configuration"))
-        .count();
-    assert_eq!(
-        refusals, 1,
-        "{passes} passes, the refusal logged {refusals} times:\n{log}"
-    );
-}
-
 /// The SDK's `APIRemoteWorkspace` starts in `/` (its image's WORKDIR): the workspace is
 /// mounted beside the image's files, not over them, so the container can start.
 #[tokio::test]
@@ -523,4 +378,53 @@ async fn a_root_working_directory_keeps_the_image_and_mounts_the_workspace_besid
             "{working_dir}"
         );
     }
+}
+
+/// A warm sandbox stuck waiting (its image cannot be pulled) is listed with the reason,
+/// is no claim (a start cold-starts rather than inherit its wait), and once past the start
+/// timeout is failed and awaits its replacement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_warm_sandbox_is_no_claim_and_is_replaced_past_the_start_timeout() {
+    let (fake, replica, fixture) = cluster(1).await;
+    replica.pass().await;
+    let warm = replica.warm().await;
+    let id = warm[0].runtime_id.clone();
+    fake.put(
+        PODS,
+        pod(
+            &format!("sandbox-{id}-x1"),
+            &id,
+            waiting("ImagePullBackOff", "Back-off pulling image \"agent:nope\""),
+        ),
+    );
+    let pool = &pools(&replica).await[0];
+    assert_eq!((pool.starting, pool.failed), (1, 0), "{pool:?}");
+    assert!(pool.failures[0].contains("ImagePullBackOff"), "{pool:?}");
+
+    let (started, claimed) = replica
+        .sandboxes
+        .start(warm[0].spec.clone(), "conv-c".into())
+        .await
+        .expect("start");
+    assert!(!claimed, "a stuck warm sandbox was claimed");
+    assert_ne!(started.runtime_id, id);
+
+    let timeout = replica.sandboxes.options().start_timeout.as_millis() as i64;
+    fixture.clock.advance(timeout);
+    let pass = replica.pass().await;
+    assert_eq!(pass.replaced, 0, "{pass:?}");
+    assert!(pass.next_heal_ms.is_some(), "{pass:?}");
+    let pool = &pools(&replica).await[0];
+    assert_eq!(pool.failed, 1, "{pool:?}");
+    assert!(
+        pool.failures[0].contains("SANDBOX_START_TIMEOUT"),
+        "{pool:?}"
+    );
+    fixture.clock.advance(HEAL_BACKOFF_BASE.as_millis() as i64);
+    let pass = replica.pass().await;
+    assert_eq!((pass.replaced, pass.created), (1, 1), "{pass:?}");
+    assert!(
+        fake.object(DEPLOYMENTS, NAMESPACE, &format!("sandbox-{id}"))
+            .is_none()
+    );
 }

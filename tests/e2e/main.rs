@@ -18,6 +18,7 @@ mod hostile;
 mod http_cases;
 mod install_tools;
 mod kubernetes;
+mod kubernetes_edge;
 mod kubernetes_failures;
 mod limits;
 mod llm_sdks;
