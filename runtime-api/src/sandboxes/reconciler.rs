@@ -20,6 +20,10 @@
 //! metrics; a replica that does not hold the lease reports its pools at 0, so that only
 //! the acting reconciler's counts add up.
 
+mod orphans;
+
+pub use orphans::{ORPHAN_GRACE_MS, ORPHAN_SWEEP_GUARD};
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -27,12 +31,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::spec::pool_spec;
-mod orphans;
-
-pub use orphans::{ORPHAN_GRACE_MS, ORPHAN_SWEEP_GUARD};
-
 use super::pools::heal_at_ms;
+use super::spec::pool_spec;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_status};
 use crate::admin::login::random_hex;
 use crate::admin::source::Generation;
