@@ -156,6 +156,8 @@ async fn the_pools_listing_and_the_gauges_agree_on_failures_and_say_why() {
     );
     let reasons = pool("quota")["failures"].to_string();
     assert!(reasons.contains("exceeded quota"), "{reasons}");
+    assert_eq!(pool("as_root")["state"], "refused");
+    assert_eq!(pool("quota")["state"], "backing_off");
 
     let log = sandgate.log();
     let refusals = log

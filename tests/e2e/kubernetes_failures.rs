@@ -69,6 +69,7 @@ async fn a_refused_warm_create_heals_after_its_backoff_and_waits_longer_each_tim
     assert_eq!((pass.created, pass.replaced), (1, 0));
     let pool = &pools(&replica).await[0];
     assert_eq!((pool.ready, pool.starting, pool.failed), (0, 0, 1));
+    assert_eq!(pool.state, "backing_off");
     assert!(pool.failures[0].contains("exceeded quota"), "{pool:?}");
     assert!(
         pool.failures[1].starts_with("failed sandboxes are replaced in "),
@@ -112,6 +113,7 @@ async fn a_refused_warm_create_heals_after_its_backoff_and_waits_longer_each_tim
     let pool = &pools(&replica).await[0];
     assert_eq!((pool.starting, pool.failed), (1, 0), "{pool:?}");
     assert!(pool.failures.is_empty(), "{pool:?}");
+    assert_eq!(pool.state, "filling");
     let warm = replica.warm().await;
     assert_eq!(warm.len(), 1);
     let id = warm[0].runtime_id.clone();
@@ -140,7 +142,8 @@ async fn a_refused_warm_create_heals_after_its_backoff_and_waits_longer_each_tim
         (warm[0].state, warm[0].slot_failures),
         (SandboxState::Running, 0)
     );
-    assert_eq!(pools(&replica).await[0].ready, 1);
+    let pool = &pools(&replica).await[0];
+    assert_eq!((pool.ready, pool.state.as_str()), (1, "ready"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

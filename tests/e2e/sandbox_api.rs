@@ -364,7 +364,11 @@ async fn the_pools_endpoint_lists_every_effective_configuration(backend: Backend
             "{pool}"
         );
         assert_eq!(pool["failed"], 0);
+        let state = pool["state"].as_str().unwrap_or_default();
+        assert!(matches!(state, "ready" | "filling"), "{pool}");
     }
+    // A pool of 0 holds its target.
+    assert_eq!(pools[0]["state"], "ready");
 }
 
 /// A save wakes the reconciler at once: the pool fills long before the (hour-long)

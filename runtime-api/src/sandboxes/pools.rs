@@ -49,7 +49,19 @@ pub struct PoolCounts {
     /// Why sandboxes are failed or stuck starting, deduplicated; and, while failed ones
     /// wait for their replacement, when it comes.
     pub failures: Vec<String>,
+    /// What the pool is doing, in a word: [`READY`], [`FILLING`], [`BACKING_OFF`] or
+    /// [`REFUSED`] (empty from [`pool_counts`], which does not know the target).
+    pub state: &'static str,
 }
+
+/// The pool holds its target of running sandboxes.
+pub const READY: &str = "ready";
+/// Sandboxes are starting, or are about to be.
+pub const FILLING: &str = "filling";
+/// Creates keep failing: failed sandboxes hold their slots until their backoff is over.
+pub const BACKING_OFF: &str = "backing_off";
+/// The platform refuses the configuration: nothing is started until it changes.
+pub const REFUSED: &str = "refused";
 
 /// The warm sandboxes of each pool, counted.
 pub fn pool_counts(records: &[StoredSandbox]) -> HashMap<String, PoolCounts> {
@@ -95,9 +107,17 @@ pub fn pool_status(
         .iter()
         .filter(|record| record.state == SandboxState::Error)
         .collect();
+    counts.state = if refused.is_some() {
+        REFUSED
+    } else if counts.ready >= target {
+        READY
+    } else {
+        FILLING
+    };
     if let Some(next) = failed.iter().map(|record| heal_at_ms(record)).min()
         && next > now_ms
     {
+        counts.state = BACKING_OFF;
         let in_a_row = failed
             .iter()
             .map(|record| record.slot_failures.saturating_add(1))
@@ -152,7 +172,7 @@ mod tests {
     fn a_waiting_pool_says_when_its_failed_sandboxes_are_replaced() {
         let members = [failed("0000aa", 1)];
         let counts = pool_status("p", &members, 2, None, 1_000);
-        assert_eq!(counts.failed, 1);
+        assert_eq!((counts.failed, counts.state), (1, BACKING_OFF));
         assert_eq!(
             counts.failures,
             [
@@ -161,6 +181,6 @@ mod tests {
             ]
         );
         let due = pool_status("p", &members, 2, None, 100_000);
-        assert_eq!(due.failures.len(), 1, "{due:?}");
+        assert_eq!((due.failures.len(), due.state), (1, FILLING), "{due:?}");
     }
 }

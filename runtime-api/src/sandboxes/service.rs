@@ -366,6 +366,7 @@ impl SandboxesApi for SandboxesService {
                     starting: counts.starting,
                     failed: counts.failed,
                     failures: counts.failures,
+                    state: counts.state.to_owned(),
                 }
             })
             .collect();
