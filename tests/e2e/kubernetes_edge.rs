@@ -255,3 +255,65 @@ async fn a_failed_start_recovers_through_the_rest_edge() {
             .is_some()
     );
 }
+
+/// A refused warm create heals within its backoff once the fault clears, in real time: the
+/// reconciler wakes for the replacement rather than waiting for its next interval (here an
+/// hour).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_warm_create_heals_within_its_backoff_not_the_next_interval() {
+    let kube = FakeKube::start().await;
+    kube.fail_next(
+        Method::POST,
+        DEPLOYMENTS,
+        403,
+        "Forbidden",
+        "deployments.apps is forbidden: exceeded quota: sandboxes",
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let warm = dir.path().join("warm.json");
+    std::fs::write(
+        &warm,
+        json!({"configs": [
+            {"name": "quota", "image": "agent:2", "working_dir": "/workspace",
+             "command": ["/agent"], "environment": {}, "count": 1},
+        ]})
+        .to_string(),
+    )
+    .expect("warm runtimes file");
+    let sandgate = serve(
+        &kube,
+        dir.path(),
+        &[
+            "--warm-runtimes-file",
+            warm.to_str().expect("utf-8"),
+            "--reconcile-interval",
+            "3600",
+        ],
+    )
+    .await;
+    let backoff = sandgate_runtime_api::sandboxes::pools::HEAL_BACKOFF_BASE;
+    let deadline = tokio::time::Instant::now() + backoff + std::time::Duration::from_secs(10);
+    loop {
+        let creates = kube
+            .requests()
+            .iter()
+            .filter(|request| {
+                request.method == Method::POST && request.path.ends_with("/deployments")
+            })
+            .count();
+        if creates >= 2 && !kube.names(DEPLOYMENTS, NAMESPACE).is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{creates} create(s), no Deployment yet\n{}",
+            sandgate.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        sandgate.log().contains("replaced=1"),
+        "the failed sandbox was replaced:\n{}",
+        sandgate.log()
+    );
+}
