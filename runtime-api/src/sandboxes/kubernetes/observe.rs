@@ -19,9 +19,12 @@ use crate::store::{Restarts, SandboxState, StoredSandbox};
 /// Waiting reasons that no retry of the kubelet fixes: failed at once.
 const HOPELESS: &[&str] = &["InvalidImageName"];
 
-/// Waiting reasons the kubelet retries (a registry back, a Secret made, a fixed image
-/// tag): the sandbox stays starting with the reason, until the start timeout.
+/// Waiting reasons the kubelet retries (a registry back, a pull secret fixed, a tag
+/// pushed): the sandbox stays starting with the reason, until the start timeout.
 const IMAGE_PULL_WAITS: &[&str] = &["ErrImagePull", "ImagePullBackOff"];
+
+/// The container cannot be made or run as configured (a missing Secret, an image whose
+/// user is root under `runAsNonRoot`): retried too, so starting, with the reason.
 const CREATE_WAITS: &[&str] = &[
     "CreateContainerConfigError",
     "CreateContainerError",
