@@ -9,7 +9,8 @@ use crate::auth::session_key_digest;
 use crate::store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox};
 
 impl Sandboxes {
-    /// Claims a warm sandbox matching `spec`, else cold-starts one. `true`: claimed.
+    /// Claims a warm sandbox matching `spec`, else cold-starts one; answers the session's
+    /// sandbox when it has one, started again when it failed. `true`: claimed.
     pub async fn start(
         &self,
         spec: SandboxSpec,
