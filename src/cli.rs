@@ -389,6 +389,11 @@ pub struct SandboxArgs {
     /// a configuration changes or a claim empties a slot).
     #[arg(long, env = "RECONCILE_INTERVAL", default_value = "60", value_parser = seconds)]
     pub reconcile_interval: Duration,
+    /// Seconds a sandbox may stay starting (an image that cannot be pulled, a container
+    /// that cannot be created or keeps crashing, a pod no node takes) before it is in
+    /// error, with the platform's reason.
+    #[arg(long, env = "SANDBOX_START_TIMEOUT", default_value = "600", value_parser = seconds)]
+    pub sandbox_start_timeout: Duration,
     /// Seconds a paused sandbox may idle before it is deleted.
     #[arg(long, env = "RUNTIME_DEAD_SECONDS", default_value = "864000", value_parser = seconds)]
     pub runtime_dead_seconds: Duration,

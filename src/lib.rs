@@ -178,6 +178,7 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
             disable_ssl: args.runtime_disable_ssl,
             dead_after: args.runtime_dead_seconds,
             reconcile_interval: args.reconcile_interval,
+            start_timeout: args.sandbox_start_timeout,
             ..SandboxOptions::default()
         },
         session_key_secret: args

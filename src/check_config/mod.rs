@@ -15,6 +15,7 @@
 
 mod edge;
 mod gateway;
+mod kubernetes;
 pub mod quantity;
 mod sandboxes;
 mod secrets;
@@ -24,6 +25,8 @@ mod store;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+
+use sandgate_runtime_api::sandboxes::kubernetes::PodSecurity;
 
 use crate::cli::SandboxDriverKind;
 
@@ -116,6 +119,8 @@ pub struct RuntimeApiSettings {
     /// checked against it (spec 8).
     pub node_ephemeral_storage: Option<String>,
     pub sandbox_nodes: u32,
+    /// `SANDBOX_POD_SECURITY`: what the warm configurations are checked against.
+    pub sandbox_pod_security: PodSecurity,
 }
 
 /// The binary's defaults, so tests state only what they change.
@@ -144,6 +149,7 @@ impl Default for RuntimeApiSettings {
             runtime_url_pattern: None,
             node_ephemeral_storage: None,
             sandbox_nodes: 1,
+            sandbox_pod_security: PodSecurity::Restricted,
         }
     }
 }
@@ -170,9 +176,9 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
     if let Some(runtime) = &settings.runtime_api {
         findings.extend(store::redis(runtime));
         findings.extend(sandboxes::runtime_url_pattern(runtime));
-        findings.extend(sandboxes::storage_class(runtime));
-        findings.extend(sandboxes::sandbox_namespace(runtime));
-        findings.extend(sandboxes::kubernetes_names(runtime));
+        findings.extend(kubernetes::storage_class(runtime));
+        findings.extend(kubernetes::sandbox_namespace(runtime));
+        findings.extend(kubernetes::kubernetes_names(runtime));
         findings.extend(sandboxes::ephemeral_storage_size(runtime));
         let installer = match sandboxes::warm_runtimes_file(runtime) {
             Ok(installer) => installer,
@@ -182,6 +188,7 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
             }
         };
         findings.extend(sandboxes::node_capacity(runtime, installer.as_ref()));
+        findings.extend(kubernetes::warm_pod_security(runtime, installer.as_ref()));
         findings.extend(secrets::runtime_api_secrets(runtime));
         findings.extend(secrets::signing_keys_shared(runtime));
     }

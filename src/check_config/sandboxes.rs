@@ -1,11 +1,11 @@
-//! The runtime API's sandbox settings: the sandbox URL, the Kubernetes driver's settings,
-//! the warm runtimes file and whether its pools fit the nodes (spec 2.9, 8).
+//! The runtime API's sandbox settings: the sandbox URL, the scratch disk, the warm
+//! runtimes file and whether its pools fit the nodes (spec 2.9, 8).
 
 use sandgate_runtime_api::admin::configs::Installer;
 
+use super::kubernetes::kubernetes;
 use super::quantity::{format_bytes, parse_bytes};
 use super::{Finding, RuntimeApiSettings, Severity};
-use crate::cli::SandboxDriverKind;
 
 const RUNTIME_ID: &str = "{runtime_id}";
 
@@ -69,138 +69,6 @@ pub fn runtime_url_pattern(settings: &RuntimeApiSettings) -> Vec<Finding> {
     findings
 }
 
-fn kubernetes(settings: &RuntimeApiSettings) -> bool {
-    settings.sandbox_driver == SandboxDriverKind::Kubernetes
-}
-
-/// With the Kubernetes driver, `STORAGE_CLASS` is set: the chart's default exists on one
-/// cloud only, and without a class that exists sandboxes never start (spec 2.9).
-pub fn storage_class(settings: &RuntimeApiSettings) -> Vec<Finding> {
-    if !kubernetes(settings) || settings.storage_class.is_some() {
-        return Vec::new();
-    }
-    vec![Finding::new(
-        Severity::Fatal,
-        "STORAGE_CLASS",
-        "not set: with SANDBOX_DRIVER=kubernetes sandbox volumes need a storage class that \
-         exists in the cluster (kubectl get storageclass), or sandboxes never start",
-    )]
-}
-
-/// Whether `name` is a DNS-1123 label, as a namespace name must be.
-fn is_dns_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    (1..=63).contains(&bytes.len())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
-/// With the Kubernetes driver, `SANDBOX_NAMESPACE` is a valid namespace name.
-pub fn sandbox_namespace(settings: &RuntimeApiSettings) -> Vec<Finding> {
-    if !kubernetes(settings) || is_dns_label(&settings.sandbox_namespace) {
-        return Vec::new();
-    }
-    vec![Finding::new(
-        Severity::Fatal,
-        "SANDBOX_NAMESPACE",
-        format!(
-            "{:?} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63, \
-             starting and ending with a letter or digit)",
-            settings.sandbox_namespace
-        ),
-    )]
-}
-
-/// Whether `name` is a DNS-1123 subdomain, as the API server requires of a storage class's,
-/// an ingress class's and a secret's name, and of an Ingress host: labels of lowercase
-/// letters, digits and '-' (each starting and ending with a letter or digit), joined by
-/// dots, at most 253 in all.
-fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253 && name.split('.').all(is_dns_label)
-}
-
-/// A runtime id as the Kubernetes driver draws them (20 hex digits), to build a sandbox
-/// host as the API server will see it.
-const EXAMPLE_RUNTIME_ID: &str = "0123456789abcdef0123";
-
-/// With the Kubernetes driver, every name and host the driver puts in the objects it
-/// sends is one the API server accepts: otherwise every sandbox is refused at its
-/// creation (422), the warm pools stay empty and starts fail.
-pub fn kubernetes_names(settings: &RuntimeApiSettings) -> Vec<Finding> {
-    if !kubernetes(settings) {
-        return Vec::new();
-    }
-    let mut findings = Vec::new();
-    let names = [
-        ("STORAGE_CLASS", &settings.storage_class),
-        ("SANDBOX_INGRESS_CLASS", &settings.sandbox_ingress_class),
-        ("SANDBOX_TLS_SECRET", &settings.sandbox_tls_secret),
-    ];
-    for (setting, name) in names {
-        if let Some(name) = name
-            && !is_dns_subdomain(name)
-        {
-            findings.push(Finding::new(
-                Severity::Fatal,
-                setting,
-                format!(
-                    "{name:?} is not a name Kubernetes accepts (a DNS-1123 subdomain: lowercase \
-                     letters, digits, '-' and '.', each part starting and ending with a letter \
-                     or digit)"
-                ),
-            ));
-        }
-    }
-    let base = &settings.runtime_base_url;
-    if base.contains("://") || base.contains(':') || base.contains('/') {
-        findings.push(Finding::new(
-            Severity::Fatal,
-            "RUNTIME_BASE_URL",
-            format!(
-                "{base:?} is a host suffix, without scheme, port or path: sandbox Ingresses \
-                 are served on the ingress controller's ports (e.g. runtime.sandgate.example.com)"
-            ),
-        ));
-    } else if !is_dns_subdomain(base) {
-        findings.push(Finding::new(
-            Severity::Fatal,
-            "RUNTIME_BASE_URL",
-            format!(
-                "{base:?} is not a host an Ingress accepts (lowercase letters, digits, '-' and \
-                 '.', each label starting and ending with a letter or digit)"
-            ),
-        ));
-    } else {
-        let host = format!(
-            "{EXAMPLE_RUNTIME_ID}{}{base}",
-            settings.runtime_url_separator
-        );
-        if !is_dns_subdomain(&host) {
-            findings.push(Finding::new(
-                Severity::Fatal,
-                "RUNTIME_URL_SEPARATOR",
-                format!(
-                    "{:?} makes sandbox hosts like {host:?}, which an Ingress refuses: use '-' \
-                     (or lowercase letters, digits, '-' and '.')",
-                    settings.runtime_url_separator
-                ),
-            ));
-        }
-    }
-    if settings.sandbox_port == 0 {
-        findings.push(Finding::new(
-            Severity::Fatal,
-            "SANDBOX_PORT",
-            "is 0: a sandbox's Service and container port must be 1 to 65535 (the agent \
-             server's port, 8000 by default)",
-        ));
-    }
-    findings
-}
-
 /// `EPHEMERAL_STORAGE_SIZE` is a quantity, where it is used: by the Kubernetes driver
 /// (fatal: every sandbox would be refused), and by the node capacity check.
 pub fn ephemeral_storage_size(settings: &RuntimeApiSettings) -> Vec<Finding> {
@@ -212,6 +80,16 @@ pub fn ephemeral_storage_size(settings: &RuntimeApiSettings) -> Vec<Finding> {
         return Vec::new();
     };
     match parse_bytes(&settings.ephemeral_storage_size) {
+        Ok(0) => vec![Finding::new(
+            severity,
+            "EPHEMERAL_STORAGE_SIZE",
+            format!(
+                "{:?} is no space at all: a sandbox's scratch disk (image layers written to, \
+                 /tmp) is capped at it, and the kubelet evicts the pod that writes a byte; \
+                 give it room, e.g. 25Gi",
+                settings.ephemeral_storage_size
+            ),
+        )],
         Ok(_) => Vec::new(),
         Err(err) => vec![Finding::new(severity, "EPHEMERAL_STORAGE_SIZE", err)],
     }
@@ -321,6 +199,14 @@ mod tests {
         }
     }
 
+    fn on_kubernetes() -> RuntimeApiSettings {
+        RuntimeApiSettings {
+            sandbox_driver: crate::cli::SandboxDriverKind::Kubernetes,
+            storage_class: Some("standard-rwo".to_owned()),
+            ..settings()
+        }
+    }
+
     fn settings_named(findings: &[Finding]) -> Vec<&str> {
         findings
             .iter()
@@ -396,137 +282,6 @@ mod tests {
         );
     }
 
-    fn on_kubernetes() -> RuntimeApiSettings {
-        RuntimeApiSettings {
-            sandbox_driver: SandboxDriverKind::Kubernetes,
-            storage_class: Some("standard-rwo".to_owned()),
-            ..settings()
-        }
-    }
-
-    #[test]
-    fn names_and_hosts_the_api_server_would_refuse_are_fatal_each_named() {
-        let valid = RuntimeApiSettings {
-            sandbox_ingress_class: Some("nginx".to_owned()),
-            sandbox_tls_secret: Some("sandgate-wildcard-tls".to_owned()),
-            runtime_base_url: "runtime.sandgate.example.com".to_owned(),
-            ..on_kubernetes()
-        };
-        assert_eq!(kubernetes_names(&valid), []);
-        let cases: Vec<(RuntimeApiSettings, &str)> = vec![
-            (
-                RuntimeApiSettings {
-                    storage_class: Some("Standard-RWO".to_owned()),
-                    ..valid.clone()
-                },
-                "STORAGE_CLASS",
-            ),
-            (
-                RuntimeApiSettings {
-                    storage_class: Some("standard_rwo".to_owned()),
-                    ..valid.clone()
-                },
-                "STORAGE_CLASS",
-            ),
-            (
-                RuntimeApiSettings {
-                    sandbox_ingress_class: Some("Nginx".to_owned()),
-                    ..valid.clone()
-                },
-                "SANDBOX_INGRESS_CLASS",
-            ),
-            (
-                RuntimeApiSettings {
-                    sandbox_tls_secret: Some("wildcard_tls".to_owned()),
-                    ..valid.clone()
-                },
-                "SANDBOX_TLS_SECRET",
-            ),
-            (
-                RuntimeApiSettings {
-                    runtime_base_url: "Runtime.Example.com".to_owned(),
-                    ..valid.clone()
-                },
-                "RUNTIME_BASE_URL",
-            ),
-            (
-                RuntimeApiSettings {
-                    runtime_base_url: "runtime_sandboxes.example.com".to_owned(),
-                    ..valid.clone()
-                },
-                "RUNTIME_BASE_URL",
-            ),
-            (
-                RuntimeApiSettings {
-                    runtime_base_url: "runtime.example.com:8443".to_owned(),
-                    ..valid.clone()
-                },
-                "RUNTIME_BASE_URL",
-            ),
-            (
-                RuntimeApiSettings {
-                    runtime_url_separator: "_".to_owned(),
-                    ..valid.clone()
-                },
-                "RUNTIME_URL_SEPARATOR",
-            ),
-            (
-                RuntimeApiSettings {
-                    sandbox_port: 0,
-                    ..valid.clone()
-                },
-                "SANDBOX_PORT",
-            ),
-        ];
-        for (settings, named) in cases {
-            let findings = kubernetes_names(&settings);
-            assert_eq!(settings_named(&findings), [named]);
-            assert_eq!(findings[0].severity, Severity::Fatal);
-        }
-        // The local driver sends nothing to an API server.
-        let local = RuntimeApiSettings {
-            sandbox_driver: SandboxDriverKind::Local,
-            runtime_url_separator: "_".to_owned(),
-            ..valid
-        };
-        assert_eq!(kubernetes_names(&local), []);
-    }
-
-    #[test]
-    fn kubernetes_needs_a_storage_class() {
-        assert_eq!(storage_class(&on_kubernetes()), []);
-        assert_eq!(
-            storage_class(&settings()),
-            [],
-            "the local driver has no volumes"
-        );
-        let findings = storage_class(&RuntimeApiSettings {
-            storage_class: None,
-            ..on_kubernetes()
-        });
-        assert_eq!(settings_named(&findings), ["STORAGE_CLASS"]);
-        assert_eq!(findings[0].severity, Severity::Fatal);
-    }
-
-    #[test]
-    fn the_sandbox_namespace_is_a_dns_label() {
-        assert_eq!(sandbox_namespace(&on_kubernetes()), []);
-        for bad in [
-            "Sandboxes",
-            "-sandboxes",
-            "sandboxes-",
-            "sand_boxes",
-            "",
-            &"a".repeat(64),
-        ] {
-            let findings = sandbox_namespace(&RuntimeApiSettings {
-                sandbox_namespace: bad.to_owned(),
-                ..on_kubernetes()
-            });
-            assert_eq!(settings_named(&findings), ["SANDBOX_NAMESPACE"], "{bad:?}");
-        }
-    }
-
     #[test]
     fn the_ephemeral_storage_size_is_a_quantity_where_it_is_used() {
         assert_eq!(ephemeral_storage_size(&on_kubernetes()), []);
@@ -540,6 +295,15 @@ mod tests {
         let findings = bad(on_kubernetes());
         assert_eq!(settings_named(&findings), ["EPHEMERAL_STORAGE_SIZE"]);
         assert_eq!(findings[0].severity, Severity::Fatal);
+        let nothing = ephemeral_storage_size(&RuntimeApiSettings {
+            ephemeral_storage_size: "0".to_owned(),
+            ..on_kubernetes()
+        });
+        assert_eq!(settings_named(&nothing), ["EPHEMERAL_STORAGE_SIZE"]);
+        assert!(
+            nothing[0].message.contains("no space at all"),
+            "{nothing:?}"
+        );
         let for_capacity = bad(RuntimeApiSettings {
             node_ephemeral_storage: Some("100Gi".to_owned()),
             ..settings()

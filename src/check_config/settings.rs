@@ -64,6 +64,7 @@ impl RuntimeApiSettings {
             runtime_url_pattern: given(sandboxes.runtime_url_pattern.as_ref()),
             node_ephemeral_storage: given(sandboxes.node_ephemeral_storage.as_ref()),
             sandbox_nodes: sandboxes.sandbox_nodes,
+            sandbox_pod_security: sandboxes.sandbox_pod_security,
         }
     }
 }

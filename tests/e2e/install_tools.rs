@@ -376,6 +376,66 @@ async fn check_config_refuses_warm_pools_larger_than_the_nodes() {
     assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
 }
 
+/// What cannot run is refused before a deploy, each naming the setting to change: a warm
+/// configuration the sandbox namespace's pod security refuses, no scratch disk, and a
+/// base domain too long for the sandbox hosts (not blamed on the separator).
+#[tokio::test]
+async fn check_config_refuses_what_cannot_run_naming_the_setting() {
+    let warm = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        warm.path(),
+        r#"{"count": 1, "configs": [
+            {"name": "as_root", "image": "agent:1", "working_dir": "/w", "command": ["s"], "environment": {}, "run_as_user": 0},
+            {"name": "s3", "image": "agent:s3", "working_dir": "/w", "command": ["s"], "environment": {}, "fuse_s3_mount": true},
+            {"name": "fine", "image": "agent:2", "working_dir": "/w", "command": ["s"], "environment": {}, "run_as_user": 10001}
+        ]}"#,
+    )
+    .expect("write");
+    let runtime_env = ProdValues::load().runtime_api_env(&warm.path().display().to_string());
+    let long_base = format!("{}.example.com", vec!["a".repeat(60); 4].join("."));
+    let pattern = format!("https://{{runtime_id}}-{long_base}");
+    let set = [
+        ("EPHEMERAL_STORAGE_SIZE", "0"),
+        ("RUNTIME_BASE_URL", long_base.as_str()),
+        ("RUNTIME_URL_PATTERN", pattern.as_str()),
+    ];
+    let env = changed(&runtime_env, &set, &[]);
+    let output = run_sandgate(&["check-config", "--service", "runtime-api"], &env).await;
+    let report = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    for (start, names) in [
+        (
+            "error: WARM_RUNTIMES_FILE: configuration \"as_root\": run_as_user 0:",
+            "SANDBOX_POD_SECURITY=baseline",
+        ),
+        (
+            "error: WARM_RUNTIMES_FILE: configuration \"s3\": fuse_s3_mount true:",
+            "SANDBOX_POD_SECURITY=privileged",
+        ),
+        (
+            "error: EPHEMERAL_STORAGE_SIZE: \"0\" is no space at all",
+            "25Gi",
+        ),
+        ("error: RUNTIME_BASE_URL: is 255 characters", "253"),
+    ] {
+        assert!(
+            report
+                .lines()
+                .any(|line| line.starts_with(start) && line.contains(names)),
+            "no line {start:?} naming {names:?} in\n{report}"
+        );
+    }
+    assert!(!report.contains("\"fine\""), "{report}");
+    assert!(!report.contains("RUNTIME_URL_SEPARATOR"), "{report}");
+
+    // The level that allows root passes that configuration.
+    let baseline = changed(&runtime_env, &[("SANDBOX_POD_SECURITY", "baseline")], &[]);
+    let output = run_sandgate(&["check-config", "--service", "runtime-api"], &baseline).await;
+    let report = stdout(&output);
+    assert!(!report.contains("\"as_root\""), "{report}");
+    assert!(report.contains("\"s3\""), "{report}");
+}
+
 /// A setting that makes the service unusable stops its start, named; the same run of
 /// `serve` with only weak (test) keys starts and warns.
 #[tokio::test]

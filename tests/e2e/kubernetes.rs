@@ -22,10 +22,10 @@ use crate::common::fake_kube::{
 use crate::common::{driver_output, repository, tool};
 use sandgate_runtime_api::admin::login::Clock;
 
-const NAMESPACE: &str = "sandboxes";
-const KEY: &str = "session-key-of-the-first-run";
+pub(crate) const NAMESPACE: &str = "sandboxes";
+pub(crate) const KEY: &str = "session-key-of-the-first-run";
 
-fn options() -> KubernetesOptions {
+pub(crate) fn options() -> KubernetesOptions {
     KubernetesOptions {
         namespace: NAMESPACE.into(),
         storage_class: Some("fast-ssd".into()),
@@ -70,6 +70,7 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         created_at_ms: 0,
         changed_at_ms: 0,
         restarts: Restarts::default(),
+        slot_failures: 0,
     }
 }
 
@@ -104,7 +105,7 @@ fn key_from_secret(runtime_id: &str) -> Value {
     }}})
 }
 
-fn object(fake: &FakeKube, resource: &str, name: &str) -> Value {
+pub(crate) fn object(fake: &FakeKube, resource: &str, name: &str) -> Value {
     fake.object(resource, NAMESPACE, name)
         .unwrap_or_else(|| panic!("{resource} {name} exists"))
 }
@@ -140,7 +141,7 @@ fn assert_labels(object: &Value, runtime_id: &str, pool: &str) {
 }
 
 /// Every object of the sandbox, by resource: `None` where it is missing.
-fn objects_of(fake: &FakeKube, runtime_id: &str) -> Vec<(&'static str, Option<Value>)> {
+pub(crate) fn objects_of(fake: &FakeKube, runtime_id: &str) -> Vec<(&'static str, Option<Value>)> {
     let name = format!("sandbox-{runtime_id}");
     vec![
         (DEPLOYMENTS, fake.object(DEPLOYMENTS, NAMESPACE, &name)),
@@ -517,7 +518,7 @@ async fn delete_removes_that_sandboxs_objects_and_leaves_the_others() {
 }
 
 /// A pod of `runtime_id` with `status`, as the kubelet and the scheduler leave it.
-fn pod(name: &str, runtime_id: &str, status: Value) -> Value {
+pub(crate) fn pod(name: &str, runtime_id: &str, status: Value) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -536,7 +537,7 @@ fn pod(name: &str, runtime_id: &str, status: Value) -> Value {
     })
 }
 
-fn waiting(reason: &str, message: &str) -> Value {
+pub(crate) fn waiting(reason: &str, message: &str) -> Value {
     json!({
         "phase": "Pending",
         "containerStatuses": [{
@@ -632,10 +633,12 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
 
     let observed = driver.observe(&records).await.expect("observe");
 
+    // The kubelet keeps trying: starting, with the reason (the service calls it failed
+    // past the start timeout).
     assert_eq!(
         observed["pull"],
-        Observed::new(SandboxState::Error, Some(
-                "image pull failed: ImagePullBackOff: Back-off pulling image \"ghcr.io/acme/agent-server:nope\""
+        Observed::new(SandboxState::Starting, Some(
+                "image pull failing: ImagePullBackOff: Back-off pulling image \"ghcr.io/acme/agent-server:nope\""
                     .into()
             ))
     );
@@ -644,7 +647,7 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
     assert!(detail.starts_with("unschedulable: "), "{detail}");
     assert!(detail.contains("Insufficient cpu"), "{detail}");
     assert_eq!(observed["up"], Observed::new(SandboxState::Running, None));
-    assert_eq!(observed["crash"].state, SandboxState::Error);
+    assert_eq!(observed["crash"].state, SandboxState::Starting);
     let detail = observed["crash"].detail.as_deref().expect("a detail");
     assert!(detail.contains("CrashLoopBackOff"), "{detail}");
     assert!(detail.contains("exit code 1"), "{detail}");
@@ -698,7 +701,7 @@ async fn observe_reads_pull_failures_unschedulable_crashing_and_ready_pods() {
     // One sandbox (a session's status read): only its pods are listed.
     let one = driver.observe(&records[..1]).await.expect("observe one");
     assert_eq!(one.len(), 1);
-    assert_eq!(one["pull"].state, SandboxState::Error);
+    assert_eq!(one["pull"].state, SandboxState::Starting);
     let requests = fake.requests();
     assert_eq!(
         requests.len(),

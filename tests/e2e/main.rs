@@ -20,6 +20,8 @@ mod hostile;
 mod http_cases;
 mod install_tools;
 mod kubernetes;
+mod kubernetes_edge;
+mod kubernetes_failures;
 mod limits;
 mod llm_sdk_keys;
 mod llm_sdks;

@@ -24,7 +24,7 @@ use crate::model_gateway::FakeUpstream;
 const PATIENCE: Duration = Duration::from_secs(20);
 
 /// The value of the sample `name{labels…}` in a text exposition, when it is there.
-fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     exposition.lines().find_map(|line| {
         let (series, value) = line.rsplit_once(' ')?;
         let rest = series.strip_prefix(name)?;
@@ -37,7 +37,7 @@ fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> 
     })
 }
 
-async fn scrape(client: &reqwest::Client, url: &str) -> String {
+pub(crate) async fn scrape(client: &reqwest::Client, url: &str) -> String {
     let response = client.get(url).send().await.expect("scrape");
     assert_eq!(response.status(), 200);
     let content_type = response.headers()["content-type"]

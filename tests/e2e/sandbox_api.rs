@@ -269,11 +269,21 @@ async fn errors_answer_with_the_contracts_statuses(backend: Backend) {
     let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(relative)).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["detail"][0]["loc"], json!(["body", "working_dir"]));
-    let mut greedy = start_body("s");
-    greedy["resource_factor"] = json!(1000);
-    let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(greedy)).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(body["detail"][0]["loc"], json!(["body", "resource_factor"]));
+    // Resources no node has, or too few for the agent server to run (1m CPU, 1Mi).
+    for factor in [json!(1000), json!(0.0001)] {
+        let mut sized = start_body("s");
+        sized["resource_factor"] = factor.clone();
+        let (status, body) = call(&sandgate, reqwest::Method::POST, "/start", Some(sized)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{factor}");
+        assert_eq!(body["detail"][0]["loc"], json!(["body", "resource_factor"]));
+        assert_eq!(body["detail"][0]["input"], factor);
+        assert!(
+            body["detail"][0]["msg"]
+                .as_str()
+                .is_some_and(|msg| msg.contains("between 0.5 and 16")),
+            "{body}"
+        );
+    }
     let (status, body) = call(
         &sandgate,
         reqwest::Method::POST,
@@ -354,7 +364,11 @@ async fn the_pools_endpoint_lists_every_effective_configuration(backend: Backend
             "{pool}"
         );
         assert_eq!(pool["failed"], 0);
+        let state = pool["state"].as_str().unwrap_or_default();
+        assert!(matches!(state, "ready" | "filling"), "{pool}");
     }
+    // A pool of 0 holds its target.
+    assert_eq!(pools[0]["state"], "ready");
 }
 
 /// A save wakes the reconciler at once: the pool fills long before the (hour-long)

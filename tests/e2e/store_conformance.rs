@@ -735,6 +735,7 @@ fn sandbox(id: &str, session: Option<&str>, state: SandboxState) -> StoredSandbo
             count: 2,
             reasons: vec!["OOMKilled (exit code 137)".into()],
         },
+        slot_failures: 3,
     }
 }
 

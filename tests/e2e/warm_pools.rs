@@ -77,7 +77,7 @@ pub(crate) struct Replica {
     pub(crate) store: Store,
     pub(crate) sandboxes: Arc<Sandboxes>,
     pub(crate) reconciler: Reconciler,
-    service: SandboxesService,
+    pub(crate) service: SandboxesService,
 }
 
 pub(crate) struct Fixture {
@@ -137,7 +137,7 @@ impl Fixture {
 }
 
 impl Replica {
-    async fn pass(&self) -> Pass {
+    pub(crate) async fn pass(&self) -> Pass {
         self.reconciler.pass().await.expect("pass")
     }
 
@@ -157,7 +157,7 @@ impl Replica {
     }
 
     /// `(name, image, target, ready, starting, failed)` of every pool.
-    async fn pools(&self) -> Vec<(String, String, i64, i64, i64, i64)> {
+    pub(crate) async fn pools(&self) -> Vec<(String, String, i64, i64, i64, i64)> {
         let mut request = tonic::Request::new(ListPoolsRequest {});
         request
             .metadata_mut()

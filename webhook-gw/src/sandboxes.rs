@@ -372,6 +372,7 @@ pub async fn pools(
                 "starting": pool.starting,
                 "failed": pool.failed,
                 "failures": pool.failures,
+                "state": pool.state,
             })
         })
         .collect();

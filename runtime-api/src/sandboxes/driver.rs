@@ -65,6 +65,13 @@ pub trait SandboxDriver: Send + Sync + 'static {
     /// session key.
     async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError>;
 
+    /// Starts a failed sandbox again with a new session key: makes what is missing of it
+    /// (a create that failed half-way left nothing, someone deleted a part), keeps what is
+    /// there (its workspace), and starts a new workload. By default, a resume.
+    async fn recover(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        self.resume(sandbox, session_key).await
+    }
+
     /// Removes everything the sandbox `runtime_id` has on the platform; nothing left is
     /// not an error.
     async fn delete(&self, runtime_id: &str) -> Result<(), DriverError>;

@@ -4,11 +4,17 @@
 //! them again, and all but the Deployment owned by it.
 //!
 //! Secrets and the Deployments of older releases carry session keys, so bodies are never
-//! logged: the driver sends its requests and reads the answers itself rather than through
-//! kube's typed calls, which log a body they cannot parse.
+//! logged: the driver sends its requests and reads the answers itself (`api.rs`) rather
+//! than through kube's typed calls, which log a body they cannot parse.
+//!
+//! A failed sandbox is recovered by making again what is missing of it, keeping what
+//! exists (its workspace claim above all), then restarting its pod with a new key.
 
+mod api;
 mod objects;
 mod observe;
+
+pub use objects::refusal;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,11 +23,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::Resource;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{ObjectList, Request};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::api::Patch;
 
 use super::driver::{DriverError, Observed, Refusal, SandboxDriver};
 use crate::store::{SandboxSpec, StoredSandbox};
@@ -131,190 +133,6 @@ impl KubernetesDriver {
         Self { client, options }
     }
 
-    fn request<K: Resource<DynamicType = ()>>(&self) -> Request {
-        Request::new(K::url_path(&(), Some(&self.options.namespace)))
-    }
-
-    /// `action` on the object `kind/name` failed with `err`: a message that names both and
-    /// carries the API's reason (never a body, which may hold a session key).
-    fn failed(&self, action: &str, kind: &str, name: &str, err: kube::Error) -> DriverError {
-        let namespace = &self.options.namespace;
-        let why = match err {
-            kube::Error::Api(status) => {
-                let reason = if status.reason.is_empty() {
-                    "Failure"
-                } else {
-                    &status.reason
-                };
-                format!("{reason} ({}): {}", status.code, status.message)
-            }
-            other => other.to_string(),
-        };
-        DriverError(format!("cannot {action} {kind} {namespace}/{name}: {why}"))
-    }
-
-    /// Sends `request`, reads and drops the answer (it may hold a session key).
-    async fn send(&self, request: http::Request<Vec<u8>>) -> Result<(), kube::Error> {
-        self.client.request_text(request).await.map(drop)
-    }
-
-    /// Reads `text`, an answer about `what`; the error names where it broke, never what it
-    /// held (a session key, in an older release's Deployment).
-    fn decode<T: DeserializeOwned>(&self, text: &str, what: &str) -> Result<T, DriverError> {
-        serde_json::from_str(text).map_err(|err| {
-            DriverError(format!(
-                "cannot read {what} in namespace {}: {:?} error at line {} column {}",
-                self.options.namespace,
-                err.classify(),
-                err.line(),
-                err.column()
-            ))
-        })
-    }
-
-    /// The object `name` as the API server has it.
-    async fn get<K>(&self, name: &str) -> Result<K, DriverError>
-    where
-        K: Resource<DynamicType = ()> + DeserializeOwned,
-    {
-        let kind = K::kind(&());
-        let request = self
-            .request::<K>()
-            .get(name, &kube::api::GetParams::default())
-            .map_err(|err| self.failed("get", &kind, name, kube::Error::BuildRequest(err)))?;
-        let text = self
-            .client
-            .request_text(request)
-            .await
-            .map_err(|err| self.failed("get", &kind, name, err))?;
-        self.decode(&text, &format!("{kind} {name}"))
-    }
-
-    /// Creates the sandbox's Deployment, or finds the one a partial create left; the
-    /// Deployment as the API server has it, whose uid its dependents name.
-    async fn create_deployment(&self, deployment: &Deployment) -> Result<Deployment, DriverError> {
-        let name = deployment.metadata.name.as_deref().unwrap_or_default();
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PostParams::default()
-        };
-        let body = serde_json::to_vec(deployment)
-            .map_err(|err| DriverError(format!("cannot encode Deployment {name}: {err}")))?;
-        let request = self
-            .request::<Deployment>()
-            .create(&params, body)
-            .map_err(|err| {
-                self.failed("create", "Deployment", name, kube::Error::BuildRequest(err))
-            })?;
-        match self.client.request_text(request).await {
-            Ok(text) => self.decode(&text, &format!("Deployment {name}")),
-            Err(kube::Error::Api(status)) if status.code == 409 => self.get(name).await,
-            Err(err) => Err(self.failed("create", "Deployment", name, err)),
-        }
-    }
-
-    /// Creates `object`; one that exists already counts as created, so that a retry after
-    /// a partial create completes it.
-    async fn create<K>(&self, object: &K) -> Result<(), DriverError>
-    where
-        K: Resource<DynamicType = ()> + Serialize,
-    {
-        let kind = K::kind(&());
-        let name = object.meta().name.as_deref().unwrap_or_default();
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PostParams::default()
-        };
-        let body = serde_json::to_vec(object)
-            .map_err(|err| DriverError(format!("cannot encode {kind} {name}: {err}")))?;
-        let request = self
-            .request::<K>()
-            .create(&params, body)
-            .map_err(|err| self.failed("create", &kind, name, kube::Error::BuildRequest(err)))?;
-        match self.send(request).await {
-            Ok(()) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(err) => Err(self.failed("create", &kind, name, err)),
-        }
-    }
-
-    async fn patch<K>(
-        &self,
-        name: &str,
-        patch: &Patch<serde_json::Value>,
-    ) -> Result<(), DriverError>
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        self.try_patch::<K>(name, patch)
-            .await
-            .map_err(|err| self.failed("patch", &K::kind(&()), name, err))
-    }
-
-    /// [`Self::patch`], with the API's own error, for a caller that handles one.
-    async fn try_patch<K>(
-        &self,
-        name: &str,
-        patch: &Patch<serde_json::Value>,
-    ) -> Result<(), kube::Error>
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        let request = self
-            .request::<K>()
-            .patch(name, &params, patch)
-            .map_err(kube::Error::BuildRequest)?;
-        self.send(request).await
-    }
-
-    /// Deletes `name`; one already gone counts as deleted. Dependents (the Deployment's
-    /// ReplicaSet and pods) go in the background.
-    async fn delete<K>(&self, name: &str) -> Result<(), DriverError>
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        let kind = K::kind(&());
-        let request = self
-            .request::<K>()
-            .delete(name, &DeleteParams::background())
-            .map_err(|err| self.failed("delete", &kind, name, kube::Error::BuildRequest(err)))?;
-        match self.send(request).await {
-            Ok(()) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(err) => Err(self.failed("delete", &kind, name, err)),
-        }
-    }
-
-    /// Sandgate's objects of kind `K` in the namespace; only `runtime_id`'s when given, so
-    /// that reading one sandbox's status does not list (and decode) every sandbox's.
-    async fn list<K>(&self, runtime_id: Option<&str>) -> Result<Vec<K>, DriverError>
-    where
-        K: Resource<DynamicType = ()> + DeserializeOwned + Clone,
-    {
-        let plural = K::plural(&());
-        let mut selector = format!("{}={}", objects::MANAGED_BY, objects::MANAGER);
-        if let Some(runtime_id) = runtime_id {
-            selector = format!("{selector},{}={runtime_id}", objects::RUNTIME_ID);
-        }
-        let request = self
-            .request::<K>()
-            .list(&ListParams::default().labels(&selector))
-            .map_err(|err| {
-                self.failed("list", &plural, &selector, kube::Error::BuildRequest(err))
-            })?;
-        let text = self
-            .client
-            .request_text(request)
-            .await
-            .map_err(|err| self.failed("list", &plural, &selector, err))?;
-        let list: ObjectList<K> = self.decode(&text, &format!("the {plural} list"))?;
-        Ok(list.items)
-    }
-
     /// Removes every object of the sandbox `runtime_id`; one already gone is no error.
     async fn remove(&self, runtime_id: &str) -> Result<(), DriverError> {
         let name = objects::name(runtime_id);
@@ -364,31 +182,16 @@ impl KubernetesDriver {
             Err(err) => Err(self.failed("patch", "Secret", &name, err)),
         }
     }
-}
 
-/// `Ok` when every call succeeded, else every failure, one after the other.
-fn all_ok(results: impl IntoIterator<Item = Result<(), DriverError>>) -> Result<(), DriverError> {
-    let failures: Vec<String> = results
-        .into_iter()
-        .filter_map(|result| result.err().map(|err| err.0))
-        .collect();
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(DriverError(failures.join("; ")))
-    }
-}
-
-#[async_trait]
-impl SandboxDriver for KubernetesDriver {
-    fn admit(&self, spec: &SandboxSpec) -> Result<(), Refusal> {
-        match objects::refusal(spec, self.options.pod_security) {
-            Some(refusal) => Err(refusal),
-            None => Ok(()),
-        }
-    }
-
-    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+    /// Makes the sandbox's objects, each that exists already counting as made. `cleanup`:
+    /// a failure removes what was made (a first create), rather than keeping it (a
+    /// recovery, whose workspace may hold work).
+    async fn make(
+        &self,
+        sandbox: &StoredSandbox,
+        session_key: &str,
+        cleanup: bool,
+    ) -> Result<(), DriverError> {
         let options = &self.options;
         // The Deployment first: the rest are its dependents, named by its uid. Its pod
         // waits for its Secret and claim, which follow at once.
@@ -415,6 +218,9 @@ impl SandboxDriver for KubernetesDriver {
             self.create(&ingress),
         );
         if let Err(failed) = all_ok([secret, claim, service, ingress]) {
+            if !cleanup {
+                return Err(failed);
+            }
             // Half made: nothing is left behind to wait for a retry that may never come
             // (a claim that holds a volume, a Service routing nowhere).
             return Err(match self.remove(&sandbox.runtime_id).await {
@@ -426,6 +232,40 @@ impl SandboxDriver for KubernetesDriver {
         }
         tracing::debug!(runtime_id = %sandbox.runtime_id, namespace = %options.namespace, "sandbox created");
         Ok(())
+    }
+}
+
+/// `Ok` when every call succeeded, else every failure, one after the other.
+fn all_ok(results: impl IntoIterator<Item = Result<(), DriverError>>) -> Result<(), DriverError> {
+    let failures: Vec<String> = results
+        .into_iter()
+        .filter_map(|result| result.err().map(|err| err.0))
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(DriverError(failures.join("; ")))
+    }
+}
+
+#[async_trait]
+impl SandboxDriver for KubernetesDriver {
+    fn admit(&self, spec: &SandboxSpec) -> Result<(), Refusal> {
+        match objects::refusal(spec, self.options.pod_security) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+
+    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        self.make(sandbox, session_key, true).await
+    }
+
+    async fn recover(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+        // What exists is kept (a 409 counts as made): the workspace claim above all. A
+        // part that cannot be made leaves the rest for the next attempt, not deleted.
+        self.make(sandbox, session_key, false).await?;
+        self.resume(sandbox, session_key).await
     }
 
     async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {

@@ -4,12 +4,13 @@
 
 pub mod driver;
 pub mod kubernetes;
+mod lifecycle;
+pub mod pools;
 pub mod process;
 pub mod reconciler;
 mod service;
 pub mod spec;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +24,8 @@ use crate::model::LocItem;
 use crate::store::{
     Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
 };
-use driver::{DriverError, Refusal, SandboxDriver};
+use driver::{DriverError, Observed, Refusal, SandboxDriver};
+pub use pools::{PoolCounts, pool_counts, pool_status};
 pub use reconciler::Reconciler;
 pub use service::SandboxesService;
 use spec::{SessionKeys, claim_key};
@@ -43,6 +45,10 @@ pub struct SandboxOptions {
     pub stopped_retention: Duration,
     /// `RECONCILE_INTERVAL`.
     pub reconcile_interval: Duration,
+    /// `SANDBOX_START_TIMEOUT`: a sandbox still starting this long after it was asked for
+    /// (an image that cannot be pulled, a pod that cannot be scheduled or configured) is
+    /// in error, with the reason the platform gave.
+    pub start_timeout: Duration,
 }
 
 impl Default for SandboxOptions {
@@ -54,6 +60,7 @@ impl Default for SandboxOptions {
             dead_after: Duration::from_secs(864_000),
             stopped_retention: Duration::from_secs(3600),
             reconcile_interval: Duration::from_secs(60),
+            start_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -110,6 +117,10 @@ impl From<SandboxError> for ErrorDetail {
 }
 
 pub type SandboxResult<T> = Result<T, SandboxError>;
+
+/// What a launch made: the sandbox, or the platform's refusal and the record it left in
+/// error (`None`: gone since).
+type Launched = Result<StoredSandbox, (Option<StoredSandbox>, DriverError)>;
 
 /// A sandbox as answered: its record, its URL and its current session key.
 pub struct SandboxView {
@@ -186,13 +197,13 @@ impl Sandboxes {
     }
 
     /// The sandbox's session key, when it still derives from the secret in use.
-    fn current_key(&self, record: &StoredSandbox) -> Option<String> {
+    pub(super) fn current_key(&self, record: &StoredSandbox) -> Option<String> {
         let key = self.keys.key(&record.runtime_id, &record.key_nonce);
         (session_key_digest(&key) == record.key_sha256).then_some(key)
     }
 
     /// A new sandbox record, starting now.
-    fn record(
+    pub(super) fn record(
         &self,
         spec: SandboxSpec,
         pool: Option<String>,
@@ -215,6 +226,7 @@ impl Sandboxes {
             created_at_ms: now,
             changed_at_ms: now,
             restarts: Restarts::default(),
+            slot_failures: 0,
         }
     }
 
@@ -228,8 +240,28 @@ impl Sandboxes {
         session: Option<String>,
         fence: Option<&Fence>,
     ) -> SandboxResult<StoredSandbox> {
+        match self.launch_slot(spec, pool, session, 0, fence).await? {
+            Ok(record) => Ok(record),
+            Err((_, err)) => Err(err.into()),
+        }
+    }
+
+    /// [`Self::launch`], for a warm pool's slot whose sandboxes failed `slot_failures`
+    /// times in a row before; a platform failure answers the record as it was left (in
+    /// error; `None` if gone since), with the platform's error.
+    pub(crate) async fn launch_slot(
+        &self,
+        spec: SandboxSpec,
+        pool: Option<String>,
+        session: Option<String>,
+        slot_failures: u32,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<Launched> {
         self.admit(&spec).map_err(SandboxError::Refused)?;
-        let record = self.record(spec, pool, session);
+        let record = StoredSandbox {
+            slot_failures,
+            ..self.record(spec, pool, session)
+        };
         self.store
             .session_keys
             .put_session_key(&record.key_sha256, &record.runtime_id)
@@ -245,23 +277,24 @@ impl Sandboxes {
         let key = self.keys.key(&record.runtime_id, &record.key_nonce);
         if let Err(err) = self.driver.create(&record, &key).await {
             let detail = format!("cannot create the sandbox: {err}");
-            self.update(
-                record,
-                |record| {
-                    record.state = SandboxState::Error;
-                    record.status_detail = Some(detail.clone());
-                },
-                fence,
-            )
-            .await?;
-            return Err(err.into());
+            let failed = self
+                .update(
+                    record,
+                    |record| {
+                        record.state = SandboxState::Error;
+                        record.status_detail = Some(detail.clone());
+                    },
+                    fence,
+                )
+                .await?;
+            return Ok(Err((failed, err)));
         }
-        Ok(record)
+        Ok(Ok(record))
     }
 
     /// Writes `change` applied to `record`, re-reading and re-applying it when another
     /// writer got there first. `None`: the sandbox is gone. `fence`: see [`Self::launch`].
-    async fn update(
+    pub(super) async fn update(
         &self,
         mut record: StoredSandbox,
         change: impl Fn(&mut StoredSandbox),
@@ -306,34 +339,75 @@ impl Sandboxes {
             return Ok(records);
         }
         let mut observed = self.driver.observe(&live).await?;
+        let now = self.clock.now_ms();
         let mut refreshed = Vec::with_capacity(records.len());
         for record in records {
-            match observed.remove(&record.runtime_id) {
-                Some(seen)
-                    if record.state.is_live()
-                        && (seen.state != record.state
-                            || seen.detail != record.status_detail
-                            || seen.restarts != record.restarts) =>
-                {
-                    if let Some(updated) = self
-                        .update(
-                            record,
-                            |record| {
-                                record.state = seen.state;
-                                record.status_detail = seen.detail.clone();
-                                record.restarts = seen.restarts.clone();
-                            },
-                            fence,
-                        )
-                        .await?
-                    {
-                        refreshed.push(updated);
-                    }
-                }
-                _ => refreshed.push(record),
+            let Some(seen) = observed
+                .remove(&record.runtime_id)
+                .filter(|_| record.state.is_live())
+            else {
+                refreshed.push(record);
+                continue;
+            };
+            let seen = self.timed_out(&record, seen, now);
+            let running = seen.state == SandboxState::Running;
+            if seen.state == record.state
+                && seen.detail == record.status_detail
+                && seen.restarts == record.restarts
+                && !(running && record.slot_failures > 0)
+            {
+                refreshed.push(record);
+                continue;
+            }
+            if let Some(updated) = self
+                .update(
+                    record,
+                    |record| {
+                        record.state = seen.state;
+                        record.status_detail = seen.detail.clone();
+                        record.restarts = seen.restarts.clone();
+                        if running {
+                            // Its slot works again: a later failure starts a new backoff.
+                            record.slot_failures = 0;
+                        }
+                    },
+                    fence,
+                )
+                .await?
+            {
+                refreshed.push(updated);
             }
         }
         Ok(refreshed)
+    }
+
+    /// `seen`, or, when it says that `record` is still starting past the start timeout,
+    /// an error with the platform's last reason: a pod that can never start (an image
+    /// that cannot be pulled or run as the user asked, a pod no node takes) fails where
+    /// the caller looks, rather than staying `starting` for ever.
+    fn timed_out(&self, record: &StoredSandbox, seen: Observed, now: i64) -> Observed {
+        let timeout = self.options.start_timeout;
+        let starting_since = if record.state == SandboxState::Starting {
+            record.changed_at_ms
+        } else {
+            now
+        };
+        let limit = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+        if seen.state != SandboxState::Starting || now.saturating_sub(starting_since) < limit {
+            return seen;
+        }
+        let why = seen
+            .detail
+            .as_deref()
+            .unwrap_or("the platform gives no reason");
+        Observed {
+            state: SandboxState::Error,
+            detail: Some(format!(
+                "not running {} s after it was started (SANDBOX_START_TIMEOUT): {why}",
+                timeout.as_secs()
+            )),
+            restarts: seen.restarts,
+        }
     }
 
     /// Up to `limit` sandboxes of a sweep index placed there at or before `until_ms`,
@@ -372,7 +446,7 @@ impl Sandboxes {
         Ok(self.refresh(vec![record], None).await?.pop())
     }
 
-    async fn by_id(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+    pub(super) async fn by_id(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
         let record = self.store.sandboxes.sandbox(runtime_id).await?;
         record
             .filter(|record| record.session_id.is_some())
@@ -394,229 +468,6 @@ impl Sandboxes {
         Ok(listed)
     }
 
-    /// Claims a warm sandbox matching `spec`, else cold-starts one. `true`: claimed.
-    pub async fn start(
-        &self,
-        spec: SandboxSpec,
-        session_id: String,
-    ) -> SandboxResult<(StoredSandbox, bool)> {
-        if let Some(existing) = self.session(&session_id).await?
-            && existing.state != SandboxState::Stopped
-        {
-            return Ok((existing, false));
-        }
-        if let Some(claimed) = self.claim(&spec, &session_id).await? {
-            self.claimed.notify_one();
-            return Ok((claimed, true));
-        }
-        let started = self.launch(spec, None, Some(session_id), None).await?;
-        Ok((started, false))
-    }
-
-    /// Takes a warm sandbox whose claim key matches, running ones first.
-    async fn claim(
-        &self,
-        spec: &SandboxSpec,
-        session_id: &str,
-    ) -> SandboxResult<Option<StoredSandbox>> {
-        let key = claim_key(spec);
-        for _ in 0..CAS_ATTEMPTS {
-            let candidates: Vec<_> = self
-                .store
-                .sandboxes
-                .warm_sandboxes(&key, CLAIM_CANDIDATES)
-                .await?
-                .into_iter()
-                .filter(|record| record.warm_index() == Some(key.as_str()))
-                .collect();
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            // Their current state, so that ready ones go first and the claimer is told;
-            // written by the claim itself, in its one compare-and-swap.
-            let mut observed = self.driver.observe(&candidates).await?;
-            let mut claims: Vec<_> = candidates
-                .into_iter()
-                .filter_map(|candidate| {
-                    let mut next = candidate.clone();
-                    if let Some(seen) = observed.remove(&candidate.runtime_id) {
-                        if seen.state != next.state {
-                            next.changed_at_ms = self.clock.now_ms();
-                        }
-                        next.state = seen.state;
-                        next.status_detail = seen.detail;
-                        next.restarts = seen.restarts;
-                    }
-                    // One that failed since it was indexed is no claim.
-                    next.state.is_live().then_some((candidate, next))
-                })
-                .collect();
-            claims
-                .sort_by_key(|(_, next)| (next.state != SandboxState::Running, next.created_at_ms));
-            for (candidate, mut next) in claims {
-                next.session_id = Some(session_id.to_owned());
-                next.version += 1;
-                if self
-                    .store
-                    .sandboxes
-                    .put_sandbox(Some(&candidate), &next, None)
-                    .await?
-                {
-                    return Ok(Some(next));
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    pub async fn pause(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
-        let record = self.by_id(runtime_id).await?;
-        match record.state {
-            SandboxState::Paused => return Ok(record),
-            SandboxState::Stopped => {
-                return Err(SandboxError::Conflict(format!(
-                    "Runtime {runtime_id} is stopped"
-                )));
-            }
-            _ => {}
-        }
-        self.driver.pause(&record).await?;
-        self.update(
-            record,
-            |record| {
-                record.state = SandboxState::Paused;
-                record.status_detail = None;
-                record.restarts = Restarts::default();
-            },
-            None,
-        )
-        .await?
-        .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
-    }
-
-    /// Starts a paused (or failed) sandbox again, on its original image, with a new
-    /// session key; the old key stops working.
-    pub async fn resume(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
-        let record = self.by_id(runtime_id).await?;
-        if !matches!(record.state, SandboxState::Paused | SandboxState::Error) {
-            return Err(SandboxError::Conflict(format!(
-                "Runtime {runtime_id} is {}, not paused or in error",
-                state_name(record.state)
-            )));
-        }
-        let nonce = random_hex(16);
-        let key = self.keys.key(runtime_id, &nonce);
-        let key_sha256 = session_key_digest(&key);
-        self.store
-            .session_keys
-            .put_session_key(&key_sha256, runtime_id)
-            .await?;
-        let mut resumed = record.clone();
-        resumed.key_nonce.clone_from(&nonce);
-        resumed.key_sha256.clone_from(&key_sha256);
-        self.driver.resume(&resumed, &key).await?;
-        let old_key = record.key_sha256.clone();
-        let updated = self
-            .update(
-                record,
-                |record| {
-                    record.state = SandboxState::Starting;
-                    record.status_detail = None;
-                    record.restarts = Restarts::default();
-                    record.restarts = Restarts::default();
-                    record.key_nonce.clone_from(&nonce);
-                    record.key_sha256.clone_from(&key_sha256);
-                },
-                None,
-            )
-            .await?
-            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
-        self.store.session_keys.delete_session_key(&old_key).await?;
-        Ok(updated)
-    }
-
-    pub async fn stop(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
-        let record = self.by_id(runtime_id).await?;
-        if record.state == SandboxState::Stopped {
-            return Ok(record);
-        }
-        self.retire(record, None)
-            .await?
-            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
-    }
-
-    /// Deletes a claimed sandbox from the platform and marks it stopped; its key stops
-    /// working. The record stays listed for the stopped retention.
-    async fn retire(
-        &self,
-        record: StoredSandbox,
-        fence: Option<&Fence>,
-    ) -> SandboxResult<Option<StoredSandbox>> {
-        self.driver.delete(&record.runtime_id).await?;
-        let key = record.key_sha256.clone();
-        let stopped = self
-            .update(
-                record,
-                |record| {
-                    record.state = SandboxState::Stopped;
-                    record.status_detail = None;
-                    record.restarts = Restarts::default();
-                    record.restarts = Restarts::default();
-                },
-                fence,
-            )
-            .await?;
-        self.store.session_keys.delete_session_key(&key).await?;
-        Ok(stopped)
-    }
-
-    /// Deletes a warm sandbox: marked stopped first, which takes it out of the claim index
-    /// atomically, so a claim racing with the cull either won (and the sandbox is left
-    /// alone) or can no longer take it; then the platform's workload goes, then the
-    /// record. A platform failure leaves the record stopped, culled again next pass.
-    /// `false`: a claim took it first, or it is gone.
-    async fn cull(&self, record: StoredSandbox, fence: Option<&Fence>) -> SandboxResult<bool> {
-        let mut current = record;
-        for _ in 0..CAS_ATTEMPTS {
-            if current.session_id.is_some() {
-                return Ok(false);
-            }
-            if current.state != SandboxState::Stopped {
-                let mut next = current.clone();
-                next.state = SandboxState::Stopped;
-                next.changed_at_ms = self.clock.now_ms();
-                next.version += 1;
-                if self
-                    .store
-                    .sandboxes
-                    .put_sandbox(Some(&current), &next, fence)
-                    .await?
-                {
-                    current = next;
-                } else {
-                    match self.store.sandboxes.sandbox(&current.runtime_id).await? {
-                        Some(fresh) => current = fresh,
-                        None => return Ok(false),
-                    }
-                    continue;
-                }
-            }
-            self.driver.delete(&current.runtime_id).await?;
-            if self.store.sandboxes.delete_sandbox(&current, fence).await? {
-                self.store
-                    .session_keys
-                    .delete_session_key(&current.key_sha256)
-                    .await?;
-                return Ok(true);
-            }
-            match self.store.sandboxes.sandbox(&current.runtime_id).await? {
-                Some(fresh) => current = fresh,
-                None => return Ok(false),
-            }
-        }
-        Err(SandboxError::Contention)
-    }
-
     /// Waits until a claim takes a warm sandbox in this process (or returns at once for a
     /// claim made while nobody waited).
     pub async fn claimed(&self) {
@@ -632,36 +483,4 @@ pub fn state_name(state: SandboxState) -> &'static str {
         SandboxState::Stopped => "stopped",
         SandboxState::Error => "error",
     }
-}
-
-/// Counts of one pool.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PoolCounts {
-    pub ready: i64,
-    pub starting: i64,
-    pub failed: i64,
-    /// Why sandboxes are failed or stuck starting, deduplicated.
-    pub failures: Vec<String>,
-}
-
-/// The warm sandboxes of each pool, counted.
-pub fn pool_counts(records: &[StoredSandbox]) -> HashMap<String, PoolCounts> {
-    let mut pools: HashMap<String, PoolCounts> = HashMap::new();
-    for record in records.iter().filter(|record| record.session_id.is_none()) {
-        let Some(pool) = &record.pool else { continue };
-        let counts = pools.entry(pool.clone()).or_default();
-        match record.state {
-            SandboxState::Running => counts.ready += 1,
-            SandboxState::Starting => counts.starting += 1,
-            SandboxState::Error => counts.failed += 1,
-            SandboxState::Paused | SandboxState::Stopped => {}
-        }
-        // A pending sandbox's reason (unschedulable, insufficient resources) is shown too.
-        if let Some(detail) = &record.status_detail
-            && !counts.failures.contains(detail)
-        {
-            counts.failures.push(detail.clone());
-        }
-    }
-    pools
 }

@@ -12,9 +12,17 @@
 //! orphans: Sandgate's workloads whose record is gone (a crash between two steps, a store
 //! restored from an older backup), deleted once older than [`ORPHAN_GRACE_MS`].
 //!
+//! A failed warm sandbox holds its slot until its backoff is over (`pools.rs`), then is
+//! deleted and replaced: a transient platform error heals by itself, and a pool whose
+//! creates keep failing retries ever more slowly and says why in its status.
+//!
 //! Each pass that acts records its duration, its actions and the pools' counts as
 //! metrics; a replica that does not hold the lease reports its pools at 0, so that only
 //! the acting reconciler's counts add up.
+
+mod orphans;
+
+pub use orphans::{ORPHAN_GRACE_MS, ORPHAN_SWEEP_GUARD};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,14 +31,19 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::pools::heal_at_ms;
 use super::spec::pool_spec;
-use super::{PoolCounts, SandboxResult, Sandboxes, pool_counts};
+use super::{PoolCounts, SandboxResult, Sandboxes, pool_status};
 use crate::admin::login::random_hex;
 use crate::admin::source::Generation;
 use crate::store::{Fence, SandboxState, StoredSandbox, SweepIndex};
 
 /// How long a claim's wake-up waits for more claims before the refilling pass.
 const CLAIM_COALESCE: Duration = Duration::from_millis(20);
+
+/// The shortest wait for a pass that replaces a failed warm sandbox, so that clocks a
+/// little apart never spin the loop.
+const HEAL_WAKE_FLOOR: Duration = Duration::from_millis(100);
 
 /// Warm sandboxes launched at once by a pass.
 const CONCURRENT_LAUNCHES: usize = 16;
@@ -45,19 +58,6 @@ const LEASE_TTL_MAX: Duration = Duration::from_secs(300);
 /// Claimed sandboxes a pass retires (paused too long) or forgets (stopped), at most, of
 /// each kind; the rest wait for the next pass.
 const SWEEP_BATCH: usize = 1000;
-
-/// How often the lease's holder repairs the sweep indexes, besides when it takes the lease.
-const REINDEX_EVERY_MS: i64 = 3_600_000;
-
-/// How old a workload without a record must be before the sweep deletes it. A record is
-/// written before its workload is made, so this only covers clocks that disagree and
-/// calls still under way.
-pub const ORPHAN_GRACE_MS: i64 = 600_000;
-
-/// The most orphans one sweep deletes when they are half or more of what the platform runs:
-/// past that, it deletes nothing and says why. A Sandgate pointed at an empty or another
-/// installation's store would otherwise delete every sandbox in the namespace.
-pub const ORPHAN_SWEEP_GUARD: usize = 10;
 
 /// How often a waiting reconciler checks whether the configurations changed through
 /// another replica (one read of a version key).
@@ -75,6 +75,10 @@ pub struct Pass {
     pub retired: usize,
     /// Workloads deleted from the platform because no record names them.
     pub orphans: usize,
+    /// Failed warm sandboxes deleted, their backoff over, so that their slots refill.
+    pub replaced: usize,
+    /// When (clock milliseconds) the next failed warm sandbox is due for replacement.
+    pub next_heal_ms: Option<i64>,
 }
 
 pub struct Reconciler {
@@ -89,6 +93,8 @@ pub struct Reconciler {
     reindexed_at: Mutex<Option<i64>>,
     /// Cancelled when the process stops: a pass starts no more sandboxes after it.
     stopping: CancellationToken,
+    /// The refusal last logged for each pool, so that one that holds is logged once.
+    warned: Mutex<HashMap<String, String>>,
 }
 
 /// The states a warm pool's gauge is labelled with.
@@ -104,7 +110,7 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(
         "sandgate_reconcile_actions_total",
-        "sandboxes the reconciler created, culled (warm, off spec or surplus) or retired (claimed, dead)"
+        "sandboxes the reconciler created, culled (warm, off spec or surplus), replaced (warm, failed) or retired (claimed, dead)"
     );
     metrics::describe_gauge!(
         "sandgate_warm_pool_sandboxes",
@@ -115,7 +121,7 @@ pub fn describe_metrics() {
 impl Reconciler {
     pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
         // The action counters exist from the start, at 0.
-        for action in ["created", "culled", "retired", "orphans"] {
+        for action in ["created", "culled", "retired", "orphans", "replaced"] {
             metrics::counter!("sandgate_reconcile_actions_total", "action" => action).increment(0);
         }
         Self {
@@ -124,6 +130,7 @@ impl Reconciler {
             reported: Mutex::default(),
             reindexed_at: Mutex::default(),
             stopping: CancellationToken::new(),
+            warned: Mutex::default(),
         }
     }
 
@@ -152,20 +159,30 @@ impl Reconciler {
         let mut seen = None;
         loop {
             let generation = self.sandboxes.configs.generation().await.ok();
+            let mut wait = interval;
             match self.pass().await {
-                Ok(pass) if pass.created + pass.culled + pass.retired > 0 => {
-                    tracing::info!(
-                        created = pass.created,
-                        culled = pass.culled,
-                        retired = pass.retired,
-                        "warm pools reconciled"
-                    );
+                Ok(pass) => {
+                    if pass.created + pass.culled + pass.retired + pass.replaced > 0 {
+                        tracing::info!(
+                            created = pass.created,
+                            culled = pass.culled,
+                            replaced = pass.replaced,
+                            retired = pass.retired,
+                            "warm pools reconciled"
+                        );
+                    }
+                    // A failed warm sandbox is replaced when its backoff ends, not at the
+                    // next interval.
+                    if let Some(due) = pass.next_heal_ms {
+                        let ms = due.saturating_sub(self.sandboxes.now_ms());
+                        let until = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+                        wait = wait.min(until.max(HEAL_WAKE_FLOOR));
+                    }
                 }
-                Ok(_) => {}
                 Err(err) => tracing::warn!(error = %err, "warm pool reconciliation failed"),
             }
             seen = generation.or(seen);
-            let deadline = tokio::time::Instant::now() + interval;
+            let deadline = tokio::time::Instant::now() + wait;
             loop {
                 tokio::select! {
                     () = stop.cancelled() => {
@@ -203,6 +220,7 @@ impl Reconciler {
                     ("culled", pass.culled),
                     ("retired", pass.retired),
                     ("orphans", pass.orphans),
+                    ("replaced", pass.replaced),
                 ] {
                     metrics::counter!("sandgate_reconcile_actions_total", "action" => action)
                         .increment(count as u64);
@@ -341,6 +359,7 @@ impl Reconciler {
         for (name, (spec, count)) in &specs {
             let mut pool = warm.remove(name).unwrap_or_default();
             let target = usize::try_from(*count).unwrap_or(0).min(pool_limit);
+            let target_count = i64::try_from(target).unwrap_or(i64::MAX);
             if pool.len() > target {
                 // Keep the ready ones: drop failed, then starting, newest first.
                 pool.sort_by_key(|record| {
@@ -356,19 +375,41 @@ impl Reconciler {
                     }
                 }
             }
-            if let Err(refusal) = self.sandboxes.admit(spec) {
+            let refused = self.sandboxes.admit(spec).err();
+            self.warn_once(
+                name,
+                refused
+                    .as_ref()
+                    .map(|refusal| format!("{}: {}", refusal.field, refusal.message)),
+            );
+            if let Some(refusal) = &refused {
                 // A configuration the platform refuses outright: its pool stays empty, and
-                // its status says why, every pass (the others fill as usual).
-                tracing::warn!(pool = %name, field = refusal.field, reason = %refusal.message, "the sandbox platform refuses this warm configuration");
-                let mut counts = pool_counts(&pool).remove(*name).unwrap_or_default();
-                counts.failed += i64::try_from(target.saturating_sub(pool.len())).unwrap_or(0);
-                counts
-                    .failures
-                    .push(format!("{}: {}", refusal.field, refusal.message));
+                // its status says why (the others fill as usual).
+                let counts = pool_status(name, &pool, target_count, Some(refusal), now);
                 pools.insert((*name).to_owned(), counts);
                 continue;
             }
-            let mut failed_launches = 0;
+            // Failed sandboxes whose backoff is over are deleted, and their slots refilled
+            // below; the others hold their slot until then, so that a pool whose creates
+            // keep failing waits longer each time instead of retrying every pass.
+            let mut replacing = Vec::new();
+            let mut members = Vec::with_capacity(pool.len());
+            for record in pool {
+                if record.state == SandboxState::Error {
+                    let due = heal_at_ms(&record);
+                    if due <= now {
+                        replacing.push(record.slot_failures.saturating_add(1));
+                        if self.sandboxes.cull(record, fence).await? {
+                            pass.replaced += 1;
+                            launches_left += 1;
+                        }
+                        continue;
+                    }
+                    pass.next_heal_ms = Some(pass.next_heal_ms.map_or(due, |next| next.min(due)));
+                }
+                members.push(record);
+            }
+            let mut pool = members;
             let wanted = target.saturating_sub(pool.len()).min(launches_left);
             launches_left -= wanted;
             // Launched a few at a time: each is a store write and a platform call, and a
@@ -383,10 +424,11 @@ impl Reconciler {
                     && scheduled < wanted
                     && self.still_wanted(generation).await
                 {
-                    launched.push(self.sandboxes.launch(
+                    launched.push(self.sandboxes.launch_slot(
                         spec.clone(),
                         Some((*name).to_owned()),
                         None,
+                        replacing.pop().unwrap_or(0),
                         fence,
                     ));
                     scheduled += 1;
@@ -394,28 +436,47 @@ impl Reconciler {
                 let Some(outcome) = launched.next().await else {
                     break;
                 };
-                match outcome {
-                    Ok(record) => {
-                        pool.push(record);
-                        pass.created += 1;
-                    }
-                    // The record stays, in error with the reason, for the pool status.
-                    Err(super::SandboxError::Driver(err)) => {
+                pass.created += 1;
+                match outcome? {
+                    Ok(record) => pool.push(record),
+                    // The record stays, in error with the reason, for the pool status and
+                    // its replacement after the backoff.
+                    Err((failed, err)) => {
                         tracing::warn!(pool = %name, error = %err, "cannot start a warm sandbox");
-                        failed_launches += 1;
-                        pass.created += 1;
+                        if let Some(failed) = failed {
+                            let due = heal_at_ms(&failed);
+                            pass.next_heal_ms =
+                                Some(pass.next_heal_ms.map_or(due, |next| next.min(due)));
+                            pool.push(failed);
+                        }
                     }
-                    Err(err) => return Err(err),
                 }
             }
             if scheduled < wanted {
                 tracing::info!(pool = %name, started = scheduled, wanted, "pass cut short: stopping, or the configurations changed");
             }
-            let mut counts = pool_counts(&pool).remove(*name).unwrap_or_default();
-            counts.failed += failed_launches;
+            let counts = pool_status(name, &pool, target_count, None, now);
             pools.insert((*name).to_owned(), counts);
         }
         Ok((pass, pools))
+    }
+
+    /// Logs `warning` about the pool `name` when it differs from the last one logged: a
+    /// refusal that holds every pass is said once, and again when it changes.
+    fn warn_once(&self, name: &str, warning: Option<String>) {
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        match warning {
+            Some(warning) if warned.get(name) != Some(&warning) => {
+                tracing::warn!(pool = %name, reason = %warning, "the sandbox platform refuses this warm configuration");
+                warned.insert(name.to_owned(), warning);
+            }
+            Some(_) => {}
+            None => {
+                if warned.remove(name).is_some() {
+                    tracing::info!(pool = %name, "the sandbox platform accepts this warm configuration now");
+                }
+            }
+        }
     }
 
     /// Whether a pass working from the configurations of `generation` should start
@@ -428,78 +489,5 @@ impl Reconciler {
                 .generation()
                 .await
                 .is_ok_and(|now| now == generation)
-    }
-
-    fn lock_reindexed_at(&self) -> std::sync::MutexGuard<'_, Option<i64>> {
-        self.reindexed_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Repairs the sweep indexes and sweeps the platform for orphans when this reconciler
-    /// has just taken the lease, or last did an hour ago; the orphans deleted.
-    async fn reindex_when_due(&self) -> SandboxResult<usize> {
-        let now = self.sandboxes.now_ms();
-        let due = self
-            .lock_reindexed_at()
-            .is_none_or(|at| now.saturating_sub(at) >= REINDEX_EVERY_MS);
-        if !due {
-            return Ok(0);
-        }
-        let repaired = self.sandboxes.store.sandboxes.reindex_sandboxes().await?;
-        if repaired > 0 {
-            tracing::info!(entries = repaired, "sandbox sweep indexes repaired");
-        }
-        let orphans = self.sweep_orphans(now).await?;
-        *self.lock_reindexed_at() = Some(now);
-        Ok(orphans)
-    }
-
-    /// Deletes Sandgate's workloads that no record names, once older than
-    /// [`ORPHAN_GRACE_MS`]. The platform failing is logged, not the pass's failure: the
-    /// next sweep tries again.
-    async fn sweep_orphans(&self, now: i64) -> SandboxResult<usize> {
-        let workloads = match self.sandboxes.driver.workloads().await {
-            Ok(workloads) => workloads,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot list the platform's sandboxes for the orphan sweep");
-                return Ok(0);
-            }
-        };
-        let mut orphans = Vec::new();
-        for (runtime_id, made_at) in &workloads {
-            if now.saturating_sub(*made_at) >= ORPHAN_GRACE_MS
-                && self
-                    .sandboxes
-                    .store
-                    .sandboxes
-                    .sandbox(runtime_id)
-                    .await?
-                    .is_none()
-            {
-                orphans.push(runtime_id);
-            }
-        }
-        if orphans.len() > ORPHAN_SWEEP_GUARD && orphans.len() * 2 >= workloads.len() {
-            tracing::error!(
-                orphans = orphans.len(),
-                workloads = workloads.len(),
-                "the orphan sweep deletes nothing: most of the platform's sandboxes have no record here; is this the store of the installation that made them? (one installation per sandbox namespace)"
-            );
-            return Ok(0);
-        }
-        let mut swept = 0;
-        for runtime_id in orphans {
-            match self.sandboxes.driver.delete(runtime_id).await {
-                Ok(()) => {
-                    tracing::info!(%runtime_id, "deleted a sandbox workload no record names (an orphan)");
-                    swept += 1;
-                }
-                Err(err) => {
-                    tracing::warn!(%runtime_id, error = %err, "cannot delete an orphaned sandbox workload");
-                }
-            }
-        }
-        Ok(swept)
     }
 }

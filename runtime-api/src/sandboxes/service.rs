@@ -15,10 +15,11 @@ use sandgate_proto::sandboxes::v1::{
 use tonic::{Request, Response, Status};
 
 use super::spec::pool_spec;
-use super::{SandboxError, SandboxView, Sandboxes, pool_counts};
+use super::{SandboxError, SandboxView, Sandboxes, pool_status};
 use crate::admin::configs;
 use crate::admin::login::random_hex;
 use crate::auth::Authenticator;
+use crate::model::ValidationError;
 use crate::store::{SandboxSpec, SandboxState, StoredWarmConfig};
 use crate::validation;
 
@@ -26,7 +27,10 @@ use crate::validation;
 const MAX_ID_LEN: usize = 128;
 /// Ids asked for in one batch, at most.
 const MAX_BATCH: usize = 1000;
-/// The largest `resource_factor` a start may ask for.
+/// The `resource_factor`s a start may ask for: the agent server does not run on less than
+/// half a sandbox's resources (500m CPU, 1Gi of memory), and no node has 16 times more to
+/// give one sandbox. The app server asks for 1, 2, 4 or 8.
+const MIN_RESOURCE_FACTOR: f64 = 0.5;
 const MAX_RESOURCE_FACTOR: f64 = 16.0;
 
 pub struct SandboxesService {
@@ -118,13 +122,24 @@ fn start_spec(request: StartRequest) -> Result<(SandboxSpec, String), Status> {
     };
     let mut errors = configs::check_start(&as_config);
     if let Some(factor) = spec.resource_factor
-        && !(factor > 0.0 && factor <= MAX_RESOURCE_FACTOR)
+        && !(MIN_RESOURCE_FACTOR..=MAX_RESOURCE_FACTOR).contains(&factor)
     {
-        errors.push(configs::error(
-            &["resource_factor"],
-            "value_error",
-            "Value error, resource_factor must be above 0 and at most 16",
-        ));
+        // Echoed as sent: the proto's double loses whether it was `8` or `8.0`, and a
+        // whole number was most likely sent as one.
+        let input = if factor.fract() == 0.0 && factor.abs() < 9.0e15 {
+            serde_json::Value::from(factor as i64)
+        } else {
+            serde_json::Value::from(factor)
+        };
+        errors.push(ValidationError {
+            input,
+            ..configs::error(
+                &["resource_factor"],
+                "value_error",
+                "Value error, resource_factor must be between 0.5 and 16 (1 is a sandbox's \
+                 usual 1 CPU and 2Gi of memory requested; the app server asks for 1, 2, 4 or 8)",
+            )
+        });
     }
     if !request.session_id.is_empty() && !is_id(&request.session_id) {
         errors.push(configs::error(
@@ -327,11 +342,22 @@ impl SandboxesApi for SandboxesService {
                     .is_some_and(|spec| *spec == record.spec)
             })
             .collect();
-        let mut counts = pool_counts(&current);
+        let pool_limit = self.sandboxes.configs.limits().max_per_pool;
+        let now = self.sandboxes.now_ms();
         let pools = configs
             .into_iter()
             .map(|config| {
-                let counts = counts.remove(&config.name).unwrap_or_default();
+                // As the reconciler counts it for its gauges: a configuration the platform
+                // refuses shows its missing sandboxes as failed, with the reason.
+                let spec = pool_spec(&config);
+                let refused = self.sandboxes.admit(&spec).err();
+                let members: Vec<_> = current
+                    .iter()
+                    .filter(|record| record.pool.as_deref() == Some(config.name.as_str()))
+                    .cloned()
+                    .collect();
+                let target = config.count.min(pool_limit).max(0);
+                let counts = pool_status(&config.name, &members, target, refused.as_ref(), now);
                 pb::PoolStatus {
                     image: config.config.image,
                     name: config.name,
@@ -340,6 +366,7 @@ impl SandboxesApi for SandboxesService {
                     starting: counts.starting,
                     failed: counts.failed,
                     failures: counts.failures,
+                    state: counts.state.to_owned(),
                 }
             })
             .collect();

@@ -88,6 +88,15 @@ pub struct StoredSandbox {
     /// What the platform last said of its workload's restarts.
     #[serde(default, skip_serializing_if = "Restarts::is_none")]
     pub restarts: Restarts,
+    /// For a warm sandbox: how many sandboxes of its pool slot failed in a row before it
+    /// was made, so that its replacement waits longer should it fail too (the reconciler's
+    /// backoff); back to 0 once it runs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slot_failures: u32,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// What the reconciler sweeps, each kept as an index of its own, so that a pass reads

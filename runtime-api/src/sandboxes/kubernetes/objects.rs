@@ -46,6 +46,8 @@ pub const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
 pub const KEY_VERSION: &str = "sandgate.dev/session-key-version";
 /// The volume mounted at the working directory.
 const WORKSPACE_VOLUME: &str = "workspace";
+/// Where the workspace is mounted for a sandbox whose working directory is the root.
+const ROOT_WORKSPACE: &str = "/workspace";
 /// Size of a workspace claim.
 const WORKSPACE_SIZE: &str = "10Gi";
 /// The Service's port, which the Ingress routes to.
@@ -298,6 +300,20 @@ fn workspace_volume(sandbox: &StoredSandbox) -> Volume {
     }
 }
 
+/// Where the workspace is mounted: the working directory, unless that is the root (the
+/// SDK's `APIRemoteWorkspace` asks for `/`, its image's WORKDIR): mounted there, the
+/// volume would hide the image's every file and the container could never start.
+pub fn workspace_path(working_dir: &str) -> &str {
+    let names_root = working_dir
+        .split('/')
+        .all(|part| matches!(part, "" | "." | ".."));
+    if names_root {
+        ROOT_WORKSPACE
+    } else {
+        working_dir
+    }
+}
+
 /// Whether the sandbox keeps its workspace in a claim.
 pub fn has_claim(sandbox: &StoredSandbox) -> bool {
     sandbox.spec.fuse_s3_mount != Some(true)
@@ -330,7 +346,7 @@ pub fn deployment(sandbox: &StoredSandbox, options: &KubernetesOptions) -> Deplo
         security_context: Some(container_security_context(spec, options.pod_security)),
         volume_mounts: Some(vec![VolumeMount {
             name: WORKSPACE_VOLUME.to_owned(),
-            mount_path: spec.working_dir.clone(),
+            mount_path: workspace_path(&spec.working_dir).to_owned(),
             ..VolumeMount::default()
         }]),
         ..Container::default()

@@ -1,5 +1,8 @@
-//! What a sandbox's pod says of it: running, still starting (and why, when the scheduler
-//! cannot place it), or failed (and why: the image, a crash loop, the pod itself). And for
+//! What a sandbox's pod says of it: running, still starting (and why, when it waits: an
+//! image that cannot be pulled, a container that cannot be created or keeps crashing, a
+//! pod the scheduler cannot place), or failed (an image name that can never be pulled, the
+//! pod itself). A waiting sandbox stays starting, with the reason as its detail, since the
+//! kubelet keeps trying; past the start timeout the service calls it failed. And for
 //! a sandbox without a pod, what its Deployment and ReplicaSet say: the cluster refusing
 //! to create the pod (admission, quota), or a Deployment past its progress deadline.
 
@@ -13,8 +16,20 @@ use super::objects::RUNTIME_ID;
 use crate::sandboxes::driver::Observed;
 use crate::store::{Restarts, SandboxState, StoredSandbox};
 
-/// Waiting reasons that mean the image cannot be had: a retry will not fix them.
-const IMAGE_PULL_FAILURES: &[&str] = &["ErrImagePull", "ImagePullBackOff", "InvalidImageName"];
+/// Waiting reasons that no retry of the kubelet fixes: failed at once.
+const HOPELESS: &[&str] = &["InvalidImageName"];
+
+/// Waiting reasons the kubelet retries (a registry back, a pull secret fixed, a tag
+/// pushed): the sandbox stays starting with the reason, until the start timeout.
+const IMAGE_PULL_WAITS: &[&str] = &["ErrImagePull", "ImagePullBackOff"];
+
+/// The container cannot be made or run as configured (a missing Secret, an image whose
+/// user is root under `runAsNonRoot`): retried too, so starting, with the reason.
+const CREATE_WAITS: &[&str] = &[
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
 
 /// Each of `sandboxes` that has a pod in `pods`, as its pod says. When a sandbox has
 /// several pods, the newest that is not terminating speaks for it (during a restart the
@@ -128,15 +143,30 @@ fn pod_condition(pod: &Pod) -> Observed {
         };
         let reason = waiting.reason.as_deref().unwrap_or_default();
         let why = reason_message(Some(reason), waiting.message.as_deref());
-        if IMAGE_PULL_FAILURES.contains(&reason) {
+        if HOPELESS.contains(&reason) {
             return observed_as(
                 SandboxState::Error,
                 Some(format!("image pull failed: {why}")),
             );
         }
+        if IMAGE_PULL_WAITS.contains(&reason) {
+            return observed_as(
+                SandboxState::Starting,
+                Some(format!("image pull failing: {why}")),
+            );
+        }
+        if CREATE_WAITS.contains(&reason) {
+            return observed_as(
+                SandboxState::Starting,
+                Some(format!(
+                    "the container cannot be created: {why}{}",
+                    create_hint(waiting.message.as_deref().unwrap_or_default())
+                )),
+            );
+        }
         if reason == "CrashLoopBackOff" {
             return observed_as(
-                SandboxState::Error,
+                SandboxState::Starting,
                 Some(format!(
                     "container keeps crashing: {why}{}",
                     last_exit(container)
@@ -164,6 +194,17 @@ fn pod_condition(pod: &Pod) -> Observed {
         );
     }
     observed_as(SandboxState::Starting, None)
+}
+
+/// What to change, for the kubelet's refusals that name their remedy: an image whose user
+/// is root (or not numeric) under `runAsNonRoot`.
+fn create_hint(message: &str) -> &'static str {
+    if message.contains("runAsNonRoot") {
+        " (give the sandbox a non-zero run_as_user, use an image with a numeric non-root \
+         user, or allow root with SANDBOX_POD_SECURITY=baseline)"
+    } else {
+        ""
+    }
 }
 
 /// How the container's previous run ended, for a crash loop's detail.

@@ -387,6 +387,7 @@ mod tests {
             created_at_ms: 100,
             changed_at_ms: 100,
             restarts: Default::default(),
+            slot_failures: 0,
         };
         {
             let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");

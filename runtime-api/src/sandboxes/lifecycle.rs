@@ -1,0 +1,275 @@
+//! What a caller does to a sandbox: start it (claiming a warm one when one matches, else
+//! cold-starting it; starting again one that failed), pause, resume (a failed one made
+//! again where it is missing), stop; and the reconciler's retirements and culls.
+
+use super::spec::claim_key;
+use super::{CAS_ATTEMPTS, CLAIM_CANDIDATES, SandboxError, SandboxResult, Sandboxes, state_name};
+use crate::admin::login::random_hex;
+use crate::auth::session_key_digest;
+use crate::store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox};
+
+impl Sandboxes {
+    /// Claims a warm sandbox matching `spec`, else cold-starts one; answers the session's
+    /// sandbox when it has one, started again when it failed. `true`: claimed.
+    pub async fn start(
+        &self,
+        spec: SandboxSpec,
+        session_id: String,
+    ) -> SandboxResult<(StoredSandbox, bool)> {
+        if let Some(existing) = self.session(&session_id).await? {
+            match existing.state {
+                SandboxState::Stopped => {}
+                // A failed start (or a sandbox that failed since) is started again, on
+                // what it was made with; another spec would silently not be what was
+                // asked for.
+                SandboxState::Error if existing.claim_key == claim_key(&spec) => {
+                    return Ok((self.restart(existing).await?, false));
+                }
+                SandboxState::Error => {
+                    return Err(SandboxError::Conflict(format!(
+                        "Session {session_id} has runtime {} in error ({}), made with another \
+                         image, command, working directory or environment: start it again with \
+                         its own spec, resume it (/resume), or stop it (/stop) before starting \
+                         this one",
+                        existing.runtime_id,
+                        existing
+                            .status_detail
+                            .as_deref()
+                            .unwrap_or("no reason recorded")
+                    )));
+                }
+                _ => return Ok((existing, false)),
+            }
+        }
+        if let Some(claimed) = self.claim(&spec, &session_id).await? {
+            self.claimed.notify_one();
+            return Ok((claimed, true));
+        }
+        let started = self.launch(spec, None, Some(session_id), None).await?;
+        Ok((started, false))
+    }
+
+    /// Takes a warm sandbox whose claim key matches, running ones first.
+    pub(super) async fn claim(
+        &self,
+        spec: &SandboxSpec,
+        session_id: &str,
+    ) -> SandboxResult<Option<StoredSandbox>> {
+        let key = claim_key(spec);
+        for _ in 0..CAS_ATTEMPTS {
+            let candidates: Vec<_> = self
+                .store
+                .sandboxes
+                .warm_sandboxes(&key, CLAIM_CANDIDATES)
+                .await?
+                .into_iter()
+                .filter(|record| record.warm_index() == Some(key.as_str()))
+                .collect();
+            if candidates.is_empty() {
+                return Ok(None);
+            }
+            // Their current state, so that ready ones go first and the claimer is told;
+            // written by the claim itself, in its one compare-and-swap.
+            let mut observed = self.driver.observe(&candidates).await?;
+            let mut claims: Vec<_> = candidates
+                .into_iter()
+                .filter_map(|candidate| {
+                    let mut next = candidate.clone();
+                    if let Some(seen) = observed.remove(&candidate.runtime_id) {
+                        if seen.state != next.state {
+                            next.changed_at_ms = self.clock.now_ms();
+                        }
+                        next.state = seen.state;
+                        next.status_detail = seen.detail;
+                        next.restarts = seen.restarts;
+                    }
+                    // One that failed since it was indexed is no claim, nor one stuck
+                    // starting for a reason (its image cannot be pulled, no node takes
+                    // it): a cold start does not inherit its wait.
+                    let stuck =
+                        next.state == SandboxState::Starting && next.status_detail.is_some();
+                    (next.state.is_live() && !stuck).then_some((candidate, next))
+                })
+                .collect();
+            claims
+                .sort_by_key(|(_, next)| (next.state != SandboxState::Running, next.created_at_ms));
+            for (candidate, mut next) in claims {
+                next.session_id = Some(session_id.to_owned());
+                next.version += 1;
+                if self
+                    .store
+                    .sandboxes
+                    .put_sandbox(Some(&candidate), &next, None)
+                    .await?
+                {
+                    return Ok(Some(next));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub async fn pause(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+        let record = self.by_id(runtime_id).await?;
+        match record.state {
+            SandboxState::Paused => return Ok(record),
+            SandboxState::Stopped => {
+                return Err(SandboxError::Conflict(format!(
+                    "Runtime {runtime_id} is stopped"
+                )));
+            }
+            _ => {}
+        }
+        self.driver.pause(&record).await?;
+        self.update(
+            record,
+            |record| {
+                record.state = SandboxState::Paused;
+                record.status_detail = None;
+                record.restarts = Restarts::default();
+            },
+            None,
+        )
+        .await?
+        .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+    }
+
+    /// Starts a paused (or failed) sandbox again, on its original image, with a new
+    /// session key; the old key stops working.
+    pub async fn resume(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+        let record = self.by_id(runtime_id).await?;
+        self.restart(record).await
+    }
+
+    /// [`Self::resume`] of `record`. A failed one has what is missing of it made again
+    /// (a create that failed half-way left nothing), keeping what is there (its
+    /// workspace).
+    pub(super) async fn restart(&self, record: StoredSandbox) -> SandboxResult<StoredSandbox> {
+        let runtime_id = record.runtime_id.clone();
+        let runtime_id = runtime_id.as_str();
+        if !matches!(record.state, SandboxState::Paused | SandboxState::Error) {
+            return Err(SandboxError::Conflict(format!(
+                "Runtime {runtime_id} is {}, not paused or in error",
+                state_name(record.state)
+            )));
+        }
+        let nonce = random_hex(16);
+        let key = self.keys.key(runtime_id, &nonce);
+        let key_sha256 = session_key_digest(&key);
+        self.store
+            .session_keys
+            .put_session_key(&key_sha256, runtime_id)
+            .await?;
+        let mut resumed = record.clone();
+        resumed.key_nonce.clone_from(&nonce);
+        resumed.key_sha256.clone_from(&key_sha256);
+        if record.state == SandboxState::Error {
+            self.driver.recover(&resumed, &key).await?;
+        } else {
+            self.driver.resume(&resumed, &key).await?;
+        }
+        let old_key = record.key_sha256.clone();
+        let updated = self
+            .update(
+                record,
+                |record| {
+                    record.state = SandboxState::Starting;
+                    record.status_detail = None;
+                    record.restarts = Restarts::default();
+                    record.key_nonce.clone_from(&nonce);
+                    record.key_sha256.clone_from(&key_sha256);
+                },
+                None,
+            )
+            .await?
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        self.store.session_keys.delete_session_key(&old_key).await?;
+        Ok(updated)
+    }
+
+    pub async fn stop(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
+        let record = self.by_id(runtime_id).await?;
+        if record.state == SandboxState::Stopped {
+            return Ok(record);
+        }
+        self.retire(record, None)
+            .await?
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+    }
+
+    /// Deletes a claimed sandbox from the platform and marks it stopped; its key stops
+    /// working. The record stays listed for the stopped retention.
+    pub(super) async fn retire(
+        &self,
+        record: StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<Option<StoredSandbox>> {
+        self.driver.delete(&record.runtime_id).await?;
+        let key = record.key_sha256.clone();
+        let stopped = self
+            .update(
+                record,
+                |record| {
+                    record.state = SandboxState::Stopped;
+                    record.status_detail = None;
+                    record.restarts = Restarts::default();
+                    record.restarts = Restarts::default();
+                },
+                fence,
+            )
+            .await?;
+        self.store.session_keys.delete_session_key(&key).await?;
+        Ok(stopped)
+    }
+
+    /// Deletes a warm sandbox: marked stopped first, which takes it out of the claim index
+    /// atomically, so a claim racing with the cull either won (and the sandbox is left
+    /// alone) or can no longer take it; then the platform's workload goes, then the
+    /// record. A platform failure leaves the record stopped, culled again next pass.
+    /// `false`: a claim took it first, or it is gone.
+    pub(super) async fn cull(
+        &self,
+        record: StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<bool> {
+        let mut current = record;
+        for _ in 0..CAS_ATTEMPTS {
+            if current.session_id.is_some() {
+                return Ok(false);
+            }
+            if current.state != SandboxState::Stopped {
+                let mut next = current.clone();
+                next.state = SandboxState::Stopped;
+                next.changed_at_ms = self.clock.now_ms();
+                next.version += 1;
+                if self
+                    .store
+                    .sandboxes
+                    .put_sandbox(Some(&current), &next, fence)
+                    .await?
+                {
+                    current = next;
+                } else {
+                    match self.store.sandboxes.sandbox(&current.runtime_id).await? {
+                        Some(fresh) => current = fresh,
+                        None => return Ok(false),
+                    }
+                    continue;
+                }
+            }
+            self.driver.delete(&current.runtime_id).await?;
+            if self.store.sandboxes.delete_sandbox(&current, fence).await? {
+                self.store
+                    .session_keys
+                    .delete_session_key(&current.key_sha256)
+                    .await?;
+                return Ok(true);
+            }
+            match self.store.sandboxes.sandbox(&current.runtime_id).await? {
+                Some(fresh) => current = fresh,
+                None => return Ok(false),
+            }
+        }
+        Err(SandboxError::Contention)
+    }
+}
