@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use sandgate_runtime_api::sandboxes::{PoolCounts, pool_counts, state_name};
+use sandgate_runtime_api::sandboxes::{PoolCounts, pool_status, state_name};
 use sandgate_runtime_api::store::{Store, StoredSandbox, StoredWarmConfig, redact_url};
 
 use super::{MAX_RECORDS, SPEND_LOG_SCANNED, Sources};
@@ -164,7 +164,6 @@ pub async fn pools_and_sandboxes(sources: &Sources) -> (Value, Value) {
             return (error.clone(), error);
         }
     };
-    let counts = pool_counts(&records);
     let configs = match &sources.warm_configs {
         Some(source) => match source.effective().await {
             Ok((effective, _)) => effective,
@@ -174,14 +173,29 @@ pub async fn pools_and_sandboxes(sources: &Sources) -> (Value, Value) {
         },
         None => Vec::new(),
     };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64);
     let mut pools = Vec::new();
     for effective in &configs {
+        // As the pools' listing says it (the platform's refusal aside, which only the
+        // driver knows).
+        let members: Vec<StoredSandbox> = records
+            .iter()
+            .filter(|record| {
+                record.session_id.is_none()
+                    && record.pool.as_deref() == Some(effective.name.as_str())
+            })
+            .cloned()
+            .collect();
+        let target = i64::try_from(effective.count).unwrap_or(i64::MAX);
         let PoolCounts {
             ready,
             starting,
             failed,
             failures,
-        } = counts.get(&effective.name).cloned().unwrap_or_default();
+            state,
+        } = pool_status(&effective.name, &members, target, None, now_ms);
         let restarts: Vec<&String> = records
             .iter()
             .filter(|record| record.pool.as_deref() == Some(effective.name.as_str()))
@@ -195,6 +209,7 @@ pub async fn pools_and_sandboxes(sources: &Sources) -> (Value, Value) {
             "starting": starting,
             "failed": failed,
             "failures": failures,
+            "state": state,
             "restart_reasons": restarts,
             "config": config_summary(&effective.config),
         }));
