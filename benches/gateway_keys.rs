@@ -80,7 +80,7 @@ async fn main() {
         let mut args = args;
         args.extend([
             "--log".to_owned(),
-            "warn".to_owned(),
+            "warn,sandgate=info".to_owned(),
             "--gateway-config".to_owned(),
             config.path().display().to_string(),
         ]);

@@ -1,14 +1,17 @@
 //! Who calls: the master key, compared in constant time, or a virtual key found by its
 //! token; and, before a virtual key's call goes upstream, whether its budgets allow it.
 //!
-//! A virtual key and its spend are read from the store at every call, in one read (on
-//! Redis one round trip; the embedded store answers from memory), so a changed or
-//! deleted key holds at once on every replica and replicas share the budgets. A budget
-//! can be overshot by the calls in flight when it is reached (their cost is counted once
-//! they end), and by those that ended within the spend log's batching delay (10 ms),
-//! whose spend is written in that batch.
+//! A virtual key and its spend are read from the store in one read (on Redis one round
+//! trip), and kept until the store says a key or a spend changed (`KeyStore::key_changes`:
+//! on Redis a notification every replica follows, within milliseconds), at most 30 s: a
+//! changed or deleted key holds on every replica within that notification's delay, and
+//! replicas share the budgets. A budget can be overshot by the calls in flight when it is
+//! reached (their cost is counted once they end), and by those that ended within the
+//! spend log's batching delay (10 ms) and the notification's.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_runtime_api::store::keys::session_digest;
@@ -56,6 +59,57 @@ fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item
     bearer.into_iter().chain(litellm).chain(raw)
 }
 
+/// How long a kept read serves at most, whatever the generation says: a bound should the
+/// store's notifications stop without it noticing.
+const KEEP_AT_MOST: Duration = Duration::from_secs(30);
+/// Reads kept at most (keys × sessions); past it the cache starts again.
+const MAX_KEPT: usize = 10_000;
+
+/// What `key_for_call` read, by token and session, and the generation it was read under.
+#[derive(Default)]
+pub struct KeyCache(Mutex<Kept>);
+
+type Read = (Arc<StoredKey>, SpendCounters);
+
+#[derive(Default)]
+struct Kept {
+    generation: Option<u64>,
+    reads: HashMap<(String, Option<String>), (Instant, Read)>,
+}
+
+impl KeyCache {
+    fn get(&self, token: &str, session: Option<&str>, generation: Option<u64>) -> Option<Read> {
+        let kept = self.0.lock().ok()?;
+        if generation.is_none() || kept.generation != generation {
+            return None;
+        }
+        kept.reads
+            .get(&(token.to_owned(), session.map(str::to_owned)))
+            .filter(|(read_at, _)| read_at.elapsed() < KEEP_AT_MOST)
+            .map(|(_, read)| read.clone())
+    }
+
+    fn keep(
+        &self,
+        token: String,
+        session: Option<String>,
+        read: Read,
+        generation: Option<u64>,
+        read_at: Instant,
+    ) {
+        let Ok(mut kept) = self.0.lock() else {
+            return;
+        };
+        if kept.generation != generation || kept.reads.len() >= MAX_KEPT {
+            kept.reads.clear();
+            kept.generation = generation;
+        }
+        if generation.is_some() {
+            kept.reads.insert((token, session), (read_at, read));
+        }
+    }
+}
+
 fn refused() -> Status {
     ErrorDetail::new(
         ErrorCode::Unauthenticated,
@@ -89,18 +143,30 @@ impl Gateway {
         };
         let token = token_of(presented);
         let session = session_id(metadata).map(session_digest);
-        let (key, counters) = self
-            .store
-            .keys
-            .key_for_call(&token, session.as_deref())
-            .await
-            .map_err(|err| ErrorDetail::from(err).into_status())?
-            .ok_or_else(refused)?;
+        // Read before the store is: a change meanwhile makes what is read stale.
+        let generation = *self.key_changes.borrow();
+        let (key, counters) = match self.keys.get(&token, session.as_deref(), generation) {
+            Some(read) => read,
+            None => {
+                let read_at = Instant::now();
+                let (key, counters) = self
+                    .store
+                    .keys
+                    .key_for_call(&token, session.as_deref())
+                    .await
+                    .map_err(|err| ErrorDetail::from(err).into_status())?
+                    .ok_or_else(refused)?;
+                let read = (Arc::new(key), counters);
+                self.keys
+                    .keep(token, session.clone(), read.clone(), generation, read_at);
+                read
+            }
+        };
         if key.expires_at_ms.is_some_and(|expires| expires <= now_ms()) {
             return Err(expired(&key).into_status());
         }
         Ok(Caller::Virtual {
-            key: Arc::new(key),
+            key,
             counters,
             session,
         })

@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::auth::{Charge, check_budget};
+use crate::auth::{Charge, KeyCache, check_budget};
 use crate::budget::Prices;
 use crate::config::{ConfigFile, GatewayConfig, ModelEntry};
 use crate::egress::{AllowedHosts, GuardedResolver, HOP_HEADER, looped};
@@ -114,6 +114,10 @@ pub struct Gateway {
     spend_writer: tokio::sync::Mutex<()>,
     /// The store's generation of added models (see `ModelStore::model_changes`).
     pub(crate) model_changes: watch::Receiver<Option<u64>>,
+    /// The store's generation of virtual keys and their spend (`KeyStore::key_changes`).
+    pub(crate) key_changes: watch::Receiver<Option<u64>>,
+    /// What the last calls of each virtual key read, until that generation moves.
+    pub(crate) keys: KeyCache,
     /// The entries a chat completion routes over, kept between calls: reading the added
     /// models from the store for each call would put a store round trip before every
     /// upstream call.
@@ -214,6 +218,8 @@ impl Gateway {
                 .filter(|key| !key.is_empty())
                 .map(|key| Sha256::digest(key.as_bytes()).into()),
             model_changes: store.models.model_changes(),
+            key_changes: store.keys.key_changes(),
+            keys: KeyCache::default(),
             store,
             client,
             read_timeout: options.read_timeout,

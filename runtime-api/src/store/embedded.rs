@@ -66,6 +66,8 @@ pub struct EmbeddedStore {
     model_changes: tokio::sync::watch::Sender<Option<u64>>,
     /// The virtual keys' spend counters read or written so far.
     key_spend_memory: keys::SpendMemory,
+    /// Moved on by every change of a key or of its spend (`KeyStore::key_changes`).
+    key_changes: tokio::sync::watch::Sender<Option<u64>>,
 }
 
 /// A write run inside a batch's transaction. It returns what to answer its caller once the
@@ -141,6 +143,7 @@ impl EmbeddedStore {
             rate_limits: Mutex::new(HashMap::new()),
             model_changes: tokio::sync::watch::Sender::new(Some(0)),
             key_spend_memory: keys::SpendMemory::default(),
+            key_changes: tokio::sync::watch::Sender::new(Some(0)),
         })
     }
 

@@ -9,6 +9,7 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use super::StoreResult;
 
@@ -122,4 +123,10 @@ pub trait KeyStore: Send + Sync + 'static {
     /// starts again from nothing) and to its session's, in one round trip. Spend of a key
     /// that is gone is dropped.
     async fn add_key_spend(&self, spend: &[KeySpend]) -> StoreResult<()>;
+
+    /// A generation that moves on with every change of a key or of its spend, this
+    /// replica's or another's (on Redis, within milliseconds, by a notification), so that
+    /// a replica may keep what `key_for_call` read until it moves. `None` while changes
+    /// could go unseen (the notifications are down): then nothing may be kept.
+    fn key_changes(&self) -> watch::Receiver<Option<u64>>;
 }

@@ -168,6 +168,8 @@ pub struct RedisStore {
     /// Model additions, followed once someone asks (`ModelStore::model_changes`), until the
     /// store is dropped with this receiver.
     model_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
+    /// Changes of the gateway's keys and their spend, likewise (`KeyStore::key_changes`).
+    key_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
 }
 
 fn unavailable(err: redis::RedisError) -> StoreError {
@@ -245,6 +247,7 @@ impl RedisStore {
             next_lane: AtomicUsize::new(0),
             swap,
             model_changes: std::sync::OnceLock::new(),
+            key_changes: std::sync::OnceLock::new(),
         })
     }
 

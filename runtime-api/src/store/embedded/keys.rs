@@ -153,6 +153,14 @@ fn corrupt(err: serde_json::Error) -> StoreError {
     StoreError::Corrupt(err.to_string())
 }
 
+impl EmbeddedStore {
+    /// This process is the store's only writer: every change passes here.
+    fn keys_changed(&self) {
+        self.key_changes
+            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+    }
+}
+
 #[async_trait]
 impl KeyStore for EmbeddedStore {
     async fn put_key(&self, key: &StoredKey, create: bool) -> StoreResult<bool> {
@@ -171,6 +179,7 @@ impl KeyStore for EmbeddedStore {
             .await?;
         if stored {
             self.key_spend_memory.set_key(key);
+            self.keys_changed();
         }
         Ok(stored)
     }
@@ -229,6 +238,7 @@ impl KeyStore for EmbeddedStore {
             })
             .await?;
         self.key_spend_memory.forget(&deleted);
+        self.keys_changed();
         Ok(deleted)
     }
 
@@ -328,7 +338,12 @@ impl KeyStore for EmbeddedStore {
             })
             .await?;
         self.key_spend_memory.set(changed);
+        self.keys_changed();
         Ok(())
+    }
+
+    fn key_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.key_changes.subscribe()
     }
 }
 

@@ -7,19 +7,36 @@
 //! - `sandgate:{gateway-keys}:session:<token>:<session>`: a session's spend, expiring
 //!   [`SESSION_SPEND_TTL_MS`] after its last call.
 //!
-//! A call reads its key and counters in one round trip (`key_for_call`): nothing is kept
-//! between calls, so a change holds at once on every replica.
+//! A call reads its key and counters in one round trip (`key_for_call`), which the gateway
+//! keeps until a change of a key or of its spend is published on `KEYS_CHANGED` (every
+//! replica follows it), so that most calls make none.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use redis::Script;
+use tokio::sync::watch;
 
 use super::{RedisStore, corrupt, unavailable};
 use crate::store::StoreResult;
 use crate::store::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
 
 const RECORDS: &str = "sandgate:{gateway-keys}:records";
+/// A Pub/Sub channel told of every change of a key or of its spend.
+const KEYS_CHANGED: &str = "sandgate:gateway-keys:changed";
+
+/// Tells every replica that keys or their spend changed. A notification that fails only
+/// leaves their kept reads to age out (30 s at most).
+async fn tell_replicas(connection: &mut super::Connection) {
+    if let Err(err) = redis::cmd("PUBLISH")
+        .arg(KEYS_CHANGED)
+        .arg("")
+        .query_async::<()>(connection)
+        .await
+    {
+        tracing::warn!(error = %err, "cannot tell other replicas of a changed key");
+    }
+}
 
 fn spend_key(token: &str) -> String {
     format!("sandgate:{{gateway-keys}}:spend:{token}")
@@ -78,6 +95,7 @@ impl KeyStore for RedisStore {
             .map(|added| !create || added == 1)?;
         if stored {
             self.replicated(&mut connection).await?;
+            tell_replicas(&mut connection).await;
         }
         Ok(stored)
     }
@@ -129,6 +147,7 @@ impl KeyStore for RedisStore {
             .collect();
         if !deleted.is_empty() {
             self.replicated(&mut connection).await?;
+            tell_replicas(&mut connection).await;
         }
         // A deleted key's session counters expire on their own.
         Ok(deleted)
@@ -205,6 +224,23 @@ impl KeyStore for RedisStore {
             .invoke_async::<i64>(&mut connection)
             .await
             .map_err(unavailable)?;
-        self.replicated(&mut connection).await
+        self.replicated(&mut connection).await?;
+        tell_replicas(&mut connection).await;
+        Ok(())
+    }
+
+    fn key_changes(&self) -> watch::Receiver<Option<u64>> {
+        // Followed from the first caller on (the model gateway).
+        self.key_changes
+            .get_or_init(|| {
+                let (generation, changes) = watch::channel(None);
+                tokio::spawn(super::models::follow_changes(
+                    Arc::downgrade(&self.primary),
+                    KEYS_CHANGED,
+                    generation,
+                ));
+                changes
+            })
+            .clone()
     }
 }

@@ -30,11 +30,14 @@ fn models_key(scope: &str) -> String {
     format!("sandgate:models:{{{scope}}}")
 }
 
-/// A subscription to `MODELS_CHANGED`.
-async fn subscribe(client: &redis::Client) -> redis::RedisResult<redis::aio::PubSub> {
+/// A subscription to `channel`.
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+) -> redis::RedisResult<redis::aio::PubSub> {
     let subscribing = async {
         let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(MODELS_CHANGED).await?;
+        pubsub.subscribe(channel).await?;
         Ok(pubsub)
     };
     tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribing)
@@ -42,13 +45,15 @@ async fn subscribe(client: &redis::Client) -> redis::RedisResult<redis::aio::Pub
         .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "subscribing timed out")))?
 }
 
-/// Follows `MODELS_CHANGED` until every receiver of `generation` is gone: the generation
-/// moves on with each notification, and with each new subscription (what was said while
-/// unsubscribed is unknown); it is `None` while unsubscribed. Each subscription is to the
-/// primary of the moment (the sentinels may have named another), or to a cluster's seed
-/// nodes in turn (a message published on any node reaches the subscribers of every one).
-async fn follow_model_changes(
+/// Follows `channel` (`MODELS_CHANGED`, or the keys') until every receiver of
+/// `generation` is gone: the generation moves on with each notification, and with each
+/// new subscription (what was said while unsubscribed is unknown); it is `None` while
+/// unsubscribed. Each subscription is to the primary of the moment (the sentinels may have
+/// named another), or to a cluster's seed nodes in turn (a message published on any node
+/// reaches the subscribers of every one).
+pub(super) async fn follow_changes(
     primary: Weak<RwLock<Primary>>,
+    channel: &'static str,
     generation: watch::Sender<Option<u64>>,
 ) {
     let mut next = 0_u64;
@@ -65,13 +70,13 @@ async fn follow_model_changes(
             return;
         };
         let subscribed = tokio::select! {
-            subscribed = subscribe(&client) => subscribed,
+            subscribed = subscribe(&client, channel) => subscribed,
             () = generation.closed() => return,
         };
         match subscribed {
             Ok(pubsub) => {
                 if warned {
-                    tracing::info!("following model additions again");
+                    tracing::info!(channel, "following the gateway's changes again");
                     warned = false;
                 }
                 next += 1;
@@ -92,7 +97,7 @@ async fn follow_model_changes(
                 generation.send_replace(None);
             }
             Err(err) if !warned => {
-                tracing::warn!(error = %err, "cannot follow model additions; added models are read on every call until then");
+                tracing::warn!(error = %err, channel, "cannot follow the gateway's changes; what they invalidate is read on every call until then");
                 warned = true;
             }
             Err(_) => {}
@@ -164,8 +169,9 @@ impl ModelStore for RedisStore {
         self.model_changes
             .get_or_init(|| {
                 let (generation, changes) = watch::channel(None);
-                tokio::spawn(follow_model_changes(
+                tokio::spawn(follow_changes(
                     Arc::downgrade(&self.primary),
+                    MODELS_CHANGED,
                     generation,
                 ));
                 changes
