@@ -82,6 +82,17 @@ pub struct CallParams {
     pub num_retries: Option<u32>,
     /// `/v1/messages` goes to the upstream as it is, not translated to chat completions.
     pub native_messages: bool,
+    /// The model takes `reasoning_effort` (`model_info.supports_reasoning`, LiteLLM's
+    /// key): a translated call's thinking settings become one.
+    pub takes_reasoning: bool,
+}
+
+/// Whether `model_info` says the model takes `reasoning_effort`.
+pub fn takes_reasoning(model_info: Option<&serde_json::Value>) -> bool {
+    model_info
+        .and_then(|info| info.get("supports_reasoning"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
 }
 
 /// The most retries an entry may ask for: one client call causes at most this many
@@ -446,6 +457,7 @@ fn call_params(params: &FileParams, model: &str, what: &str) -> Result<CallParam
         timeout,
         num_retries: params.num_retries,
         native_messages,
+        takes_reasoning: false,
     })
 }
 
@@ -483,10 +495,12 @@ impl GatewayConfig {
             check_api_key(&api_key).map_err(|err| format!("{what}: {err}"))?;
             let prices = Prices::from_model_info(entry.model_info.as_ref())
                 .map_err(|err| format!("{what}: {err}"))?;
+            let mut call = call_params(&params, &model, &what)?;
+            call.takes_reasoning = takes_reasoning(entry.model_info.as_ref());
             models.push(ModelEntry {
                 prices,
                 added: false,
-                params: call_params(&params, &model, &what)?,
+                params: call,
                 model_name: entry.model_name,
                 model,
                 api_base,
@@ -847,6 +861,7 @@ general_settings:
                 timeout: Some(Duration::from_secs(30)),
                 num_retries: Some(2),
                 native_messages: false,
+                takes_reasoning: false,
             }
         );
         assert_eq!(

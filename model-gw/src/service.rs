@@ -156,7 +156,12 @@ const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
 /// An added model as an entry: its prices were checked when it was added.
 fn added_entry(model: StoredModel) -> ModelEntry {
     let prices = Prices::from_model_info(model.model_info.as_ref()).unwrap_or_default();
+    let params = crate::config::CallParams {
+        takes_reasoning: crate::config::takes_reasoning(model.model_info.as_ref()),
+        ..crate::config::CallParams::default()
+    };
     ModelEntry {
+        params,
         model_name: model.model_name,
         model: model.model,
         api_base: model.api_base,
@@ -651,8 +656,13 @@ impl ModelGatewayService {
             // An OpenAI-compatible upstream has no Messages API: a chat completion in its
             // place.
             let count_tokens = api == Api::MessagesCountTokens;
-            let translated = messages::chat_request(&body, &upstream.model, count_tokens)
-                .map_err(|err| error(ErrorCode::BadRequest, err))?;
+            let translated = messages::chat_request_for(
+                &body,
+                &upstream.model,
+                count_tokens,
+                upstream.params.takes_reasoning,
+            )
+            .map_err(|err| error(ErrorCode::BadRequest, err))?;
             Prepared {
                 api,
                 path: openai::path(Api::ChatCompletions),
