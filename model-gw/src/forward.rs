@@ -77,6 +77,11 @@ pub struct CallRecord {
     /// The routing entry's name: the calls' metrics label.
     model_entry: String,
     started: Instant,
+    /// For the access log line: the API, what the upstream answered, the bytes each way.
+    api: Api,
+    upstream_status: Option<u16>,
+    bytes_in: usize,
+    bytes_out: u64,
     /// What the call costs per token.
     prices: Prices,
     /// The virtual key the call is charged to.
@@ -92,6 +97,19 @@ impl CallRecord {
     fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {
         let elapsed = self.started.elapsed();
         crate::metrics::finished(&self.model_entry, status, elapsed, usage);
+        crate::access::log(&crate::access::AccessLine {
+            api: self.api,
+            asked: &self.entry.model,
+            entry: &self.model_entry,
+            upstream_status: self.upstream_status,
+            status,
+            latency: elapsed,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            session_id: self.entry.session_id.as_deref(),
+            key_alias: self.entry.key_alias.as_deref(),
+            reason: None,
+        });
         Span::current().set_attribute("http.response.status_code", i64::from(status));
         self.entry.status = status;
         self.entry.latency_ms = elapsed.as_millis() as u64;
@@ -113,7 +131,7 @@ impl CallRecord {
 /// length is cut there (at a character boundary).
 const MAX_KEPT_TEXT: usize = 256;
 
-fn bounded(text: &str) -> String {
+pub(crate) fn bounded(text: &str) -> String {
     match text.char_indices().nth(MAX_KEPT_TEXT) {
         Some((end, _)) => text[..end].to_owned(),
         None => text.to_owned(),
@@ -122,7 +140,7 @@ fn bounded(text: &str) -> String {
 
 /// The metrics label of a call's entry: the configuration's entries by name, every model
 /// added at runtime under one label, so that additions make no new series.
-fn metric_label(upstream: &Upstream) -> String {
+pub(crate) fn metric_label(upstream: &Upstream) -> String {
     if upstream.guarded {
         "(added)".to_owned()
     } else {
@@ -145,7 +163,7 @@ fn egress_refusal(err: &reqwest::Error) -> Option<String> {
 }
 
 /// The first of `names` the client sent, as text.
-fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+pub(crate) fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
     names
         .iter()
         .find_map(|name| headers.get(*name))
@@ -154,7 +172,7 @@ fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
 
 /// The spend log metadata header, when it holds JSON of at most
 /// [`SPEND_LOGS_METADATA_LIMIT`] bytes; anything else is logged and ignored.
-fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
+pub(crate) fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
     let (name, raw) = SPEND_LOGS_METADATA
         .iter()
         .find_map(|name| Some((*name, headers.get(*name)?)))?;
@@ -245,7 +263,7 @@ impl ModelGatewayService {
         upstream: Upstream,
         charge: Option<Charge>,
     ) -> Result<Response<CallStream>, Status> {
-        let record = CallRecord {
+        let mut record = CallRecord {
             entry: SpendLogEntry {
                 request_id: uuid::Uuid::new_v4().to_string(),
                 started_at_ms: now_ms(),
@@ -261,6 +279,10 @@ impl ModelGatewayService {
             },
             model_entry: metric_label(&upstream),
             started: Instant::now(),
+            api: call.api,
+            upstream_status: None,
+            bytes_in: call.body.iter().map(Bytes::len).sum(),
+            bytes_out: 0,
             prices: upstream.prices,
             charge,
         };
@@ -355,6 +377,7 @@ impl ModelGatewayService {
         };
         Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
         let status = response.status().as_u16();
+        record.upstream_status = Some(status);
         let content_type = response
             .headers()
             .get(http::header::CONTENT_TYPE)
@@ -535,7 +558,7 @@ fn without_empty_values(headers: &mut HeaderMap) {
 }
 
 /// The spend log's name of an API (LiteLLM's `call_type`).
-fn api_name(api: Api) -> &'static str {
+pub(crate) fn api_name(api: Api) -> &'static str {
     match api {
         // Refused before a call is prepared.
         Api::ChatCompletions | Api::Unspecified => "completion",
@@ -553,7 +576,7 @@ async fn whole_answer(
     response: reqwest::Response,
     mut first: CallResponse,
     call: &Prepared,
-    record: CallRecord,
+    mut record: CallRecord,
     max_bytes: usize,
     deadline: tokio::time::Instant,
 ) -> (Vec<CallResponse>, Finished, Option<Status>) {
@@ -571,6 +594,7 @@ async fn whole_answer(
                 // upstream's was.
                 "application/json".clone_into(&mut first.content_type);
             }
+            record.bytes_out = rest.len() as u64;
             first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
             let mut messages = vec![first];
             while !rest.is_empty() {
@@ -758,6 +782,14 @@ impl StreamEditor {
             Self::Message(translator) => translator.usage,
         }
     }
+
+    /// Whether the answer's last event has been passed on.
+    fn ended(&self) -> bool {
+        match self {
+            Self::Rename(renamer) => renamer.ended,
+            Self::Message(translator) => translator.ended(),
+        }
+    }
 }
 
 /// A streamed answer's events (the first leave with its head): passed on as they arrive, each
@@ -805,6 +837,9 @@ impl Relay {
                         )));
                     }
                     if !out.is_empty() {
+                        if let Some(record) = &mut self.record {
+                            record.bytes_out += out.len() as u64;
+                        }
                         return Some(Ok(message(out)));
                     }
                 }
@@ -820,6 +855,9 @@ impl Relay {
                 }
                 Ok(None) => {
                     let rest = self.editor.finish();
+                    if let Some(record) = &mut self.record {
+                        record.bytes_out += rest.len() as u64;
+                    }
                     let entry = self.finish(self.status, || {})?;
                     self.gateway.log_spend_soon(entry);
                     return (!rest.is_empty()).then(|| Ok(message(rest)));
@@ -839,8 +877,16 @@ impl Relay {
 }
 
 impl Drop for Relay {
+    /// The client left. Once its answer's last event was relayed (Codex closes the
+    /// connection at `response.completed`, before the upstream's stream has ended) the
+    /// call is complete and logged with the upstream's status; before, it is 499.
     fn drop(&mut self) {
-        if let Some(entry) = self.finish(499, || {}) {
+        let status = if self.editor.ended() {
+            self.status
+        } else {
+            499
+        };
+        if let Some(entry) = self.finish(status, || {}) {
             self.gateway.log_spend_soon(entry);
         }
     }
