@@ -11,6 +11,7 @@ mod agent_server;
 
 mod catalog;
 mod chart;
+mod coding_agents;
 mod event_store;
 mod events;
 mod faults;
