@@ -85,6 +85,9 @@ pub struct CallParams {
     /// The model takes `reasoning_effort` (`model_info.supports_reasoning`, LiteLLM's
     /// key): a translated call's thinking settings become one.
     pub takes_reasoning: bool,
+    /// The upstream has no `/responses` (`responses_api: chat`): Responses API calls are
+    /// bridged to chat completions.
+    pub responses_via_chat: bool,
 }
 
 /// Whether `model_info` says the model takes `reasoning_effort`.
@@ -172,6 +175,8 @@ struct FileParams {
     #[serde(default)]
     messages_api: Option<MessagesApi>,
     #[serde(default)]
+    responses_api: Option<ResponsesApi>,
+    #[serde(default)]
     rpm: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     tpm: Option<serde::de::IgnoredAny>,
@@ -187,6 +192,16 @@ enum MessagesApi {
     Translate,
     /// As the client sent it: the upstream speaks Anthropic's API.
     Native,
+}
+
+/// How `/v1/responses` reaches an `openai/` upstream.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum ResponsesApi {
+    /// As the client sent it (the default).
+    Native,
+    /// Bridged to chat completions and back: the upstream serves chat completions only.
+    Chat,
 }
 
 /// How errors and findings name a model entry: `model_list[0] (claude)`.
@@ -453,11 +468,18 @@ fn call_params(params: &FileParams, model: &str, what: &str) -> Result<CallParam
             "{what}: messages_api applies to openai/ entries (a gateway_proxy/ upstream gets /v1/messages as it is)"
         ));
     }
+    let responses_via_chat = params.responses_api == Some(ResponsesApi::Chat);
+    if responses_via_chat && !model.starts_with("openai/") {
+        return Err(format!(
+            "{what}: responses_api applies to openai/ entries (a gateway_proxy/ upstream gets /v1/responses as it is)"
+        ));
+    }
     Ok(CallParams {
         timeout,
         num_retries: params.num_retries,
         native_messages,
         takes_reasoning: false,
+        responses_via_chat,
     })
 }
 
@@ -862,6 +884,7 @@ general_settings:
                 num_retries: Some(2),
                 native_messages: false,
                 takes_reasoning: false,
+                responses_via_chat: false,
             }
         );
         assert_eq!(

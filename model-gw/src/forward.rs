@@ -29,6 +29,7 @@ use crate::headers::{
 use crate::messages;
 use crate::messages::stream::StreamTranslator;
 use crate::openai;
+use crate::responses::stream::ResponsesTranslator;
 use crate::retry::{RetryPolicy, transient};
 use crate::rewrite::{self, SseRenamer, Usage, rename_model};
 use crate::routing::{Kind, Upstream};
@@ -68,6 +69,8 @@ pub enum AnswerEdit {
     Message,
     /// A one-token chat completion's usage as a `count_tokens` answer.
     CountTokens,
+    /// A chat completion bridged back to a Responses API answer.
+    Response,
 }
 
 /// What the spend log learns from a request before it is forwarded: one entry per
@@ -694,6 +697,21 @@ fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (u16, Bytes, Option<
         AnswerEdit::Message | AnswerEdit::CountTokens => {
             (status, Bytes::from(messages::error(status, &body)), None)
         }
+        AnswerEdit::Response if success => {
+            let usage = rewrite::usage(&body);
+            match crate::responses::response(&body, &call.asked) {
+                Some(translated) => (status, Bytes::from(translated), usage),
+                None => (
+                    502,
+                    openai::error(
+                        502,
+                        Bytes::from_static(b"the upstream's answer is not a chat completion"),
+                    ),
+                    usage,
+                ),
+            }
+        }
+        AnswerEdit::Response => (status, openai::error(status, body), None),
     }
 }
 
@@ -739,6 +757,7 @@ async fn whole_body(
 enum StreamEditor {
     Rename(SseRenamer),
     Message(StreamTranslator),
+    Response(ResponsesTranslator),
 }
 
 impl StreamEditor {
@@ -752,6 +771,9 @@ impl StreamEditor {
             AnswerEdit::Message | AnswerEdit::CountTokens => {
                 Self::Message(StreamTranslator::new(&call.asked).with_line_limit(max_line))
             }
+            AnswerEdit::Response => {
+                Self::Response(ResponsesTranslator::new(&call.asked).with_line_limit(max_line))
+            }
         }
     }
 
@@ -759,6 +781,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.overflowed(),
             Self::Message(translator) => translator.overflowed(),
+            Self::Response(translator) => translator.overflowed(),
         }
     }
 
@@ -766,6 +789,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.push(chunk),
             Self::Message(translator) => translator.push(chunk),
+            Self::Response(translator) => translator.push(chunk),
         }
     }
 
@@ -773,6 +797,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.finish(),
             Self::Message(translator) => translator.finish(),
+            Self::Response(translator) => translator.finish(),
         }
     }
 
@@ -780,6 +805,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.usage,
             Self::Message(translator) => translator.usage,
+            Self::Response(translator) => translator.usage,
         }
     }
 
@@ -788,6 +814,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.ended,
             Self::Message(translator) => translator.ended(),
+            Self::Response(translator) => translator.ended(),
         }
     }
 }

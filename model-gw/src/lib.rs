@@ -18,6 +18,8 @@ pub mod messages;
 mod metrics;
 mod openai;
 mod registry;
+#[doc(hidden)]
+pub mod responses;
 mod retry;
 mod rewrite;
 mod routing;

@@ -692,6 +692,25 @@ impl ModelGatewayService {
                     AnswerEdit::Message
                 },
             }
+        } else if api == Api::Responses
+            && upstream.kind == Kind::OpenAi
+            && upstream.params.responses_via_chat
+        {
+            // An upstream that serves chat completions only: the Responses API bridged.
+            let translated = crate::responses::chat_request(
+                &body,
+                &upstream.model,
+                upstream.params.takes_reasoning,
+            )
+            .map_err(|err| error(ErrorCode::BadRequest, err))?;
+            Prepared {
+                api,
+                path: openai::path(Api::ChatCompletions),
+                body: vec![Bytes::from(translated.body)],
+                asked: request.model.clone(),
+                user: translated.user,
+                answer: AnswerEdit::Response,
+            }
         } else {
             let mut call = openai::prepare(api, &body, &request, &upstream.model);
             if anthropic {

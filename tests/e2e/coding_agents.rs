@@ -379,3 +379,24 @@ async fn codex_runs_a_tool_through_a_responses_upstream() {
     let requests = assert_the_turns_completed(&sandgate, &upstream, &dirs.workspace, &stdout).await;
     assert!(requests.iter().all(|r| r.path == "/v1/responses"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_runs_a_tool_through_a_chat_only_upstream_over_the_responses_bridge() {
+    let upstream = ReplayUpstream::start(Speaks::Chat).await;
+    let (sandgate, _config) = gateway(&upstream, "openai/gpt-4.1", ", responses_api: chat").await;
+    let dirs = dirs();
+    let stdout = run(codex(&sandgate, &dirs)).await;
+    let requests = assert_the_turns_completed(&sandgate, &upstream, &dirs.workspace, &stdout).await;
+    assert!(requests.iter().all(|r| r.path == "/v1/chat/completions"));
+    // The second turn carries the call and its output, as chat completions need them.
+    let messages = requests[1].body["messages"].as_array().expect("messages");
+    let tool = messages
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("the tool's output");
+    let call = messages
+        .iter()
+        .find(|m| m["tool_calls"].is_array())
+        .expect("the assistant's call");
+    assert_eq!(tool["tool_call_id"], call["tool_calls"][0]["id"]);
+}
