@@ -15,6 +15,7 @@ mod coding_agents;
 mod event_store;
 mod events;
 mod faults;
+mod gateway_accounting;
 mod gateway_attacks;
 mod gateway_keys;
 mod hostile;
