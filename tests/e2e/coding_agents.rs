@@ -22,11 +22,11 @@ use crate::common::{Backend, REAL_CLIENTS, Sandgate, file_with, repository, tool
 use crate::model_gateway::{MASTER_KEY, Recorded, UPSTREAM_KEY};
 
 /// The text every final answer holds.
-const FINAL_TEXT: &str = "The file is written.";
+pub(crate) const FINAL_TEXT: &str = "The file is written.";
 
 /// What a fake upstream speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Speaks {
+pub(crate) enum Speaks {
     /// Chat completions only, as vLLM or Ollama: `/responses` and `/messages` are 404.
     Chat,
     /// Anthropic's Messages API, which refuses beta fields without their `anthropic-beta`.
@@ -141,13 +141,13 @@ async fn replay(State(state): State<ReplayState>, request: http::Request<Body>) 
 }
 
 /// A provider on port 0 that replays the recordings and keeps every request.
-struct ReplayUpstream {
+pub(crate) struct ReplayUpstream {
     address: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
 }
 
 impl ReplayUpstream {
-    async fn start(speaks: Speaks) -> Self {
+    pub(crate) async fn start(speaks: Speaks) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address");
@@ -170,7 +170,7 @@ impl ReplayUpstream {
 
 /// Sandgate with one entry, `agent`, on `upstream` (the entry's extra settings in
 /// `params`, YAML flow mapping members).
-async fn gateway(
+pub(crate) async fn gateway(
     upstream: &ReplayUpstream,
     model: &str,
     params: &str,
@@ -211,7 +211,7 @@ async fn spend_logs(sandgate: &Sandgate, count: usize) -> Vec<Value> {
 }
 
 /// A CLI of `.tools/coding-agents/`, run in `workspace` with a home of its own.
-fn cli(name: &str, workspace: &Path, home: &Path) -> Command {
+pub(crate) fn cli(name: &str, workspace: &Path, home: &Path) -> Command {
     let mut command = Command::new(tool(
         &format!("coding-agents/node_modules/.bin/{name}"),
         REAL_CLIENTS,
@@ -246,7 +246,7 @@ async fn run(mut command: Command) -> String {
 
 /// What every run must show: the file written by the tool call, the final text printed,
 /// and each upstream call in the spend log with status 200.
-async fn assert_the_turns_completed(
+pub(crate) async fn assert_the_turns_completed(
     sandgate: &Sandgate,
     upstream: &ReplayUpstream,
     workspace: &Path,
@@ -265,13 +265,13 @@ async fn assert_the_turns_completed(
     requests
 }
 
-struct Dirs {
+pub(crate) struct Dirs {
     _root: tempfile::TempDir,
-    workspace: PathBuf,
-    home: PathBuf,
+    pub(crate) workspace: PathBuf,
+    pub(crate) home: PathBuf,
 }
 
-fn dirs() -> Dirs {
+pub(crate) fn dirs() -> Dirs {
     let root = tempfile::tempdir().expect("temp dir");
     let workspace = root.path().join("workspace");
     let home = root.path().join("home");
@@ -343,28 +343,33 @@ async fn claude_code_runs_a_tool_through_a_native_entry_with_its_beta_features()
     }
 }
 
-/// Codex `exec` on the gateway's `agent`, through a provider of its config that speaks the
-/// Responses API (the only wire API Codex 0.171 has), with its sandbox off: the test's
-/// workspace is a temporary directory.
-fn codex(sandgate: &Sandgate, dirs: &Dirs) -> Command {
+/// Codex's configuration (`$CODEX_HOME/config.toml`) for the gateway's `agent`, through a
+/// provider that speaks the Responses API (the only wire API Codex 0.171 has), its
+/// sandbox off (the sandbox needs bubblewrap; the test's workspace is a temporary
+/// directory) and nothing asked; the directory, for `CODEX_HOME`.
+pub(crate) fn codex_home(sandgate: &Sandgate, dirs: &Dirs) -> PathBuf {
     let codex_home = dirs.home.join(".codex");
     std::fs::create_dir_all(&codex_home).expect("codex home");
     std::fs::write(
         codex_home.join("config.toml"),
         format!(
-            "model = \"agent\"\nmodel_provider = \"sandgate\"\n\n[model_providers.sandgate]\nname = \"Sandgate\"\nbase_url = \"{}\"\nenv_key = \"SANDGATE_API_KEY\"\nwire_api = \"responses\"\n",
+            "model = \"agent\"\nmodel_provider = \"sandgate\"\nsandbox_mode = \"danger-full-access\"\napproval_policy = \"never\"\n\n[model_providers.sandgate]\nname = \"Sandgate\"\nbase_url = \"{}\"\nenv_key = \"SANDGATE_API_KEY\"\nwire_api = \"responses\"\n",
             sandgate.url("/v1")
         ),
     )
     .expect("codex config");
+    codex_home
+}
+
+/// Codex `exec` on the gateway's `agent`.
+fn codex(sandgate: &Sandgate, dirs: &Dirs) -> Command {
     let mut command = cli("codex", &dirs.workspace, &dirs.home);
     command
-        .env("CODEX_HOME", &codex_home)
+        .env("CODEX_HOME", codex_home(sandgate, dirs))
         .env("SANDGATE_API_KEY", MASTER_KEY)
         .args([
             "exec",
             "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
             "Write hello into made.txt with the shell, then say so.",
         ]);
     command

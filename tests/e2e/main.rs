@@ -12,6 +12,7 @@ mod agent_server;
 mod catalog;
 mod chart;
 mod coding_agents;
+mod coding_agents_acp;
 mod event_store;
 mod events;
 mod faults;
