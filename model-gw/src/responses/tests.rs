@@ -191,3 +191,92 @@ fn a_whole_answer_becomes_a_response() {
     );
     assert_eq!(response["usage"]["total_tokens"], 37);
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::events;
+    use crate::responses::stream::ResponsesTranslator;
+
+    /// One chat completion chunk's delta: reasoning, text, or a piece of a tool call.
+    fn delta() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            "[a-z ]{0,8}".prop_map(|text| json!({"reasoning_content": text})),
+            "[a-z ]{0,8}".prop_map(|text| json!({"content": text})),
+            (0_u64..3, "[a-z{}\":]{0,8}").prop_map(|(index, arguments)| json!({"tool_calls": [
+                {"index": index, "id": format!("call_{index}"), "function": {"name": "f", "arguments": arguments}}
+            ]})),
+        ]
+    }
+
+    fn stream() -> impl Strategy<Value = (Vec<u8>, usize)> {
+        (
+            prop::collection::vec(delta(), 0..12),
+            prop::option::of(prop_oneof![Just("stop"), Just("length"), Just("tool_calls")]),
+            any::<bool>(),
+            any::<prop::sample::Index>(),
+        )
+            .prop_map(|(deltas, finish, done, cut)| {
+                let mut text = String::new();
+                for delta in deltas {
+                    let chunk = json!({"id": "c", "created": 1, "choices": [{"index": 0, "delta": delta}]});
+                    text.push_str(&format!("data: {chunk}\n\n"));
+                }
+                if let Some(reason) = finish {
+                    let chunk = json!({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]});
+                    text.push_str(&format!("data: {chunk}\n\n"));
+                }
+                if done {
+                    text.push_str("data: [DONE]\n\n");
+                }
+                let cut = cut.index(text.len() + 1);
+                (text.into_bytes(), cut)
+            })
+    }
+
+    fn translated(pieces: &[&[u8]]) -> Vec<u8> {
+        let mut translator = ResponsesTranslator::new("asked");
+        let mut out = Vec::new();
+        for piece in pieces {
+            out.extend(translator.push(piece));
+        }
+        out.extend(translator.finish());
+        out
+    }
+
+    proptest! {
+        /// However the upstream's stream is cut, the same events: numbered from 0, one
+        /// final event, items opened and closed in turn, and the final response holding
+        /// each item as its `done` event said it.
+        #[test]
+        fn any_stream_becomes_well_formed_events((stream, cut) in stream()) {
+            let whole = translated(&[&stream]);
+            let (head, tail) = stream.split_at(cut);
+            prop_assert_eq!(&translated(&[head, tail]), &whole);
+            let events = events(&whole);
+            let mut done_items = Vec::new();
+            let mut open = None;
+            for (number, (kind, data)) in events.iter().enumerate() {
+                prop_assert_eq!(&data["sequence_number"], &json!(number));
+                match kind.as_str() {
+                    "response.output_item.added" => {
+                        prop_assert!(open.is_none());
+                        prop_assert_eq!(&data["output_index"], &json!(done_items.len()));
+                        open = Some(done_items.len());
+                    }
+                    "response.output_item.done" => {
+                        prop_assert_eq!(data["output_index"].as_u64(), open.map(|index| index as u64));
+                        done_items.push(data["item"].clone());
+                        open = None;
+                    }
+                    _ => {}
+                }
+            }
+            let (last, final_event) = events.last().expect("events");
+            prop_assert!(last == "response.completed" || last == "response.incomplete");
+            prop_assert!(open.is_none());
+            prop_assert_eq!(&final_event["response"]["output"], &json!(done_items));
+        }
+    }
+}
