@@ -79,6 +79,20 @@ fn stream(text: String) -> Response {
         .expect("response")
 }
 
+/// A stream whose end comes half a second after its last event, as some providers' do:
+/// Codex closes the connection at `response.completed`, before the end.
+fn lingering_stream(text: String) -> Response {
+    let events = futures::stream::once(async move { Ok::<_, std::convert::Infallible>(text) });
+    let end = futures::stream::once(async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(String::new())
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(futures::StreamExt::chain(events, end)))
+        .expect("response")
+}
+
 fn refused(status: u16, message: &str) -> Response {
     Response::builder()
         .status(status)
@@ -133,8 +147,8 @@ async fn replay(State(state): State<ReplayState>, request: http::Request<Body>) 
             }
         }
         Speaks::Responses if path.ends_with("/responses") => match (second, tool) {
-            (false, Some(_)) => stream(recording("responses_exec_command_call.sse")),
-            _ => stream(recording("responses_final.sse")),
+            (false, Some(_)) => lingering_stream(recording("responses_exec_command_call.sse")),
+            _ => lingering_stream(recording("responses_final.sse")),
         },
         _ => refused(404, "not found"),
     }
@@ -381,6 +395,8 @@ async fn codex_runs_a_tool_through_a_responses_upstream() {
     let (sandgate, _config) = gateway(&upstream, "openai/gpt-5-codex", "").await;
     let dirs = dirs();
     let stdout = run(codex(&sandgate, &dirs)).await;
+    // Each answer's stream ends half a second after `response.completed`, where Codex
+    // closes the connection: the calls are complete all the same (200, not 499).
     let requests = assert_the_turns_completed(&sandgate, &upstream, &dirs.workspace, &stdout).await;
     assert!(requests.iter().all(|r| r.path == "/v1/responses"));
 }
