@@ -127,6 +127,33 @@ mod tests {
     }
 
     #[test]
+    fn claude_codes_recorded_request_translates_with_its_environment_in_place() {
+        let path = format!(
+            "{}/../tests/fixtures/coding_agents/claude_code_messages_request.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let body = std::fs::read(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
+        for count_tokens in [false, true] {
+            let translated = super::super::chat_request_for(&body, "up", count_tokens, true)
+                .unwrap_or_else(|err| panic!("{err}"));
+            let chat: serde_json::Value = serde_json::from_slice(&translated.body).expect("JSON");
+            let roles: Vec<&str> = chat["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .filter_map(|message| message["role"].as_str())
+                .collect();
+            assert_eq!(roles, ["system", "user", "system"]);
+            // Its thinking budget, as an effort.
+            assert!(
+                chat["reasoning_effort"].is_string(),
+                "{}",
+                chat["reasoning_effort"]
+            );
+        }
+    }
+
+    #[test]
     fn what_claude_code_sends_beyond_the_conversation_is_named_as_dropped() {
         let request = parsed(
             r#"{"model":"m","messages":[],"thinking":{"type":"enabled","budget_tokens":9},"context_management":{"edits":[]},"output_config":{"effort":"high"},"top_k":3}"#,
