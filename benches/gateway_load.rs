@@ -4,7 +4,9 @@
 //! stack on the machine. Reports the added latency at concurrency 1 and 16, requests per
 //! second at 64, and the added time to a stream's first chunk; then, at concurrency 1, the
 //! added p50 of `/v1/responses`, `/v1/embeddings` and a translated `/v1/messages` (against
-//! the chat completion it becomes, called directly), streamed first chunks included. Beside
+//! the chat completion it becomes, called directly), streamed first chunks included; and
+//! the Responses bridge: a bridged `/v1/responses` beside a chat completion through the
+//! same entry, each against the direct chat completion, plain and streamed. Beside
 //! each figure of a stream or another API, the CPU time the forwarding process (Sandgate,
 //! or the bare forwarder) used per call (a measure the machine's noise moves less than
 //! latency) and how often its threads were woken.
@@ -14,7 +16,8 @@
 //! `1,16,64`), `BENCH_STREAMS` (streams timed per target, default 2000), `BENCH_ROUNDS`
 //! (how many times each cell runs, interleaved; default 1), `BENCH_SANDGATE`
 //! (`label=path,…`: release binaries to compare side by side in one run; default the
-//! current build) and `BENCH_PARTS` (which tables: `chat`, `streams`, `apis`; default all).
+//! current build) and `BENCH_PARTS` (which tables: `chat`, `streams`, `apis`, `bridge`;
+//! default all).
 
 #![expect(
     clippy::expect_used,
@@ -25,6 +28,8 @@
 
 #[path = "harness/binaries.rs"]
 mod binaries;
+#[path = "harness/bridge.rs"]
+mod bridge;
 #[path = "harness/closed_loop.rs"]
 mod closed_loop;
 mod harness;
@@ -40,7 +45,7 @@ use http_body_util::{BodyExt, Full};
 const MASTER_KEY: &str = "bench-master-key";
 
 /// The tables `BENCH_PARTS` can pick, in the order they run.
-const PARTS: [&str; 3] = ["chat", "streams", "apis"];
+const PARTS: [&str; 4] = ["chat", "streams", "apis", "bridge"];
 
 fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
     request_to("/v1/chat/completions", body)
@@ -252,6 +257,9 @@ async fn main() {
             rounds,
         )
         .await;
+    }
+    if parts.contains(&"bridge") {
+        bridge::responses_bridge(&direct, &gateways, seconds, streams, rounds).await;
     }
 }
 

@@ -121,15 +121,36 @@ pub fn message(model: &str, stream: bool) -> Bytes {
     )
 }
 
-/// A gateway configuration file with two models served by `api_base`: `claude` (a
-/// gateway of the same kind) as `claude-sonnet`, and `gpt` (an OpenAI-compatible API,
-/// which gets Anthropic's API translated) as `gpt-up`; client headers forwarded.
+/// A Responses API request for `model`, streamed or not, as Codex sends them: its
+/// instructions, the user's message as an input item, a function tool.
+pub fn responses_request(model: &str, stream: bool) -> Bytes {
+    Bytes::from(
+        json!({
+            "model": model,
+            "instructions": "You are a coding agent.",
+            "input": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Write a function that adds two numbers."}]}
+            ],
+            "tools": [{"type": "function", "name": "exec_command", "description": "Runs a command", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}],
+            "tool_choice": "auto",
+            "parallel_tool_calls": false,
+            "store": false,
+            "stream": stream,
+        })
+        .to_string(),
+    )
+}
+
+/// A gateway configuration file with three models served by `api_base`: `claude` (a
+/// gateway of the same kind) as `claude-sonnet`, `gpt` (an OpenAI-compatible API, which
+/// gets Anthropic's API translated) as `gpt-up`, and `gpt-bridge` (the same, serving chat
+/// completions only: the Responses API is bridged); client headers forwarded.
 pub fn gateway_config(api_base: &str) -> tempfile::NamedTempFile {
     let config = tempfile::NamedTempFile::new().expect("config");
     std::fs::write(
         config.path(),
         format!(
-            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{api_base}\", api_key: sk-upstream}}\n    model_info: {{input_cost_per_token: 0.000003, output_cost_per_token: 0.000015}}\n  - model_name: gpt\n    gateway_params: {{model: openai/gpt-up, api_base: \"{api_base}/v1\", api_key: sk-upstream}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
+            "model_list:\n  - model_name: claude\n    gateway_params: {{model: gateway_proxy/claude-sonnet, api_base: \"{api_base}\", api_key: sk-upstream}}\n    model_info: {{input_cost_per_token: 0.000003, output_cost_per_token: 0.000015}}\n  - model_name: gpt\n    gateway_params: {{model: openai/gpt-up, api_base: \"{api_base}/v1\", api_key: sk-upstream}}\n  - model_name: gpt-bridge\n    gateway_params: {{model: openai/gpt-up, api_base: \"{api_base}/v1\", api_key: sk-upstream, responses_api: chat}}\ngeneral_settings:\n  forward_client_headers_to_llm_api: true\n"
         ),
     )
     .expect("write config");

@@ -8,6 +8,7 @@ pub mod config;
 pub mod conversation;
 pub mod gateway;
 pub mod messages;
+pub mod responses;
 
 /// A target's entry point: returns, or panics on a crash or a broken invariant.
 pub type Entry = fn(&[u8]);
@@ -20,6 +21,8 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("gateway_answer", gateway::upstream_answer),
     ("messages_request", messages::messages_request),
     ("messages_stream", messages::messages_stream),
+    ("responses_request", responses::responses_request),
+    ("responses_stream", responses::responses_stream),
     ("gateway_config", config::gateway_config),
     ("warm_runtimes", config::warm_runtimes),
     ("storage_quantity", config::storage_quantity),

@@ -82,6 +82,20 @@ pub struct CallParams {
     pub num_retries: Option<u32>,
     /// `/v1/messages` goes to the upstream as it is, not translated to chat completions.
     pub native_messages: bool,
+    /// The model takes `reasoning_effort` (`model_info.supports_reasoning`, LiteLLM's
+    /// key): a translated call's thinking settings become one.
+    pub takes_reasoning: bool,
+    /// The upstream has no `/responses` (`responses_api: chat`): Responses API calls are
+    /// bridged to chat completions.
+    pub responses_via_chat: bool,
+}
+
+/// Whether `model_info` says the model takes `reasoning_effort`.
+pub fn takes_reasoning(model_info: Option<&serde_json::Value>) -> bool {
+    model_info
+        .and_then(|info| info.get("supports_reasoning"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
 }
 
 /// The most retries an entry may ask for: one client call causes at most this many
@@ -161,6 +175,8 @@ struct FileParams {
     #[serde(default)]
     messages_api: Option<MessagesApi>,
     #[serde(default)]
+    responses_api: Option<ResponsesApi>,
+    #[serde(default)]
     rpm: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     tpm: Option<serde::de::IgnoredAny>,
@@ -176,6 +192,16 @@ enum MessagesApi {
     Translate,
     /// As the client sent it: the upstream speaks Anthropic's API.
     Native,
+}
+
+/// How `/v1/responses` reaches an `openai/` upstream.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum ResponsesApi {
+    /// As the client sent it (the default).
+    Native,
+    /// Bridged to chat completions and back: the upstream serves chat completions only.
+    Chat,
 }
 
 /// How errors and findings name a model entry: `model_list[0] (claude)`.
@@ -442,10 +468,18 @@ fn call_params(params: &FileParams, model: &str, what: &str) -> Result<CallParam
             "{what}: messages_api applies to openai/ entries (a gateway_proxy/ upstream gets /v1/messages as it is)"
         ));
     }
+    let responses_via_chat = params.responses_api == Some(ResponsesApi::Chat);
+    if responses_via_chat && !model.starts_with("openai/") {
+        return Err(format!(
+            "{what}: responses_api applies to openai/ entries (a gateway_proxy/ upstream gets /v1/responses as it is)"
+        ));
+    }
     Ok(CallParams {
         timeout,
         num_retries: params.num_retries,
         native_messages,
+        takes_reasoning: false,
+        responses_via_chat,
     })
 }
 
@@ -483,10 +517,12 @@ impl GatewayConfig {
             check_api_key(&api_key).map_err(|err| format!("{what}: {err}"))?;
             let prices = Prices::from_model_info(entry.model_info.as_ref())
                 .map_err(|err| format!("{what}: {err}"))?;
+            let mut call = call_params(&params, &model, &what)?;
+            call.takes_reasoning = takes_reasoning(entry.model_info.as_ref());
             models.push(ModelEntry {
                 prices,
                 added: false,
-                params: call_params(&params, &model, &what)?,
+                params: call,
                 model_name: entry.model_name,
                 model,
                 api_base,
@@ -847,6 +883,8 @@ general_settings:
                 timeout: Some(Duration::from_secs(30)),
                 num_retries: Some(2),
                 native_messages: false,
+                takes_reasoning: false,
+                responses_via_chat: false,
             }
         );
         assert_eq!(

@@ -23,21 +23,17 @@ use crate::budget::Prices;
 use crate::config::GatewayConfig;
 use crate::egress::{HOP_HEADER, hop_value};
 use crate::headers::{
-    SESSION_ID, SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT, outbound_headers,
-    passed_answer_headers,
+    SESSION_ID, SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT, anthropic_api_headers,
+    outbound_headers, passed_answer_headers, without_empty_values,
 };
 use crate::messages;
 use crate::messages::stream::StreamTranslator;
 use crate::openai;
+use crate::responses::stream::ResponsesTranslator;
 use crate::retry::{RetryPolicy, transient};
 use crate::rewrite::{self, SseRenamer, Usage, rename_model};
 use crate::routing::{Kind, Upstream};
 use crate::service::{ModelGatewayService, error, now_ms};
-
-/// Anthropic's API version header, sent with every `/messages` call.
-const ANTHROPIC_VERSION: &str = "anthropic-version";
-/// The version sent when the client named none: the one every Messages API release serves.
-const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The largest piece of a whole body one message carries.
 const MESSAGE_CHUNK: usize = 1024 * 1024;
@@ -66,6 +62,8 @@ pub enum AnswerEdit {
     Message,
     /// A one-token chat completion's usage as a `count_tokens` answer.
     CountTokens,
+    /// A chat completion bridged back to a Responses API answer.
+    Response,
 }
 
 /// What the spend log learns from a request before it is forwarded: one entry per
@@ -75,6 +73,11 @@ pub struct CallRecord {
     /// The routing entry's name: the calls' metrics label.
     model_entry: String,
     started: Instant,
+    /// For the access log line: the API, what the upstream answered, the bytes each way.
+    api: Api,
+    upstream_status: Option<u16>,
+    bytes_in: usize,
+    bytes_out: u64,
     /// What the call costs per token.
     prices: Prices,
     /// The virtual key the call is charged to.
@@ -90,6 +93,19 @@ impl CallRecord {
     fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {
         let elapsed = self.started.elapsed();
         crate::metrics::finished(&self.model_entry, status, elapsed, usage);
+        crate::access::log(&crate::access::AccessLine {
+            api: self.api,
+            asked: &self.entry.model,
+            entry: &self.model_entry,
+            upstream_status: self.upstream_status,
+            status,
+            latency: elapsed,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            session_id: self.entry.session_id.as_deref(),
+            key_alias: self.entry.key_alias.as_deref(),
+            reason: None,
+        });
         Span::current().set_attribute("http.response.status_code", i64::from(status));
         self.entry.status = status;
         self.entry.latency_ms = elapsed.as_millis() as u64;
@@ -111,7 +127,7 @@ impl CallRecord {
 /// length is cut there (at a character boundary).
 const MAX_KEPT_TEXT: usize = 256;
 
-fn bounded(text: &str) -> String {
+pub(crate) fn bounded(text: &str) -> String {
     match text.char_indices().nth(MAX_KEPT_TEXT) {
         Some((end, _)) => text[..end].to_owned(),
         None => text.to_owned(),
@@ -120,7 +136,7 @@ fn bounded(text: &str) -> String {
 
 /// The metrics label of a call's entry: the configuration's entries by name, every model
 /// added at runtime under one label, so that additions make no new series.
-fn metric_label(upstream: &Upstream) -> String {
+pub(crate) fn metric_label(upstream: &Upstream) -> String {
     if upstream.guarded {
         "(added)".to_owned()
     } else {
@@ -143,7 +159,7 @@ fn egress_refusal(err: &reqwest::Error) -> Option<String> {
 }
 
 /// The first of `names` the client sent, as text.
-fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+pub(crate) fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
     names
         .iter()
         .find_map(|name| headers.get(*name))
@@ -152,7 +168,7 @@ fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
 
 /// The spend log metadata header, when it holds JSON of at most
 /// [`SPEND_LOGS_METADATA_LIMIT`] bytes; anything else is logged and ignored.
-fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
+pub(crate) fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
     let (name, raw) = SPEND_LOGS_METADATA
         .iter()
         .find_map(|name| Some((*name, headers.get(*name)?)))?;
@@ -243,7 +259,7 @@ impl ModelGatewayService {
         upstream: Upstream,
         charge: Option<Charge>,
     ) -> Result<Response<CallStream>, Status> {
-        let record = CallRecord {
+        let mut record = CallRecord {
             entry: SpendLogEntry {
                 request_id: uuid::Uuid::new_v4().to_string(),
                 started_at_ms: now_ms(),
@@ -259,6 +275,10 @@ impl ModelGatewayService {
             },
             model_entry: metric_label(&upstream),
             started: Instant::now(),
+            api: call.api,
+            upstream_status: None,
+            bytes_in: call.body.iter().map(Bytes::len).sum(),
+            bytes_out: 0,
             prices: upstream.prices,
             charge,
         };
@@ -353,6 +373,7 @@ impl ModelGatewayService {
         };
         Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
         let status = response.status().as_u16();
+        record.upstream_status = Some(status);
         let content_type = response
             .headers()
             .get(http::header::CONTENT_TYPE)
@@ -474,17 +495,10 @@ impl ModelGatewayService {
             }
         }
         if call.path.starts_with("/messages") {
-            // Anthropic's API as it is: it needs its version header, whether or not client
-            // headers are forwarded (the client's own when it sent one).
-            if !forwarded.contains_key(ANTHROPIC_VERSION) {
-                let version = headers
-                    .get(ANTHROPIC_VERSION)
-                    .cloned()
-                    .unwrap_or(http::HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION));
-                forwarded.insert(ANTHROPIC_VERSION, version);
-            }
+            anthropic_api_headers(headers, &mut forwarded);
         }
         sandgate_proto::trace::inject_headers(&Span::current(), &mut forwarded);
+        without_empty_values(&mut forwarded);
         outbound = outbound.headers(forwarded);
         if !upstream.api_key.is_empty() {
             outbound = outbound.bearer_auth(&upstream.api_key);
@@ -498,7 +512,7 @@ impl ModelGatewayService {
 }
 
 /// The spend log's name of an API (LiteLLM's `call_type`).
-fn api_name(api: Api) -> &'static str {
+pub(crate) fn api_name(api: Api) -> &'static str {
     match api {
         // Refused before a call is prepared.
         Api::ChatCompletions | Api::Unspecified => "completion",
@@ -516,7 +530,7 @@ async fn whole_answer(
     response: reqwest::Response,
     mut first: CallResponse,
     call: &Prepared,
-    record: CallRecord,
+    mut record: CallRecord,
     max_bytes: usize,
     deadline: tokio::time::Instant,
 ) -> (Vec<CallResponse>, Finished, Option<Status>) {
@@ -534,6 +548,7 @@ async fn whole_answer(
                 // upstream's was.
                 "application/json".clone_into(&mut first.content_type);
             }
+            record.bytes_out = rest.len() as u64;
             first.chunk = rest.split_to(rest.len().min(MESSAGE_CHUNK));
             let mut messages = vec![first];
             while !rest.is_empty() {
@@ -633,6 +648,21 @@ fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (u16, Bytes, Option<
         AnswerEdit::Message | AnswerEdit::CountTokens => {
             (status, Bytes::from(messages::error(status, &body)), None)
         }
+        AnswerEdit::Response if success => {
+            let usage = rewrite::usage(&body);
+            match crate::responses::response(&body, &call.asked) {
+                Some(translated) => (status, Bytes::from(translated), usage),
+                None => (
+                    502,
+                    openai::error(
+                        502,
+                        Bytes::from_static(b"the upstream's answer is not a chat completion"),
+                    ),
+                    usage,
+                ),
+            }
+        }
+        AnswerEdit::Response => (status, openai::error(status, body), None),
     }
 }
 
@@ -678,6 +708,7 @@ async fn whole_body(
 enum StreamEditor {
     Rename(SseRenamer),
     Message(StreamTranslator),
+    Response(ResponsesTranslator),
 }
 
 impl StreamEditor {
@@ -691,6 +722,9 @@ impl StreamEditor {
             AnswerEdit::Message | AnswerEdit::CountTokens => {
                 Self::Message(StreamTranslator::new(&call.asked).with_line_limit(max_line))
             }
+            AnswerEdit::Response => {
+                Self::Response(ResponsesTranslator::new(&call.asked).with_line_limit(max_line))
+            }
         }
     }
 
@@ -698,6 +732,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.overflowed(),
             Self::Message(translator) => translator.overflowed(),
+            Self::Response(translator) => translator.overflowed(),
         }
     }
 
@@ -705,6 +740,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.push(chunk),
             Self::Message(translator) => translator.push(chunk),
+            Self::Response(translator) => translator.push(chunk),
         }
     }
 
@@ -712,6 +748,7 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.finish(),
             Self::Message(translator) => translator.finish(),
+            Self::Response(translator) => translator.finish(),
         }
     }
 
@@ -719,6 +756,16 @@ impl StreamEditor {
         match self {
             Self::Rename(renamer) => renamer.usage,
             Self::Message(translator) => translator.usage,
+            Self::Response(translator) => translator.usage,
+        }
+    }
+
+    /// Whether the answer's last event has been passed on.
+    fn ended(&self) -> bool {
+        match self {
+            Self::Rename(renamer) => renamer.ended,
+            Self::Message(translator) => translator.ended(),
+            Self::Response(translator) => translator.ended(),
         }
     }
 }
@@ -768,6 +815,9 @@ impl Relay {
                         )));
                     }
                     if !out.is_empty() {
+                        if let Some(record) = &mut self.record {
+                            record.bytes_out += out.len() as u64;
+                        }
                         return Some(Ok(message(out)));
                     }
                 }
@@ -783,6 +833,9 @@ impl Relay {
                 }
                 Ok(None) => {
                     let rest = self.editor.finish();
+                    if let Some(record) = &mut self.record {
+                        record.bytes_out += rest.len() as u64;
+                    }
                     let entry = self.finish(self.status, || {})?;
                     self.gateway.log_spend_soon(entry);
                     return (!rest.is_empty()).then(|| Ok(message(rest)));
@@ -802,8 +855,16 @@ impl Relay {
 }
 
 impl Drop for Relay {
+    /// The client left. Once its answer's last event was relayed (Codex closes the
+    /// connection at `response.completed`, before the upstream's stream has ended) the
+    /// call is complete and logged with the upstream's status; before, it is 499.
     fn drop(&mut self) {
-        if let Some(entry) = self.finish(499, || {}) {
+        let status = if self.editor.ended() {
+            self.status
+        } else {
+            499
+        };
+        if let Some(entry) = self.finish(status, || {}) {
             self.gateway.log_spend_soon(entry);
         }
     }

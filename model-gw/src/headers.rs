@@ -4,6 +4,9 @@
 //! off, none. The configuration's static headers go on every call, in place of a client
 //! header of the same name. The trace context (`traceparent`) is not a client header
 //! here: the upstream always gets the gateway's own upstream span's, child of the client's.
+//! Anthropic's `anthropic-version` and `anthropic-beta` are part of the Messages API, not
+//! the client's identity: they reach an upstream that speaks it whatever the policy. No
+//! header with an empty value goes upstream.
 
 use http::HeaderMap;
 use sandgate_proto::models::v1::Header;
@@ -54,6 +57,55 @@ pub fn outbound_headers(client: &HeaderMap, config: &GatewayConfig) -> HeaderMap
         outbound.append(name, value.clone());
     }
     outbound
+}
+
+/// Anthropic's API version header, sent with every `/messages` call.
+const ANTHROPIC_VERSION: &str = "anthropic-version";
+/// The beta features a Messages API body uses.
+const ANTHROPIC_BETA: &str = "anthropic-beta";
+/// The version sent when the client named none: the one every Messages API release serves.
+const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The headers that are part of Anthropic's Messages API, not the client's identity: they
+/// reach an upstream that speaks it whether or not client headers are forwarded. Without
+/// `anthropic-beta`, a body that uses beta features (`context_management`,
+/// `output_config`) is refused by Anthropic's API. The version is the client's, or the one
+/// every release serves.
+pub fn anthropic_api_headers(client: &HeaderMap, forwarded: &mut HeaderMap) {
+    if !forwarded.contains_key(ANTHROPIC_VERSION) {
+        let version = client
+            .get(ANTHROPIC_VERSION)
+            .filter(|value| !value.is_empty())
+            .cloned()
+            .unwrap_or(http::HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION));
+        forwarded.insert(ANTHROPIC_VERSION, version);
+    }
+    if !forwarded.contains_key(ANTHROPIC_BETA) {
+        for beta in client.get_all(ANTHROPIC_BETA) {
+            forwarded.append(ANTHROPIC_BETA, beta.clone());
+        }
+    }
+}
+
+/// `headers` without those whose value is empty (a client's `tracestate:`, an empty trace
+/// state the context carries): an empty header says nothing, and some upstreams refuse it.
+pub fn without_empty_values(headers: &mut HeaderMap) {
+    if headers.values().all(|value| !value.is_empty()) {
+        return;
+    }
+    let all: Vec<_> = headers.drain().collect();
+    let mut name = None;
+    for (next, value) in all {
+        // `drain` names a header at its first value only.
+        if next.is_some() {
+            name = next;
+        }
+        if let Some(name) = &name
+            && !value.is_empty()
+        {
+            headers.append(name.clone(), value);
+        }
+    }
 }
 
 /// Prefixes of the upstream answer's headers the client gets: rate limits, the provider's
@@ -110,8 +162,38 @@ pub const SPEND_LOGS_METADATA_LIMIT: usize = 8 * 1024;
 mod tests {
     use http::{HeaderMap, HeaderName, HeaderValue};
 
-    use super::{forwardable, outbound_headers, passed_answer_headers};
+    use super::{
+        anthropic_api_headers, forwardable, outbound_headers, passed_answer_headers,
+        without_empty_values,
+    };
     use crate::config::GatewayConfig;
+
+    #[test]
+    fn the_messages_apis_own_headers_go_and_empty_ones_do_not() {
+        let mut client = HeaderMap::new();
+        client.insert(
+            "anthropic-beta",
+            "context-management-2025-06-27".parse().expect("value"),
+        );
+        client.append(
+            "anthropic-beta",
+            "effort-2025-11-24".parse().expect("value"),
+        );
+        client.insert("anthropic-version", "2023-06-01".parse().expect("value"));
+        let mut forwarded = HeaderMap::new();
+        forwarded.insert("tracestate", http::HeaderValue::from_static(""));
+        forwarded.insert("x-kept", http::HeaderValue::from_static("1"));
+        anthropic_api_headers(&client, &mut forwarded);
+        without_empty_values(&mut forwarded);
+        let betas: Vec<_> = forwarded.get_all("anthropic-beta").iter().collect();
+        assert_eq!(
+            betas,
+            ["context-management-2025-06-27", "effort-2025-11-24"]
+        );
+        assert_eq!(forwarded["anthropic-version"], "2023-06-01");
+        assert_eq!(forwarded["x-kept"], "1");
+        assert!(!forwarded.contains_key("tracestate"));
+    }
 
     #[test]
     fn the_answers_rate_limits_provider_and_cost_headers_reach_the_client() {

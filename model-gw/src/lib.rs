@@ -3,6 +3,7 @@
 //! Anthropic messages, embeddings, completions) routed to external gateways with
 //! streaming passed through, the header policy, and the spend log.
 
+mod access;
 mod added;
 mod auth;
 mod budget;
@@ -17,6 +18,8 @@ pub mod messages;
 mod metrics;
 mod openai;
 mod registry;
+#[doc(hidden)]
+pub mod responses;
 mod retry;
 mod rewrite;
 mod routing;

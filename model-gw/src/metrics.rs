@@ -1,5 +1,6 @@
 //! The gateway's metrics. `model` is always the `model_name` of the configured entry that
-//! routed the call (`*` for the wildcard), or `unrouted` for calls refused before routing:
+//! routed the call (`*` for the wildcard, `(added)` for models added at runtime), or
+//! `unrouted` for calls refused before routing:
 //! never a name a client made up, so that label values stay few.
 
 use std::sync::Arc;
@@ -33,11 +34,13 @@ pub fn describe_metrics() {
     );
 }
 
-/// A call refused before routing (auth, body, unknown model).
-pub fn refused(status: u16) {
+/// A call refused before it went upstream (auth, body, unknown model, budget, a request
+/// the translation cannot take), under `model`: the entry that routed it, or
+/// [`UNROUTED`].
+pub fn refused(model: &str, status: u16) {
     metrics::counter!(
         "sandgate_gateway_requests_total",
-        "model" => UNROUTED,
+        "model" => model.to_owned(),
         "status" => status.to_string(),
     )
     .increment(1);

@@ -442,6 +442,27 @@ pub struct SseRenamer {
     hide_usage: bool,
     /// A usage-only event was kept back: the blank line that ends it goes too.
     hidden: bool,
+    /// The answer's last event has passed: `[DONE]`, `message_stop`, or the Responses
+    /// API's `response.completed` (`.incomplete`, `.failed`). A client may leave then
+    /// without cutting its answer short.
+    pub ended: bool,
+}
+
+/// The events that end an answer of the Messages or the Responses API.
+const LAST_EVENTS: [&[u8]; 4] = [
+    b"message_stop",
+    b"response.completed",
+    b"response.incomplete",
+    b"response.failed",
+];
+
+/// Whether an event stream's line (without its line ending) is its answer's last event.
+fn is_last_event(line: &[u8]) -> bool {
+    if let Some(data) = line.strip_prefix(b"data:") {
+        return data.trim_ascii() == b"[DONE]";
+    }
+    line.strip_prefix(b"event:")
+        .is_some_and(|name| LAST_EVENTS.contains(&name.trim_ascii()))
 }
 
 impl SseRenamer {
@@ -452,6 +473,7 @@ impl SseRenamer {
             usage: None,
             hide_usage: false,
             hidden: false,
+            ended: false,
         }
     }
 
@@ -501,6 +523,9 @@ impl SseRenamer {
             .rposition(|byte| !matches!(byte, b'\n' | b'\r'))
             .map_or(0, |last| last + 1);
         let (content, ending) = line.split_at(content_end);
+        if !self.ended && is_last_event(content) {
+            self.ended = true;
+        }
         let hidden = std::mem::take(&mut self.hidden);
         if content.is_empty() && hidden {
             return;
@@ -545,6 +570,29 @@ mod tests {
             String::from_utf8_lossy(&request.upstream_body("up/claude")),
             r#"{"model":"up/claude","messages":[{"role":"user","content":"hi  there"}],"temperature":0.10}"#
         );
+    }
+
+    #[test]
+    fn a_stream_has_ended_once_its_last_event_has_passed() {
+        for (stream, last) in [
+            (&b"data: {\"choices\":[]}\n\n"[..], false),
+            (b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n", true),
+            (b"event: response.output_text.delta\ndata: {}\n\n", false),
+            (b"event: response.completed\r\ndata: {}\r\n\r\n", true),
+            (
+                b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+                true,
+            ),
+            // The marker inside an event's data is not the event.
+            (b"data: {\"text\":\"event: message_stop\"}\n\n", false),
+        ] {
+            let mut renamer = SseRenamer::new("asked");
+            // Cut anywhere: the line decides, not the chunk.
+            for piece in stream.chunks(3) {
+                renamer.push(piece);
+            }
+            assert_eq!(renamer.ended, last, "{}", String::from_utf8_lossy(stream));
+        }
     }
 
     #[test]

@@ -160,7 +160,12 @@ const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
 /// An added model as an entry: its prices were checked when it was added.
 fn added_entry(model: StoredModel) -> ModelEntry {
     let prices = Prices::from_model_info(model.model_info.as_ref()).unwrap_or_default();
+    let params = crate::config::CallParams {
+        takes_reasoning: crate::config::takes_reasoning(model.model_info.as_ref()),
+        ..crate::config::CallParams::default()
+    };
     ModelEntry {
+        params,
         model_name: model.model_name,
         model: model.model,
         api_base: model.api_base,
@@ -474,14 +479,19 @@ impl ModelGateway for ModelGatewayService {
 
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallStream>, Status> {
         let (metadata, _, message) = request.into_parts();
-        let (config, call, upstream, charge) = match self.route_call(&metadata, message).await {
-            Ok(routed) => routed,
-            Err(status) => {
-                let code = ErrorDetail::from_status(&status).code();
-                crate::metrics::refused(code.http_status().as_u16());
-                return Err(status);
-            }
+        let mut seen = crate::access::Seen {
+            started: Some(std::time::Instant::now()),
+            bytes_in: message.body.len(),
+            ..crate::access::Seen::default()
         };
+        let (config, call, upstream, charge) =
+            match self.route_call(&metadata, message, &mut seen).await {
+                Ok(routed) => routed,
+                Err(status) => {
+                    self.refused(&metadata, seen, &status).await;
+                    return Err(status);
+                }
+            };
         // The upstream call's span: the parent the upstream sees in `traceparent`. It
         // lasts until the answer is relayed whole.
         let span = tracing::info_span!(
@@ -600,6 +610,7 @@ impl ModelGatewayService {
         &self,
         metadata: &tonic::metadata::MetadataMap,
         message: CallRequest,
+        seen: &mut crate::access::Seen,
     ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream, Option<Charge>), Status> {
         // Before anything else: a call that came back is refused whatever key it holds.
         if looped(metadata, &self.hop_id) {
@@ -611,6 +622,10 @@ impl ModelGatewayService {
             ));
         }
         let caller = self.authenticate(metadata).await?;
+        seen.authenticated = true;
+        seen.key = caller
+            .key()
+            .map(|key| (key.token.clone(), key.key_alias.clone()));
         let api = Api::try_from(message.api)
             .ok()
             .filter(|api| *api != Api::Unspecified)
@@ -621,18 +636,12 @@ impl ModelGatewayService {
                 )
             })?;
         let body = message.body;
+        seen.api = Some(api);
         let request = ChatRequest::parse(&body).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        seen.asked = Some(request.model.clone());
         if !caller.may_call(&request.model) {
             return Err(model_refused(&request.model).into_status());
         }
-        let charge = match &caller {
-            Caller::Virtual {
-                key,
-                counters,
-                session,
-            } => Some(check_budget(key, counters, session.as_deref())?),
-            Caller::Master => None,
-        };
         let (config, entries, kept) = self.kept_entries().await?;
         let routed = match route(entries.iter(), &request.model) {
             // Perhaps a model added a moment ago, by a replica whose notification has not
@@ -651,14 +660,32 @@ impl ModelGatewayService {
             RouteError::UnknownModel(_) => error(ErrorCode::NotFound, err.to_string()),
             RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
         })?;
+        seen.entry = Some((
+            crate::forward::metric_label(&upstream),
+            upstream.model.clone(),
+        ));
+        // After routing, so that a refusal over budget is labelled with its entry.
+        let charge = match &caller {
+            Caller::Virtual {
+                key,
+                counters,
+                session,
+            } => Some(check_budget(key, counters, session.as_deref())?),
+            Caller::Master => None,
+        };
         let anthropic = matches!(api, Api::Messages | Api::MessagesCountTokens);
         let call = if anthropic && upstream.kind == Kind::OpenAi && !upstream.params.native_messages
         {
             // An OpenAI-compatible upstream has no Messages API: a chat completion in its
             // place.
             let count_tokens = api == Api::MessagesCountTokens;
-            let translated = messages::chat_request(&body, &upstream.model, count_tokens)
-                .map_err(|err| error(ErrorCode::BadRequest, err))?;
+            let translated = messages::chat_request_for(
+                &body,
+                &upstream.model,
+                count_tokens,
+                upstream.params.takes_reasoning,
+            )
+            .map_err(|err| error(ErrorCode::BadRequest, err))?;
             Prepared {
                 api,
                 path: openai::path(Api::ChatCompletions),
@@ -670,6 +697,25 @@ impl ModelGatewayService {
                 } else {
                     AnswerEdit::Message
                 },
+            }
+        } else if api == Api::Responses
+            && upstream.kind == Kind::OpenAi
+            && upstream.params.responses_via_chat
+        {
+            // An upstream that serves chat completions only: the Responses API bridged.
+            let translated = crate::responses::chat_request(
+                &body,
+                &upstream.model,
+                upstream.params.takes_reasoning,
+            )
+            .map_err(|err| error(ErrorCode::BadRequest, err))?;
+            Prepared {
+                api,
+                path: openai::path(Api::ChatCompletions),
+                body: vec![Bytes::from(translated.body)],
+                asked: request.model.clone(),
+                user: translated.user,
+                answer: AnswerEdit::Response,
             }
         } else {
             let mut call = openai::prepare(api, &body, &request, &upstream.model);

@@ -325,6 +325,8 @@ async fn logs_hold_no_secret(mut backend: Backend, format: &str) {
         "conversation recorded",
         "admin logged in",
         "warm runtime configuration saved",
+        // The model gateway's access log line, one per call.
+        "gateway call",
     ] {
         assert!(log.contains(expected), "the log lacks {expected:?}");
     }

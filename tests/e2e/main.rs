@@ -11,9 +11,12 @@ mod agent_server;
 
 mod catalog;
 mod chart;
+mod coding_agents;
+mod coding_agents_acp;
 mod event_store;
 mod events;
 mod faults;
+mod gateway_accounting;
 mod gateway_attacks;
 mod gateway_keys;
 mod hostile;

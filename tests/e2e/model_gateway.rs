@@ -1586,11 +1586,19 @@ async fn messages_pass_to_a_gateway_and_are_translated_for_an_openai_upstream() 
         "{answer}"
     );
 
-    let logs = gateway.spend_logs(4).await;
+    // The refused call has its entry too (status 400, its reason): five.
+    let logs = gateway.spend_logs(5).await;
+    let refused = logs
+        .iter()
+        .find(|log| log["status"] == 400)
+        .expect("the refused call's entry");
+    assert_eq!(refused["call_type"], "anthropic_messages");
     let translated = logs
         .iter()
         .find(|log| {
-            log["call_type"] == "anthropic_messages" && log["upstream_model"] == "azure/gpt-4o"
+            log["call_type"] == "anthropic_messages"
+                && log["upstream_model"] == "azure/gpt-4o"
+                && log["status"] == 200
         })
         .expect("the translated call's entry");
     assert_eq!(translated["user"], "alice");

@@ -6,10 +6,12 @@
 //! (base64 PDF) blocks; tool definitions, `tool_choice` and parallel tool use; tool use
 //! and tool results (results become `tool` messages right after the assistant's call, as
 //! chat completions need them); `max_tokens`, `stop_sequences`, `temperature`, `top_p`,
-//! `metadata.user_id`; stop reasons and usage (cache reads included). What has no chat
-//! completion equivalent is left out: `top_k`, `thinking` and thinking blocks (a model
-//! behind an OpenAI-compatible API reasons, or not, on its own settings), `cache_control`
-//! marks. Server tools (web search, code execution) and blocks this gateway does not know
+//! `metadata.user_id`; system messages inside `messages` (Claude Code sends its
+//! environment so, after the first user turn), kept where they are, as chat completions
+//! allow; `thinking` and `output_config.effort` as `reasoning_effort` where the entry's
+//! model takes it ([`extras`]); stop reasons and usage (cache reads included). What has no
+//! chat completion equivalent is left out, and named at debug level: `top_k`, thinking
+//! blocks, `context_management`, `cache_control` marks. Server tools (web search, code execution) and blocks this gateway does not know
 //! are refused, naming the field. LiteLLM's adapter (`litellm/llms/anthropic/
 //! experimental_pass_through/adapters/`) was the reference for the choices made.
 //!
@@ -17,6 +19,7 @@
 //! body, objects as short lists: no hashing, few allocations) and write typed structs:
 //! this is on the path of every translated call, streamed chunk by chunk.
 
+mod extras;
 pub mod stream;
 
 use std::borrow::Cow;
@@ -161,6 +164,8 @@ struct ChatBody<'a> {
     stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
 }
 
 /// A message (a whole answer, or a stream's `message_start`), as Anthropic's API writes it.
@@ -514,6 +519,17 @@ pub fn chat_request(
     upstream_model: &str,
     count_tokens: bool,
 ) -> Result<Translated, String> {
+    chat_request_for(body, upstream_model, count_tokens, false)
+}
+
+/// [`chat_request`], for an upstream whose model takes `reasoning_effort` when
+/// `takes_reasoning`.
+pub fn chat_request_for(
+    body: &[u8],
+    upstream_model: &str,
+    count_tokens: bool,
+    takes_reasoning: bool,
+) -> Result<Translated, String> {
     let request: Value = serde_json::from_slice(body)
         .map_err(|err| format!("the request body is not a JSON object: {err}"))?;
     if !request.is_object() {
@@ -534,7 +550,14 @@ pub fn chat_request(
         match turn.get("role").as_str() {
             Some("user") => user_messages(content, &content_path, &mut messages)?,
             Some("assistant") => messages.push(assistant_message(content, &content_path)?),
-            _ => return Err(format!("`{path}.role` must be \"user\" or \"assistant\"")),
+            Some("system") => messages.push(ChatMessage::System {
+                content: joined_text(content, &content_path)?,
+            }),
+            _ => {
+                return Err(format!(
+                    "`{path}.role` must be \"user\", \"assistant\" or \"system\""
+                ));
+            }
         }
     }
     let stream = !count_tokens && request.get("stream").as_bool() == Some(true);
@@ -547,6 +570,8 @@ pub fn chat_request(
         None => (None, false),
     };
     let one = Value::from(1_u64);
+    let reasoning_effort = extras::reasoning_effort(&request, takes_reasoning);
+    extras::log_dropped(&request, reasoning_effort.is_some());
     let chat = ChatBody {
         model: upstream_model,
         messages,
@@ -565,6 +590,7 @@ pub fn chat_request(
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,
         }),
+        reasoning_effort,
     };
     Ok(Translated {
         // Writing typed values into a Vec cannot fail.
@@ -772,11 +798,49 @@ mod tests {
     }
 
     #[test]
+    fn claude_codes_system_message_stays_where_it_is_and_its_effort_is_kept() {
+        // The shape of Claude Code 2.1's requests: its environment as a system message
+        // after the first user turn, thinking, effort and context management.
+        let request = json!({
+            "model": "claude",
+            "max_tokens": 32000,
+            "system": [{"type": "text", "text": "You are Claude Code."}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Make a file."}]},
+                {"role": "system", "content": [{"type": "text", "text": "<env>cwd: /w</env>"}]},
+            ],
+            "thinking": {"type": "enabled", "budget_tokens": 31999},
+            "output_config": {"effort": "medium"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015"}]},
+        });
+        let body = serde_json::to_vec(&request).expect("JSON");
+        let chat = |takes_reasoning| -> Value {
+            let translated = chat_request_for(&body, "up/model", false, takes_reasoning)
+                .unwrap_or_else(|err| panic!("{err}"));
+            serde_json::from_slice(&translated.body).expect("JSON")
+        };
+        let with = chat(true);
+        assert_eq!(
+            with["messages"],
+            json!([
+                {"role": "system", "content": "You are Claude Code."},
+                {"role": "user", "content": [{"type": "text", "text": "Make a file."}]},
+                {"role": "system", "content": "<env>cwd: /w</env>"},
+            ])
+        );
+        assert_eq!(with["reasoning_effort"], "medium");
+        assert!(chat(false).get("reasoning_effort").is_none());
+        let count = chat_request(&body, "up/model", true).expect("count_tokens translated");
+        let count: Value = serde_json::from_slice(&count.body).expect("JSON");
+        assert_eq!(count["messages"][2]["role"], "system");
+    }
+
+    #[test]
     fn what_cannot_be_translated_is_named() {
         for (request, field) in [
             (json!({"model": "m"}), "`messages`"),
             (
-                json!({"model": "m", "messages": [{"role": "system", "content": "x"}]}),
+                json!({"model": "m", "messages": [{"role": "developer", "content": "x"}]}),
                 "`messages[0].role`",
             ),
             (

@@ -137,6 +137,11 @@ impl StreamTranslator {
         self.lines.overflowed()
     }
 
+    /// Whether the message's last event (`message_stop`, or an error) has been written.
+    pub fn ended(&self) -> bool {
+        self.stopped
+    }
+
     pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         let Some(complete) = self.lines.push(chunk) else {
             return Vec::new();

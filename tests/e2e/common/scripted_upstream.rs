@@ -43,6 +43,10 @@ pub enum StreamEnd {
     /// Nothing more: the connection is held until the gateway closes it, and the notify
     /// is notified then.
     HoldUntilClosed(Arc<Notify>),
+    /// `[DONE]`, the answer's last event, then the stream stays open (an upstream whose
+    /// stream ends some time after its last event) until the gateway closes it, and the
+    /// notify is notified then.
+    DoneThenHoldUntilClosed(Arc<Notify>),
 }
 
 impl Reply {
@@ -250,6 +254,16 @@ async fn answer(mut socket: TcpStream, reply: Reply) -> std::io::Result<()> {
                 StreamEnd::FinishOn(notify) => {
                     notify.notified().await;
                     socket.write_all(chunk(&event(events)).as_bytes()).await?;
+                }
+                StreamEnd::DoneThenHoldUntilClosed(closed) => {
+                    socket
+                        .write_all(chunk("data: [DONE]\n\n").as_bytes())
+                        .await?;
+                    socket.flush().await?;
+                    let mut byte = [0_u8; 1];
+                    while matches!(socket.read(&mut byte).await, Ok(read) if read > 0) {}
+                    closed.notify_one();
+                    return Ok(());
                 }
                 StreamEnd::HoldUntilClosed(closed) => {
                     // The request was read whole: what comes next is the gateway's close.
