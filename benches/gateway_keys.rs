@@ -14,9 +14,11 @@
 )]
 
 #[path = "harness/closed_loop.rs"]
+#[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
 mod closed_loop;
 mod harness;
 #[path = "harness/upstream.rs"]
+#[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
 mod upstream;
 
 use bytes::Bytes;
