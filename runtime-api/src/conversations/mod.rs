@@ -178,6 +178,9 @@ impl ConversationsService {
                 now_micros(),
             );
             if self.swap(previous.as_ref(), &next).await? {
+                if previous.is_none() {
+                    self.drop_squatted_events(id, &owner).await?;
+                }
                 tracing::info!(
                     conversation = %id,
                     status = %next.execution_status,
@@ -222,6 +225,33 @@ impl ConversationsService {
             }
         }
         Ok(true)
+    }
+
+    /// Events posted before the conversation's record are held for the record's owner:
+    /// once the record names it, events another sender posted are dropped, so whoever
+    /// posts first cannot lock the owner out of its own conversation (its events would be
+    /// refused for good). The owner's own events are its already: nothing to adopt.
+    async fn drop_squatted_events(&self, id: Uuid, owner: &str) -> Result<(), Status> {
+        let Some(events) = self
+            .store
+            .events
+            .event_stats(id)
+            .await
+            .map_err(ErrorDetail::from)?
+        else {
+            return Ok(());
+        };
+        if events.owner != owner
+            && self
+                .store
+                .events
+                .forget_events(id, &events.owner)
+                .await
+                .map_err(ErrorDetail::from)?
+        {
+            tracing::warn!(conversation = %id, squatter = %events.owner, "dropped events another sender posted before the conversation's record");
+        }
+        Ok(())
     }
 
     /// The record, when `reader` may see it.
@@ -535,13 +565,13 @@ impl Conversations for ConversationsService {
             tracing::warn!(conversation = %id, sender = %owner, "events for a conversation owned by another sender");
             ErrorDetail::new(ErrorCode::Unauthenticated, "Unauthorized").into()
         };
-        if record.is_some_and(|record| record.owner != owner) {
-            return Err(refused());
-        }
-        let outcome = self
-            .store
-            .events
-            .append_events(
+        let owns_record = match record {
+            Some(record) if record.owner != owner => return Err(refused()),
+            Some(_) => true,
+            None => false,
+        };
+        let append = || {
+            self.store.events.append_events(
                 id,
                 &owner,
                 &batch.events,
@@ -549,9 +579,15 @@ impl Conversations for ConversationsService {
                 self.retention,
                 received_at,
             )
-            .await
-            .map_err(ErrorDetail::from)?
-            .ok_or_else(refused)?;
+        };
+        let mut outcome = append().await.map_err(ErrorDetail::from)?;
+        if outcome.is_none() && owns_record {
+            // Another sender posted events first and the record's own write has not
+            // dropped them yet: the record says whose they are.
+            self.drop_squatted_events(id, &owner).await?;
+            outcome = append().await.map_err(ErrorDetail::from)?;
+        }
+        let outcome = outcome.ok_or_else(refused)?;
         metrics::counter!("sandgate_events_total", "outcome" => "stored")
             .increment(u64::from(outcome.stored));
         metrics::counter!("sandgate_events_total", "outcome" => "duplicate")
