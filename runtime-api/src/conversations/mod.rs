@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 use crate::auth::{Authenticator, Principal, Reader};
 use crate::model::{self, ConversationSummary, LocItem, ValidConversation};
-use crate::store::{EventPage, EventRetention, IndexKey, Store, StoredConversation};
+use crate::store::{
+    ConversationHead, EventPage, EventRetention, IndexKey, Store, StoredConversation,
+};
 use crate::validation;
 use lifecycle::Order;
 
@@ -30,6 +32,9 @@ use lifecycle::Order;
 const MAX_WRITE_ATTEMPTS: usize = 64;
 const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 1000;
+/// The most a list page's records weigh together, past its first: well under the 64 MiB
+/// a gRPC message may take, so that large records shorten a page and never fail it.
+const MAX_PAGE_BYTES: usize = 16 * 1024 * 1024;
 /// The most children `sub_conversation_ids` lists.
 const MAX_CHILDREN: usize = 10_000;
 
@@ -272,17 +277,21 @@ impl ConversationsService {
         }))
     }
 
-    /// Every live member of `index` that passes `keep`, from `after` on, at most `limit`.
+    /// The heads of live members of `index` that pass `keep`, from `after` on: at most
+    /// `limit` of them, and past the first, no more than `max_bytes` of records together.
+    /// `true` when more may follow. No record is decoded.
     async fn collect(
         &self,
         index: &IndexKey,
         mut after: Option<Uuid>,
         limit: usize,
-        keep: impl Fn(&StoredConversation) -> bool,
-    ) -> Result<(Vec<StoredConversation>, bool), Status> {
+        max_bytes: usize,
+        keep: impl Fn(&ConversationHead) -> bool,
+    ) -> Result<(Vec<ConversationHead>, bool), Status> {
         // Small pages still scan in batches worth a round trip.
-        let batch_size = limit.max(16);
+        let batch_size = limit.clamp(16, MAX_PAGE_SIZE);
         let mut found = Vec::new();
+        let mut bytes = 0usize;
         loop {
             let batch = self
                 .store
@@ -291,12 +300,16 @@ impl ConversationsService {
                 .await
                 .map_err(ErrorDetail::from)?;
             let exhausted = batch.len() < batch_size;
-            for stored in batch {
-                after = Some(stored.id);
+            for head in batch {
+                after = Some(head.id);
                 // A stale member (left by a write that lost its race or moved on) is
                 // skipped, never repaired here: a reader's query writes nothing.
-                if index.matches(&stored) && keep(&stored) {
-                    found.push(stored);
+                if index.matches(&head) && keep(&head) {
+                    bytes = bytes.saturating_add(head.size);
+                    if !found.is_empty() && bytes > max_bytes {
+                        return Ok((found, true));
+                    }
+                    found.push(head);
                     if found.len() == limit {
                         return Ok((found, true));
                     }
@@ -372,12 +385,12 @@ impl ConversationsService {
     }
 
     /// The children of `parent` that its own sender posted: naming a parent links a
-    /// conversation to it only within one tenant.
+    /// conversation to it only within one tenant. Their ids come from the index and their
+    /// heads: no child's record is read (another tenant's cannot slow this read).
     async fn children(&self, parent: &StoredConversation) -> Result<Vec<Uuid>, Status> {
+        let index = IndexKey::OwnerParent(parent.owner.clone(), parent.id);
         let (children, _) = self
-            .collect(&IndexKey::Parent(parent.id), None, MAX_CHILDREN, |child| {
-                child.owner == parent.owner
-            })
+            .collect(&index, None, MAX_CHILDREN, usize::MAX, |_| true)
             .await?;
         Ok(children.iter().map(|child| child.id).collect())
     }
@@ -471,31 +484,69 @@ impl Conversations for ConversationsService {
                 .map(|parent| parent.owner),
             None => None,
         };
-        // The most selective index drives the scan; the other conditions filter it.
-        let index = match (parent, query.tags.iter().next(), &owner) {
-            (Some(parent), _, _) => IndexKey::Parent(parent),
-            (None, Some((key, value)), _) => IndexKey::Tag(key.clone(), value.clone()),
+        // The most selective index drives the scan; the other conditions filter it. A
+        // tenant's scans stay within its own entries: another tenant's records, however
+        // many or large, are never read for it.
+        let tag = query.tags.iter().next();
+        let index = match (parent, tag, &owner) {
+            (Some(parent), _, _) => match (&parent_owner, &owner) {
+                (Some(parent_owner), _) => IndexKey::OwnerParent(parent_owner.clone(), parent),
+                (None, Some(owner)) => IndexKey::OwnerParent(owner.clone(), parent),
+                (None, None) => IndexKey::Parent(parent),
+            },
+            (None, Some((key, value)), Some(owner)) => {
+                IndexKey::OwnerTag(owner.clone(), key.clone(), value.clone())
+            }
+            (None, Some((key, value)), None) => IndexKey::Tag(key.clone(), value.clone()),
             (None, None, Some(owner)) => IndexKey::Owner(owner.clone()),
             (None, None, None) => IndexKey::All,
         };
-        let keep = |stored: &StoredConversation| {
-            parent.is_none_or(|parent| stored.parent_id == Some(parent))
+        let keep = |head: &ConversationHead| {
+            parent.is_none_or(|parent| head.parent_id == Some(parent))
                 && query
                     .tags
                     .iter()
-                    .all(|(key, value)| stored.tags.get(key) == Some(value))
-                && owner.as_ref().is_none_or(|owner| &stored.owner == owner)
+                    .all(|(key, value)| head.tags.get(key) == Some(value))
+                && owner.as_ref().is_none_or(|owner| &head.owner == owner)
                 && parent_owner
                     .as_ref()
-                    .is_none_or(|parent_owner| &stored.owner == parent_owner)
+                    .is_none_or(|parent_owner| &head.owner == parent_owner)
         };
-        let (found, more) = self.collect(&index, after, limit, keep).await?;
-        let mut conversations = Vec::with_capacity(found.len());
-        for stored in &found {
-            conversations.push(self.view(stored).await?);
+        let (heads, mut more) = self
+            .collect(&index, after, limit, MAX_PAGE_BYTES, keep)
+            .await?;
+        let ids: Vec<Uuid> = heads.iter().map(|head| head.id).collect();
+        let records = self
+            .store
+            .conversations
+            .get_many(&ids)
+            .await
+            .map_err(ErrorDetail::from)?;
+        // Bounded in bytes as well as in count: a large record shortens the page, and the
+        // next page starts after the last one answered. The first always goes.
+        let mut conversations = Vec::with_capacity(records.len());
+        let mut bytes = 0usize;
+        let mut last = None;
+        for stored in &records {
+            // Moved on since its head was read: skipped, as a stale member is.
+            let head = stored.head();
+            if !index.matches(&head) || !keep(&head) {
+                continue;
+            }
+            let view = self.view(stored).await?;
+            bytes = bytes.saturating_add(prost::Message::encoded_len(&view));
+            if !conversations.is_empty() && bytes > MAX_PAGE_BYTES {
+                more = true;
+                break;
+            }
+            conversations.push(view);
+            last = Some(stored.id);
         }
-        let next_page_token = match (more, found.last()) {
-            (true, Some(last)) => last.id.to_string(),
+        if last.is_none() {
+            last = heads.last().map(|head| head.id);
+        }
+        let next_page_token = match (more, last) {
+            (true, Some(last)) => last.to_string(),
             _ => String::new(),
         };
         Ok(Response::new(ListConversationsResponse {
