@@ -1274,7 +1274,6 @@ async fn scans_read_heads_and_tenant_indexes_hold_their_own(backend: Backend) {
     );
 }
 
-
 /// A catalog an older version wrote (records without heads, no per-tenant index entries)
 /// is upgraded when a store connects: tenant queries find its records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
