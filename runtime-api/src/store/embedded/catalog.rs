@@ -84,3 +84,56 @@ pub(super) fn upgrade(txn: &WriteTransaction) -> StoreResult<()> {
 pub(super) fn keys(ids: &[Uuid]) -> Vec<String> {
     ids.iter().map(Uuid::to_string).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::store::{ConversationStore, EmbeddedStore, IndexKey};
+
+    /// A data directory written before heads and per-tenant indexes: its records are
+    /// found by tenant queries, with their heads, once it is opened.
+    #[tokio::test]
+    async fn a_database_from_before_heads_is_upgraded_on_open() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let parent = Uuid::new_v4();
+        let old = StoredConversation {
+            id: Uuid::new_v4(),
+            version: 2,
+            owner: "static:abc".into(),
+            execution_status: "running".into(),
+            updated_at: None,
+            received_at: 1,
+            deleted: false,
+            parent_id: Some(parent),
+            tags: [("team".to_owned(), "a".to_owned())].into(),
+            model: None,
+            lifecycle: Vec::new(),
+            record: RawValue::from_string(r#"{"title":"old"}"#.into()).expect("raw"),
+        };
+        {
+            let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut table = txn.open_table(CONVERSATIONS).expect("table");
+                let bytes = super::super::encode_conversation(&old).expect("encode");
+                table
+                    .insert(old.id.to_string().as_str(), bytes.as_slice())
+                    .expect("insert");
+            }
+            txn.commit().expect("commit");
+        }
+        let store = EmbeddedStore::open(dir.path().to_path_buf())
+            .await
+            .expect("open");
+        for index in [
+            IndexKey::OwnerParent("static:abc".into(), parent),
+            IndexKey::OwnerTag("static:abc".into(), "team".into(), "a".into()),
+            IndexKey::Parent(parent),
+        ] {
+            let heads = store.scan(&index, None, 10).await.expect("scan");
+            assert_eq!(heads, [old.head()], "{index:?}");
+        }
+    }
+}
