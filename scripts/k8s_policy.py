@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ipaddress
 import json
 import os
 import posixpath
@@ -35,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import yaml
+
+from k8s_network import Endpoint, admits, connects, default_denies, leaves
 
 APP_NS = "sandgate"
 SANDBOX_NS = "sandgate-sandboxes"
@@ -1026,6 +1029,159 @@ def edge_from_ingress(inst: Install) -> list[str]:
         f"namespaces {sorted(allowed_ns)}",
         [Peer("namespaces", namespaces=frozenset({ctrl}))],
     )
+
+
+# --------------------------------------------------------------------------------------
+# The sandbox namespace's network and model-gw's egress (issue 40): connections probed
+# against the rendered policies (scripts/k8s_network.py). The addresses stand for what a
+# cluster has: pods and Services in the private ranges, the metadata service on
+# link-local, the Kubernetes API behind a Service address and on a node.
+
+METADATA = [Endpoint("the cloud metadata address", "169.254.169.254"), Endpoint("the cloud metadata address (IPv6)", "fd00:ec2::254")]
+KUBE_API = [
+    (Endpoint("the Kubernetes API's Service address", "10.96.0.1"), 443),
+    (Endpoint("the Kubernetes API server", "172.20.0.5", "kube-system", {"component": "kube-apiserver"}), 6443),
+]
+INTERNET = Endpoint("an internet address", "93.184.216.34")
+
+
+def sandbox_pod(runtime_id: str, ip: str) -> Endpoint:
+    """A sandbox pod as runtime-api's driver labels it."""
+    labels = {"app.kubernetes.io/managed-by": "sandgate", "sandgate.dev/runtime-id": runtime_id, "sandgate.dev/pool": "cold"}
+    return Endpoint(f"sandbox {runtime_id}", ip, SANDBOX_NS, labels, {"http": 8000})
+
+
+def service_pod(inst: Install, svc: str, ip: str) -> Endpoint | None:
+    w = find(inst.docs, "Deployment", svc)
+    if w is None:
+        return None
+    ports = {p.get("name"): p.get("containerPort") for c in containers(pod_spec(w)) for p in c.get("ports") or []}
+    return Endpoint(svc, ip, APP_NS, pod_labels(w), ports)
+
+
+def dns_pod(inst: Install) -> Endpoint:
+    return Endpoint("the cluster DNS", "10.244.9.9", inst.values["dnsNamespace"], {"k8s-app": "kube-dns"})
+
+
+def egress_rules_of(docs: list[dict], name: str, ns: str) -> list[dict]:
+    pol = find(docs, "NetworkPolicy", name, ns)
+    assert pol is not None, f"self-test: no NetworkPolicy {name}"
+    return pol["spec"]["egress"]
+
+
+def unblock(docs: list[dict], cidr: str) -> None:
+    """Takes `cidr` out of every ipBlock's except in the sandbox and model-gw policies."""
+    for pol in objects(docs, "NetworkPolicy"):
+        for rule in (pol.get("spec") or {}).get("egress") or []:
+            for peer in rule.get("to") or []:
+                block = peer.get("ipBlock") or {}
+                if cidr in block.get("except", []):
+                    block["except"].remove(cidr)
+
+
+def forbidden_and_needed(inst: Install, source: Endpoint, forbidden: list[tuple[Endpoint, int, str]], needed: list[tuple[Endpoint, int, str]]) -> list[str]:
+    out = []
+    for dest, port, proto in forbidden:
+        if leaves(inst.docs, source, dest, port, proto):
+            out.append(f"{source.what} reaches {dest.what} ({dest.ip}) on {port}/{proto}")
+    for dest, port, proto in needed:
+        if not connects(inst.docs, source, dest, port, proto):
+            out.append(f"{source.what} does not reach {dest.what} on {port}/{proto}")
+    return out
+
+
+@check(
+    "network policy: the sandbox namespace denies ingress and egress by default",
+    mutations=[("the sandbox namespace's default deny is gone", lambda d: d.remove(find(d, "NetworkPolicy", "sandbox-default-deny", SANDBOX_NS)))],
+)
+def sandbox_default_deny(inst: Install) -> list[str]:
+    return [f"no NetworkPolicy in {SANDBOX_NS} selects every pod and allows no {direction.lower()}" for direction in ("Ingress", "Egress") if not default_denies(inst.docs, SANDBOX_NS, direction)]
+
+
+@check(
+    "network policy: a sandbox reaches DNS, the edge and the internet; never another sandbox, a metadata address, the Kubernetes API or Sandgate's other services",
+    mutations=[
+        ("sandboxes reach every pod of their namespace", lambda d: egress_rules_of(d, "sandboxes", SANDBOX_NS).append({"to": [{"podSelector": {}}]})),
+        ("the link-local range is no longer blocked", lambda d: unblock(d, "169.254.0.0/16")),
+        ("10.0.0.0/8 is no longer blocked", lambda d: unblock(d, "10.0.0.0/8")),
+        ("the edge rule is gone", lambda d: egress_rules_of(d, "sandboxes", SANDBOX_NS).pop(1)),
+    ],
+)
+def sandbox_egress(inst: Install) -> list[str]:
+    me = sandbox_pod("a", "10.244.1.10")
+    forbidden = [(sandbox_pod("b", "10.244.1.11"), 8000, "TCP")]
+    forbidden += [(m, port, "TCP") for m in METADATA for port in (80, 443)]
+    forbidden += [(api, port, "TCP") for api, port in KUBE_API]
+    for i, svc in enumerate(("runtime-api", "model-gw")):
+        pod = service_pod(inst, svc, f"10.244.2.{i + 1}")
+        if pod is not None:
+            forbidden += [(pod, port, "TCP") for port in pod.ports.values()]
+    forbidden.append((Endpoint("a node's kubelet", "10.0.0.7"), 10250, "TCP"))
+    needed = [(dns_pod(inst), 53, "UDP"), (dns_pod(inst), 53, "TCP")]
+    edge = service_pod(inst, "edge", "10.244.3.3")
+    if edge is None:
+        return ["no Deployment edge"]
+    needed.append((edge, edge.ports.get("http", 8080), "TCP"))
+    if inst.values["sandboxEgress"]["internet"]:
+        needed.append((INTERNET, 443, "TCP"))
+    else:
+        forbidden.append((INTERNET, 443, "TCP"))
+    return forbidden_and_needed(inst, me, forbidden, needed)
+
+
+@check(
+    "network policy: a sandbox accepts the ingress controller and runtime-api only",
+    mutations=[
+        ("sandboxes accept every pod of the app namespace", lambda d: find(d, "NetworkPolicy", "sandboxes", SANDBOX_NS)["spec"]["ingress"][0]["from"][1].pop("podSelector")),
+        ("sandboxes accept each other", lambda d: find(d, "NetworkPolicy", "sandboxes", SANDBOX_NS)["spec"]["ingress"][0]["from"].append({"podSelector": {}})),
+    ],
+)
+def sandbox_ingress(inst: Install) -> list[str]:
+    me = sandbox_pod("a", "10.244.1.10")
+    ctrl = Endpoint("the ingress controller", "10.244.5.5", inst.values["ingressControllerNamespace"], {"app.kubernetes.io/name": "ingress-nginx"})
+    out = []
+    runtime_api = service_pod(inst, "runtime-api", "10.244.2.1")
+    allowed = [ctrl] + ([runtime_api] if runtime_api else [])
+    refused = [sandbox_pod("b", "10.244.1.11"), Endpoint("a pod of another namespace", "10.244.6.6", "default", {"app": "x"})]
+    refused += [p for i, svc in enumerate(("edge", "model-gw")) if (p := service_pod(inst, svc, f"10.244.4.{i + 1}"))]
+    for source in allowed:
+        if not connects(inst.docs, source, me, 8000):
+            out.append(f"{source.what} cannot reach a sandbox")
+    for source in refused:
+        if admits(inst.docs, me, source, 8000):
+            out.append(f"{source.what} reaches a sandbox")
+    return out
+
+
+@check(
+    "network policy: model-gw reaches DNS, the store and its providers' ports only",
+    mutations=[
+        ("model-gw's egress policy is gone", lambda d: d.remove(find(d, "NetworkPolicy", "model-gw-egress"))),
+        ("model-gw's provider rule takes every port", lambda d: egress_rules_of(d, "model-gw-egress", APP_NS)[-1].pop("ports")),
+        ("the link-local range is no longer blocked", lambda d: unblock(d, "169.254.0.0/16")),
+    ],
+)
+def model_gw_egress(inst: Install) -> list[str]:
+    me = service_pod(inst, "model-gw", "10.244.7.7")
+    if me is None:
+        return []  # no gateway in this install
+    forbidden = [(m, port, "TCP") for m in METADATA for port in (80, 443)]
+    forbidden += [(api, port, "TCP") for api, port in KUBE_API]
+    forbidden += [(sandbox_pod("a", "10.244.1.10"), 8000, "TCP"), (Endpoint("an internal service", "10.1.2.3"), 443, "TCP"), (INTERNET, 22, "TCP")]
+    runtime_api = service_pod(inst, "runtime-api", "10.244.2.1")
+    if runtime_api is not None:
+        forbidden.append((runtime_api, runtime_api.ports.get("grpc", 50051), "TCP"))
+    needed = [(dns_pod(inst), 53, "UDP")]
+    for port in inst.values["modelGwEgress"]["ports"]:
+        needed.append((INTERNET, port, "TCP"))
+    redis = next((w for w in workloads(inst.docs) if is_redis(w)), None)
+    if redis is not None:
+        ports = {p.get("name"): p.get("containerPort") for c in containers(pod_spec(redis)) for p in c.get("ports") or []}
+        needed.append((Endpoint("the bundled Redis", "10.244.8.8", APP_NS, pod_labels(redis), ports), 6379, "TCP"))
+    for cidr in inst.values["storeEgress"]["cidrs"]:
+        first = str(next(ipaddress.ip_network(cidr, strict=False).hosts()))
+        needed.append((Endpoint("the external store", first), inst.values["storeEgress"]["port"], "TCP"))
+    return forbidden_and_needed(inst, me, forbidden, needed)
 
 
 @check(

@@ -335,6 +335,13 @@ pub struct AdminArgs {
     /// Seconds of the login rate's window, which opens with a client's first attempt.
     #[arg(long, env = "ADMIN_LOGIN_RATE_WINDOW", default_value = "60", value_parser = seconds)]
     pub admin_login_rate_window: Duration,
+    /// Judged admin logins (a live challenge answered, the hash checked) of the account
+    /// per window of `ADMIN_LOGIN_RATE_WINDOW`, whatever their source: many addresses do
+    /// not multiply the guesses. Past it, 429 for every client until the window ends. 0
+    /// turns the bound off.
+    #[arg(long, env = "ADMIN_LOGIN_ACCOUNT_RATE",
+          default_value_t = sandgate_runtime_api::admin::rate_limit::DEFAULT_ACCOUNT_LOGIN_ATTEMPTS)]
+    pub admin_login_account_rate: u32,
 }
 
 /// Sandboxes and their warm pools.

@@ -215,6 +215,10 @@ async fn runtime_api_services(
             attempts: admin.admin_login_rate,
             window: admin.admin_login_rate_window,
         }),
+        account_login_rate: (admin.admin_login_account_rate > 0).then_some(LoginRate {
+            attempts: admin.admin_login_account_rate,
+            window: admin.admin_login_rate_window,
+        }),
         warm_limits: WarmLimits {
             max_per_pool: admin.warm_pool_max_size,
             max_total: admin.warm_pools_max_total,

@@ -61,7 +61,7 @@ pub async fn start(
     // These tests log in many times from one address; the rate has tests of its own
     // (login_rate.rs).
     if !extra.contains(&"--admin-login-rate") {
-        args.extend(["--admin-login-rate", "0"]);
+        args.extend(["--admin-login-rate", "0", "--admin-login-account-rate", "0"]);
     }
     if let Some(path) = &path {
         args.extend(["--warm-runtimes-file", path.as_str()]);

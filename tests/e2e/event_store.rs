@@ -247,7 +247,72 @@ async fn dead_letters_are_kept_newest_first_and_capped(backend: Backend) {
     assert_eq!(kept[0].event.get(), r#"{"n":119}"#);
 }
 
+/// Events held for a conversation's owner: the sender that posted them can be told to
+/// forget them, nobody else can; once forgotten, another sender's events are taken.
+async fn events_are_forgotten_only_for_their_sender(backend: Backend) {
+    let store = open(&backend).await;
+    let conversation = Uuid::new_v4();
+    append(
+        &store,
+        conversation,
+        &[event("a", NOW), event("b", NOW + SECOND)],
+    )
+    .await;
+    assert!(
+        !store
+            .events
+            .forget_events(conversation, "static:other")
+            .await
+            .expect("forget"),
+        "not the sender"
+    );
+    assert_eq!(
+        ids(&page(&store, conversation, first(10)).await),
+        ["a", "b"]
+    );
+    assert!(
+        store
+            .events
+            .forget_events(conversation, OWNER)
+            .await
+            .expect("forget")
+    );
+    assert!(
+        store
+            .events
+            .event_stats(conversation)
+            .await
+            .expect("stats")
+            .is_none()
+    );
+    assert!(page(&store, conversation, first(10)).await.is_empty());
+    // Nothing of the old events is left: the same ids are new to the next sender.
+    let outcome = store
+        .events
+        .append_events(
+            conversation,
+            "static:other",
+            &[event("a", NOW)],
+            &[],
+            retention(100),
+            NOW,
+        )
+        .await
+        .expect("append")
+        .expect("the conversation's events are free again");
+    assert_eq!((outcome.stored, outcome.duplicates), (1, 0));
+    assert!(
+        !store
+            .events
+            .forget_events(Uuid::new_v4(), OWNER)
+            .await
+            .expect("forget"),
+        "no events at all"
+    );
+}
+
 crate::on_both_backends!(
+    events_are_forgotten_only_for_their_sender,
     events_are_stored_once_by_timestamp_then_arrival,
     another_owner_cannot_add_events,
     retention_drops_the_oldest_and_the_expired,

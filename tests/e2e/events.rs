@@ -187,8 +187,7 @@ async fn another_sender_neither_posts_nor_reads_them(backend: Backend) {
     let (status, _) = read_events(&server, ("x-session-api-key", OTHER_WEBHOOK_KEY), &id, "").await;
     assert_eq!(status, 404);
 
-    // Events posted before any record belong to their sender: a record later sent by
-    // another sender neither reads them nor counts them, and they post no more events.
+    // A conversation with a record and no events lists none.
     let id_without_events = new_id();
     server
         .deliver_ok(&conversation(
@@ -197,15 +196,6 @@ async fn another_sender_neither_posts_nor_reads_them(backend: Backend) {
             "idle",
         ))
         .await;
-    let early = new_id();
-    let (status, _) = post_events(&server, OTHER_WEBHOOK_KEY, &early, &batch).await;
-    assert_eq!(status, 200);
-    server
-        .deliver_ok(&conversation(&early, "2026-03-01T12:00:00Z", "running"))
-        .await;
-    let (status, _) = read_events(&server, ("x-session-api-key", WEBHOOK_KEY), &early, "").await;
-    assert_eq!(status, 404);
-    // A conversation with a record and no events lists none.
     let (status, page) = read_events(
         &server,
         ("x-session-api-key", WEBHOOK_KEY),
@@ -214,24 +204,61 @@ async fn another_sender_neither_posts_nor_reads_them(backend: Backend) {
     )
     .await;
     assert_eq!((status, event_ids(&page).len()), (200, 0));
+}
+
+/// Squatting: another sender posts events for a conversation id before its owner's first
+/// delivery. They are held until the record arrives, then dropped: the owner is never
+/// locked out of its own conversation, and never sees or counts the squatter's events.
+async fn events_posted_before_the_record_are_held_for_its_owner(backend: Backend) {
+    let server = Sandgate::start(&backend).await;
+    let squatted = new_id();
+    let squat = json!([message("squat", &at(1), "not yours")]);
+    let (status, _) = post_events(&server, OTHER_WEBHOOK_KEY, &squatted, &squat).await;
+    assert_eq!(status, 200);
+    server
+        .deliver_ok(&conversation(&squatted, "2026-03-01T12:00:00Z", "running"))
+        .await;
+    let own = json!([message("mine", &at(2), "hello")]);
+    let (status, answer) = post_events(&server, WEBHOOK_KEY, &squatted, &own).await;
+    assert_eq!((status, &answer["stored"]), (200, &json!(1)), "{answer}");
+    // The squatter posts no more, and reads nothing.
+    let (status, _) = post_events(&server, OTHER_WEBHOOK_KEY, &squatted, &squat).await;
+    assert_eq!(status, 401);
     let (status, _) = read_events(
         &server,
         ("x-session-api-key", OTHER_WEBHOOK_KEY),
-        &early,
+        &squatted,
         "",
     )
     .await;
     assert_eq!(status, 404);
-    let (status, _) = post_events(&server, WEBHOOK_KEY, &early, &batch).await;
-    assert_eq!(status, 401);
+    for header in [
+        ("x-session-api-key", WEBHOOK_KEY),
+        ("x-api-key", RUNTIME_KEY),
+    ] {
+        let (status, page) = read_events(&server, header, &squatted, "").await;
+        assert_eq!(
+            (status, event_ids(&page)),
+            (200, vec!["mine"]),
+            "{header:?}"
+        );
+    }
     let record: Value = server
-        .conversation(&early)
+        .conversation(&squatted)
         .await
         .json()
         .await
         .expect("JSON");
-    assert_eq!(record["sandgate"]["event_count"], 0);
-    let (status, page) = read_events(&server, ("x-api-key", RUNTIME_KEY), &early, "").await;
+    assert_eq!(record["sandgate"]["event_count"], 1);
+
+    // The owner's own early events are adopted with its record.
+    let early = new_id();
+    let (status, _) = post_events(&server, WEBHOOK_KEY, &early, &own).await;
+    assert_eq!(status, 200);
+    server
+        .deliver_ok(&conversation(&early, "2026-03-01T12:00:00Z", "running"))
+        .await;
+    let (status, page) = read_events(&server, ("x-session-api-key", WEBHOOK_KEY), &early, "").await;
     assert_eq!((status, event_ids(&page)), (200, vec!["mine"]));
 }
 
@@ -314,6 +341,7 @@ on_both_backends!(
     batches_are_stored_once_in_order_and_read_back,
     bad_events_are_dead_letters_and_never_stall_the_batch,
     another_sender_neither_posts_nor_reads_them,
+    events_posted_before_the_record_are_held_for_its_owner,
     state_updates_move_the_record_unless_it_is_newer,
     secrets_in_events_are_redacted_before_they_are_kept,
     retention_keeps_the_newest_events,

@@ -1,8 +1,9 @@
 //! Admin login attempts limited per client address: the 11th attempt in a window gets 429
 //! with `Retry-After`, other addresses are not affected, the limit holds across replicas
 //! and cannot be dodged with a forged header, and the client logs in once its window has
-//! passed. Clients come from distinct loopback addresses (Linux routes all of 127/8 to
-//! the loopback interface, so a socket may bind any of them).
+//! passed; and the account has a bound of its own, whatever the addresses. Clients come
+//! from distinct loopback addresses (Linux routes all of 127/8 to the loopback interface,
+//! so a socket may bind any of them).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -156,7 +157,42 @@ async fn ten_attempts_then_429_per_client_address(backend: Backend) {
     assert!(logged_in.body["token"].is_string());
 }
 
-crate::on_both_backends!(ten_attempts_then_429_per_client_address);
+crate::on_both_backends!(
+    ten_attempts_then_429_per_client_address,
+    many_addresses_do_not_multiply_the_guesses,
+);
+
+const ACCOUNT_RATE: u32 = 12;
+
+/// Addresses are cheap: the account's bound holds whatever their number. Four addresses,
+/// each under its own limit, make the account's twelve judged guesses; the next login,
+/// from a fifth address and with the right password, gets 429 until the window ends.
+async fn many_addresses_do_not_multiply_the_guesses(backend: Backend) {
+    let account_rate = ACCOUNT_RATE.to_string();
+    let sandgate = start(&backend, &["--admin-login-account-rate", &account_rate]).await;
+    let guessers: Vec<reqwest::Client> = (20..24)
+        .map(|host| client_from(&format!("127.0.0.{host}")))
+        .collect();
+    for attempt in 0..ACCOUNT_RATE as usize {
+        let guesser = &guessers[attempt % guessers.len()];
+        let issued = challenge(guesser, &sandgate).await;
+        assert_eq!(issued.status, 200, "challenge {attempt}: {}", issued.body);
+        let refused = login(guesser, &sandgate, &answered(&issued.body, "guess")).await;
+        assert_eq!(refused.status, 401, "guess {attempt}: {}", refused.body);
+    }
+    let admin = client_from("127.0.0.24");
+    let issued = challenge(&admin, &sandgate).await;
+    assert_eq!(issued.status, 200, "a challenge is not a guess");
+    let wait = assert_limited(
+        &login(&admin, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await,
+        "past the account's bound",
+    );
+    // Once the account's window has passed, the admin logs in.
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    let issued = challenge(&admin, &sandgate).await;
+    let logged_in = login(&admin, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await;
+    assert_eq!(logged_in.status, 200, "{}", logged_in.body);
+}
 
 /// Attempts against two replicas on one Redis count together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,7 @@ mod llm_sdks;
 mod log_secrets;
 mod login_rate;
 mod model_gateway;
+mod noisy_tenants;
 mod observability;
 mod ordering;
 mod process;

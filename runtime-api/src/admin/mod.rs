@@ -56,6 +56,9 @@ pub struct AdminConfig {
     /// `ADMIN_LOGIN_RATE`: challenges and login attempts per client and window; `None`,
     /// unlimited.
     pub login_rate: Option<LoginRate>,
+    /// `ADMIN_LOGIN_ACCOUNT_RATE`: judged logins of the account per window, whatever
+    /// their source; `None`, unlimited.
+    pub account_login_rate: Option<LoginRate>,
     /// `WARM_POOL_MAX_SIZE` and `WARM_POOLS_MAX_TOTAL`.
     pub warm_limits: configs::WarmLimits,
 }
@@ -70,6 +73,10 @@ impl Default for AdminConfig {
             overlay: false,
             pbkdf2_iterations: login::DEFAULT_PBKDF2_ITERATIONS,
             login_rate: Some(rate_limit::DEFAULT_LOGIN_RATE),
+            account_login_rate: Some(LoginRate {
+                attempts: rate_limit::DEFAULT_ACCOUNT_LOGIN_ATTEMPTS,
+                window: rate_limit::DEFAULT_LOGIN_RATE.window,
+            }),
             warm_limits: configs::WarmLimits::default(),
         }
     }
@@ -97,6 +104,7 @@ pub struct RuntimeAdminService {
     default_api_key: Option<String>,
     iterations: u32,
     login_rate: Option<LoginRate>,
+    account_login_rate: Option<LoginRate>,
     configs: Arc<WarmConfigSource>,
     clock: Arc<dyn Clock>,
     cached: Mutex<Option<Arc<Cached>>>,
@@ -261,6 +269,7 @@ impl RuntimeAdminService {
             default_api_key: config.default_api_key.filter(|key| !key.is_empty()),
             iterations: config.pbkdf2_iterations,
             login_rate: config.login_rate,
+            account_login_rate: config.account_login_rate,
             configs,
             clock,
             cached: Mutex::new(None),
@@ -273,7 +282,11 @@ impl RuntimeAdminService {
 
     /// Counts an attempt of the calling client, refused past the login rate.
     async fn limit<T>(&self, attempt: Attempt, request: &Request<T>) -> Result<(), Status> {
-        match self.login_rate {
+        let rate = match attempt {
+            Attempt::Judged => self.account_login_rate,
+            Attempt::Challenge | Attempt::Login => self.login_rate,
+        };
+        match rate {
             Some(rate) => rate_limit::check(&self.store, rate, attempt, request).await,
             None => Ok(()),
         }
@@ -360,6 +373,8 @@ impl RuntimeAdmin for RuntimeAdminService {
         let admin = self.admin()?;
         self.limit(Attempt::Login, &request).await?;
         let LoginRequest { challenge, hash } = request.into_inner();
+        // The account's count names no client.
+        let account = Request::new(());
         let invalid_challenge = || unauthenticated("Invalid or expired challenge");
         if challenge.is_empty() || challenge.len() > MAX_CREDENTIAL_LEN {
             return Err(invalid_challenge());
@@ -373,6 +388,11 @@ impl RuntimeAdmin for RuntimeAdminService {
             .map_err(store_failed)?
             .filter(|record| record.expires_at_ms > self.clock.now_ms())
             .ok_or_else(invalid_challenge)?;
+        // Counted before the hash is checked, so that concurrent attempts cannot all pass
+        // a check made before any of them was counted.
+        if hash.len() <= MAX_CREDENTIAL_LEN {
+            self.limit(Attempt::Judged, &account).await?;
+        }
         if hash.len() > MAX_CREDENTIAL_LEN
             || !admin
                 .password

@@ -3,6 +3,13 @@
 //! counters are in the store). Past the limit the caller gets 429 with the seconds until
 //! its window ends. With the PBKDF2 cost, this bounds both online password guessing and
 //! the CPU a client can make the service spend.
+//!
+//! Addresses are cheap (a /64 of IPv6, a proxy pool): 41 loopback addresses made 410
+//! judged attempts in one window. So the account has a bound of its own as well: so many
+//! judged login attempts (a live challenge answered, the hash checked) per window,
+//! whatever their source. Past it, every login is refused until the window ends, the
+//! admin's too: a guesser is held to the bound, at the price of the admin waiting once
+//! they are under attack.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -27,11 +34,17 @@ pub const DEFAULT_LOGIN_RATE: LoginRate = LoginRate {
     window: Duration::from_secs(60),
 };
 
+/// `ADMIN_LOGIN_ACCOUNT_RATE`'s default: 30 judged logins of the account per window, three
+/// clients' worth.
+pub const DEFAULT_ACCOUNT_LOGIN_ATTEMPTS: u32 = 30;
+
 /// What a client attempts: each has its own counter.
 #[derive(Clone, Copy, Debug)]
 pub enum Attempt {
     Challenge,
     Login,
+    /// A login of the account whose hash is checked, from any client.
+    Judged,
 }
 
 impl Attempt {
@@ -39,6 +52,7 @@ impl Attempt {
         match self {
             Self::Challenge => "challenge",
             Self::Login => "login",
+            Self::Judged => "judged-login",
         }
     }
 }
@@ -68,7 +82,11 @@ pub async fn check<T>(
     attempt: Attempt,
     request: &Request<T>,
 ) -> Result<(), Status> {
-    let client = client_of(request);
+    let client = match attempt {
+        // One count for every client.
+        Attempt::Judged => "account".to_owned(),
+        Attempt::Challenge | Attempt::Login => client_of(request),
+    };
     let hit = store
         .rate_limits
         .hit(&format!("admin-{}:{client}", attempt.name()), rate.window)

@@ -2,6 +2,7 @@
 
 pub mod events;
 mod lifecycle;
+mod listing;
 mod view;
 
 use std::collections::BTreeMap;
@@ -22,7 +23,7 @@ use uuid::Uuid;
 
 use crate::auth::{Authenticator, Principal, Reader};
 use crate::model::{self, ConversationSummary, LocItem, ValidConversation};
-use crate::store::{EventPage, EventRetention, IndexKey, Store, StoredConversation};
+use crate::store::{EventPage, EventRetention, Store, StoredConversation};
 use crate::validation;
 use lifecycle::Order;
 
@@ -30,6 +31,9 @@ use lifecycle::Order;
 const MAX_WRITE_ATTEMPTS: usize = 64;
 const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 1000;
+/// The most a list page's records weigh together, past its first: well under the 64 MiB
+/// a gRPC message may take, so that large records shorten a page and never fail it.
+const MAX_PAGE_BYTES: usize = 16 * 1024 * 1024;
 /// The most children `sub_conversation_ids` lists.
 const MAX_CHILDREN: usize = 10_000;
 
@@ -178,6 +182,9 @@ impl ConversationsService {
                 now_micros(),
             );
             if self.swap(previous.as_ref(), &next).await? {
+                if previous.is_none() {
+                    self.drop_squatted_events(id, &owner).await?;
+                }
                 tracing::info!(
                     conversation = %id,
                     status = %next.execution_status,
@@ -224,6 +231,33 @@ impl ConversationsService {
         Ok(true)
     }
 
+    /// Events posted before the conversation's record are held for the record's owner:
+    /// once the record names it, events another sender posted are dropped, so whoever
+    /// posts first cannot lock the owner out of its own conversation (its events would be
+    /// refused for good). The owner's own events are its already: nothing to adopt.
+    async fn drop_squatted_events(&self, id: Uuid, owner: &str) -> Result<(), Status> {
+        let Some(events) = self
+            .store
+            .events
+            .event_stats(id)
+            .await
+            .map_err(ErrorDetail::from)?
+        else {
+            return Ok(());
+        };
+        if events.owner != owner
+            && self
+                .store
+                .events
+                .forget_events(id, &events.owner)
+                .await
+                .map_err(ErrorDetail::from)?
+        {
+            tracing::warn!(conversation = %id, squatter = %events.owner, "dropped events another sender posted before the conversation's record");
+        }
+        Ok(())
+    }
+
     /// The record, when `reader` may see it.
     async fn readable(
         &self,
@@ -240,42 +274,6 @@ impl ConversationsService {
             Reader::RuntimeApi => true,
             Reader::Session(principal) => stored.owner == principal.owner(),
         }))
-    }
-
-    /// Every live member of `index` that passes `keep`, from `after` on, at most `limit`.
-    async fn collect(
-        &self,
-        index: &IndexKey,
-        mut after: Option<Uuid>,
-        limit: usize,
-        keep: impl Fn(&StoredConversation) -> bool,
-    ) -> Result<(Vec<StoredConversation>, bool), Status> {
-        // Small pages still scan in batches worth a round trip.
-        let batch_size = limit.max(16);
-        let mut found = Vec::new();
-        loop {
-            let batch = self
-                .store
-                .conversations
-                .scan(index, after, batch_size)
-                .await
-                .map_err(ErrorDetail::from)?;
-            let exhausted = batch.len() < batch_size;
-            for stored in batch {
-                after = Some(stored.id);
-                // A stale member (left by a write that lost its race or moved on) is
-                // skipped, never repaired here: a reader's query writes nothing.
-                if index.matches(&stored) && keep(&stored) {
-                    found.push(stored);
-                    if found.len() == limit {
-                        return Ok((found, true));
-                    }
-                }
-            }
-            if exhausted {
-                return Ok((found, false));
-            }
-        }
     }
 
     /// Applies what a batch's newest state update says of the conversation, as a delivery
@@ -341,17 +339,6 @@ impl ConversationsService {
         })
     }
 
-    /// The children of `parent` that its own sender posted: naming a parent links a
-    /// conversation to it only within one tenant.
-    async fn children(&self, parent: &StoredConversation) -> Result<Vec<Uuid>, Status> {
-        let (children, _) = self
-            .collect(&IndexKey::Parent(parent.id), None, MAX_CHILDREN, |child| {
-                child.owner == parent.owner
-            })
-            .await?;
-        Ok(children.iter().map(|child| child.id).collect())
-    }
-
     async fn view(&self, stored: &StoredConversation) -> Result<pb::Conversation, Status> {
         // Events of another sender are not this record's (see `events_readable`).
         let events = self
@@ -408,70 +395,9 @@ impl Conversations for ConversationsService {
         request: Request<ListConversationsRequest>,
     ) -> Result<Response<ListConversationsResponse>, Status> {
         let reader = self.auth.reader(request.metadata()).await?;
-        let query = request.into_inner();
-        let parent = (!query.parent_id.is_empty())
-            .then(|| parse_id(&query.parent_id))
-            .transpose()?;
-        let after = (!query.page_token.is_empty())
-            .then(|| parse_id(&query.page_token))
-            .transpose()?;
-        let limit = match query.page_size as usize {
-            0 => DEFAULT_PAGE_SIZE,
-            size => size.min(MAX_PAGE_SIZE),
-        };
-        // Tag filters follow the tag rule, so that `key=value` names one index only.
-        let filter: serde_json::Map<String, Value> = query
-            .tags
-            .iter()
-            .map(|(key, value)| (key.clone(), Value::from(value.as_str())))
-            .collect();
-        model::validate_tags(&Value::Object(filter)).map_err(validation::failure)?;
-        let owner = match &reader {
-            Reader::RuntimeApi => None,
-            Reader::Session(principal) => Some(principal.owner()),
-        };
-        // Children are the parent's only when its own sender posted them.
-        let parent_owner = match parent {
-            Some(parent) => self
-                .store
-                .conversations
-                .get(parent)
-                .await
-                .map_err(ErrorDetail::from)?
-                .map(|parent| parent.owner),
-            None => None,
-        };
-        // The most selective index drives the scan; the other conditions filter it.
-        let index = match (parent, query.tags.iter().next(), &owner) {
-            (Some(parent), _, _) => IndexKey::Parent(parent),
-            (None, Some((key, value)), _) => IndexKey::Tag(key.clone(), value.clone()),
-            (None, None, Some(owner)) => IndexKey::Owner(owner.clone()),
-            (None, None, None) => IndexKey::All,
-        };
-        let keep = |stored: &StoredConversation| {
-            parent.is_none_or(|parent| stored.parent_id == Some(parent))
-                && query
-                    .tags
-                    .iter()
-                    .all(|(key, value)| stored.tags.get(key) == Some(value))
-                && owner.as_ref().is_none_or(|owner| &stored.owner == owner)
-                && parent_owner
-                    .as_ref()
-                    .is_none_or(|parent_owner| &stored.owner == parent_owner)
-        };
-        let (found, more) = self.collect(&index, after, limit, keep).await?;
-        let mut conversations = Vec::with_capacity(found.len());
-        for stored in &found {
-            conversations.push(self.view(stored).await?);
-        }
-        let next_page_token = match (more, found.last()) {
-            (true, Some(last)) => last.id.to_string(),
-            _ => String::new(),
-        };
-        Ok(Response::new(ListConversationsResponse {
-            conversations,
-            next_page_token,
-        }))
+        Ok(Response::new(
+            self.list(&reader, request.into_inner()).await?,
+        ))
     }
 
     async fn update_tags(
@@ -535,13 +461,13 @@ impl Conversations for ConversationsService {
             tracing::warn!(conversation = %id, sender = %owner, "events for a conversation owned by another sender");
             ErrorDetail::new(ErrorCode::Unauthenticated, "Unauthorized").into()
         };
-        if record.is_some_and(|record| record.owner != owner) {
-            return Err(refused());
-        }
-        let outcome = self
-            .store
-            .events
-            .append_events(
+        let owns_record = match record {
+            Some(record) if record.owner != owner => return Err(refused()),
+            Some(_) => true,
+            None => false,
+        };
+        let append = || {
+            self.store.events.append_events(
                 id,
                 &owner,
                 &batch.events,
@@ -549,9 +475,15 @@ impl Conversations for ConversationsService {
                 self.retention,
                 received_at,
             )
-            .await
-            .map_err(ErrorDetail::from)?
-            .ok_or_else(refused)?;
+        };
+        let mut outcome = append().await.map_err(ErrorDetail::from)?;
+        if outcome.is_none() && owns_record {
+            // Another sender posted events first and the record's own write has not
+            // dropped them yet: the record says whose they are.
+            self.drop_squatted_events(id, &owner).await?;
+            outcome = append().await.map_err(ErrorDetail::from)?;
+        }
+        let outcome = outcome.ok_or_else(refused)?;
         metrics::counter!("sandgate_events_total", "outcome" => "stored")
             .increment(u64::from(outcome.stored));
         metrics::counter!("sandgate_events_total", "outcome" => "duplicate")

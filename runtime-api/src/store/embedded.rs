@@ -6,6 +6,7 @@
 //! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it
 //! (generic transaction writes, which touch tables of their own, run first).
 
+mod catalog;
 mod events;
 mod keys;
 mod models;
@@ -28,8 +29,8 @@ use super::admin::{
     WarmConfigSnapshot, WarmConfigStore,
 };
 use super::{
-    ConversationStore, IndexKey, ProfileStore, SessionKeyStore, StoreError, StoreHealth,
-    StoreResult, StoredConversation, StoredProfile,
+    ConversationHead, ConversationStore, IndexKey, ProfileStore, SessionKeyStore, StoreError,
+    StoreHealth, StoreResult, StoredConversation, StoredProfile,
 };
 
 /// id → version (8 bytes, big endian) followed by the record's JSON.
@@ -121,6 +122,7 @@ impl EmbeddedStore {
             txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
             sandboxes::create_tables(&txn)?;
             events::create_tables(&txn)?;
+            catalog::upgrade(&txn)?;
             txn.commit().map_err(unavailable)?;
             Ok(db)
         })
@@ -260,12 +262,13 @@ fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
         {
             let mut conversations = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
             let mut index = txn.open_table(INDEX).map_err(unavailable)?;
+            let mut heads = txn.open_table(catalog::HEADS).map_err(unavailable)?;
             let mut session_keys = txn.open_table(SESSION_KEYS).map_err(unavailable)?;
             let mut profiles = txn.open_table(PROFILES).map_err(unavailable)?;
             for write in batch.iter() {
                 let outcome = match write {
                     Write::Swap { expected, next, .. } => {
-                        swap(&mut conversations, &mut index, *expected, next)
+                        swap(&mut conversations, &mut index, &mut heads, *expected, next)
                     }
                     Write::SessionKey {
                         key_sha256,
@@ -322,6 +325,7 @@ fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
 fn swap(
     conversations: &mut redb::Table<&str, &[u8]>,
     index: &mut redb::Table<&str, ()>,
+    heads: &mut redb::Table<&str, &[u8]>,
     expected: u64,
     next: &StoredConversation,
 ) -> StoreResult<bool> {
@@ -350,6 +354,9 @@ fn swap(
             .insert(index_entry(&key.encode(), &id).as_str(), ())
             .map_err(unavailable)?;
     }
+    heads
+        .insert(id.as_str(), catalog::encode_head(next)?.as_slice())
+        .map_err(unavailable)?;
     conversations
         .insert(id.as_str(), encode_conversation(next)?.as_slice())
         .map_err(unavailable)?;
@@ -389,11 +396,12 @@ impl ConversationStore for EmbeddedStore {
         index: &IndexKey,
         after: Option<Uuid>,
         limit: usize,
-    ) -> StoreResult<Vec<StoredConversation>> {
+    ) -> StoreResult<Vec<ConversationHead>> {
         let prefix = index.encode();
         self.read(move |db| {
             let txn = db.begin_read().map_err(unavailable)?;
             let members = txn.open_table(INDEX).map_err(unavailable)?;
+            let heads = txn.open_table(catalog::HEADS).map_err(unavailable)?;
             let conversations = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
             let start = match after {
                 Some(after) => Bound::Excluded(index_entry(&prefix, &after.to_string())),
@@ -417,8 +425,24 @@ impl ConversationStore for EmbeddedStore {
                 let Some(id) = entry.value().rsplit('\0').next().map(str::to_owned) else {
                     continue;
                 };
-                if let Some(record) = conversations.get(id.as_str()).map_err(unavailable)? {
-                    found.push(decode_conversation(record.value())?);
+                if let Some(head) = catalog::head_of(&heads, &conversations, &id)? {
+                    found.push(head);
+                }
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn get_many(&self, ids: &[Uuid]) -> StoreResult<Vec<StoredConversation>> {
+        let keys = catalog::keys(ids);
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
+            let mut found = Vec::with_capacity(keys.len());
+            for key in &keys {
+                if let Some(entry) = table.get(key.as_str()).map_err(unavailable)? {
+                    found.push(decode_conversation(entry.value())?);
                 }
             }
             Ok(found)

@@ -188,6 +188,13 @@ pub trait EventStore: Send + Sync + 'static {
 
     /// The conversation's dead letters, newest first.
     async fn dead_letters(&self, conversation: Uuid) -> StoreResult<Vec<DeadLetter>>;
+
+    /// Forgets the conversation's events, dead letters and owner, atomically, when
+    /// `owner` posted them; `false` (nothing forgotten) when someone else did, or nobody.
+    /// Events posted before their conversation's record are held for the record's owner:
+    /// another sender's are dropped once the record names its owner, so that a squatter
+    /// cannot lock the owner out of its own conversation.
+    async fn forget_events(&self, conversation: Uuid, owner: &str) -> StoreResult<bool>;
 }
 
 #[cfg(test)]

@@ -38,7 +38,9 @@ pub use events::{
 };
 pub use keys::{KeySpend, KeyStore, SpendCounters, StoredKey};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
-pub use records::{IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile};
+pub use records::{
+    ConversationHead, IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile,
+};
 pub use redis::RedisStore;
 pub use sandboxes::{
     Fence, Restarts, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex,
@@ -98,14 +100,18 @@ pub trait ConversationStore: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Up to `limit` records whose ids are members of `index` and greater than `after`,
-    /// ordered by id. Hits may be stale (see the module docs): callers re-check them.
+    /// The heads of up to `limit` records whose ids are members of `index` and greater
+    /// than `after`, ordered by id; no record is decoded. Hits may be stale (see the
+    /// module docs): callers re-check them.
     async fn scan(
         &self,
         index: &IndexKey,
         after: Option<Uuid>,
         limit: usize,
-    ) -> StoreResult<Vec<StoredConversation>>;
+    ) -> StoreResult<Vec<ConversationHead>>;
+
+    /// The records of `ids` that exist, in the order of `ids`.
+    async fn get_many(&self, ids: &[Uuid]) -> StoreResult<Vec<StoredConversation>>;
 
     /// Drops `id` from indexes its record has left, after a write that moved it (a tag or
     /// parent changed). Readers never write: they skip stale members, and the writer that

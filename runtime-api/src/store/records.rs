@@ -47,14 +47,38 @@ pub struct LifecycleEvent {
     pub received_at: i64,
 }
 
+/// What the catalog needs of a record to place it in its indexes, kept beside the record:
+/// a scan reads heads, and a query decodes only the records it answers with. A reader of
+/// one conversation never decodes its children's records, nor a tenant's query another
+/// tenant's (their records can be megabytes each).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationHead {
+    pub id: Uuid,
+    /// The record's version it was taken from: a head that does not match the record's
+    /// (an older replica rewrote the record without it) is not used.
+    pub version: u64,
+    pub owner: String,
+    pub parent_id: Option<Uuid>,
+    pub tags: BTreeMap<String, String>,
+    /// The record's JSON, in bytes: what answering with it costs (pages are bounded in
+    /// bytes).
+    pub size: usize,
+}
+
 /// A secondary index of the catalog.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum IndexKey {
     All,
     Owner(String),
+    /// Every conversation naming the parent, whoever sent it (the runtime API's view).
     Parent(Uuid),
     /// Tag keys are lowercase alphanumeric, so `key=value` is unambiguous.
     Tag(String, String),
+    /// One sender's conversations naming the parent: a parent's children are those its
+    /// own sender posted, so another tenant's records naming it are never read with it.
+    OwnerParent(String, Uuid),
+    /// One sender's conversations with the tag: a tenant's tag query reads its own.
+    OwnerTag(String, String, String),
 }
 
 impl IndexKey {
@@ -65,35 +89,80 @@ impl IndexKey {
             Self::Owner(owner) => format!("owner:{owner}"),
             Self::Parent(parent) => format!("parent:{parent}"),
             Self::Tag(key, value) => format!("tag:{key}={value}"),
+            // The parent is of fixed length, and the owner's length is spelled out: no
+            // two indexes share a name.
+            Self::OwnerParent(owner, parent) => format!("owner-parent:{parent}:{owner}"),
+            Self::OwnerTag(owner, key, value) => {
+                format!("owner-tag:{}:{owner}:{key}={value}", owner.len())
+            }
         }
     }
 
-    /// Whether `conversation` belongs in this index now (readers re-check stale hits).
-    pub fn matches(&self, conversation: &StoredConversation) -> bool {
+    /// Whether a record with this head belongs in this index now (readers re-check stale
+    /// hits).
+    pub fn matches(&self, head: &ConversationHead) -> bool {
         match self {
             Self::All => true,
-            Self::Owner(owner) => &conversation.owner == owner,
-            Self::Parent(parent) => conversation.parent_id == Some(*parent),
-            Self::Tag(key, value) => conversation.tags.get(key) == Some(value),
+            Self::Owner(owner) => &head.owner == owner,
+            Self::Parent(parent) => head.parent_id == Some(*parent),
+            Self::Tag(key, value) => head.tags.get(key) == Some(value),
+            Self::OwnerParent(owner, parent) => {
+                &head.owner == owner && head.parent_id == Some(*parent)
+            }
+            Self::OwnerTag(owner, key, value) => {
+                &head.owner == owner && head.tags.get(key) == Some(value)
+            }
         }
     }
 }
 
+/// Every index a conversation of this owner, parent and tags is a member of.
+fn index_keys(
+    owner: &str,
+    parent_id: Option<Uuid>,
+    tags: &BTreeMap<String, String>,
+) -> Vec<IndexKey> {
+    let mut keys = Vec::with_capacity(4 + 2 * tags.len());
+    keys.push(IndexKey::All);
+    keys.push(IndexKey::Owner(owner.to_owned()));
+    if let Some(parent) = parent_id {
+        keys.push(IndexKey::Parent(parent));
+        keys.push(IndexKey::OwnerParent(owner.to_owned(), parent));
+    }
+    for (key, value) in tags {
+        keys.push(IndexKey::Tag(key.clone(), value.clone()));
+        keys.push(IndexKey::OwnerTag(
+            owner.to_owned(),
+            key.clone(),
+            value.clone(),
+        ));
+    }
+    keys
+}
+
+impl ConversationHead {
+    /// Every index the record it heads is a member of.
+    pub fn index_keys(&self) -> Vec<IndexKey> {
+        index_keys(&self.owner, self.parent_id, &self.tags)
+    }
+}
+
 impl StoredConversation {
+    /// Its head: what its index entries are re-checked against.
+    pub fn head(&self) -> ConversationHead {
+        ConversationHead {
+            id: self.id,
+            version: self.version,
+            owner: self.owner.clone(),
+            parent_id: self.parent_id,
+            tags: self.tags.clone(),
+            size: self.record.get().len(),
+        }
+    }
+
     /// Every index this conversation is a member of.
     pub fn index_keys(&self) -> Vec<IndexKey> {
-        let mut keys = Vec::with_capacity(3 + self.tags.len());
-        keys.push(IndexKey::All);
-        keys.push(IndexKey::Owner(self.owner.clone()));
-        if let Some(parent) = self.parent_id {
-            keys.push(IndexKey::Parent(parent));
-        }
-        keys.extend(
-            self.tags
-                .iter()
-                .map(|(key, value)| IndexKey::Tag(key.clone(), value.clone())),
-        );
-        keys
+        index_keys(&self.owner, self.parent_id, &self.tags)
     }
 
     /// The index keys of this record that `next_keys` (a later version's) no longer has:
@@ -153,7 +222,10 @@ mod tests {
             [
                 IndexKey::Owner("a".into()),
                 IndexKey::Parent(parent),
+                IndexKey::OwnerParent("a".into(), parent),
                 IndexKey::Tag("env".into(), "prod".into()),
+                IndexKey::OwnerTag("a".into(), "env".into(), "prod".into()),
+                IndexKey::OwnerTag("a".into(), "team".into(), "x".into()),
             ]
         );
         assert!(

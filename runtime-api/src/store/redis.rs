@@ -4,7 +4,9 @@
 //! Layout (every key a script or pipeline touches shares one hash tag, so that on a
 //! cluster each stays on one slot; the keys a kind of record shares are in buckets on a
 //! cluster, see [`cluster::Layout`]):
-//! - `sandgate:conv:{<id>}`: a hash, `v` the version and `d` the record's JSON;
+//! - `sandgate:conv:{<id>}`: a hash, `v` the version, `d` the record's JSON and `h` its
+//!   head's (what index scans read; a record an older writer left without one is read
+//!   whole instead);
 //! - `sandgate:idx:<index>` (a cluster: `sandgate:idx:{<bucket>:<index>}`): a sorted set
 //!   of ids, all with score 0, read in lexical order;
 //! - `sandgate:session-key:<sha256>`: the sandbox a session key was issued to;
@@ -13,6 +15,7 @@
 //!   sandboxes and the reconciler's lease: see [`sandboxes`].
 
 mod admin;
+mod catalog;
 pub(super) mod cluster;
 mod events;
 mod keys;
@@ -33,15 +36,16 @@ use uuid::Uuid;
 
 use self::cluster::Layout;
 use super::{
-    ConversationStore, IndexKey, ProfileStore, RedisTls, SessionKeyStore, StoreError, StoreHealth,
-    StoreResult, StoredConversation, StoredProfile, redact_url, redis_url_problem,
+    ConversationHead, ConversationStore, IndexKey, ProfileStore, RedisTls, SessionKeyStore,
+    StoreError, StoreHealth, StoreResult, StoredConversation, StoredProfile, redact_url,
+    redis_url_problem,
 };
 
 /// Compare-and-swap of a conversation: writes only when the stored version is ARGV[1].
 const SWAP_SCRIPT: &str = r"
 local current = redis.call('HGET', KEYS[1], 'v')
 if (current or '0') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3])
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'd', ARGV[3], 'h', ARGV[4])
 return 1
 ";
 
@@ -239,7 +243,7 @@ impl RedisStore {
                 sentinels,
             ));
         }
-        Ok(Self {
+        let store = Self {
             primary,
             sentinel: followed,
             layout,
@@ -248,7 +252,9 @@ impl RedisStore {
             swap,
             model_changes: std::sync::OnceLock::new(),
             key_changes: std::sync::OnceLock::new(),
-        })
+        };
+        store.upgrade_catalog().await?;
+        Ok(store)
     }
 
     /// The primary's (or the cluster's) connection, for one call.
@@ -395,6 +401,7 @@ impl ConversationStore for RedisStore {
         // The record and a few hundred bytes of bookkeeping, written without regrowing.
         let mut data = Vec::with_capacity(next.record.get().len() + 512);
         serde_json::to_writer(&mut data, next).map_err(corrupt)?;
+        let head = serde_json::to_vec(&next.head()).map_err(corrupt)?;
         let member = next.id.to_string();
         // Every index holds it in the same bucket.
         let bucket = self.layout.bucket(next.id.as_bytes());
@@ -403,7 +410,8 @@ impl ConversationStore for RedisStore {
                 .key(conversation_key(next.id))
                 .arg(expected)
                 .arg(next.version)
-                .arg(&data);
+                .arg(&data)
+                .arg(&head);
         };
         let mut connection = self.write_connection();
         if self.layout.is_cluster() {
@@ -490,7 +498,7 @@ impl ConversationStore for RedisStore {
         index: &IndexKey,
         after: Option<Uuid>,
         limit: usize,
-    ) -> StoreResult<Vec<StoredConversation>> {
+    ) -> StoreResult<Vec<ConversationHead>> {
         let min = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
         let encoded = index.encode();
         // Each bucket's first `limit` after `after`, merged: the first `limit` of all.
@@ -511,6 +519,50 @@ impl ConversationStore for RedisStore {
             ids.dedup();
             ids.truncate(limit);
         }
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let heads: Vec<(Option<u64>, Option<Vec<u8>>)> = self
+            .spread(
+                ids.iter()
+                    .map(|id| keyed("HMGET", conversation_key(id), ("v", "h")))
+                    .collect(),
+            )
+            .await?;
+        let heads = heads
+            .into_iter()
+            .map(|(version, head)| {
+                let head = head
+                    .map(|head| serde_json::from_slice::<ConversationHead>(&head))
+                    .transpose()
+                    .map_err(corrupt)?;
+                // A head of another version than the record's is an older writer's leftover.
+                Ok(head.filter(|head| Some(head.version) == version))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        // Records without a current head (written by an older version) are read whole.
+        let headless: Vec<Uuid> = ids
+            .iter()
+            .zip(&heads)
+            .filter(|(_, head)| head.is_none())
+            .filter_map(|(id, _)| Uuid::parse_str(id).ok())
+            .collect();
+        let mut whole = self.get_many(&headless).await?.into_iter().peekable();
+        let mut found = Vec::with_capacity(ids.len());
+        for (id, head) in ids.iter().zip(heads) {
+            match head {
+                Some(head) => found.push(head),
+                None => {
+                    if let Some(record) = whole.next_if(|record| record.id.to_string() == *id) {
+                        found.push(record.head());
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn get_many(&self, ids: &[Uuid]) -> StoreResult<Vec<StoredConversation>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }

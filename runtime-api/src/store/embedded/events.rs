@@ -174,8 +174,63 @@ fn append(
     Ok(Some(outcome))
 }
 
+/// Removes every entry of `table` whose key starts with `conversation`.
+fn remove_prefixed<V: redb::Value + 'static>(
+    table: &mut redb::Table<&str, V>,
+    conversation: &str,
+) -> StoreResult<()> {
+    // Keys are the 32 hex digits, then hex digits or an event id: none sorts past the
+    // last code point.
+    let start = conversation.to_owned();
+    let end = format!("{conversation}\u{10ffff}");
+    let mut victims = Vec::new();
+    for entry in table
+        .range(start.as_str()..end.as_str())
+        .map_err(unavailable)?
+    {
+        let (key, _) = entry.map_err(unavailable)?;
+        victims.push(key.value().to_owned());
+    }
+    for key in &victims {
+        table.remove(key.as_str()).map_err(unavailable)?;
+    }
+    Ok(())
+}
+
+fn forget(txn: &WriteTransaction, conversation: Uuid, owner: &str) -> StoreResult<bool> {
+    let conversation = prefix(conversation);
+    let mut metas = txn.open_table(EVENT_META).map_err(unavailable)?;
+    let meta: Meta = match metas.get(conversation.as_str()).map_err(unavailable)? {
+        Some(entry) => serde_json::from_slice(entry.value()).map_err(corrupt)?,
+        None => return Ok(false),
+    };
+    if meta.owner != owner {
+        return Ok(false);
+    }
+    metas.remove(conversation.as_str()).map_err(unavailable)?;
+    remove_prefixed(
+        &mut txn.open_table(EVENTS).map_err(unavailable)?,
+        &conversation,
+    )?;
+    remove_prefixed(
+        &mut txn.open_table(EVENT_IDS).map_err(unavailable)?,
+        &conversation,
+    )?;
+    remove_prefixed(
+        &mut txn.open_table(DEAD_LETTERS).map_err(unavailable)?,
+        &conversation,
+    )?;
+    Ok(true)
+}
+
 #[async_trait]
 impl EventStore for EmbeddedStore {
+    async fn forget_events(&self, conversation: Uuid, owner: &str) -> StoreResult<bool> {
+        let owner = owner.to_owned();
+        self.transact(move |txn| forget(txn, conversation, &owner))
+            .await
+    }
+
     async fn append_events(
         &self,
         conversation: Uuid,

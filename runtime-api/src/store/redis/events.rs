@@ -88,8 +88,35 @@ return {1, stored, duplicates, dropped}
     )
 });
 
+/// KEYS: meta, ids, data, order, dead. ARGV: the owner whose events are forgotten.
+/// Returns 1 when they were, 0 when the events are another owner's (or there are none).
+static FORGET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+return 1
+",
+    )
+});
+
 #[async_trait]
 impl EventStore for RedisStore {
+    async fn forget_events(&self, conversation: Uuid, owner: &str) -> StoreResult<bool> {
+        let mut invocation = FORGET.prepare_invoke();
+        for key in keys(conversation) {
+            invocation.key(key);
+        }
+        invocation.arg(owner);
+        let mut connection = self.write_connection();
+        let forgotten: bool = invocation
+            .invoke_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await?;
+        Ok(forgotten)
+    }
+
     async fn append_events(
         &self,
         conversation: Uuid,
