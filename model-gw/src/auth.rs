@@ -62,31 +62,56 @@ fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item
 /// How long a kept read serves at most, whatever the generation says: a bound should the
 /// store's notifications stop without it noticing.
 const KEEP_AT_MOST: Duration = Duration::from_secs(30);
-/// Reads kept at most (keys × sessions); past it the cache starts again.
+/// How long one call's refresh of a stale read may take before another call tries.
+const REFRESH_AT_MOST: Duration = Duration::from_secs(1);
+/// Keys kept at most, and sessions of one key; past it the cache starts again.
 const MAX_KEPT: usize = 10_000;
 
-/// What `key_for_call` read, by token and session, and the generation it was read under.
+/// What `key_for_call` read, by token and session, each with the generation it was read
+/// under. Once the generation moves, the first call reads again while the calls that come
+/// meanwhile are served what was read before (one read for all of them, not one each:
+/// under load every spend write moves the generation); so a change is seen one store
+/// round trip after its notification.
 #[derive(Default)]
-pub struct KeyCache(Mutex<Kept>);
+pub struct KeyCache(Mutex<HashMap<String, HashMap<Option<String>, Kept>>>);
 
 type Read = (Arc<StoredKey>, SpendCounters);
 
-#[derive(Default)]
 struct Kept {
-    generation: Option<u64>,
-    reads: HashMap<(String, Option<String>), (Instant, Read)>,
+    read: Read,
+    read_at: Instant,
+    generation: u64,
+    /// A call is reading it again, since then.
+    refreshing: Option<Instant>,
 }
 
 impl KeyCache {
+    /// What is kept for `token` and `session` under `generation`; `None`: the caller reads
+    /// the store (and keeps what it read).
     fn get(&self, token: &str, session: Option<&str>, generation: Option<u64>) -> Option<Read> {
-        let kept = self.0.lock().ok()?;
-        if generation.is_none() || kept.generation != generation {
+        let generation = generation?;
+        let mut kept = self.0.lock().ok()?;
+        let entry = kept.get_mut(token)?.get_mut(&session.map(str::to_owned))?;
+        if entry.read_at.elapsed() >= KEEP_AT_MOST {
             return None;
         }
-        kept.reads
-            .get(&(token.to_owned(), session.map(str::to_owned)))
-            .filter(|(read_at, _)| read_at.elapsed() < KEEP_AT_MOST)
-            .map(|(_, read)| read.clone())
+        if entry.generation == generation {
+            return Some(entry.read.clone());
+        }
+        match entry.refreshing {
+            Some(since) if since.elapsed() < REFRESH_AT_MOST => Some(entry.read.clone()),
+            _ => {
+                entry.refreshing = Some(Instant::now());
+                None
+            }
+        }
+    }
+
+    /// Drops whatever is kept of `token`, every session's.
+    fn forget(&self, token: &str) {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.remove(token);
+        }
     }
 
     fn keep(
@@ -97,16 +122,25 @@ impl KeyCache {
         generation: Option<u64>,
         read_at: Instant,
     ) {
-        let Ok(mut kept) = self.0.lock() else {
+        let (Some(generation), Ok(mut kept)) = (generation, self.0.lock()) else {
             return;
         };
-        if kept.generation != generation || kept.reads.len() >= MAX_KEPT {
-            kept.reads.clear();
-            kept.generation = generation;
+        if kept.len() >= MAX_KEPT {
+            kept.clear();
         }
-        if generation.is_some() {
-            kept.reads.insert((token, session), (read_at, read));
+        let sessions = kept.entry(token).or_default();
+        if sessions.len() >= MAX_KEPT {
+            sessions.clear();
         }
+        sessions.insert(
+            session,
+            Kept {
+                read,
+                read_at,
+                generation,
+                refreshing: None,
+            },
+        );
     }
 }
 
@@ -149,13 +183,17 @@ impl Gateway {
             Some(read) => read,
             None => {
                 let read_at = Instant::now();
-                let (key, counters) = self
+                let Some((key, counters)) = self
                     .store
                     .keys
                     .key_for_call(&token, session.as_deref())
                     .await
                     .map_err(|err| ErrorDetail::from(err).into_status())?
-                    .ok_or_else(refused)?;
+                else {
+                    // Deleted: nothing kept of it serves another call.
+                    self.keys.forget(&token);
+                    return Err(refused());
+                };
                 let read = (Arc::new(key), counters);
                 self.keys
                     .keep(token, session.clone(), read.clone(), generation, read_at);
