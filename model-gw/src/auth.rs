@@ -67,11 +67,12 @@ const REFRESH_AT_MOST: Duration = Duration::from_secs(1);
 /// Keys kept at most, and sessions of one key; past it the cache starts again.
 const MAX_KEPT: usize = 10_000;
 
-/// What `key_for_call` read, by token and session, each with the generation it was read
-/// under. Once the generation moves, the first call reads again while the calls that come
-/// meanwhile are served what was read before (one read for all of them, not one each:
-/// under load every spend write moves the generation); so a change is seen one store
-/// round trip after its notification.
+/// What `key_for_call` read, by the key as presented and the session as named (a hit
+/// costs no digest of either), each with the generation it was read under. Once the
+/// generation moves, the first call reads again while the calls that come meanwhile are
+/// served what was read before (one read for all of them, not one each: under load every
+/// spend write moves the generation); so a change is seen one store round trip after its
+/// notification.
 #[derive(Default)]
 pub struct KeyCache(Mutex<HashMap<String, HashMap<Option<String>, Kept>>>);
 
@@ -79,45 +80,52 @@ type Read = (Arc<StoredKey>, SpendCounters);
 
 struct Kept {
     read: Read,
+    /// The session as the store names it.
+    session: Option<String>,
     read_at: Instant,
     generation: u64,
     /// A call is reading it again, since then.
     refreshing: Option<Instant>,
 }
 
+/// The key as presented, the session as named, and the session as the store names it.
+type Names = (String, Option<String>, Option<String>);
+
 impl KeyCache {
-    /// What is kept for `token` and `session` under `generation`; `None`: the caller reads
-    /// the store (and keeps what it read).
-    fn get(&self, token: &str, session: Option<&str>, generation: Option<u64>) -> Option<Read> {
+    /// What is kept for `key` and `session` under `generation`, with the session's store
+    /// name; `None`: the caller reads the store (and keeps what it read).
+    fn get(
+        &self,
+        key: &str,
+        session: Option<&str>,
+        generation: Option<u64>,
+    ) -> Option<(Read, Option<String>)> {
         let generation = generation?;
         let mut kept = self.0.lock().ok()?;
-        let entry = kept.get_mut(token)?.get_mut(&session.map(str::to_owned))?;
+        let entry = kept.get_mut(key)?.get_mut(&session.map(str::to_owned))?;
         if entry.read_at.elapsed() >= KEEP_AT_MOST {
             return None;
         }
-        if entry.generation == generation {
-            return Some(entry.read.clone());
+        let stale_but_refreshing = entry
+            .refreshing
+            .is_some_and(|since| since.elapsed() < REFRESH_AT_MOST);
+        if entry.generation == generation || stale_but_refreshing {
+            return Some((entry.read.clone(), entry.session.clone()));
         }
-        match entry.refreshing {
-            Some(since) if since.elapsed() < REFRESH_AT_MOST => Some(entry.read.clone()),
-            _ => {
-                entry.refreshing = Some(Instant::now());
-                None
-            }
-        }
+        entry.refreshing = Some(Instant::now());
+        None
     }
 
-    /// Drops whatever is kept of `token`, every session's.
-    fn forget(&self, token: &str) {
+    /// Drops whatever is kept of `key`, every session's.
+    fn forget(&self, key: &str) {
         if let Ok(mut kept) = self.0.lock() {
-            kept.remove(token);
+            kept.remove(key);
         }
     }
 
     fn keep(
         &self,
-        token: String,
-        session: Option<String>,
+        (key, named, session): Names,
         read: Read,
         generation: Option<u64>,
         read_at: Instant,
@@ -128,14 +136,15 @@ impl KeyCache {
         if kept.len() >= MAX_KEPT {
             kept.clear();
         }
-        let sessions = kept.entry(token).or_default();
+        let sessions = kept.entry(key).or_default();
         if sessions.len() >= MAX_KEPT {
             sessions.clear();
         }
         sessions.insert(
-            session,
+            named,
             Kept {
                 read,
+                session,
                 read_at,
                 generation,
                 refreshing: None,
@@ -175,13 +184,14 @@ impl Gateway {
         let Some(presented) = presented.first() else {
             return Err(refused());
         };
-        let token = token_of(presented);
-        let session = session_id(metadata).map(session_digest);
+        let named = session_id(metadata);
         // Read before the store is: a change meanwhile makes what is read stale.
         let generation = *self.key_changes.borrow();
-        let (key, counters) = match self.keys.get(&token, session.as_deref(), generation) {
-            Some(read) => read,
+        let ((key, counters), session) = match self.keys.get(presented, named, generation) {
+            Some(hit) => hit,
             None => {
+                let token = token_of(presented);
+                let session = named.map(session_digest);
                 let read_at = Instant::now();
                 let Some((key, counters)) = self
                     .store
@@ -191,13 +201,17 @@ impl Gateway {
                     .map_err(|err| ErrorDetail::from(err).into_status())?
                 else {
                     // Deleted: nothing kept of it serves another call.
-                    self.keys.forget(&token);
+                    self.keys.forget(presented);
                     return Err(refused());
                 };
                 let read = (Arc::new(key), counters);
-                self.keys
-                    .keep(token, session.clone(), read.clone(), generation, read_at);
-                read
+                let names = (
+                    (*presented).to_owned(),
+                    named.map(str::to_owned),
+                    session.clone(),
+                );
+                self.keys.keep(names, read.clone(), generation, read_at);
+                (read, session)
             }
         };
         if key.expires_at_ms.is_some_and(|expires| expires <= now_ms()) {

@@ -157,6 +157,27 @@ const MAX_QUEUED_SPEND_ENTRIES: usize = 10_000;
 /// Spend log entries listed when the caller names no limit.
 const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
 
+/// The spend of many calls as one item per key, window and session: under load a batch
+/// holds hundreds of calls of a few keys, and the store then writes a few counters, not
+/// hundreds.
+fn summed(spend: Vec<KeySpend>) -> Vec<KeySpend> {
+    let mut sums: std::collections::HashMap<(String, u64, Option<String>), f64> =
+        std::collections::HashMap::with_capacity(spend.len());
+    for item in spend {
+        *sums
+            .entry((item.token, item.window, item.session))
+            .or_default() += item.amount;
+    }
+    sums.into_iter()
+        .map(|((token, window, session), amount)| KeySpend {
+            token,
+            window,
+            amount,
+            session,
+        })
+        .collect()
+}
+
 /// An added model as an entry: its prices were checked when it was added.
 fn added_entry(model: StoredModel) -> ModelEntry {
     let prices = Prices::from_model_info(model.model_info.as_ref()).unwrap_or_default();
@@ -374,10 +395,12 @@ impl Gateway {
                 }
                 Err(_) => return,
             };
+            let calls = key_spend.len();
+            let key_spend = summed(key_spend);
             if !key_spend.is_empty()
                 && let Err(err) = self.store.keys.add_key_spend(&key_spend).await
             {
-                tracing::warn!(error = %err, calls = key_spend.len(), "virtual keys' spend lost");
+                tracing::warn!(error = %err, calls, "virtual keys' spend lost");
             }
             if !batch.is_empty()
                 && let Err(err) = self

@@ -101,6 +101,8 @@ async fn the_bundle_has_every_section_and_no_secret(redis: Option<RedisServer>) 
         ("PROXY_MASTER_KEY", MASTER_KEY),
         ("PLANTED_PROVIDER_KEY", ENV_UPSTREAM_KEY),
         ("PBKDF2_ITERATIONS", "1000"),
+        // The planted model's upstream is on loopback, where added models go only so.
+        ("GATEWAY_ALLOWED_UPSTREAM_HOSTS", "127.0.0.1"),
         ("GATEWAY_CONFIG", &gateway.display().to_string()),
         ("WARM_RUNTIMES_FILE", &warm.display().to_string()),
         ("RECONCILE_INTERVAL", "0.2"),
