@@ -14,9 +14,17 @@
 )]
 
 #[path = "harness/closed_loop.rs"]
+#[expect(
+    dead_code,
+    reason = "shared with the other benchmarks: this one fixes its concurrency"
+)]
 mod closed_loop;
 mod harness;
 #[path = "harness/upstream.rs"]
+#[expect(
+    dead_code,
+    reason = "shared with the other benchmarks: this one builds its own body"
+)]
 mod upstream;
 
 use bytes::Bytes;

@@ -188,7 +188,7 @@ pub async fn pools_and_sandboxes(sources: &Sources) -> (Value, Value) {
             })
             .cloned()
             .collect();
-        let target = i64::try_from(effective.count).unwrap_or(i64::MAX);
+        let target = effective.count;
         let PoolCounts {
             ready,
             starting,
