@@ -2,12 +2,32 @@
 //! runtimes file and whether its pools fit the nodes (spec 2.9, 8).
 
 use sandgate_runtime_api::admin::configs::Installer;
+use sandgate_runtime_api::sandboxes::process_isolation::Isolation;
 
 use super::kubernetes::kubernetes;
 use super::quantity::{format_bytes, parse_bytes};
 use super::{Finding, RuntimeApiSettings, Severity};
 
 const RUNTIME_ID: &str = "{runtime_id}";
+
+/// With the process driver, what this machine does not let it do to keep sandboxes from
+/// Sandgate and from each other (as `serve` says at start), one warning each.
+pub fn process_isolation(settings: &RuntimeApiSettings) -> Vec<Finding> {
+    if settings.sandbox_driver != crate::cli::SandboxDriverKind::Process {
+        return Vec::new();
+    }
+    Isolation::detect()
+        .gaps()
+        .into_iter()
+        .map(|gap| {
+            Finding::new(
+                Severity::Warning,
+                "SANDBOX_DRIVER",
+                format!("process: {gap}"),
+            )
+        })
+        .collect()
+}
 
 /// `RUNTIME_URL_PATTERN`, when set, is the URL sandboxes really get:
 /// `{scheme}://{runtime_id}{RUNTIME_URL_SEPARATOR}{RUNTIME_BASE_URL}`, https unless

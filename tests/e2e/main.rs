@@ -31,6 +31,7 @@ mod model_gateway;
 mod observability;
 mod ordering;
 mod process;
+mod process_isolation;
 mod process_sandboxes;
 mod redaction;
 mod redis_tls;

@@ -7,6 +7,7 @@ pub mod kubernetes;
 mod lifecycle;
 pub mod pools;
 pub mod process;
+pub mod process_isolation;
 pub mod reconciler;
 mod service;
 pub mod spec;
