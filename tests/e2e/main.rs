@@ -33,6 +33,7 @@ mod ordering;
 mod process;
 mod process_isolation;
 mod process_sandboxes;
+mod quotas;
 mod redaction;
 mod redis_tls;
 mod runtime_clients;

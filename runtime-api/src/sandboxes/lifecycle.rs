@@ -41,6 +41,7 @@ impl Sandboxes {
                 _ => return Ok((existing, false)),
             }
         }
+        let _admitted = self.admit_start().await?;
         if let Some(claimed) = self.claim(&spec, &session_id).await? {
             self.claimed.notify_one();
             return Ok((claimed, true));
@@ -153,6 +154,7 @@ impl Sandboxes {
                 state_name(record.state)
             )));
         }
+        let _admitted = self.admit_start().await?;
         let nonce = random_hex(16);
         let key = self.keys.key(runtime_id, &nonce);
         let key_sha256 = session_key_digest(&key);
