@@ -83,3 +83,44 @@ async fn the_app_server_s_client_is_refused_past_max_runtimes_and_the_start_rate
     let keys = api_keys(&rated).await;
     assert_eq!(keys[0]["max_runtimes"], Value::Null, "{keys}");
 }
+
+/// The attack of the issue: one key fires 60 starts at once. Exactly `MAX_RUNTIMES` of
+/// them start; the rest are refused with 429, never 500, and start nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_sixty_concurrent_starts_holds_max_runtimes_exactly() {
+    let sandgate = Sandgate::start_with(&Backend::embedded(), &["--max-runtimes", "10"]).await;
+    let starts = (0..60).map(|n| {
+        sandgate
+            .client
+            .post(sandgate.url("/start"))
+            .header("x-api-key", RUNTIME_KEY)
+            .json(&serde_json::json!({
+                "image": IMAGE, "command": ["agent"], "working_dir": "/workspace",
+                "environment": {}, "session_id": format!("burst-{n}"),
+            }))
+            .send()
+    });
+    let mut statuses: Vec<u16> = futures::future::join_all(starts)
+        .await
+        .into_iter()
+        .map(|response| response.expect("answer").status().as_u16())
+        .collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses.iter().filter(|status| **status == 200).count(), 10);
+    assert_eq!(
+        statuses.iter().filter(|status| **status == 429).count(),
+        50,
+        "{statuses:?}"
+    );
+    let listed: Value = sandgate
+        .client
+        .get(sandgate.url("/list"))
+        .header("x-api-key", RUNTIME_KEY)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(listed["runtimes"].as_array().map(Vec::len), Some(10));
+}

@@ -2,6 +2,7 @@
 //! cold-starting it; starting again one that failed), pause, resume (a failed one made
 //! again where it is missing), stop; and the reconciler's retirements and culls.
 
+use super::quota;
 use super::spec::claim_key;
 use super::{CAS_ATTEMPTS, CLAIM_CANDIDATES, SandboxError, SandboxResult, Sandboxes, state_name};
 use crate::admin::login::random_hex;
@@ -41,13 +42,19 @@ impl Sandboxes {
                 _ => return Ok((existing, false)),
             }
         }
-        let _admitted = self.admit_start().await?;
-        if let Some(claimed) = self.claim(&spec, &session_id).await? {
-            self.claimed.notify_one();
-            return Ok((claimed, true));
-        }
-        let started = self.launch(spec, None, Some(session_id), None).await?;
-        Ok((started, false))
+        let admitted = self.admit_start(&session_id).await?;
+        let started = match self.claim(&spec, &session_id).await? {
+            Some(claimed) => {
+                self.claimed.notify_one();
+                (claimed, true)
+            }
+            None => (
+                self.launch(spec, None, Some(session_id), None).await?,
+                false,
+            ),
+        };
+        admitted.map(quota::Admission::started);
+        Ok(started)
     }
 
     /// Takes a warm sandbox whose claim key matches, running ones first.
@@ -122,17 +129,21 @@ impl Sandboxes {
             _ => {}
         }
         self.driver.pause(&record).await?;
-        self.update(
-            record,
-            |record| {
-                record.state = SandboxState::Paused;
-                record.status_detail = None;
-                record.restarts = Restarts::default();
-            },
-            None,
-        )
-        .await?
-        .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+        let session = record.session_id.clone();
+        let paused = self
+            .update(
+                record,
+                |record| {
+                    record.state = SandboxState::Paused;
+                    record.status_detail = None;
+                    record.restarts = Restarts::default();
+                },
+                None,
+            )
+            .await?
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        self.quotas.release(session.as_deref());
+        Ok(paused)
     }
 
     /// Starts a paused (or failed) sandbox again, on its original image, with a new
@@ -154,7 +165,8 @@ impl Sandboxes {
                 state_name(record.state)
             )));
         }
-        let _admitted = self.admit_start().await?;
+        let session = record.session_id.clone().unwrap_or_default();
+        let admitted = self.admit_start(&session).await?;
         let nonce = random_hex(16);
         let key = self.keys.key(runtime_id, &nonce);
         let key_sha256 = session_key_digest(&key);
@@ -185,6 +197,7 @@ impl Sandboxes {
             )
             .await?
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        admitted.map(quota::Admission::started);
         self.store.session_keys.delete_session_key(&old_key).await?;
         Ok(updated)
     }
@@ -194,9 +207,13 @@ impl Sandboxes {
         if record.state == SandboxState::Stopped {
             return Ok(record);
         }
-        self.retire(record, None)
+        let session = record.session_id.clone();
+        let stopped = self
+            .retire(record, None)
             .await?
-            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        self.quotas.release(session.as_deref());
+        Ok(stopped)
     }
 
     /// Deletes a claimed sandbox from the platform and marks it stopped; its key stops

@@ -151,7 +151,7 @@ pub struct Sandboxes {
     configs: Arc<WarmConfigSource>,
     /// Woken when a claim empties a pool slot, so the local reconciler refills it at once.
     claimed: Notify,
-    quotas: quota::Quotas,
+    pub(super) quotas: quota::Quotas,
 }
 
 impl Sandboxes {
@@ -484,12 +484,15 @@ impl Sandboxes {
 
     /// Admits one start of the runtime API key, or refuses it with the quota it exceeds;
     /// the admission counts as held until dropped.
-    pub(super) async fn admit_start(&self) -> SandboxResult<Option<quota::Admission<'_>>> {
+    pub(super) async fn admit_start(
+        &self,
+        session: &str,
+    ) -> SandboxResult<Option<quota::Admission<'_>>> {
         if !self.quotas.any() {
             return Ok(None);
         }
         let records = self.store.sandboxes.sandboxes().await?;
-        self.quotas.admit(quota::held(&records)).map(Some)
+        self.quotas.admit(&quota::held(&records), session).map(Some)
     }
 
     /// Waits until a claim takes a warm sandbox in this process (or returns at once for a

@@ -5,11 +5,13 @@
 //! server's runtime client takes as a failed start (`SandboxError`) or a failed resume.
 //!
 //! Sandgate has one runtime API key (`DEFAULT_API_KEY`), so its quotas are the
-//! deployment's. They are kept per replica: admission counts the sandboxes the store
-//! holds plus the starts this replica has admitted and not yet recorded, so a burst of
-//! concurrent starts cannot all pass one count; replicas behind one store may each admit
-//! one over it at the same instant, and each has a start rate of its own.
+//! deployment's. They are kept per replica: admission counts the sessions the store shows
+//! held plus those this replica admitted that the store did not yet show held when it was
+//! read, so a burst of concurrent starts cannot all pass one count; replicas behind one
+//! store may each admit one over it at the same instant, and each has a start rate of its
+//! own.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,9 @@ use crate::store::{SandboxState, StoredSandbox};
 
 /// The window `SANDBOX_START_RATE` counts starts over.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
+/// How long an admitted start counts as held whatever the store shows (unless paused or
+/// stopped here): longer than a start takes to be stored.
+const PENDING_FOR: Duration = Duration::from_secs(30);
 
 pub struct Quotas {
     max_runtimes: Option<usize>,
@@ -27,35 +32,44 @@ pub struct Quotas {
 }
 
 struct QuotaState {
-    /// Starts admitted whose sandbox the store may not show as starting yet.
-    pending: usize,
+    /// Sessions admitted lately (and when), which a read of the store may predate.
+    pending: HashMap<String, Instant>,
     /// A token bucket: starts the key may make now, refilled continuously.
     tokens: f64,
     refilled: Instant,
 }
 
-/// An admitted start: counted as held until dropped (once its record is stored).
+/// An admitted start. Dropped before [`Admission::started`], the start failed and holds
+/// nothing; after, it counts as held until a read of the store shows it so.
 pub struct Admission<'a> {
     quotas: &'a Quotas,
+    session: String,
+    started: bool,
+}
+
+impl Admission<'_> {
+    /// The sandbox was started (its record stored as starting or running).
+    pub fn started(mut self) {
+        self.started = true;
+    }
 }
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
-        let mut state = self.quotas.state();
-        state.pending = state.pending.saturating_sub(1);
+        if !self.started {
+            self.quotas.state().pending.remove(&self.session);
+        }
     }
 }
 
-/// How many of the key's sandboxes `records` holds: claimed ones (a warm sandbox is the
-/// pool's) that are starting or running.
-pub fn held(records: &[StoredSandbox]) -> usize {
+/// The sessions of the key's sandboxes that `records` shows held: claimed ones (a warm
+/// sandbox is the pool's) that are starting or running.
+pub fn held(records: &[StoredSandbox]) -> HashSet<String> {
     records
         .iter()
-        .filter(|record| {
-            record.session_id.is_some()
-                && matches!(record.state, SandboxState::Starting | SandboxState::Running)
-        })
-        .count()
+        .filter(|record| matches!(record.state, SandboxState::Starting | SandboxState::Running))
+        .filter_map(|record| record.session_id.clone())
+        .collect()
 }
 
 impl Quotas {
@@ -64,7 +78,7 @@ impl Quotas {
             max_runtimes,
             start_rate: start_rate.filter(|rate| *rate > 0),
             state: Mutex::new(QuotaState {
-                pending: 0,
+                pending: HashMap::new(),
                 tokens: f64::from(start_rate.unwrap_or(0)),
                 refilled: Instant::now(),
             }),
@@ -87,17 +101,38 @@ impl Quotas {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Admits one start given the sandboxes the key holds (see [`held`]), or says which
-    /// quota refuses it. A refused start takes no token.
-    pub fn admit(&self, held: usize) -> Result<Admission<'_>, SandboxError> {
+    /// `session` was paused or stopped: it holds nothing, whatever it was admitted as.
+    pub fn release(&self, session: Option<&str>) {
+        if let Some(session) = session {
+            self.state().pending.remove(session);
+        }
+    }
+
+    /// Admits a start of `session` given the sessions the store showed held (see
+    /// [`held`]), or says which quota refuses it. A refused start takes no token.
+    pub fn admit(
+        &self,
+        held: &HashSet<String>,
+        session: &str,
+    ) -> Result<Admission<'_>, SandboxError> {
         let mut state = self.state();
+        state
+            .pending
+            .retain(|_, since| since.elapsed() < PENDING_FOR);
+        // The union: a read that shows an admitted start held counts it once, and a read
+        // older than the start (another call's, finishing later) still counts it.
+        let holding = held.len()
+            + state
+                .pending
+                .keys()
+                .filter(|pending| !held.contains(*pending))
+                .count();
         if let Some(max) = self.max_runtimes
-            && held + state.pending >= max
+            && holding >= max
         {
             return Err(SandboxError::Quota(format!(
-                "The runtime API key holds {} sandboxes, its max_runtimes ({max}): pause or stop \
-                 one before starting another",
-                held + state.pending
+                "The runtime API key holds {holding} sandboxes, its max_runtimes ({max}): pause \
+                 or stop one before starting another"
             )));
         }
         if let Some(rate) = self.start_rate {
@@ -114,8 +149,12 @@ impl Quotas {
             }
             state.tokens -= 1.0;
         }
-        state.pending += 1;
-        Ok(Admission { quotas: self })
+        state.pending.insert(session.to_owned(), Instant::now());
+        Ok(Admission {
+            quotas: self,
+            session: session.to_owned(),
+            started: false,
+        })
     }
 }
 
@@ -123,22 +162,53 @@ impl Quotas {
 mod tests {
     use super::*;
 
+    fn sessions(names: &[&str]) -> HashSet<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
     #[test]
-    fn max_runtimes_counts_held_sandboxes_and_admitted_starts() {
+    fn max_runtimes_counts_held_sessions_and_admitted_starts() {
         let quotas = Quotas::new(Some(2), None);
-        let first = quotas.admit(1).expect("one held, one free");
-        assert!(matches!(quotas.admit(1), Err(SandboxError::Quota(_))));
-        drop(first);
-        assert!(quotas.admit(1).is_ok(), "the admitted start is recorded");
-        assert!(matches!(quotas.admit(2), Err(SandboxError::Quota(_))));
+        let held = sessions(&["a"]);
+        let failed = quotas.admit(&held, "b").expect("one held, one free");
+        assert!(matches!(
+            quotas.admit(&held, "c"),
+            Err(SandboxError::Quota(_))
+        ));
+        drop(failed);
+        quotas
+            .admit(&held, "b")
+            .expect("a failed start holds nothing")
+            .started();
+        // Started, but the store read before it was stored: it still counts.
+        assert!(matches!(
+            quotas.admit(&held, "c"),
+            Err(SandboxError::Quota(_))
+        ));
+        // A read that shows it held counts it once.
+        assert!(matches!(
+            quotas.admit(&sessions(&["a", "b"]), "c"),
+            Err(SandboxError::Quota(_))
+        ));
+        // A read older than its start, finishing later, still counts it.
+        assert!(matches!(
+            quotas.admit(&sessions(&["a"]), "c"),
+            Err(SandboxError::Quota(_))
+        ));
     }
 
     #[test]
     fn the_start_rate_refuses_a_burst_past_it() {
         let quotas = Quotas::new(None, Some(3));
-        for _ in 0..3 {
-            drop(quotas.admit(0).expect("within the rate"));
+        for session in ["a", "b", "c"] {
+            quotas
+                .admit(&HashSet::new(), session)
+                .expect("within the rate")
+                .started();
         }
-        assert!(matches!(quotas.admit(0), Err(SandboxError::Quota(_))));
+        assert!(matches!(
+            quotas.admit(&HashSet::new(), "d"),
+            Err(SandboxError::Quota(_))
+        ));
     }
 }
