@@ -2,7 +2,6 @@
 //! cold-starting it; starting again one that failed), pause, resume (a failed one made
 //! again where it is missing), stop; and the reconciler's retirements and culls.
 
-use super::quota;
 use super::spec::claim_key;
 use super::{CAS_ATTEMPTS, CLAIM_CANDIDATES, SandboxError, SandboxResult, Sandboxes, state_name};
 use crate::admin::login::random_hex;
@@ -53,7 +52,9 @@ impl Sandboxes {
                 false,
             ),
         };
-        admitted.map(quota::Admission::started);
+        if let Some(admitted) = admitted {
+            admitted.started();
+        }
         Ok(started)
     }
 
@@ -197,7 +198,9 @@ impl Sandboxes {
             )
             .await?
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
-        admitted.map(quota::Admission::started);
+        if let Some(admitted) = admitted {
+            admitted.started();
+        }
         self.store.session_keys.delete_session_key(&old_key).await?;
         Ok(updated)
     }
