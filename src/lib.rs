@@ -162,7 +162,7 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
             };
             tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
             tracing::warn!(
-                "sandbox driver: process runs each sandbox's command on this machine as this user: whoever holds the runtime API key runs programs here (for a development machine, not a shared one)"
+                "sandbox driver: process runs each sandbox's command on this machine: whoever holds the runtime API key runs programs here, kept from Sandgate and from each other but not from this machine's files and network (for one machine, not for hostile tenants: use the kubernetes driver)"
             );
             Arc::new(
                 ProcessDriver::open(options, clock.as_ref())

@@ -218,3 +218,31 @@ async fn under_an_unprivileged_sandgate_no_process_outlives_its_sandbox_either()
     }
     nothing_of_a_sandbox_outlives_it(Some(UNPRIVILEGED), 7_200_000).await;
 }
+
+/// A pause is graceful for every process of the sandbox, not only its first: a detached
+/// one gets its SIGTERM (and writes it down) before anything is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_gives_every_process_of_the_sandbox_its_sigterm_first() {
+    let data = data_dir(None);
+    let mut sandgate = serve_as(None, data.path(), "8000", &[]).await;
+    let listener = "setsid sh -c 'trap \"echo graceful > term.txt; exit 0\" TERM; \
+         echo ready > ready.txt; while :; do sleep 1; done' & true";
+    let id = started(&sandgate, sandbox("graceful", listener)).await;
+    let workspace = data.path().join("sandboxes").join(&id).join("workspace");
+    let deadline = tokio::time::Instant::now() + GONE_WITHIN;
+    while !workspace.join("ready.txt").exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the trap was not set"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(act(&sandgate, "pause", &id).await, 200);
+    let said = std::fs::read_to_string(workspace.join("term.txt")).unwrap_or_default();
+    assert_eq!(
+        said.trim(),
+        "graceful",
+        "the detached process got its SIGTERM"
+    );
+    sandgate.terminate().await;
+}

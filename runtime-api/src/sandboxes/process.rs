@@ -44,7 +44,7 @@ use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
 use super::driver::{DriverError, Observed, SandboxDriver};
-use super::process_isolation::{Isolation, signal_namespace, start_time};
+use super::process_isolation::{Isolation, only_deaf_init, signal_namespace, start_time};
 use crate::admin::login::Clock;
 use crate::store::{SandboxSpec, SandboxState, StoredSandbox};
 
@@ -54,6 +54,8 @@ const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
 const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
 /// How long a readiness probe waits for the port to accept a connection.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+/// How often a stop looks whether the sandbox's processes have gone.
+const EXIT_POLL: Duration = Duration::from_millis(20);
 const PORT_FILE: &str = "port";
 const PID_FILE: &str = "pid";
 const LOG_FILE: &str = "sandbox.log";
@@ -311,15 +313,42 @@ impl ProcessDriver {
 }
 
 impl Drop for ProcessDriver {
-    /// Sandgate is stopping: its sandboxes' process groups go with it (`kill_on_drop`
-    /// would reach only their first process). The next run reports them in error.
+    /// Sandgate is stopping: its sandboxes go with it, as a stop ends them (SIGTERM to
+    /// every process, the grace period, then SIGKILL of each namespace or group), all at
+    /// once. It blocks, once, at shutdown: there is no runtime left to wait on. The next
+    /// run reports them in error.
     fn drop(&mut self) {
-        for sandbox in self.sandboxes().values() {
-            if let Process::Running(child) = &sandbox.process
-                && let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok())
-            {
-                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        let grace = self.options.stop_grace;
+        let mut sandboxes = self.sandboxes();
+        let mut running: Vec<(i32, &mut Child)> = sandboxes
+            .values_mut()
+            .filter_map(|sandbox| match &mut sandbox.process {
+                Process::Running(child) => {
+                    let pid = child.id().and_then(|pid| i32::try_from(pid).ok())?;
+                    Some((pid, child))
+                }
+                _ => None,
+            })
+            .collect();
+        for (pid, _) in &running {
+            if !signal_namespace(*pid, Signal::SIGTERM) {
+                let _ = killpg(Pid::from_raw(*pid), Signal::SIGTERM);
             }
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline
+            && running.iter_mut().any(|(pid, child)| {
+                if only_deaf_init(*pid) {
+                    let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+                }
+                matches!(child.try_wait(), Ok(None))
+            })
+        {
+            std::thread::sleep(EXIT_POLL);
+        }
+        for (pid, _) in &running {
+            // Those that exited too: what they started may not have.
+            let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
         }
     }
 }
@@ -532,11 +561,24 @@ async fn terminate(mut child: Child, grace: Duration) {
         return; // exited and reaped already
     };
     let group = Pid::from_raw(pid);
-    // Every process of its namespace, detached ones included; then its group, where no
-    // namespace could be made.
-    signal_namespace(pid, Signal::SIGTERM);
-    let _ = killpg(group, Signal::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+    // Every process of its namespace, detached ones included; where no namespace could be
+    // made, its group.
+    if !signal_namespace(pid, Signal::SIGTERM) {
+        let _ = killpg(group, Signal::SIGTERM);
+    }
+    let exited = async {
+        loop {
+            if only_deaf_init(pid) {
+                // Outside a namespace the SIGTERM would have ended it.
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+    };
+    if tokio::time::timeout(grace, exited).await.is_err() {
         let _ = killpg(group, Signal::SIGKILL);
         let _ = child.wait().await;
     } else {

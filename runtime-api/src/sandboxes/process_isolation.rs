@@ -203,28 +203,60 @@ fn child_namespace(pid: i32) -> Option<PathBuf> {
     (namespace != own).then_some(namespace)
 }
 
-/// Sends `signal` to every process of the PID namespace `unshare` (`pid`) made: a
-/// graceful stop reaches them all, not only the first (which, as its namespace's init,
-/// ignores a SIGTERM it has no handler for).
-pub fn signal_namespace(pid: i32, signal: Signal) {
-    let Some(namespace) = child_namespace(pid) else {
-        return;
+/// The processes (host pids) of the PID namespace `unshare` (`pid`) made; `None`: it
+/// made none.
+fn namespace_members(pid: i32) -> Option<Vec<i32>> {
+    let namespace = child_namespace(pid)?;
+    let entries = std::fs::read_dir("/proc").ok()?;
+    Some(
+        entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|other| {
+                std::fs::read_link(format!("/proc/{other}/ns/pid")).is_ok_and(|ns| ns == namespace)
+            })
+            .collect(),
+    )
+}
+
+/// Sends `signal` to every process of the PID namespace `unshare` (`pid`) made, not to
+/// `unshare` itself (which, signalled, would exit and so SIGKILL the namespace at once).
+/// `false`: `pid` made no namespace.
+pub fn signal_namespace(pid: i32, signal: Signal) -> bool {
+    let Some(members) = namespace_members(pid) else {
+        return false;
     };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(other) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if std::fs::read_link(format!("/proc/{other}/ns/pid")).is_ok_and(|ns| ns == namespace) {
-            let _ = kill(Pid::from_raw(other), signal);
-        }
+    for member in members {
+        let _ = kill(Pid::from_raw(member), signal);
     }
+    true
+}
+
+/// Whether what is left of the namespace `unshare` (`pid`) made is its init alone, with
+/// no handler for SIGTERM. As a namespace's init it ignores a SIGTERM that would have
+/// ended it anywhere else (a Python server's default), so a stop need not wait out the
+/// grace period for it.
+pub fn only_deaf_init(pid: i32) -> bool {
+    let Some(members) = namespace_members(pid) else {
+        return false;
+    };
+    let [init] = members.as_slice() else {
+        return false;
+    };
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{init}/status")) else {
+        return false;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+            .map(str::to_owned)
+    };
+    let is_init = field("NSpid:").is_some_and(|pids| pids.ends_with("\t1") || pids.ends_with(" 1"));
+    let caught = field("SigCgt:").and_then(|mask| u64::from_str_radix(&mask, 16).ok());
+    // SIGTERM is signal 15: bit 14 of the mask.
+    is_init && caught.is_some_and(|mask| mask & (1 << 14) == 0)
 }
 
 /// When process `pid` started (clock ticks since boot, field 22 of its `stat`): with its
