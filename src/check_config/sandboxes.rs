@@ -207,6 +207,24 @@ mod tests {
         RuntimeApiSettings::default()
     }
 
+    #[test]
+    fn the_process_driver_says_what_isolation_this_machine_lacks() {
+        assert!(process_isolation(&settings()).is_empty(), "local driver");
+        let process = RuntimeApiSettings {
+            sandbox_driver: crate::cli::SandboxDriverKind::Process,
+            ..settings()
+        };
+        let findings = process_isolation(&process);
+        // No machine Sandgate runs on gets per-sandbox cgroups from it.
+        assert!(
+            findings
+                .iter()
+                .any(|finding| finding.to_string().contains("cgroup")),
+            "{findings:?}"
+        );
+        assert!(findings.iter().all(|finding| !finding.is_error()));
+    }
+
     /// The production layout of INSTALL.md.
     fn https_layout() -> RuntimeApiSettings {
         RuntimeApiSettings {

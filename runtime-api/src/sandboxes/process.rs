@@ -32,6 +32,7 @@
 //! processes in memory.
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
@@ -115,10 +116,7 @@ impl ProcessDriver {
             ))
         })?;
         // Sandboxes may pass through to their own directory, not list the others'.
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&options.root, std::fs::Permissions::from_mode(0o711));
-        }
+        let _ = std::fs::set_permissions(&options.root, std::fs::Permissions::from_mode(0o711));
         let mut sandboxes = HashMap::new();
         let entries = std::fs::read_dir(&options.root)
             .map_err(|err| DriverError(format!("cannot read {}: {err}", options.root.display())))?;
@@ -204,6 +202,9 @@ impl ProcessDriver {
             for path in owned {
                 std::os::unix::fs::chown(&path, Some(identity.uid), Some(identity.gid))
                     .map_err(|err| failed(&format!("give {} to its uid", path.display()), err))?;
+                // Its own to read: not a neighbour's of another uid.
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|err| failed(&format!("close {}", path.display()), err))?;
             }
         }
         std::fs::write(dir.join(PORT_FILE), port.to_string())
