@@ -7,8 +7,8 @@
 //!   lacks, such as an image's `/usr/local/bin/openhands-agent-server`, runs by its file
 //!   name from the sandbox's `PATH`) in a directory of its own, `{root}/{runtime_id}/`: its
 //!   working directory is the spec's, under that one (`/workspace` runs in
-//!   `{root}/{runtime_id}/workspace`, and so does a spec without one), `HOME` is `{root}/{runtime_id}/home`, and its output
-//!   goes to `{root}/{runtime_id}/sandbox.log`.
+//!   `{root}/{runtime_id}/workspace`, and so does a spec without one), `HOME` is
+//!   `{root}/{runtime_id}/home`, and its output goes to `{root}/{runtime_id}/sandbox.log`.
 //! - Its environment is the spec's, `SESSION_API_KEY`, `PORT` and `HOME`, and of
 //!   Sandgate's own only `PATH`, the locale and the time zone: Sandgate's secrets never
 //!   reach a sandbox. It runs in PID and user namespaces of its own, as a uid of its own
