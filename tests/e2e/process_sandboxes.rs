@@ -270,7 +270,7 @@ async fn drive(python: PathBuf, script: &str) -> (tempfile::TempDir, SandgatePro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume() {
-    let (data, _sandgate, steps) = drive(
+    let (data, mut sandgate, steps) = drive(
         tool("app-server/bin/python", REAL_CLIENTS),
         "tests/real_clients/process_sandbox_drive.py",
     )
@@ -305,11 +305,12 @@ async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume
     assert_eq!(steps.get("delete")["ok"], true);
     assert_eq!(steps.get("deleted")["found"], false);
     assert!(!data.path().join("sandboxes").join(&runtime_id).exists());
+    sandgate.terminate().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
-    let (data, _sandgate, steps) = drive(
+    let (data, mut sandgate, steps) = drive(
         tool("agent-server-1.58.2/bin/python", REAL_CLIENTS),
         "tests/real_clients/remote_workspace_drive.py",
     )
@@ -330,6 +331,8 @@ async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
     assert_eq!(cleanup["status"], "stopped", "{cleanup}");
     let runtime_id = cleanup["runtime_id"].as_str().expect("id");
     assert!(!data.path().join("sandboxes").join(runtime_id).exists());
+    // A SIGKILL (the drop) would leave what still runs running.
+    sandgate.terminate().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,7 +345,7 @@ async fn a_warm_pool_of_processes_is_claimed_ready() {
     }]});
     let file = data.path().join("warm-runtimes.json");
     std::fs::write(&file, warm_runtimes.to_string()).expect("write");
-    let sandgate = serve_with(
+    let mut sandgate = serve_with(
         data.path(),
         "8000",
         &["--warm-runtimes-file", file.to_str().expect("utf-8")],
@@ -364,6 +367,7 @@ async fn a_warm_pool_of_processes_is_claimed_ready() {
         environment.get("SESSION_API_KEY").map(String::as_str),
         started["session_api_key"].as_str()
     );
+    sandgate.terminate().await;
 }
 
 /// What the orphan sweep reads of the process driver: every sandbox directory, with when it
