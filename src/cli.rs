@@ -401,6 +401,14 @@ pub struct SandboxArgs {
     /// error, with the platform's reason.
     #[arg(long, env = "SANDBOX_START_TIMEOUT", default_value = "600", value_parser = seconds)]
     pub sandbox_start_timeout: Duration,
+    /// Sandboxes the runtime API key may hold at once (starting or running; a paused one
+    /// holds none): a start or resume past it answers 429. Unset, any number.
+    #[arg(long, env = "MAX_RUNTIMES")]
+    pub max_runtimes: Option<usize>,
+    /// Starts and resumes the runtime API key may make per minute (and at once, after a
+    /// quiet minute): more answer 429. Unset or 0, any number.
+    #[arg(long, env = "SANDBOX_START_RATE")]
+    pub sandbox_start_rate: Option<u32>,
     /// Seconds a paused sandbox may idle before it is deleted.
     #[arg(long, env = "RUNTIME_DEAD_SECONDS", default_value = "864000", value_parser = seconds)]
     pub runtime_dead_seconds: Duration,

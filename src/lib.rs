@@ -162,7 +162,7 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
             };
             tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
             tracing::warn!(
-                "sandbox driver: process runs each sandbox's command on this machine as this user: whoever holds the runtime API key runs programs here (for a development machine, not a shared one)"
+                "sandbox driver: process runs each sandbox's command on this machine: whoever holds the runtime API key runs programs here, kept from Sandgate and from each other but not from this machine's files and network (for one machine, not for hostile tenants: use the kubernetes driver)"
             );
             Arc::new(
                 ProcessDriver::open(options, clock.as_ref())
@@ -179,6 +179,8 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
             dead_after: args.runtime_dead_seconds,
             reconcile_interval: args.reconcile_interval,
             start_timeout: args.sandbox_start_timeout,
+            max_runtimes: args.max_runtimes,
+            start_rate: args.sandbox_start_rate,
             ..SandboxOptions::default()
         },
         session_key_secret: args
@@ -208,6 +210,7 @@ async fn runtime_api_services(
             .as_ref()
             .map(|secret| secret.as_bytes().to_vec()),
         default_api_key: auth.default_api_key.clone(),
+        max_runtimes: sandboxes.max_runtimes,
         warm_runtimes_file: admin.warm_runtimes_file.clone(),
         overlay: admin.warm_runtime_config_overlay,
         pbkdf2_iterations: admin.pbkdf2_iterations,

@@ -2,12 +2,32 @@
 //! runtimes file and whether its pools fit the nodes (spec 2.9, 8).
 
 use sandgate_runtime_api::admin::configs::Installer;
+use sandgate_runtime_api::sandboxes::process_isolation::Isolation;
 
 use super::kubernetes::kubernetes;
 use super::quantity::{format_bytes, parse_bytes};
 use super::{Finding, RuntimeApiSettings, Severity};
 
 const RUNTIME_ID: &str = "{runtime_id}";
+
+/// With the process driver, what this machine does not let it do to keep sandboxes from
+/// Sandgate and from each other (as `serve` says at start), one warning each.
+pub fn process_isolation(settings: &RuntimeApiSettings) -> Vec<Finding> {
+    if settings.sandbox_driver != crate::cli::SandboxDriverKind::Process {
+        return Vec::new();
+    }
+    Isolation::detect()
+        .gaps()
+        .into_iter()
+        .map(|gap| {
+            Finding::new(
+                Severity::Warning,
+                "SANDBOX_DRIVER",
+                format!("process: {gap}"),
+            )
+        })
+        .collect()
+}
 
 /// `RUNTIME_URL_PATTERN`, when set, is the URL sandboxes really get:
 /// `{scheme}://{runtime_id}{RUNTIME_URL_SEPARATOR}{RUNTIME_BASE_URL}`, https unless
@@ -185,6 +205,24 @@ mod tests {
 
     fn settings() -> RuntimeApiSettings {
         RuntimeApiSettings::default()
+    }
+
+    #[test]
+    fn the_process_driver_says_what_isolation_this_machine_lacks() {
+        assert!(process_isolation(&settings()).is_empty(), "local driver");
+        let process = RuntimeApiSettings {
+            sandbox_driver: crate::cli::SandboxDriverKind::Process,
+            ..settings()
+        };
+        let findings = process_isolation(&process);
+        // No machine Sandgate runs on gets per-sandbox cgroups from it.
+        assert!(
+            findings
+                .iter()
+                .any(|finding| finding.to_string().contains("cgroup")),
+            "{findings:?}"
+        );
+        assert!(findings.iter().all(|finding| !finding.is_error()));
     }
 
     /// The production layout of INSTALL.md.

@@ -17,7 +17,7 @@ use crate::common::{REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, Steps, WEBHOOK_K
 const START_WITHIN: Duration = Duration::from_secs(120);
 
 /// A secret of Sandgate's own environment that no sandbox may see.
-const SANDGATE_SECRET: &str = "jwt-secret-of-sandgate-never-in-a-sandbox-0123456789";
+pub(crate) const SANDGATE_SECRET: &str = "jwt-secret-of-sandgate-never-in-a-sandbox-0123456789";
 
 /// `sandgate serve --sandbox-driver process` with its embedded store and its sandboxes in
 /// `data_dir` (both survive a restart on it), with `port` as the port sandbox commands name.
@@ -25,7 +25,17 @@ async fn serve(data_dir: &Path, port: &str) -> SandgateProcess {
     serve_with(data_dir, port, &[]).await
 }
 
-async fn serve_with(data_dir: &Path, port: &str, extra: &[&str]) -> SandgateProcess {
+pub(crate) async fn serve_with(data_dir: &Path, port: &str, extra: &[&str]) -> SandgateProcess {
+    serve_as(None, data_dir, port, extra).await
+}
+
+/// As [`serve_with`], as the user `uid` when given.
+pub(crate) async fn serve_as(
+    uid: Option<u32>,
+    data_dir: &Path,
+    port: &str,
+    extra: &[&str],
+) -> SandgateProcess {
     let mut args = [
         "serve",
         "--listen",
@@ -44,10 +54,14 @@ async fn serve_with(data_dir: &Path, port: &str, extra: &[&str]) -> SandgateProc
     .map(str::to_owned)
     .to_vec();
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
-    SandgateProcess::spawn(&args, &[("JWT_SECRET", SANDGATE_SECRET)]).await
+    SandgateProcess::spawn_as(uid, &args, &[("JWT_SECRET", SANDGATE_SECRET)]).await
 }
 
-async fn call(sandgate: &SandgateProcess, path: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) async fn call(
+    sandgate: &SandgateProcess,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let client = reqwest::Client::new();
     let request = match body {
         Some(body) => client.post(sandgate.url(path)).json(&body),
@@ -63,13 +77,17 @@ async fn call(sandgate: &SandgateProcess, path: &str, body: Option<Value>) -> (u
 }
 
 /// `POST /{verb}` (pause, resume, stop) of the sandbox `runtime_id`; the status.
-async fn act(sandgate: &SandgateProcess, verb: &str, runtime_id: &str) -> u16 {
+pub(crate) async fn act(sandgate: &SandgateProcess, verb: &str, runtime_id: &str) -> u16 {
     let body = json!({ "runtime_id": runtime_id });
     call(sandgate, &format!("/{verb}"), Some(body)).await.0
 }
 
 /// Polls the session until its status is `wanted`; the last answer.
-async fn until_session(sandgate: &SandgateProcess, session: &str, wanted: &str) -> Value {
+pub(crate) async fn until_session(
+    sandgate: &SandgateProcess,
+    session: &str,
+    wanted: &str,
+) -> Value {
     let deadline = tokio::time::Instant::now() + START_WITHIN;
     loop {
         let (_, runtime) = call(sandgate, &format!("/sessions/{session}"), None).await;
@@ -83,7 +101,7 @@ async fn until_session(sandgate: &SandgateProcess, session: &str, wanted: &str) 
 
 /// What a plain sandbox writes down of its environment at start (a file in its working
 /// directory), then serves that directory on the port it is told (`$PORT`).
-fn plain_sandbox(session: &str) -> Value {
+pub(crate) fn plain_sandbox(session: &str) -> Value {
     json!({
         "image": "local/plain",
         "command": [
@@ -119,7 +137,7 @@ async fn warm_sandbox_ready(data_dir: &Path) -> String {
 }
 
 /// The sandbox's environment, as it wrote it down.
-fn written_environment(dir: &Path) -> HashMap<String, String> {
+pub(crate) fn written_environment(dir: &Path) -> HashMap<String, String> {
     let text = std::fs::read_to_string(dir.join("workspace/environment.txt")).unwrap_or_default();
     text.lines()
         .filter_map(|line| line.split_once('='))
@@ -127,7 +145,7 @@ fn written_environment(dir: &Path) -> HashMap<String, String> {
         .collect()
 }
 
-async fn answers(url: &str) -> bool {
+pub(crate) async fn answers(url: &str) -> bool {
     reqwest::get(url)
         .await
         .is_ok_and(|response| response.status().is_success())
@@ -252,7 +270,7 @@ async fn drive(python: PathBuf, script: &str) -> (tempfile::TempDir, SandgatePro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume() {
-    let (data, _sandgate, steps) = drive(
+    let (data, mut sandgate, steps) = drive(
         tool("app-server/bin/python", REAL_CLIENTS),
         "tests/real_clients/process_sandbox_drive.py",
     )
@@ -287,11 +305,12 @@ async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume
     assert_eq!(steps.get("delete")["ok"], true);
     assert_eq!(steps.get("deleted")["found"], false);
     assert!(!data.path().join("sandboxes").join(&runtime_id).exists());
+    sandgate.terminate().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
-    let (data, _sandgate, steps) = drive(
+    let (data, mut sandgate, steps) = drive(
         tool("agent-server-1.58.2/bin/python", REAL_CLIENTS),
         "tests/real_clients/remote_workspace_drive.py",
     )
@@ -312,6 +331,8 @@ async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
     assert_eq!(cleanup["status"], "stopped", "{cleanup}");
     let runtime_id = cleanup["runtime_id"].as_str().expect("id");
     assert!(!data.path().join("sandboxes").join(runtime_id).exists());
+    // A SIGKILL (the drop) would leave what still runs running.
+    sandgate.terminate().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,7 +345,7 @@ async fn a_warm_pool_of_processes_is_claimed_ready() {
     }]});
     let file = data.path().join("warm-runtimes.json");
     std::fs::write(&file, warm_runtimes.to_string()).expect("write");
-    let sandgate = serve_with(
+    let mut sandgate = serve_with(
         data.path(),
         "8000",
         &["--warm-runtimes-file", file.to_str().expect("utf-8")],
@@ -346,6 +367,7 @@ async fn a_warm_pool_of_processes_is_claimed_ready() {
         environment.get("SESSION_API_KEY").map(String::as_str),
         started["session_api_key"].as_str()
     );
+    sandgate.terminate().await;
 }
 
 /// What the orphan sweep reads of the process driver: every sandbox directory, with when it
@@ -389,7 +411,7 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
 }
 
 /// Whether process `pid` still runs (a zombie waiting for its reaper does not).
-fn alive(pid: &str) -> bool {
+pub(crate) fn alive(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         stat.rsplit(')')
             .next()
@@ -397,15 +419,15 @@ fn alive(pid: &str) -> bool {
     })
 }
 
-/// A sandbox whose first process exits is in error, saying so; what it started is stopped
-/// with it when the sandbox is deleted.
+/// A sandbox whose first process exits is in error, saying so; what it started goes with
+/// it (the kernel ends its PID namespace), and its directory goes on delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sandbox_whose_process_exits_is_in_error_and_its_group_goes_on_delete() {
+async fn a_sandbox_whose_process_exits_is_in_error_and_what_it_started_goes_with_it() {
     let data = tempfile::tempdir().expect("data dir");
     let sandgate = serve(data.path(), "8000").await;
     let body = json!({
         "image": "local/quitter",
-        "command": ["/bin/sh", "-c", "sleep 300 & echo $! > child.pid; exit 3"],
+        "command": ["/bin/sh", "-c", "setsid sleep 7300001 & echo started > child.txt; exit 3"],
         "working_dir": "/workspace",
         "session_id": "quits",
     });
@@ -420,18 +442,33 @@ async fn a_sandbox_whose_process_exits_is_in_error_and_its_group_goes_on_delete(
     );
     assert_eq!(failed["pod_status"], "failed");
     let dir = data.path().join("sandboxes").join(&runtime_id);
-    let child = std::fs::read_to_string(dir.join("workspace/child.pid")).expect("child pid");
-    let child = child.trim();
-    assert!(alive(child), "what the sandbox started still runs");
-
-    assert_eq!(act(&sandgate, "stop", &runtime_id).await, 200);
+    assert!(
+        dir.join("workspace/child.txt").exists(),
+        "the child was started"
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while alive(child) {
+    while sleeping("7300001") {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{child} outlived its sandbox"
+            "what the sandbox started outlived it"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_eq!(act(&sandgate, "stop", &runtime_id).await, 200);
     assert!(!dir.exists());
+}
+
+/// Whether a `sleep {seconds}` runs on this machine, in any PID namespace.
+fn sleeping(seconds: &str) -> bool {
+    let wanted = format!("sleep\0{seconds}\0");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline == wanted.as_bytes())
+                && alive(&pid)
+        })
 }

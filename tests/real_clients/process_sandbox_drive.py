@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -74,6 +75,9 @@ async def main() -> None:
     threading.Thread(target=llm.serve_forever, daemon=True).start()
     llm_url = f"http://127.0.0.1:{llm.server_address[1]}/v1"
     work = tempfile.mkdtemp(prefix="process-sandbox-")
+    # The conversation works there as the sandbox's own uid (the process driver gives each
+    # sandbox one when Sandgate is root): mkdtemp's 0700 would shut it out.
+    os.chmod(work, 0o1777)
 
     engine = create_async_engine("sqlite+aiosqlite:///:memory:")
     async with engine.begin() as connection:

@@ -47,6 +47,9 @@ def main() -> None:
     os.environ.update(FORWARDED)
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     work = tempfile.mkdtemp(prefix="remote-workspace-")
+    # The command runs there as the sandbox's own uid (the process driver gives each
+    # sandbox one when Sandgate is root): mkdtemp's 0700 would shut it out.
+    os.chmod(work, 0o1777)
     session = f"agent-server-{uuid.uuid4()}"
 
     def workspace() -> APIRemoteWorkspace:

@@ -46,6 +46,8 @@ pub struct AdminConfig {
     pub jwt_secret: Option<Vec<u8>>,
     /// `DEFAULT_API_KEY`: the API key named `default`.
     pub default_api_key: Option<String>,
+    /// `MAX_RUNTIMES`, shown on that key's entry.
+    pub max_runtimes: Option<usize>,
     /// `WARM_RUNTIMES_FILE`: the installer's configurations.
     pub warm_runtimes_file: Option<PathBuf>,
     /// `WARM_RUNTIME_CONFIG_OVERLAY`: merge saved configurations over the installer's
@@ -69,6 +71,7 @@ impl Default for AdminConfig {
             admin_password: None,
             jwt_secret: None,
             default_api_key: None,
+            max_runtimes: None,
             warm_runtimes_file: None,
             overlay: false,
             pbkdf2_iterations: login::DEFAULT_PBKDF2_ITERATIONS,
@@ -102,6 +105,8 @@ pub struct RuntimeAdminService {
     auth: Arc<Authenticator>,
     admin: Option<Admin>,
     default_api_key: Option<String>,
+    /// `MAX_RUNTIMES`, shown on the default key's entry.
+    max_runtimes: Option<usize>,
     iterations: u32,
     login_rate: Option<LoginRate>,
     account_login_rate: Option<LoginRate>,
@@ -267,6 +272,7 @@ impl RuntimeAdminService {
             auth,
             admin,
             default_api_key: config.default_api_key.filter(|key| !key.is_empty()),
+            max_runtimes: config.max_runtimes,
             iterations: config.pbkdf2_iterations,
             login_rate: config.login_rate,
             account_login_rate: config.account_login_rate,
@@ -425,7 +431,9 @@ impl RuntimeAdmin for RuntimeAdminService {
                 id: 1,
                 name: "default".into(),
                 key_value: key.clone(),
-                max_runtimes: None,
+                max_runtimes: self
+                    .max_runtimes
+                    .map(|max| i64::try_from(max).unwrap_or(i64::MAX)),
                 remaining_credits: None,
             })
             .collect();

@@ -41,12 +41,21 @@ impl Sandboxes {
                 _ => return Ok((existing, false)),
             }
         }
-        if let Some(claimed) = self.claim(&spec, &session_id).await? {
-            self.claimed.notify_one();
-            return Ok((claimed, true));
+        let admitted = self.admit_start(&session_id).await?;
+        let started = match self.claim(&spec, &session_id).await? {
+            Some(claimed) => {
+                self.claimed.notify_one();
+                (claimed, true)
+            }
+            None => (
+                self.launch(spec, None, Some(session_id), None).await?,
+                false,
+            ),
+        };
+        if let Some(admitted) = admitted {
+            admitted.started();
         }
-        let started = self.launch(spec, None, Some(session_id), None).await?;
-        Ok((started, false))
+        Ok(started)
     }
 
     /// Takes a warm sandbox whose claim key matches, running ones first.
@@ -121,17 +130,21 @@ impl Sandboxes {
             _ => {}
         }
         self.driver.pause(&record).await?;
-        self.update(
-            record,
-            |record| {
-                record.state = SandboxState::Paused;
-                record.status_detail = None;
-                record.restarts = Restarts::default();
-            },
-            None,
-        )
-        .await?
-        .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+        let session = record.session_id.clone();
+        let paused = self
+            .update(
+                record,
+                |record| {
+                    record.state = SandboxState::Paused;
+                    record.status_detail = None;
+                    record.restarts = Restarts::default();
+                },
+                None,
+            )
+            .await?
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        self.quotas.release(session.as_deref());
+        Ok(paused)
     }
 
     /// Starts a paused (or failed) sandbox again, on its original image, with a new
@@ -153,6 +166,8 @@ impl Sandboxes {
                 state_name(record.state)
             )));
         }
+        let session = record.session_id.clone().unwrap_or_default();
+        let admitted = self.admit_start(&session).await?;
         let nonce = random_hex(16);
         let key = self.keys.key(runtime_id, &nonce);
         let key_sha256 = session_key_digest(&key);
@@ -183,6 +198,9 @@ impl Sandboxes {
             )
             .await?
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        if let Some(admitted) = admitted {
+            admitted.started();
+        }
         self.store.session_keys.delete_session_key(&old_key).await?;
         Ok(updated)
     }
@@ -192,9 +210,13 @@ impl Sandboxes {
         if record.state == SandboxState::Stopped {
             return Ok(record);
         }
-        self.retire(record, None)
+        let session = record.session_id.clone();
+        let stopped = self
+            .retire(record, None)
             .await?
-            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))
+            .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
+        self.quotas.release(session.as_deref());
+        Ok(stopped)
     }
 
     /// Deletes a claimed sandbox from the platform and marks it stopped; its key stops

@@ -7,6 +7,8 @@ pub mod kubernetes;
 mod lifecycle;
 pub mod pools;
 pub mod process;
+pub mod process_isolation;
+pub mod quota;
 pub mod reconciler;
 mod service;
 pub mod spec;
@@ -49,6 +51,10 @@ pub struct SandboxOptions {
     /// (an image that cannot be pulled, a pod that cannot be scheduled or configured) is
     /// in error, with the reason the platform gave.
     pub start_timeout: Duration,
+    /// `MAX_RUNTIMES`: the sandboxes the runtime API key may hold at once; `None`, any.
+    pub max_runtimes: Option<usize>,
+    /// `SANDBOX_START_RATE`: the starts (and resumes) it may make per minute; `None`, any.
+    pub start_rate: Option<u32>,
 }
 
 impl Default for SandboxOptions {
@@ -61,6 +67,8 @@ impl Default for SandboxOptions {
             stopped_retention: Duration::from_secs(3600),
             reconcile_interval: Duration::from_secs(60),
             start_timeout: Duration::from_secs(600),
+            max_runtimes: None,
+            start_rate: None,
         }
     }
 }
@@ -87,6 +95,9 @@ pub enum SandboxError {
     Contention,
     #[error("{}: {}", .0.field, .0.message)]
     Refused(Refusal),
+    /// A quota of the runtime API key (`quota.rs`).
+    #[error("{0}")]
+    Quota(String),
 }
 
 impl From<SandboxError> for ErrorDetail {
@@ -103,6 +114,7 @@ impl From<SandboxError> for ErrorDetail {
             SandboxError::NotFound(detail) => Self::new(ErrorCode::NotFound, detail),
             SandboxError::Conflict(detail) => Self::new(ErrorCode::Conflict, detail),
             SandboxError::Contention => Self::new(ErrorCode::Unavailable, err.to_string()),
+            SandboxError::Quota(detail) => Self::new(ErrorCode::RateLimited, detail),
             SandboxError::Refused(refusal) => {
                 crate::validation::failure(vec![crate::model::ValidationError {
                     error_type: "value_error",
@@ -139,6 +151,7 @@ pub struct Sandboxes {
     configs: Arc<WarmConfigSource>,
     /// Woken when a claim empties a pool slot, so the local reconciler refills it at once.
     claimed: Notify,
+    pub(super) quotas: quota::Quotas,
 }
 
 impl Sandboxes {
@@ -155,6 +168,7 @@ impl Sandboxes {
             driver,
             keys: SessionKeys::new(session_key_secret),
             clock,
+            quotas: quota::Quotas::new(options.max_runtimes, options.start_rate),
             options,
             configs,
             claimed: Notify::new(),
@@ -466,6 +480,19 @@ impl Sandboxes {
         let mut listed = self.refresh(claimed, None).await?;
         listed.sort_by_key(|record| std::cmp::Reverse(record.created_at_ms));
         Ok(listed)
+    }
+
+    /// Admits one start of the runtime API key, or refuses it with the quota it exceeds;
+    /// the admission counts as held until dropped.
+    pub(super) async fn admit_start(
+        &self,
+        session: &str,
+    ) -> SandboxResult<Option<quota::Admission<'_>>> {
+        if !self.quotas.any() {
+            return Ok(None);
+        }
+        let records = self.store.sandboxes.sandboxes().await?;
+        self.quotas.admit(&quota::held(&records), session).map(Some)
     }
 
     /// Waits until a claim takes a warm sandbox in this process (or returns at once for a

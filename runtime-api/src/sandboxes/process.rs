@@ -7,26 +7,32 @@
 //!   lacks, such as an image's `/usr/local/bin/openhands-agent-server`, runs by its file
 //!   name from the sandbox's `PATH`) in a directory of its own, `{root}/{runtime_id}/`: its
 //!   working directory is the spec's, under that one (`/workspace` runs in
-//!   `{root}/{runtime_id}/workspace`), `HOME` is `{root}/{runtime_id}/home`, and its output
-//!   goes to `{root}/{runtime_id}/sandbox.log`.
-//! - Its environment is the spec's and `SESSION_API_KEY`, and of Sandgate's own only
-//!   `PATH`, the locale and the time zone: Sandgate's secrets never reach a sandbox.
+//!   `{root}/{runtime_id}/workspace`, and so does a spec without one), `HOME` is
+//!   `{root}/{runtime_id}/home`, and its output goes to `{root}/{runtime_id}/sandbox.log`.
+//! - Its environment is the spec's, `SESSION_API_KEY`, `PORT` and `HOME`, and of
+//!   Sandgate's own only `PATH`, the locale and the time zone: Sandgate's secrets never
+//!   reach a sandbox. It runs in PID and user namespaces of its own, as a uid of its own
+//!   when Sandgate is root, under rlimits (`process_isolation.rs` says what this machine
+//!   allows): it cannot read Sandgate's `/proc` nor another sandbox's.
 //! - Sandboxes of one image all name the agent-server's port (`SANDBOX_PORT`). Each gets a
 //!   free port of its own: every argument of its command that is that port, or ends in
 //!   `=port` or `:port`, is rewritten to it, `PORT` holds it too, and its URL is
 //!   `http://127.0.0.1:{port}`. The port is kept in the sandbox's directory, so its URL
 //!   stays the same across pauses and Sandgate's restarts.
 //! - It is running once its port accepts connections, in error once its process exits.
-//! - Pause stops the process (its whole process group: SIGTERM, then SIGKILL after a grace
-//!   period) and keeps the directory; resume starts the command again with the new key;
-//!   delete stops it and removes the directory.
+//! - Pause stops every process of the sandbox (SIGTERM to each process of its namespace,
+//!   then, after a grace period, SIGKILL of the namespace, which the kernel extends to
+//!   all of them, detached or not) and keeps the directory; resume starts the command
+//!   again with the new key; delete stops it and removes the directory.
 //!
-//! The processes are this Sandgate's children: they stop when it stops, the ones a run
-//! killed without a chance to stop them are stopped by the next, and their sandboxes are
-//! reported in error until resumed. One machine,
-//! one replica: the driver keeps its processes in memory.
+//! The processes are this Sandgate's children: they stop when it stops. A run killed
+//! without a chance to stop them leaves them running; the next run ends them (it does
+//! not adopt them: their session keys were the old run's to rotate) and reports their
+//! sandboxes in error until resumed. One machine, one replica: the driver keeps its
+//! processes in memory.
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
@@ -39,6 +45,7 @@ use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
 use super::driver::{DriverError, Observed, SandboxDriver};
+use super::process_isolation::{Isolation, only_deaf_init, signal_namespace, start_time};
 use crate::admin::login::Clock;
 use crate::store::{SandboxSpec, SandboxState, StoredSandbox};
 
@@ -48,6 +55,8 @@ const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
 const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
 /// How long a readiness probe waits for the port to accept a connection.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+/// How often a stop looks whether the sandbox's processes have gone.
+const EXIT_POLL: Duration = Duration::from_millis(20);
 const PORT_FILE: &str = "port";
 const PID_FILE: &str = "pid";
 const LOG_FILE: &str = "sandbox.log";
@@ -83,6 +92,8 @@ struct Sandbox {
 
 pub struct ProcessDriver {
     options: ProcessOptions,
+    /// What this machine lets the driver do to keep sandboxes apart.
+    isolation: Isolation,
     /// When this driver started (service clock): a live sandbox it has no process for and
     /// that changed before then was started by a previous run.
     started_ms: i64,
@@ -93,12 +104,19 @@ impl ProcessDriver {
     /// A driver on `options.root`, created if missing. Processes a previous run left
     /// behind are stopped; the ports of its sandboxes are read back.
     pub fn open(options: ProcessOptions, clock: &dyn Clock) -> Result<Self, DriverError> {
+        super::process_isolation::protect_sandgate();
+        let isolation = Isolation::detect();
+        for gap in isolation.gaps() {
+            tracing::warn!("sandbox driver: process: {gap}");
+        }
         std::fs::create_dir_all(&options.root).map_err(|err| {
             DriverError(format!(
                 "cannot create the sandboxes' directory {}: {err}",
                 options.root.display()
             ))
         })?;
+        // Sandboxes may pass through to their own directory, not list the others'.
+        let _ = std::fs::set_permissions(&options.root, std::fs::Permissions::from_mode(0o711));
         let mut sandboxes = HashMap::new();
         let entries = std::fs::read_dir(&options.root)
             .map_err(|err| DriverError(format!("cannot read {}: {err}", options.root.display())))?;
@@ -120,9 +138,15 @@ impl ProcessDriver {
         }
         Ok(Self {
             options,
+            isolation,
             started_ms: clock.now_ms(),
             sandboxes: Mutex::new(sandboxes),
         })
+    }
+
+    /// What sandboxes lack on this machine (empty when nothing), for `check-config`.
+    pub fn isolation_gaps(&self) -> Vec<String> {
+        self.isolation.gaps()
     }
 
     fn dir(&self, runtime_id: &str) -> PathBuf {
@@ -151,11 +175,37 @@ impl ProcessDriver {
                 sandbox.runtime_id
             ))
         };
-        let workdir = dir.join(relative(&sandbox.spec.working_dir));
+        // Without a working directory of its own, `workspace`: the sandbox's directory
+        // itself holds Sandgate's files (its pid among them) and stays root's.
+        let relative_workdir = Some(relative(&sandbox.spec.working_dir))
+            .filter(|path| !path.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("workspace"));
+        let workdir = dir.join(&relative_workdir);
         let home = dir.join("home");
         for path in [&workdir, &home] {
             std::fs::create_dir_all(path)
                 .map_err(|err| failed(&format!("create {}", path.display()), err))?;
+        }
+        let identity = self.isolation.identity(
+            &sandbox.runtime_id,
+            sandbox.spec.run_as_user,
+            sandbox.spec.run_as_group,
+        );
+        if let Some(identity) = identity {
+            // The sandbox's own directories are its uid's; the rest of `dir` stays root's.
+            let mut owned = vec![home.clone()];
+            let mut path = dir.clone();
+            for part in relative_workdir.components() {
+                path.push(part);
+                owned.push(path.clone());
+            }
+            for path in owned {
+                std::os::unix::fs::chown(&path, Some(identity.uid), Some(identity.gid))
+                    .map_err(|err| failed(&format!("give {} to its uid", path.display()), err))?;
+                // Its own to read: not a neighbour's of another uid.
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|err| failed(&format!("close {}", path.display()), err))?;
+            }
         }
         std::fs::write(dir.join(PORT_FILE), port.to_string())
             .map_err(|err| failed("record the port", err))?;
@@ -176,7 +226,17 @@ impl ProcessDriver {
             .cloned()
             .or_else(|| std::env::var("PATH").ok())
             .unwrap_or_default();
-        let mut command = Command::new(resolve(program, &path));
+        let (program_path, args) = self.isolation.command_line(
+            &resolve(program, &path),
+            args,
+            sandbox.spec.resource_factor,
+            identity
+                .is_some_and(|identity| identity.uid >= super::process_isolation::SANDBOX_UID_BASE),
+        );
+        let mut command = Command::new(program_path);
+        if let Some(identity) = identity {
+            command.uid(identity.uid).gid(identity.gid);
+        }
         command
             .args(args)
             .current_dir(&workdir)
@@ -199,9 +259,11 @@ impl ProcessDriver {
         let child = command
             .spawn()
             .map_err(|err| failed(&format!("run {program:?}"), err))?;
-        if let Some(pid) = child.id() {
-            // For the next run to stop it, should this one end without doing so.
-            let _ = std::fs::write(dir.join(PID_FILE), pid.to_string());
+        if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
+            // For the next run to stop it, should this one end without doing so; its start
+            // time tells it from a process that takes its pid later.
+            let started = start_time(pid).unwrap_or_default();
+            let _ = std::fs::write(dir.join(PID_FILE), format!("{pid} {started}"));
         }
         tracing::debug!(runtime_id = %sandbox.runtime_id, port, "sandbox process started");
         Ok(child)
@@ -252,15 +314,42 @@ impl ProcessDriver {
 }
 
 impl Drop for ProcessDriver {
-    /// Sandgate is stopping: its sandboxes' process groups go with it (`kill_on_drop`
-    /// would reach only their first process). The next run reports them in error.
+    /// Sandgate is stopping: its sandboxes go with it, as a stop ends them (SIGTERM to
+    /// every process, the grace period, then SIGKILL of each namespace or group), all at
+    /// once. It blocks, once, at shutdown: there is no runtime left to wait on. The next
+    /// run reports them in error.
     fn drop(&mut self) {
-        for sandbox in self.sandboxes().values() {
-            if let Process::Running(child) = &sandbox.process
-                && let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok())
-            {
-                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        let grace = self.options.stop_grace;
+        let mut sandboxes = self.sandboxes();
+        let mut running: Vec<(i32, &mut Child)> = sandboxes
+            .values_mut()
+            .filter_map(|sandbox| match &mut sandbox.process {
+                Process::Running(child) => {
+                    let pid = child.id().and_then(|pid| i32::try_from(pid).ok())?;
+                    Some((pid, child))
+                }
+                _ => None,
+            })
+            .collect();
+        for (pid, _) in &running {
+            if !signal_namespace(*pid, Signal::SIGTERM) {
+                let _ = killpg(Pid::from_raw(*pid), Signal::SIGTERM);
             }
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline
+            && running.iter_mut().any(|(pid, child)| {
+                if only_deaf_init(*pid) {
+                    let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+                }
+                matches!(child.try_wait(), Ok(None))
+            })
+        {
+            std::thread::sleep(EXIT_POLL);
+        }
+        for (pid, _) in &running {
+            // Those that exited too: what they started may not have.
+            let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
         }
     }
 }
@@ -466,15 +555,31 @@ async fn accepts(port: u16) -> bool {
     )
 }
 
-/// Stops `child`'s process group: SIGTERM, then SIGKILL when it has not exited after
-/// `grace`.
+/// Stops `child` and everything it started: SIGTERM, then SIGKILL when it has not exited
+/// after `grace`. Killing `unshare` (the group's leader) kills its namespace.
 async fn terminate(mut child: Child, grace: Duration) {
     let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
         return; // exited and reaped already
     };
     let group = Pid::from_raw(pid);
-    let _ = killpg(group, Signal::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+    // Every process of its namespace, detached ones included; where no namespace could be
+    // made, its group.
+    if !signal_namespace(pid, Signal::SIGTERM) {
+        let _ = killpg(group, Signal::SIGTERM);
+    }
+    let exited = async {
+        loop {
+            if only_deaf_init(pid) {
+                // Outside a namespace the SIGTERM would have ended it.
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+    };
+    if tokio::time::timeout(grace, exited).await.is_err() {
         let _ = killpg(group, Signal::SIGKILL);
         let _ = child.wait().await;
     } else {
@@ -483,15 +588,20 @@ async fn terminate(mut child: Child, grace: Duration) {
     }
 }
 
-/// Stops the process a previous run started in `dir`, if it is still there: the pid file
-/// names it, and its working directory (under `dir`) tells it from a process that took
-/// its pid since.
+/// Stops the process a previous run started in `dir`, if it is still there, with its
+/// namespace: the pid file names it and its start time, which tells it from a process
+/// that took its pid since (its working directory would not: a sandbox may change it).
 fn stop_leftover(dir: &Path) {
-    let Some(pid) = read_number::<i32>(&dir.join(PID_FILE)) else {
-        return;
-    };
-    let ours = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir));
-    if ours {
+    let recorded = std::fs::read_to_string(dir.join(PID_FILE)).unwrap_or_default();
+    let mut fields = recorded.split_whitespace();
+    let pid = fields.next().and_then(|pid| pid.parse::<i32>().ok());
+    let started = fields
+        .next()
+        .and_then(|started| started.parse::<u64>().ok());
+    if let (Some(pid), Some(started)) = (pid, started)
+        && start_time(pid) == Some(started)
+    {
+        tracing::info!(pid, dir = %dir.display(), "ending a sandbox a previous run left running");
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
     let _ = std::fs::remove_file(dir.join(PID_FILE));

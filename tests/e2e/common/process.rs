@@ -28,7 +28,17 @@ fn address_prefix(text: &str) -> &str {
 impl SandgateProcess {
     /// Runs `sandgate <args>` and waits for its "listening on" line.
     pub async fn spawn(args: &[String], envs: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sandgate"))
+        Self::spawn_as(None, args, envs).await
+    }
+
+    /// As [`Self::spawn`], as the user `uid` (with its gid) when given: Sandgate as an
+    /// unprivileged user, which a test running as root can show.
+    pub async fn spawn_as(uid: Option<u32>, args: &[String], envs: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sandgate"));
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let mut child = command
             .args(args)
             .envs(envs.iter().copied())
             .env("SANDGATE_LOG_FORMAT", "text")

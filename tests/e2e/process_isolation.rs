@@ -1,0 +1,248 @@
+//! The `process` driver against a hostile sandbox (issue 40), on the real `sandgate`
+//! binary, as root and as an unprivileged user: a sandbox's command reads neither
+//! Sandgate's environment nor another sandbox's through `/proc`, and after a pause, a
+//! stop, Sandgate's shutdown and a restart after a SIGKILL, no process of the sandbox is
+//! left, `setsid`, double forks, tmux servers and a changed working directory included.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::SandgateProcess;
+use crate::process_sandboxes::{
+    SANDGATE_SECRET, act, call, serve_as, until_session, written_environment,
+};
+
+/// How long the processes of a stopped sandbox may take to go.
+const GONE_WITHIN: Duration = Duration::from_secs(15);
+
+/// A uid Sandgate runs as in the unprivileged tests: no user of this machine.
+const UNPRIVILEGED: u32 = 4242;
+
+/// A sandbox that writes down its environment, then serves its working directory on its
+/// port, after `script` (run by `sh` in its working directory).
+fn sandbox(session: &str, script: &str) -> Value {
+    json!({
+        "image": "local/hostile",
+        "command": [
+            "/bin/sh", "-c",
+            format!("env > environment.txt; {script}; exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1"),
+        ],
+        "working_dir": "/workspace",
+        "environment": {"GREETING": "hello"},
+        "session_id": session,
+    })
+}
+
+/// What a hostile sandbox tries: every process's environment it can see, its parent's
+/// first (where Sandgate's used to be), into `seen.txt`; and which processes it sees.
+const READ_EVERY_ENVIRONMENT: &str = "cat /proc/$PPID/environ /proc/[0-9]*/environ > seen.txt 2>/dev/null; \
+     ls /proc | grep -c '^[0-9]' > processes.txt; id -u > uid.txt";
+
+/// Processes that detach from the sandbox's command in every way a shell can: a new
+/// session, a double fork, a tmux server, and one that leaves the sandbox's directory.
+/// Each sleeps `marker` plus 1 to 4 seconds, so that they are found on this machine.
+fn detached(marker: u32) -> String {
+    format!(
+        "setsid sleep {} & (sleep {} &) ; tmux -S ./tmux.sock new-session -d 'sleep {}'; (cd / && exec sleep {}) & true",
+        marker + 1,
+        marker + 2,
+        marker + 3,
+        marker + 4
+    )
+}
+
+/// The detached processes of `marker` still running on this machine (any pid namespace).
+fn survivors(marker: u32) -> Vec<String> {
+    let wanted: Vec<String> = (1..=4)
+        .map(|n| format!("sleep\0{}\0", marker + n))
+        .collect();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+            (wanted.contains(&cmdline) && crate::process_sandboxes::alive(&pid.to_string()))
+                .then_some(cmdline.replace('\0', " "))
+        })
+        .collect()
+}
+
+/// Polls until `count` detached processes of `marker` run.
+async fn until_detached(marker: u32, count: usize) {
+    let deadline = tokio::time::Instant::now() + GONE_WITHIN;
+    while survivors(marker).len() != count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of marker {marker} run, not {count}: {:?}",
+            survivors(marker).len(),
+            survivors(marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts `body`, waits until it runs; its runtime id.
+async fn started(sandgate: &SandgateProcess, body: Value) -> String {
+    let session = body["session_id"].as_str().expect("session").to_owned();
+    let (status, started) = call(sandgate, "/start", Some(body)).await;
+    assert_eq!(status, 200, "{started}");
+    until_session(sandgate, &session, "running").await;
+    started["runtime_id"].as_str().expect("id").to_owned()
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// A data directory Sandgate can use when it runs as `uid`.
+fn data_dir(uid: Option<u32>) -> tempfile::TempDir {
+    let data = tempfile::tempdir().expect("data dir");
+    if let Some(uid) = uid {
+        std::os::unix::fs::chown(data.path(), Some(uid), Some(uid)).expect("chown");
+    }
+    data
+}
+
+/// Two sandboxes; the second tries to read everybody's environment.
+async fn neither_sandgate_nor_a_neighbour_is_readable(uid: Option<u32>) {
+    let data = data_dir(uid);
+    let mut sandgate = serve_as(uid, data.path(), "8000", &[]).await;
+    let neighbour = started(&sandgate, sandbox("neighbour", "true")).await;
+    let sandboxes = data.path().join("sandboxes");
+    let neighbour_key = written_environment(&sandboxes.join(&neighbour))
+        .remove("SESSION_API_KEY")
+        .expect("the neighbour's key");
+    let hostile = started(&sandgate, sandbox("hostile", READ_EVERY_ENVIRONMENT)).await;
+    let workspace = sandboxes.join(&hostile).join("workspace");
+    let seen = std::fs::read(workspace.join("seen.txt")).expect("the sandbox ran");
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(
+        seen.contains("GREETING=hello"),
+        "it reads its own environment: {seen}"
+    );
+    assert!(!seen.contains(SANDGATE_SECRET), "Sandgate's secret leaked");
+    assert!(!seen.contains(&neighbour_key), "the neighbour's key leaked");
+    let processes = std::fs::read_to_string(workspace.join("processes.txt")).expect("count");
+    let processes: usize = processes.trim().parse().expect("a count");
+    assert!(
+        processes < 10,
+        "it sees only its own processes, not {processes}"
+    );
+    let sandbox_uid = std::fs::read_to_string(workspace.join("uid.txt")).expect("uid");
+    let sandbox_uid: u32 = sandbox_uid.trim().parse().expect("a uid");
+    match uid {
+        // Sandgate's own user, the only one it can run sandboxes as.
+        Some(uid) => assert_eq!(sandbox_uid, uid),
+        // Root: a uid of the sandbox's own.
+        None => {
+            let neighbour_uid = std::fs::read_to_string(
+                sandboxes.join(&neighbour).join("workspace/environment.txt"),
+            )
+            .map(|_| std::fs::metadata(sandboxes.join(&neighbour).join("workspace")))
+            .expect("neighbour")
+            .map(|meta| std::os::unix::fs::MetadataExt::uid(&meta))
+            .expect("neighbour's workspace");
+            assert!(sandbox_uid >= 200_000, "{sandbox_uid}");
+            assert_ne!(sandbox_uid, neighbour_uid, "each sandbox has its own uid");
+        }
+    }
+    sandgate.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_reads_neither_sandgate_s_environment_nor_another_sandbox_s() {
+    neither_sandgate_nor_a_neighbour_is_readable(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_an_unprivileged_sandgate_a_sandbox_reads_neither_environment_either() {
+    if !is_root() {
+        // This test runs unprivileged already: the one above is this one.
+        return;
+    }
+    neither_sandgate_nor_a_neighbour_is_readable(Some(UNPRIVILEGED)).await;
+}
+
+/// Pause, stop, Sandgate's shutdown (SIGTERM) and its restart after a SIGKILL each leave
+/// no process of the sandbox.
+async fn nothing_of_a_sandbox_outlives_it(uid: Option<u32>, base: u32) {
+    let data = data_dir(uid);
+    let sandgate = serve_as(uid, data.path(), "8000", &[]).await;
+
+    let paused = base;
+    let id = started(&sandgate, sandbox("paused", &detached(paused))).await;
+    until_detached(paused, 4).await;
+    assert_eq!(act(&sandgate, "pause", &id).await, 200);
+    until_detached(paused, 0).await;
+
+    let stopped = base + 10;
+    let id = started(&sandgate, sandbox("stopped", &detached(stopped))).await;
+    until_detached(stopped, 4).await;
+    assert_eq!(act(&sandgate, "stop", &id).await, 200);
+    until_detached(stopped, 0).await;
+
+    let shutdown = base + 20;
+    started(&sandgate, sandbox("shutdown", &detached(shutdown))).await;
+    until_detached(shutdown, 4).await;
+    let mut sandgate = sandgate;
+    sandgate.terminate().await;
+    until_detached(shutdown, 0).await;
+
+    // Killed without a chance to stop them, Sandgate leaves them running; the next run on
+    // the same data ends them.
+    let mut sandgate = serve_as(uid, data.path(), "8000", &[]).await;
+    let killed = base + 30;
+    started(&sandgate, sandbox("killed", &detached(killed))).await;
+    until_detached(killed, 4).await;
+    sandgate.kill().await;
+    assert_eq!(survivors(killed).len(), 4, "a SIGKILL stops nothing");
+    let mut sandgate = serve_as(uid, data.path(), "8000", &[]).await;
+    until_detached(killed, 0).await;
+    until_session(&sandgate, "killed", "error").await;
+    sandgate.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_process_of_a_sandbox_outlives_a_pause_a_stop_a_shutdown_or_a_restart() {
+    nothing_of_a_sandbox_outlives_it(None, 7_100_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_an_unprivileged_sandgate_no_process_outlives_its_sandbox_either() {
+    if !is_root() {
+        return;
+    }
+    nothing_of_a_sandbox_outlives_it(Some(UNPRIVILEGED), 7_200_000).await;
+}
+
+/// A pause is graceful for every process of the sandbox, not only its first: a detached
+/// one gets its SIGTERM (and writes it down) before anything is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_gives_every_process_of_the_sandbox_its_sigterm_first() {
+    let data = data_dir(None);
+    let mut sandgate = serve_as(None, data.path(), "8000", &[]).await;
+    let listener = "setsid sh -c 'trap \"echo graceful > term.txt; exit 0\" TERM; \
+         echo ready > ready.txt; while :; do sleep 1; done' & true";
+    let id = started(&sandgate, sandbox("graceful", listener)).await;
+    let workspace = data.path().join("sandboxes").join(&id).join("workspace");
+    let deadline = tokio::time::Instant::now() + GONE_WITHIN;
+    while !workspace.join("ready.txt").exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the trap was not set"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(act(&sandgate, "pause", &id).await, 200);
+    let said = std::fs::read_to_string(workspace.join("term.txt")).unwrap_or_default();
+    assert_eq!(
+        said.trim(),
+        "graceful",
+        "the detached process got its SIGTERM"
+    );
+    sandgate.terminate().await;
+}
