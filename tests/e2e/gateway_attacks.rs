@@ -645,3 +645,43 @@ async fn bookkeeping_a_client_can_inflate_is_bounded() {
         "an added name made its own series"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_model_costs_one_lookup_not_a_read_of_every_added_entry() {
+    let backend = Backend::redis().await;
+    let upstream = FakeUpstream::start().await;
+    let sandgate = Sandgate::start_with(
+        &backend,
+        &[
+            "--proxy-master-key",
+            MASTER_KEY,
+            "--gateway-allowed-upstream-hosts",
+            "127.0.0.1",
+        ],
+    )
+    .await;
+    for index in 0..5 {
+        let (status, body) = add(
+            &sandgate,
+            &model(
+                &format!("added-{index}"),
+                &format!("{}/v1", upstream.base()),
+            ),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // The added entries are read once and kept.
+    let (status, _) = chat(&sandgate, MASTER_KEY, "added-0", None).await;
+    assert_eq!(status, 200);
+    let reads = crate::model_gateway::hgetall_calls(&backend).await;
+    for _ in 0..20 {
+        let (status, _) = chat(&sandgate, MASTER_KEY, "nobody-routes-this", None).await;
+        assert_eq!(status, 404);
+    }
+    let more = crate::model_gateway::hgetall_calls(&backend).await - reads;
+    assert!(
+        more < 5,
+        "20 unknown names read every added entry {more} times"
+    );
+}

@@ -1210,7 +1210,7 @@ async fn an_unset_variable_is_a_start_error_naming_the_entry() {
 
 /// Calls of Redis's `HGETALL` so far (the read of the added models), on every server that
 /// holds data.
-async fn hgetall_calls(backend: &Backend) -> u64 {
+pub(crate) async fn hgetall_calls(backend: &Backend) -> u64 {
     let Backend::Redis(redis) = backend else {
         unreachable!("a Redis backend")
     };
