@@ -30,6 +30,19 @@ async fn healthy(url: &str) {
     assert_eq!(status, 200);
 }
 
+/// `serve` with the master key, whose added models may reach loopback (the tests' own
+/// upstreams), and `extra` flags.
+async fn allowing_loopback(backend: &Backend, extra: &[&str]) -> Sandgate {
+    let mut args = vec![
+        "--proxy-master-key",
+        MASTER_KEY,
+        "--gateway-allowed-upstream-hosts",
+        "127.0.0.1",
+    ];
+    args.extend_from_slice(extra);
+    Sandgate::start_with(backend, &args).await
+}
+
 async fn add(sandgate: &Sandgate, body: &Value) -> (reqwest::StatusCode, Value) {
     send(post(sandgate, "/model/new", MASTER_KEY, body)).await
 }
@@ -42,16 +55,7 @@ fn model(name: &str, api_base: &str) -> Value {
 async fn an_entry_pointing_at_the_gateway_itself_ends_in_an_error_not_a_loop() {
     let backend = Backend::embedded();
     // An operator who allows loopback (a local upstream) still cannot make a loop.
-    let sandgate = Sandgate::start_with(
-        &backend,
-        &[
-            "--proxy-master-key",
-            MASTER_KEY,
-            "--gateway-allowed-upstream-hosts",
-            "127.0.0.1",
-        ],
-    )
-    .await;
+    let sandgate = allowing_loopback(&backend, &[]).await;
     let own = sandgate.url("/v1");
     let (status, body) = add(&sandgate, &model("itself", &own)).await;
     assert_eq!(status, 200, "{body}");
@@ -168,18 +172,7 @@ async fn an_addition_does_not_take_over_what_the_configuration_routes() {
         "model_list:\n  - model_name: gpt\n    litellm_params: {{model: openai/gpt, api_base: \"{base}/v1\", api_key: k}}\n  - model_name: \"*\"\n    litellm_params: {{model: \"openai/*\", api_base: \"{base}/any/v1\", api_key: k}}\n"
     ));
     let path = config.path().display().to_string();
-    let sandgate = Sandgate::start_with(
-        &backend,
-        &[
-            "--gateway-config",
-            &path,
-            "--proxy-master-key",
-            MASTER_KEY,
-            "--gateway-allowed-upstream-hosts",
-            "127.0.0.1",
-        ],
-    )
-    .await;
+    let sandgate = allowing_loopback(&backend, &["--gateway-config", &path]).await;
     let elsewhere = format!("{base}/elsewhere/v1");
     // Others reach `anthropic/claude` through the wildcard: an addition may not take it.
     let (status, body) = add(&sandgate, &model("anthropic/claude", &elsewhere)).await;
@@ -545,15 +538,11 @@ async fn bookkeeping_a_client_can_inflate_is_bounded() {
         upstream.base()
     ));
     let path = config.path().display().to_string();
-    let sandgate = Sandgate::start_with(
+    let sandgate = allowing_loopback(
         &backend,
         &[
             "--gateway-config",
             &path,
-            "--proxy-master-key",
-            MASTER_KEY,
-            "--gateway-allowed-upstream-hosts",
-            "127.0.0.1",
             "--spend-log-max-entries",
             "5",
             "--metrics-api-key",
@@ -650,16 +639,7 @@ async fn bookkeeping_a_client_can_inflate_is_bounded() {
 async fn an_unknown_model_costs_one_lookup_not_a_read_of_every_added_entry() {
     let backend = Backend::redis().await;
     let upstream = FakeUpstream::start().await;
-    let sandgate = Sandgate::start_with(
-        &backend,
-        &[
-            "--proxy-master-key",
-            MASTER_KEY,
-            "--gateway-allowed-upstream-hosts",
-            "127.0.0.1",
-        ],
-    )
-    .await;
+    let sandgate = allowing_loopback(&backend, &[]).await;
     for index in 0..5 {
         let (status, body) = add(
             &sandgate,
