@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tonic::Status;
 
-use crate::budget::{parse_duration_ms, window};
+use crate::budget::key_window;
 use crate::headers::SESSION_ID;
 use crate::keys::{Caller, descriptor, expired, token_of};
 use crate::service::{Gateway, now_ms};
@@ -242,11 +242,7 @@ pub(crate) fn check_budget(
     counters: &SpendCounters,
     session: Option<&str>,
 ) -> Result<Charge, Status> {
-    let duration = key
-        .budget_duration
-        .as_deref()
-        .and_then(|duration| parse_duration_ms(duration).ok());
-    let (window, _) = window(key.budget_start_ms, duration, now_ms());
+    let (window, _) = key_window(key, now_ms());
     let charge = Charge {
         token: key.token.clone(),
         key_alias: key.key_alias.clone(),

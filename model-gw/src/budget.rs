@@ -2,6 +2,8 @@
 //! `model_info` keys, applied to the usage an answer reports; a key's budget windows,
 //! in LiteLLM's `budget_duration` forms.
 
+use sandgate_runtime_api::store::StoredKey;
+
 use crate::rewrite::Usage;
 
 /// An entry's prices per token, in whatever currency its operator counts (LiteLLM's
@@ -123,6 +125,15 @@ pub fn window(start_ms: i64, duration_ms: Option<i64>, now_ms: i64) -> (u64, Opt
         }
         _ => (0, None),
     }
+}
+
+/// The budget window of `key` at `now_ms`, and when it ends (see [`window`]).
+pub fn key_window(key: &StoredKey, now_ms: i64) -> (u64, Option<i64>) {
+    let duration = key
+        .budget_duration
+        .as_deref()
+        .and_then(|duration| parse_duration_ms(duration).ok());
+    window(key.budget_start_ms, duration, now_ms)
 }
 
 #[cfg(test)]

@@ -297,20 +297,21 @@ impl ModelGatewayService {
                 "the model entry's api_base cannot be sent upstream",
             ));
         };
-        let client = if upstream.guarded {
-            // An address in the URL itself never reaches the resolver: judged here, at
-            // every call, by the rules in force.
-            if let Some(refusal) = url
+        // An address in the URL itself never reaches the guarded resolver: judged here,
+        // at every call, by the rules in force.
+        if upstream.guarded
+            && let Some(refusal) = url
                 .host_str()
                 .and_then(|host| self.allowed_hosts.refusal(host))
-            {
-                tracing::warn!(model_entry = %upstream.entry, "an added model's upstream is not allowed: {refusal}");
-                self.log_spend(record.finish(403, None)).await;
-                return Err(error(
-                    ErrorCode::Forbidden,
-                    format!("the model's api_base is not allowed: {refusal}"),
-                ));
-            }
+        {
+            tracing::warn!(model_entry = %upstream.entry, "an added model's upstream is not allowed: {refusal}");
+            self.log_spend(record.finish(403, None)).await;
+            return Err(error(
+                ErrorCode::Forbidden,
+                format!("the model's api_base is not allowed: {refusal}"),
+            ));
+        }
+        let client = if upstream.guarded {
             &self.guarded_client
         } else {
             &self.client
@@ -319,7 +320,7 @@ impl ModelGatewayService {
         let response = loop {
             // Built again for each attempt, rather than built once and copied for each.
             let Some(outbound) = self
-                .outbound(&headers, config, &upstream, &call, url.clone())
+                .outbound(&headers, config, &upstream, &call, (client, url.clone()))
                 .body(request_body(&call.body))
                 .build()
                 .ok()
@@ -465,13 +466,8 @@ impl ModelGatewayService {
         config: &GatewayConfig,
         upstream: &Upstream,
         call: &Prepared,
-        url: reqwest::Url,
+        (client, url): (&reqwest::Client, reqwest::Url),
     ) -> reqwest::RequestBuilder {
-        let client = if upstream.guarded {
-            &self.guarded_client
-        } else {
-            &self.client
-        };
         let mut outbound = client
             .post(url)
             .header(http::header::CONTENT_TYPE, "application/json");

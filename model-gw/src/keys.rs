@@ -12,7 +12,7 @@ use sandgate_runtime_api::store::{SpendCounters, StoredKey};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::budget::{parse_duration_ms, window};
+use crate::budget::{key_window, parse_duration_ms};
 
 /// Who a call comes from.
 #[derive(Clone, Debug)]
@@ -311,11 +311,7 @@ pub fn iso_time(ms: i64) -> Value {
 
 /// What LiteLLM's answers say of a key (never the key): `spend` in its current window.
 pub fn describe(key: &StoredKey, spend: f64, now_ms: i64) -> Map<String, Value> {
-    let duration = key
-        .budget_duration
-        .as_deref()
-        .and_then(|duration| parse_duration_ms(duration).ok());
-    let (_, reset_at) = window(key.budget_start_ms, duration, now_ms);
+    let (_, reset_at) = key_window(key, now_ms);
     let expired = key.expires_at_ms.is_some_and(|expires| expires <= now_ms);
     let described = json!({
         "token": key.token,

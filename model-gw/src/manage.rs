@@ -8,7 +8,7 @@ use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
 use sandgate_runtime_api::store::StoredKey;
 use serde_json::{Map, Value, json};
 
-use crate::budget::{parse_duration_ms, window};
+use crate::budget::key_window;
 use crate::keys::{self, Caller};
 use crate::service::{ModelGatewayService, now_ms};
 
@@ -63,11 +63,7 @@ pub async fn manage(
 
 /// What `key` spent in its current budget window.
 async fn spent(gateway: &ModelGatewayService, key: &StoredKey) -> Result<f64, ErrorDetail> {
-    let duration = key
-        .budget_duration
-        .as_deref()
-        .and_then(|duration| parse_duration_ms(duration).ok());
-    let (window, _) = window(key.budget_start_ms, duration, now_ms());
+    let (window, _) = key_window(key, now_ms());
     Ok(gateway
         .store
         .keys
