@@ -454,8 +454,10 @@ impl Gateway {
     /// The spend log once it holds `count` entries. An entry is written just after its
     /// answer ends, so the test waits for it (with a deadline).
     async fn spend_logs(&self, count: usize) -> Vec<Value> {
-        self.spend_logs_until(&format!("{count} entries"), |entries| entries.len() >= count)
-            .await
+        self.spend_logs_until(&format!("{count} entries"), |entries| {
+            entries.len() >= count
+        })
+        .await
     }
 
     /// The spend log once `done` holds of it (entries are written after the answers, in
@@ -1598,7 +1600,9 @@ async fn messages_pass_to_a_gateway_and_are_translated_for_an_openai_upstream() 
     let logs = gateway
         .spend_logs_until("the refused and the translated calls' entries", |logs| {
             logs.iter().any(|log| log["status"] == 400)
-                && logs.iter().any(|log| log["upstream_model"] == "azure/gpt-4o")
+                && logs
+                    .iter()
+                    .any(|log| log["upstream_model"] == "azure/gpt-4o")
         })
         .await;
     let refused = logs
