@@ -158,6 +158,14 @@ pub const SESSION_ID: [&str; 2] = ["x-gateway-session-id", "x-litellm-session-id
 /// The largest spend log metadata kept, in bytes of JSON: it is stored with every entry.
 pub const SPEND_LOGS_METADATA_LIMIT: usize = 8 * 1024;
 
+/// The first of `names` the client sent, as text.
+pub(crate) fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+    names
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .and_then(|value| value.to_str().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use http::{HeaderMap, HeaderName, HeaderValue};
