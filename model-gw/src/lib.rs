@@ -27,6 +27,7 @@ mod rewrite;
 mod routing;
 mod service;
 mod spend;
+mod sse;
 mod support;
 
 use sandgate_proto::MAX_MESSAGE_BYTES;
@@ -41,8 +42,10 @@ pub use metrics::describe_metrics;
 /// The body rewriting, for the fuzz targets (`fuzz/`) and their regression test; not an
 /// API of the crate.
 #[doc(hidden)]
-pub use rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
+pub use rewrite::{ChatRequest, Usage, rename_model};
 pub use service::{GatewayOptions, ModelGatewayService};
+#[doc(hidden)]
+pub use sse::SseRenamer;
 
 /// The gRPC service of `gateway`, ready to mount.
 pub fn grpc_service(gateway: ModelGatewayService) -> ModelGatewayServer<ModelGatewayService> {

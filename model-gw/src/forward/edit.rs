@@ -8,7 +8,8 @@ use bytes::Bytes;
 use crate::call::{AnswerEdit, Prepared};
 use crate::messages::stream::StreamTranslator;
 use crate::responses::stream::ResponsesTranslator;
-use crate::rewrite::{self, SseRenamer, Usage, rename_model};
+use crate::rewrite::{self, Usage, rename_model};
+use crate::sse::SseRenamer;
 use crate::{messages, openai};
 
 /// A whole answer as the client gets it (its status, its body), and the usage it reports.

@@ -15,9 +15,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json_borrow::Value;
 
-use super::{ContentBlock, ErrorBody, ErrorObject, Message, MessageUsage, ToolInput};
-use super::{stop_reason, usage};
-use crate::rewrite::{Lines, Usage};
+use super::answer::{
+    ContentBlock, ErrorBody, ErrorObject, Message, MessageUsage, ToolInput, stop_reason, usage,
+};
+use crate::rewrite::Usage;
+use crate::sse::Lines;
 
 /// The block being streamed.
 #[derive(Debug, PartialEq, Eq)]

@@ -21,7 +21,8 @@ use serde_json::json;
 use serde_json_borrow::Value;
 
 use super::{reasoning_of, response_object, usage};
-use crate::rewrite::{Lines, Usage};
+use crate::rewrite::Usage;
+use crate::sse::Lines;
 
 /// The output item being streamed.
 enum Open {
