@@ -27,7 +27,8 @@ mod rewrite;
 mod routing;
 mod service;
 mod spend;
-mod sse;
+#[doc(hidden)]
+pub mod sse;
 mod support;
 
 use sandgate_proto::MAX_MESSAGE_BYTES;

@@ -12,57 +12,42 @@ use crate::rewrite::{self, Usage, rename_model};
 use crate::sse::SseRenamer;
 use crate::{messages, openai};
 
+/// A failed answer in the shape of the API the client called.
+fn failure(answer: AnswerEdit, status: u16, body: Bytes) -> Bytes {
+    match answer {
+        AnswerEdit::Message | AnswerEdit::CountTokens => {
+            Bytes::from(messages::error(status, &body))
+        }
+        AnswerEdit::Rename { .. } | AnswerEdit::Response => openai::error(status, body),
+    }
+}
+
 /// A whole answer as the client gets it (its status, its body), and the usage it reports.
 pub(crate) fn edit_whole(call: &Prepared, status: u16, body: Bytes) -> (u16, Bytes, Option<Usage>) {
-    let success = (200..300).contains(&status);
-    match call.answer {
-        AnswerEdit::Rename { .. } if success => {
+    if !(200..300).contains(&status) {
+        return (status, failure(call.answer, status, body), None);
+    }
+    let translated = match call.answer {
+        AnswerEdit::Rename { .. } => {
             let (renamed, usage) = rename_model(&body, &call.asked);
-            match renamed {
+            return match renamed {
                 std::borrow::Cow::Borrowed(_) => (status, body, usage),
                 std::borrow::Cow::Owned(renamed) => (status, Bytes::from(renamed), usage),
-            }
-        }
-        AnswerEdit::Rename { .. } => (status, openai::error(status, body), None),
-        AnswerEdit::Message | AnswerEdit::CountTokens if success => {
-            // The answer is rewritten whole below: only its usage is read here.
-            let usage = rewrite::usage(&body);
-            let translated = if call.answer == AnswerEdit::Message {
-                messages::message(&body, &call.asked)
-            } else {
-                messages::token_count(&body)
             };
-            match translated {
-                Some(translated) => (status, Bytes::from(translated), usage),
-                // A success that is not a chat completion: the upstream's fault, said so.
-                None => (
-                    502,
-                    Bytes::from(messages::error(
-                        502,
-                        b"the upstream's answer is not a chat completion",
-                    )),
-                    usage,
-                ),
-            }
         }
-        AnswerEdit::Message | AnswerEdit::CountTokens => {
-            (status, Bytes::from(messages::error(status, &body)), None)
+        AnswerEdit::Message => messages::message(&body, &call.asked),
+        AnswerEdit::CountTokens => messages::token_count(&body),
+        AnswerEdit::Response => crate::responses::response(&body, &call.asked),
+    };
+    // The answer is rewritten whole: only its usage is read from it.
+    let usage = rewrite::usage(&body);
+    match translated {
+        Some(translated) => (status, Bytes::from(translated), usage),
+        // A success that is not a chat completion: the upstream's fault, said so.
+        None => {
+            let message = Bytes::from_static(b"the upstream's answer is not a chat completion");
+            (502, failure(call.answer, 502, message), usage)
         }
-        AnswerEdit::Response if success => {
-            let usage = rewrite::usage(&body);
-            match crate::responses::response(&body, &call.asked) {
-                Some(translated) => (status, Bytes::from(translated), usage),
-                None => (
-                    502,
-                    openai::error(
-                        502,
-                        Bytes::from_static(b"the upstream's answer is not a chat completion"),
-                    ),
-                    usage,
-                ),
-            }
-        }
-        AnswerEdit::Response => (status, openai::error(status, body), None),
     }
 }
 
