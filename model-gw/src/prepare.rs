@@ -22,6 +22,17 @@ pub(crate) fn prepare(
     request: &ChatRequest<'_>,
     upstream: &Upstream,
 ) -> Result<Prepared, Status> {
+    // A translated call: a chat completion in place of the client's `api`, its answer
+    // edited back as `answer` says.
+    let chat = |body: Vec<u8>, user: Option<String>, answer: AnswerEdit| Prepared {
+        api,
+        path: openai::path(Api::ChatCompletions),
+        body: vec![Bytes::from(body)],
+        asked: request.model.clone(),
+        user,
+        answer,
+    };
+    let refused = |err: String| error(ErrorCode::BadRequest, err);
     let anthropic = matches!(api, Api::Messages | Api::MessagesCountTokens);
     if anthropic && upstream.kind == Kind::OpenAi && !upstream.params.native_messages {
         // An OpenAI-compatible upstream has no Messages API: a chat completion in its
@@ -33,19 +44,13 @@ pub(crate) fn prepare(
             count_tokens,
             upstream.params.takes_reasoning,
         )
-        .map_err(|err| error(ErrorCode::BadRequest, err))?;
-        Ok(Prepared {
-            api,
-            path: openai::path(Api::ChatCompletions),
-            body: vec![Bytes::from(translated.body)],
-            asked: request.model.clone(),
-            user: translated.user,
-            answer: if count_tokens {
-                AnswerEdit::CountTokens
-            } else {
-                AnswerEdit::Message
-            },
-        })
+        .map_err(refused)?;
+        let answer = if count_tokens {
+            AnswerEdit::CountTokens
+        } else {
+            AnswerEdit::Message
+        };
+        Ok(chat(translated.body, translated.user, answer))
     } else if api == Api::Responses
         && upstream.kind == Kind::OpenAi
         && upstream.params.responses_via_chat
@@ -53,15 +58,8 @@ pub(crate) fn prepare(
         // An upstream that serves chat completions only: the Responses API bridged.
         let translated =
             crate::responses::chat_request(body, &upstream.model, upstream.params.takes_reasoning)
-                .map_err(|err| error(ErrorCode::BadRequest, err))?;
-        Ok(Prepared {
-            api,
-            path: openai::path(Api::ChatCompletions),
-            body: vec![Bytes::from(translated.body)],
-            asked: request.model.clone(),
-            user: translated.user,
-            answer: AnswerEdit::Response,
-        })
+                .map_err(refused)?;
+        Ok(chat(translated.body, translated.user, AnswerEdit::Response))
     } else {
         let mut call = openai::prepare(api, body, request, &upstream.model);
         if anthropic {
