@@ -403,8 +403,10 @@ async fn start(backend: &Backend, forward: bool, wildcard: bool) -> Gateway {
             &path,
             "--proxy-master-key",
             MASTER_KEY,
+            // `hang` is cut off after this; the large bodies' tests must not be, even on
+            // a loaded machine, where a debug build copies 9 MiB slowly.
             "--gateway-read-timeout",
-            "0.5",
+            "2",
             // The fake upstream is on loopback, where added models may go only so.
             "--gateway-allowed-upstream-hosts",
             "127.0.0.1",
