@@ -34,12 +34,12 @@ use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
-use sandgate_runtime_api::store::models::SpendLogRetention;
-use sandgate_runtime_api::store::{Backend, EventRetention, RedisTls, Store, redact_url};
 use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
     SandboxConfig, SettingsService, StoreHealthService,
 };
+use sandgate_store::models::SpendLogRetention;
+use sandgate_store::{Backend, EventRetention, RedisTls, Store, redact_url};
 use sandgate_webhook_gw::{EdgeConfig, GrpcChannel, ModelGw};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

@@ -141,7 +141,7 @@ impl crate::service::ModelGatewayService {
             return;
         }
         let (token, key_alias) = seen.key.unzip();
-        let entry = sandgate_runtime_api::store::SpendLogEntry {
+        let entry = sandgate_store::SpendLogEntry {
             request_id: uuid::Uuid::new_v4().to_string(),
             started_at_ms: crate::service::now_ms(),
             model: seen
@@ -161,7 +161,7 @@ impl crate::service::ModelGatewayService {
             call_type: seen.api.map(|api| crate::forward::api_name(api).to_owned()),
             api_key: token,
             key_alias: key_alias.flatten(),
-            ..sandgate_runtime_api::store::SpendLogEntry::default()
+            ..sandgate_store::SpendLogEntry::default()
         };
         self.log_spend_soon((entry, None));
     }

@@ -13,7 +13,7 @@ use http::HeaderMap;
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{Api, CallResponse, Header};
-use sandgate_runtime_api::store::{KeySpend, SpendLogEntry};
+use sandgate_store::{KeySpend, SpendLogEntry};
 use tonic::{Response, Status};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;

@@ -9,7 +9,6 @@ pub mod model;
 mod redact;
 pub mod sandboxes;
 pub mod settings;
-pub mod store;
 mod validation;
 
 use std::sync::Arc;
@@ -19,6 +18,7 @@ use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
 use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
+use sandgate_store::Store;
 use tonic::service::Routes;
 
 pub use admin::{AdminConfig, RuntimeAdminService};
@@ -27,7 +27,6 @@ pub use conversations::ConversationsService;
 pub use health::StoreHealthService;
 pub use redact::redact as redact_credentials;
 pub use settings::SettingsService;
-pub use store::Store;
 
 /// Registers the runtime API's metrics with their help text (after the recorder is
 /// installed).
@@ -49,7 +48,7 @@ pub struct AuthConfig {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CatalogConfig {
     /// How many agent-server events, and for how long, each conversation keeps.
-    pub event_retention: store::EventRetention,
+    pub event_retention: sandgate_store::EventRetention,
 }
 
 /// How sandboxes are run: the driver, and what the Sandboxes service needs beside it.

@@ -4,7 +4,7 @@
 
 use sandgate_runtime_api::admin::configs::Installer;
 use sandgate_runtime_api::sandboxes::kubernetes::refusal;
-use sandgate_runtime_api::store::SandboxSpec;
+use sandgate_store::SandboxSpec;
 
 use super::{Finding, RuntimeApiSettings, Severity};
 use crate::cli::SandboxDriverKind;

@@ -13,7 +13,7 @@ use sandgate_runtime_api::sandboxes::driver::{Observed, Refusal, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{
     KubernetesDriver, KubernetesOptions, PodSecurity,
 };
-use sandgate_runtime_api::store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
+use sandgate_store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
 use serde_json::{Value, json};
 
 use crate::common::fake_kube::{

@@ -16,7 +16,7 @@ use sandgate_runtime_api::sandboxes::reconciler::Pass;
 use sandgate_runtime_api::sandboxes::{
     Reconciler, SandboxError, SandboxOptions, Sandboxes, SandboxesService,
 };
-use sandgate_runtime_api::store::{
+use sandgate_store::{
     Fence, SandboxSpec, SandboxState, SandboxStore, Store, StoreResult, StoredSandbox,
     StoredWarmConfig, SweepIndex,
 };

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use serde::Deserialize;
 
 use crate::model::{LocItem, ValidationError};
-use crate::store::StoredWarmConfig;
+use sandgate_store::StoredWarmConfig;
 
 /// The installer's default configuration, whose environment others should start from.
 pub const INSTALLER_DEFAULT: &str = "v1_current";

@@ -26,11 +26,11 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Authenticator;
-use crate::store::{PutWarmConfig, Store, StoredChallenge, StoredWarmConfig};
 use crate::validation;
 use configs::{Effective, Source};
 use login::{CHALLENGE_LIFETIME, Clock, PasswordCheck, SystemClock, TokenError, Tokens};
 use rate_limit::{Attempt, LoginRate};
+use sandgate_store::{PutWarmConfig, Store, StoredChallenge, StoredWarmConfig};
 use source::{Generation, WarmConfigSource};
 
 /// Challenges and hashes longer than this are refused unread.
@@ -186,7 +186,7 @@ fn unauthenticated(detail: &str) -> Status {
     ErrorDetail::new(ErrorCode::Unauthenticated, detail).into()
 }
 
-fn store_failed(err: crate::store::StoreError) -> Status {
+fn store_failed(err: sandgate_store::StoreError) -> Status {
     ErrorDetail::from(err).into()
 }
 

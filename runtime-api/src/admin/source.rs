@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::configs::{Effective, Installer, InstallerFile, WarmLimits};
-use crate::store::{Store, StoreResult};
+use sandgate_store::{Store, StoreResult};
 
 /// Identifies one state of the effective set: it changes when a configuration is saved
 /// or deleted (by any replica) or the installer's file changes.

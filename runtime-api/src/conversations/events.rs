@@ -25,8 +25,8 @@ use sha2::Digest;
 
 use crate::model::{self, ExecutionStatus};
 use crate::redact;
-use crate::store::events::MAX_EVENT_ID_BYTES;
-use crate::store::{DeadLetter, NewEvent};
+use sandgate_store::events::MAX_EVENT_ID_BYTES;
+use sandgate_store::{DeadLetter, NewEvent};
 
 /// A dead letter keeps at most this much of its event; a larger one keeps a summary.
 const MAX_DEAD_LETTER_BYTES: usize = 64 * 1024;

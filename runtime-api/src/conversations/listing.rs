@@ -14,8 +14,8 @@ use super::{
 };
 use crate::auth::Reader;
 use crate::model;
-use crate::store::{ConversationHead, IndexKey, StoredConversation};
 use crate::validation;
+use sandgate_store::{ConversationHead, IndexKey, StoredConversation};
 
 impl ConversationsService {
     /// The heads of live members of `index` that pass `keep`, from `after` on: at most

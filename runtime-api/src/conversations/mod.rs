@@ -23,9 +23,9 @@ use uuid::Uuid;
 
 use crate::auth::{Authenticator, Principal, Reader};
 use crate::model::{self, ConversationSummary, LocItem, ValidConversation};
-use crate::store::{EventPage, EventRetention, Store, StoredConversation};
 use crate::validation;
 use lifecycle::Order;
+use sandgate_store::{EventPage, EventRetention, Store, StoredConversation};
 
 /// How often a write retries when concurrent writers keep winning the compare-and-swap.
 const MAX_WRITE_ATTEMPTS: usize = 64;
@@ -525,7 +525,7 @@ impl Conversations for ConversationsService {
         }
         let after = match query.page_token.as_str() {
             "" => None,
-            token if crate::store::events::is_order_key(token) => Some(token.to_owned()),
+            token if sandgate_store::events::is_order_key(token) => Some(token.to_owned()),
             _ => {
                 return Err(validation::single(
                     "value_error",

@@ -23,12 +23,12 @@ use crate::admin::login::{Clock, random_hex};
 use crate::admin::source::WarmConfigSource;
 use crate::auth::session_key_digest;
 use crate::model::LocItem;
-use crate::store::{
-    Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
-};
 use driver::{DriverError, Observed, Refusal, SandboxDriver};
 pub use pools::{PoolCounts, pool_counts, pool_status};
 pub use reconciler::Reconciler;
+use sandgate_store::{
+    Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
+};
 pub use service::SandboxesService;
 use spec::{SessionKeys, claim_key};
 

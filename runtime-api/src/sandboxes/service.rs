@@ -20,8 +20,8 @@ use crate::admin::configs;
 use crate::admin::login::random_hex;
 use crate::auth::Authenticator;
 use crate::model::ValidationError;
-use crate::store::{SandboxSpec, SandboxState, StoredWarmConfig};
 use crate::validation;
+use sandgate_store::{SandboxSpec, SandboxState, StoredWarmConfig};
 
 /// Session ids and runtime ids longer than this are refused unread.
 const MAX_ID_LEN: usize = 128;
@@ -75,7 +75,7 @@ impl SandboxesService {
         }
     }
 
-    fn answer(&self, record: crate::store::StoredSandbox) -> pb::Sandbox {
+    fn answer(&self, record: sandgate_store::StoredSandbox) -> pb::Sandbox {
         // The caller holds the runtime API key, which may drive every sandbox: it gets the
         // current session key, derived anew, never read from the store.
         self.proto(self.sandboxes.view(record), true)

@@ -29,8 +29,8 @@ use redis::Script;
 
 use super::cluster::Bucket;
 use super::{RedisStore, corrupt, keyed, unavailable};
-use crate::store::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
-use crate::store::{StoreError, StoreResult};
+use crate::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
+use crate::{StoreError, StoreResult};
 
 /// The hash tag's kind, and the lease's keys' tag.
 const KIND: &str = "sandboxes";

@@ -14,10 +14,8 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use super::{Primary, RedisStore, corrupt, unavailable};
-use crate::store::StoreResult;
-use crate::store::models::{
-    ModelStore, SpendLogEntry, SpendLogRetention, SpendLogStore, StoredModel,
-};
+use crate::StoreResult;
+use crate::models::{ModelStore, SpendLogEntry, SpendLogRetention, SpendLogStore, StoredModel};
 
 const SPEND_LOG: &str = "sandgate:spend-log";
 pub(super) const MODELS_CHANGED: &str = "sandgate:models:changed";
@@ -202,9 +200,7 @@ impl SpendLogStore for RedisStore {
         }
         // Entries' ids are the milliseconds they were added at: older ones than the age
         // kept go.
-        let oldest_kept = crate::store::now_ms()
-            .saturating_sub(retention.max_age_ms)
-            .max(0);
+        let oldest_kept = crate::now_ms().saturating_sub(retention.max_age_ms).max(0);
         pipe.cmd("XTRIM")
             .arg(SPEND_LOG)
             .arg("MINID")

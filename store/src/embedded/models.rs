@@ -5,10 +5,8 @@ use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefiniti
 use tokio::sync::watch;
 
 use super::{EmbeddedStore, unavailable};
-use crate::store::models::{
-    ModelStore, SpendLogEntry, SpendLogRetention, SpendLogStore, StoredModel,
-};
-use crate::store::{StoreError, StoreResult};
+use crate::models::{ModelStore, SpendLogEntry, SpendLogRetention, SpendLogStore, StoredModel};
+use crate::{StoreError, StoreResult};
 
 /// `<scope>\0<name>` → an added model's JSON.
 pub(super) const MODELS: TableDefinition<&str, &[u8]> = TableDefinition::new("added_models");
@@ -83,7 +81,7 @@ impl SpendLogStore for EmbeddedStore {
         entries: &[SpendLogEntry],
         retention: SpendLogRetention,
     ) -> StoreResult<()> {
-        let oldest_kept = crate::store::now_ms().saturating_sub(retention.max_age_ms);
+        let oldest_kept = crate::now_ms().saturating_sub(retention.max_age_ms);
         let encoded = entries
             .iter()
             .map(|entry| serde_json::to_vec(entry).map_err(corrupt))

@@ -6,7 +6,7 @@ use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransacti
 use uuid::Uuid;
 
 use super::{CONVERSATIONS, INDEX, decode_conversation, index_entry, unavailable};
-use crate::store::{ConversationHead, StoreError, StoreResult, StoredConversation};
+use crate::{ConversationHead, StoreError, StoreResult, StoredConversation};
 
 /// id → the record's [`ConversationHead`] as JSON.
 pub(super) const HEADS: TableDefinition<&str, &[u8]> = TableDefinition::new("conversation_heads");
@@ -90,7 +90,7 @@ mod tests {
     use serde_json::value::RawValue;
 
     use super::*;
-    use crate::store::{ConversationStore, EmbeddedStore, IndexKey};
+    use crate::{ConversationStore, EmbeddedStore, IndexKey};
 
     /// A data directory written before heads and per-tenant indexes: its records are
     /// found by tenant queries, with their heads, once it is opened.

@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{EmbeddedStore, unavailable};
-use crate::store::events::{
+use crate::events::{
     AppendOutcome, DeadLetter, EventPage, EventRetention, EventStats, EventStore, MAX_DEAD_LETTERS,
     NewEvent, StoredEvent, encode_event, order_key, order_key_floor, order_key_timestamp,
     stored_event,
 };
-use crate::store::{StoreError, StoreResult};
+use crate::{StoreError, StoreResult};
 
 /// `<conversation><order key>` → `<event id>\n<event JSON>`.
 pub(super) const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
@@ -75,7 +75,7 @@ fn drop_events(
         .take(budget)
     {
         let (key, value) = entry.map_err(unavailable)?;
-        let id = crate::store::events::decode_event(value.value())
+        let id = crate::events::decode_event(value.value())
             .map(|(id, _)| id.to_owned())
             .ok_or_else(|| corrupt("an event without its id"))?;
         victims.push((key.value().to_owned(), id));

@@ -199,7 +199,7 @@ pub trait SandboxStore: Send + Sync + 'static {
     /// version is `next.version - 1` (0: none stored), moving its index entries from
     /// `previous` (the record read at that version) to `next`. `Ok(false)`: another
     /// writer got there first. With `fence`, only while its lease's token is still the
-    /// current one ([`StoreError::Fenced`](crate::store::StoreError::Fenced) otherwise).
+    /// current one ([`StoreError::Fenced`](crate::StoreError::Fenced) otherwise).
     async fn put_sandbox(
         &self,
         previous: Option<&StoredSandbox>,

@@ -10,7 +10,7 @@ use redis::{AsyncCommands, Script};
 use uuid::Uuid;
 
 use super::{RedisStore, conversation_key, corrupt, keyed, unavailable};
-use crate::store::{IndexKey, StoreResult};
+use crate::{IndexKey, StoreResult};
 
 /// Which layout the catalog follows; absent: the one before heads.
 const LAYOUT_KEY: &str = "sandgate:catalog-layout";
@@ -41,8 +41,7 @@ impl RedisStore {
         let mut upgraded = 0usize;
         loop {
             // Heads of records without one are taken from the records themselves.
-            let heads =
-                crate::store::ConversationStore::scan(self, &IndexKey::All, after, BATCH).await?;
+            let heads = crate::ConversationStore::scan(self, &IndexKey::All, after, BATCH).await?;
             let Some(last) = heads.last() else { break };
             after = Some(last.id);
             let mut entries = Vec::new();

@@ -18,8 +18,8 @@ use redis::Script;
 use tokio::sync::watch;
 
 use super::{RedisStore, corrupt, unavailable};
-use crate::store::StoreResult;
-use crate::store::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
+use crate::StoreResult;
+use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
 
 const RECORDS: &str = "sandgate:{gateway-keys}:records";
 /// A Pub/Sub channel told of every change of a key or of its spend.

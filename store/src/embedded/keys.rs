@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::{EmbeddedStore, unavailable};
-use crate::store::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
-use crate::store::{StoreError, StoreResult, now_ms};
+use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
+use crate::{StoreError, StoreResult, now_ms};
 
 /// token → the key's JSON.
 pub(super) const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("gateway_keys");

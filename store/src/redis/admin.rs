@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use redis::{AsyncCommands, Script};
 
 use super::{RedisStore, corrupt, unavailable};
-use crate::store::StoreResult;
-use crate::store::admin::{
+use crate::StoreResult;
+use crate::admin::{
     ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
     WarmConfigSnapshot, WarmConfigStore,
 };

@@ -17,8 +17,8 @@ use redis::{AsyncCommands, Script};
 use uuid::Uuid;
 
 use super::{RedisStore, corrupt, unavailable};
-use crate::store::StoreResult;
-use crate::store::events::{
+use crate::StoreResult;
+use crate::events::{
     AppendOutcome, DeadLetter, EventPage, EventRetention, EventStats, EventStore, MAX_DEAD_LETTERS,
     NewEvent, StoredEvent, encode_event, order_key_floor, order_key_timestamp, stored_event,
 };

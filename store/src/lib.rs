@@ -27,6 +27,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use self::redis::RedisStore;
 pub use admin::{
     ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
     WarmConfigSnapshot, WarmConfigStore,
@@ -41,7 +42,6 @@ pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use records::{
     ConversationHead, IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile,
 };
-pub use redis::RedisStore;
 pub use sandboxes::{
     Fence, Restarts, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex,
 };

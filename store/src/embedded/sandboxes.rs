@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableHandle, WriteTransaction};
 
 use super::{EmbeddedStore, unavailable};
-use crate::store::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
-use crate::store::{StoreError, StoreResult};
+use crate::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
+use crate::{StoreError, StoreResult};
 
 /// runtime id → the record's JSON.
 const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes");
@@ -366,7 +366,7 @@ fn check_fence(txn: &WriteTransaction, fence: Option<&Fence>) -> StoreResult<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{SandboxSpec, SandboxState};
+    use crate::{SandboxSpec, SandboxState};
 
     /// A data directory written by a release without the sweep indexes has its sandboxes
     /// indexed when it is opened: an upgrade loses no warm sandbox from the reconciler's view.
