@@ -322,9 +322,7 @@ fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> EdgeConfig {
         body_limit: limits.body_limit,
         gateway_body_limit: limits.gateway_body_limit,
         trusted_proxies: limits.trusted_proxies.clone(),
-        openapi: sandgate_webhook_gw::openapi::document(
-            sandgate_runtime_api::model::documented_schema(),
-        ),
+        openapi: sandgate_webhook_gw::openapi::document(sandgate_conversation::documented_schema()),
     }
 }
 

@@ -5,8 +5,6 @@ pub mod admin;
 pub mod auth;
 pub mod conversations;
 mod health;
-pub mod model;
-mod redact;
 pub mod sandboxes;
 pub mod settings;
 mod validation;
@@ -25,7 +23,6 @@ pub use admin::{AdminConfig, RuntimeAdminService};
 pub use auth::Authenticator;
 pub use conversations::ConversationsService;
 pub use health::StoreHealthService;
-pub use redact::redact as redact_credentials;
 pub use settings::SettingsService;
 
 /// Registers the runtime API's metrics with their help text (after the recorder is

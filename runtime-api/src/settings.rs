@@ -14,8 +14,8 @@ use serde::Deserialize;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Authenticator;
-use crate::model::LocItem;
 use crate::validation;
+use sandgate_conversation::LocItem;
 use sandgate_store::{Store, StoredProfile};
 
 /// Set by the client library to the conversation id on every LLM call; a profile may not

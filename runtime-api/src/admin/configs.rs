@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use serde::Deserialize;
 
-use crate::model::{LocItem, ValidationError};
+use sandgate_conversation::{LocItem, ValidationError};
 use sandgate_store::StoredWarmConfig;
 
 /// The installer's default configuration, whose environment others should start from.

@@ -148,7 +148,7 @@ impl ConfigBody {
         let refuse = |field: &str, msg: &str| {
             validation::single(
                 "extra_forbidden",
-                vec![crate::model::LocItem::Key(field.to_owned())],
+                vec![sandgate_conversation::LocItem::Key(field.to_owned())],
                 msg,
             )
         };
@@ -475,7 +475,7 @@ impl RuntimeAdmin for RuntimeAdminService {
             None => {
                 return Err(validation::single(
                     "missing",
-                    vec![crate::model::LocItem::Key("config".into())],
+                    vec![sandgate_conversation::LocItem::Key("config".into())],
                     "Field required",
                 )
                 .into());

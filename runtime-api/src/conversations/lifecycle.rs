@@ -4,7 +4,7 @@
 use serde_json::value::RawValue;
 
 use super::events::StateChange;
-use crate::model::{ConversationSummary, ExecutionStatus};
+use sandgate_conversation::{ConversationSummary, ExecutionStatus};
 use sandgate_store::{LifecycleEvent, LifecycleKind, StoredConversation};
 
 /// How many lifecycle events a conversation keeps (the newest).

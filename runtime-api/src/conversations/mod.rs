@@ -22,9 +22,9 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use crate::auth::{Authenticator, Principal, Reader};
-use crate::model::{self, ConversationSummary, LocItem, ValidConversation};
 use crate::validation;
 use lifecycle::Order;
+use sandgate_conversation::{ConversationSummary, LocItem, ValidConversation};
 use sandgate_store::{EventPage, EventRetention, Store, StoredConversation};
 
 /// How often a write retries when concurrent writers keep winning the compare-and-swap.
@@ -106,15 +106,16 @@ impl ConversationsService {
         let (metadata, _, body) = request.into_parts();
         // Most deliveries validate: the borrowed fast path settles them without a `Value`.
         if let Some(upsert_request::Body::Json(json)) = &body.body
-            && let Some((record, summary)) = model::validate_body(json)
+            && let Some((record, summary)) = sandgate_conversation::validate_body(json)
         {
             let principal = self.auth.session(&metadata).await?;
             return Ok((principal, (record, summary)));
         }
         let parsed = match &body.body {
-            Some(upsert_request::Body::Json(json)) if !json.is_empty() => {
-                Some(model::parse_json(json).map_err(|err| validation::failure(vec![err]))?)
-            }
+            Some(upsert_request::Body::Json(json)) if !json.is_empty() => Some(
+                sandgate_conversation::parse_json(json)
+                    .map_err(|err| validation::failure(vec![err]))?,
+            ),
             _ => None,
         };
         let principal = self.auth.session(&metadata).await?;
@@ -133,7 +134,7 @@ impl ConversationsService {
             }
         };
         let ValidConversation { record, summary } =
-            model::validate_conversation(value).map_err(validation::failure)?;
+            sandgate_conversation::validate_conversation(value).map_err(validation::failure)?;
         let record = serde_json::value::to_raw_value(&record).map_err(|err| {
             ErrorDetail::new(
                 ErrorCode::Internal,
@@ -413,7 +414,8 @@ impl Conversations for ConversationsService {
             .map(|(key, value)| (key, serde_json::Value::from(value)))
             .collect();
         let tags: BTreeMap<String, String> =
-            model::validate_tags(&serde_json::Value::Object(tags)).map_err(validation::failure)?;
+            sandgate_conversation::validate_tags(&serde_json::Value::Object(tags))
+                .map_err(validation::failure)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let stored = self
                 .readable(&reader, id)
@@ -442,7 +444,8 @@ impl Conversations for ConversationsService {
         let id = parse_id(&request.conversation_id)?;
         let body = match request.body {
             Some(append_events_request::Body::Json(json)) if !json.is_empty() => {
-                model::parse_json(&json).map_err(|err| validation::failure(vec![err]))?
+                sandgate_conversation::parse_json(&json)
+                    .map_err(|err| validation::failure(vec![err]))?
             }
             Some(append_events_request::Body::Other(_)) => Value::Null,
             _ => return Err(validation::single("missing", Vec::new(), "Field required").into()),

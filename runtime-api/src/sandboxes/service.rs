@@ -19,8 +19,8 @@ use super::{SandboxError, SandboxView, Sandboxes, pool_status};
 use crate::admin::configs;
 use crate::admin::login::random_hex;
 use crate::auth::Authenticator;
-use crate::model::ValidationError;
 use crate::validation;
+use sandgate_conversation::ValidationError;
 use sandgate_store::{SandboxSpec, SandboxState, StoredWarmConfig};
 
 /// Session ids and runtime ids longer than this are refused unread.

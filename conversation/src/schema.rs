@@ -711,7 +711,7 @@ mod tests {
 
     #[test]
     fn embedded_schema_compiles() {
-        let tree = crate::model::merge::merged_schema()
+        let tree = crate::merge::merged_schema()
             .and_then(Tree::compile)
             .unwrap_or_else(|e| panic!("{e}"));
         let root = tree.model(tree.root);

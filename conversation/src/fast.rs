@@ -426,7 +426,7 @@ pub(crate) fn validate(
 mod tests {
     use std::path::{Path, PathBuf};
 
-    use crate::model::{parse_json, validate_body, validate_conversation};
+    use crate::{parse_json, validate_body, validate_conversation};
 
     fn fixtures_dir() -> PathBuf {
         std::env::var_os("SANDGATE_FIXTURES")

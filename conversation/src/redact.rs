@@ -17,7 +17,8 @@
 
 use serde_json::Value;
 
-use crate::model::REDACTED;
+/// How a secret is rendered in a stored record: pydantic `SecretStr`'s rendering.
+pub const REDACTED: &str = "**********";
 
 /// Header maps whose credential-named entries are redacted.
 const HEADER_MAPS: [&str; 4] = [

@@ -2,10 +2,8 @@
 
 use serde_json::Value;
 
-const SCHEMA_1_58: &str =
-    include_str!("../../schema/conversation_info.agent-server-1.58.schema.json");
-const SCHEMA_1_34: &str =
-    include_str!("../../schema/conversation_info.agent-server-1.34.schema.json");
+const SCHEMA_1_58: &str = include_str!("../schema/conversation_info.agent-server-1.58.schema.json");
+const SCHEMA_1_34: &str = include_str!("../schema/conversation_info.agent-server-1.34.schema.json");
 
 /// 1.34's schema, as embedded.
 pub(crate) fn schema_1_34() -> Result<Value, String> {

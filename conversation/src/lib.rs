@@ -20,6 +20,7 @@ mod hooks;
 mod merge;
 mod parse;
 mod pyjson;
+pub mod redact;
 mod scalars;
 mod schema;
 mod summary;
@@ -30,10 +31,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 pub use errors::{LocItem, ValidationError};
+pub use redact::REDACTED;
 pub use summary::{ConversationSummary, ExecutionStatus};
-
-/// How a secret is rendered in the stored record: pydantic `SecretStr`'s rendering.
-pub const REDACTED: &str = "**********";
 
 /// The ConversationInfo schema the REST document shows: either release's, as the service
 /// accepts what either accepts (see `merge::documented_schema`).

@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use base64::Engine;
-use sandgate_runtime_api::model::{LocItem, parse_json, validate_body, validate_conversation};
+use sandgate_conversation::{LocItem, parse_json, validate_body, validate_conversation};
 use serde_json::Value;
 
 const RELEASES: [&str; 2] = ["1.34.0", "1.58.2"];

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandgate_runtime_api::model::{LocItem, REDACTED, parse_json, validate_conversation};
+use sandgate_conversation::{LocItem, REDACTED, parse_json, validate_conversation};
 use serde_json::Value;
 
 fn fixtures_dir() -> PathBuf {

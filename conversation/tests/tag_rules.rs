@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use proptest::sample::SizeRange;
-use sandgate_runtime_api::model::{
+use sandgate_conversation::{
     LocItem, ValidationError, parse_json, validate_body, validate_conversation, validate_tags,
 };
 use serde_json::{Map, Value, json};

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sandgate_runtime_api::model::{parse_json, validate_body, validate_conversation};
+use sandgate_conversation::{parse_json, validate_body, validate_conversation};
 
 fn fixture(name: &str) -> Vec<u8> {
     let dir = std::env::var_os("SANDGATE_FIXTURES")
