@@ -7,12 +7,14 @@
 //! serializes through serde_json into the same text as the `Value` would.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Number;
 
 use super::scalars::Scalar;
+use super::summary::RecordNode;
 
 /// Past this many keys an object would make the linear duplicate check slow; such a body
 /// takes the `Value` path instead.
@@ -30,6 +32,46 @@ pub(crate) enum Json<'a> {
 
 /// Keys in first-seen order, each once.
 pub(crate) type Object<'a> = Vec<(Cow<'a, str>, Json<'a>)>;
+
+/// What the summary and the model validators read of a record, on the borrowed tree.
+impl RecordNode for Json<'_> {
+    fn field(&self, key: &str) -> Option<&Self> {
+        get(self.as_object()?, key)
+    }
+
+    fn item(&self, index: usize) -> Option<&Self> {
+        match self {
+            Json::Array(items) => items.get(index),
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Option<Vec<&str>> {
+        Some(
+            self.as_object()?
+                .iter()
+                .map(|(key, _)| key.as_ref())
+                .collect(),
+        )
+    }
+
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+
+    fn string_entries(&self) -> Option<BTreeMap<String, String>> {
+        Some(
+            self.as_object()?
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_owned())))
+                .collect(),
+        )
+    }
+
+    fn scalar(&self) -> Scalar<'_> {
+        self.into()
+    }
+}
 
 impl crate::redact::Redactable for Json<'_> {
     fn each_entry(&mut self, f: &mut dyn FnMut(&str, &mut Self)) -> bool {

@@ -8,15 +8,19 @@
 //! place only. `tests::fast_path_agrees_with_the_value_path` holds the two paths together.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use super::REDACTED;
 use super::borrowed::{self, Json};
-use super::hooks::{self, BeforeHook};
+use super::hooks::BeforeHook;
+use super::hooks::after::{run_after, run_field};
+use super::hooks::before::{
+    TAG_VALUE_MAX_CHARS, is_no_secret_str, llm_defaults, pascal_to_snake, tag_key_is_valid,
+};
 use super::scalars;
-use super::schema::{KindUnion, ModelId, Node, NodeId, StrFormat, TaggedUnion, Tree};
-use super::summary::{ConversationSummary, RecordNode, summarize};
+use super::summary::{ConversationSummary, summarize};
+use super::tree::{KindUnion, ModelId, Node, NodeId, StrFormat, TaggedUnion, Tree};
 use super::validate::MAX_FIELDS;
+use super::{canonical, datetime};
 
 struct FastWalker<'t> {
     tree: &'t Tree,
@@ -32,7 +36,7 @@ fn redact(v: &mut Json<'_>) {
     }
 }
 
-/// What a before-validator decided, as `hooks::Before` without the rewritten copy.
+/// What a before-validator decided, as `hooks::before::Before` without the rewritten copy.
 enum Before {
     Continue,
     /// Stop; `true` when the hook accepted.
@@ -60,7 +64,7 @@ impl FastWalker<'_> {
             Node::Str {
                 format: StrFormat::DateTime,
                 ..
-            } => scalars::parse_datetime(&*v).map(|_| ()),
+            } => datetime::parse_datetime(&*v).map(|_| ()),
             Node::Int(bounds) => scalars::check_int(&*v, bounds),
             Node::Float(bounds) => scalars::check_float(&*v, bounds),
             Node::Bool => scalars::check_bool(&*v),
@@ -97,11 +101,11 @@ impl FastWalker<'_> {
             }
             Node::Before { hook, inner } => return self.before(*hook, *inner, v),
             Node::After { hook, inner } => {
-                return self.node(*inner, v) && hooks::run_field(*hook, &*v).is_none();
+                return self.node(*inner, v) && run_field(*hook, &*v).is_none();
             }
         };
         let ok = checked.is_ok();
-        if ok && self.union_depth == 0 && !scalars::is_canonical(tree.node(id), &*v) {
+        if ok && self.union_depth == 0 && !canonical::is_canonical(tree.node(id), &*v) {
             // Stored in another form than it was sent in: the `Value` path rewrites it.
             self.bail = true;
         }
@@ -175,7 +179,7 @@ impl FastWalker<'_> {
         }
         ok && model
             .after
-            .is_none_or(|hook| hooks::run_after(hook, model, &*v).is_none())
+            .is_none_or(|hook| run_after(hook, model, &*v).is_none())
     }
 
     fn kind_union(&mut self, k: &KindUnion, v: &mut Json<'_>) -> bool {
@@ -248,7 +252,7 @@ fn python_str(v: &Json<'_>) -> Option<String> {
     })
 }
 
-/// Python truthiness, as `hooks::truthy`.
+/// Python truthiness, as `hooks::before::truthy`.
 fn truthy(v: &Json<'_>) -> bool {
     match v {
         Json::Null => false,
@@ -260,7 +264,7 @@ fn truthy(v: &Json<'_>) -> bool {
     }
 }
 
-/// `hooks::run_before`, deciding only whether the hook accepts.
+/// `hooks::before::run_before`, deciding only whether the hook accepts.
 fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
     match hook {
         BeforeHook::LlmModelRequired => match v {
@@ -272,8 +276,7 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
                 let model = borrowed::get(obj, "model").and_then(Json::as_str);
                 let api_version_set = borrowed::get(obj, "api_version").is_some_and(truthy);
                 let base_url = borrowed::get(obj, "base_url").and_then(Json::as_str);
-                match model.and_then(|model| hooks::llm_defaults(model, api_version_set, base_url))
-                {
+                match model.and_then(|model| llm_defaults(model, api_version_set, base_url)) {
                     Some(_) => Before::Bail,
                     None => Before::Continue,
                 }
@@ -283,7 +286,7 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
         BeforeHook::HookConfigNormalize => match v {
             Json::Object(outer) => {
                 let rewrite = borrowed::get(outer, "hooks").is_some()
-                    || outer.iter().any(|(k, _)| hooks::pascal_to_snake(k) != *k);
+                    || outer.iter().any(|(k, _)| pascal_to_snake(k) != *k);
                 // Rewriting (and its errors) is left to the `Value` path.
                 if rewrite {
                     Before::Bail
@@ -297,7 +300,7 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
             Json::Null => Before::Stop(true),
             Json::Object(obj) => {
                 for (key, value) in obj {
-                    if !hooks::tag_key_is_valid(key) {
+                    if !tag_key_is_valid(key) {
                         return Before::Stop(false);
                     }
                     let len = match value {
@@ -306,7 +309,7 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
                         Json::Object(o) => o.len(),
                         _ => break,
                     };
-                    if len > hooks::TAG_VALUE_MAX_CHARS {
+                    if len > TAG_VALUE_MAX_CHARS {
                         return Before::Stop(false);
                     }
                 }
@@ -329,20 +332,20 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
         },
         BeforeHook::Secret => match v {
             Json::Null => Before::Stop(true),
-            Json::String(s) if !hooks::is_no_secret_str(s) => Before::Continue,
+            Json::String(s) if !is_no_secret_str(s) => Before::Continue,
             // Made `None` (falsy, blank or redacted), or a crash of the reference: the
             // `Value` path decides.
             _ => Before::Bail,
         },
         BeforeHook::OptionalSecret => match v {
-            Json::String(s) if hooks::is_no_secret_str(s) => Before::Bail,
+            Json::String(s) if is_no_secret_str(s) => Before::Bail,
             _ => Before::Continue,
         },
         BeforeHook::SecretMap => match v {
             Json::Object(map)
                 if map
                     .iter()
-                    .any(|(_, value)| value.as_str().is_some_and(hooks::is_no_secret_str)) =>
+                    .any(|(_, value)| value.as_str().is_some_and(is_no_secret_str)) =>
             {
                 Before::Bail
             }
@@ -359,45 +362,6 @@ fn before(hook: BeforeHook, v: &Json<'_>) -> Before {
             Json::Array(tools) if !tools.iter().all(|t| t.as_str().is_some()) => Before::Bail,
             _ => Before::Continue,
         },
-    }
-}
-
-impl RecordNode for Json<'_> {
-    fn field(&self, key: &str) -> Option<&Self> {
-        borrowed::get(self.as_object()?, key)
-    }
-
-    fn item(&self, index: usize) -> Option<&Self> {
-        match self {
-            Json::Array(items) => items.get(index),
-            _ => None,
-        }
-    }
-
-    fn keys(&self) -> Option<Vec<&str>> {
-        Some(
-            self.as_object()?
-                .iter()
-                .map(|(key, _)| key.as_ref())
-                .collect(),
-        )
-    }
-
-    fn text(&self) -> Option<&str> {
-        self.as_str()
-    }
-
-    fn string_entries(&self) -> Option<BTreeMap<String, String>> {
-        Some(
-            self.as_object()?
-                .iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.to_string(), v.to_owned())))
-                .collect(),
-        )
-    }
-
-    fn scalar(&self) -> scalars::Scalar<'_> {
-        self.into()
     }
 }
 

@@ -1,16 +1,14 @@
 //! pydantic v2's lax-mode scalar rules, as FastAPI applies them to a parsed JSON body.
 
 use serde_json::{Number, Value, json};
-use speedate::{Date, DateTime, DateTimeConfig, MicrosecondsPrecisionOverflowBehavior, TimeConfig};
-use strum::EnumMessage;
 
-use super::errors::{PendingError, number_text};
-use super::schema::{Bound, Bounds, Node, StrFormat};
+use super::pending::{PendingError, number_text};
+use super::tree::{Bound, Bounds};
 
 /// Boxed: errors are rare, and the happy path should move a pointer-sized result.
 pub(crate) type Check = Result<(), Box<PendingError>>;
 
-fn err(error_type: &'static str, msg: &str) -> Box<PendingError> {
+pub(crate) fn err(error_type: &'static str, msg: &str) -> Box<PendingError> {
     Box::new(PendingError::new(error_type, msg, None))
 }
 
@@ -151,7 +149,7 @@ pub(crate) fn check_int<'a>(v: impl Into<Scalar<'a>>, bounds: &Bounds) -> Check 
 
 /// Whether a float converts to an i64, as pydantic's float → int does (outside, it gives
 /// up). Integer literals past u64 arrive here as floats too, and are taken as such.
-fn in_i64(f: f64) -> bool {
+pub(crate) fn in_i64(f: f64) -> bool {
     (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)
 }
 
@@ -328,184 +326,6 @@ fn uuid_reason(text: &str) -> String {
     text.to_owned()
 }
 
-fn datetime_config() -> DateTimeConfig {
-    DateTimeConfig {
-        time_config: TimeConfig {
-            // pydantic's defaults: truncate extra fraction digits; timestamps are UTC.
-            microseconds_precision_overflow_behavior:
-                MicrosecondsPrecisionOverflowBehavior::Truncate,
-            unix_timestamp_offset: Some(0),
-        },
-        ..DateTimeConfig::default()
-    }
-}
-
-/// A parsed `format: date-time` value, or pydantic's error for it.
-pub(crate) fn parse_datetime<'a>(v: impl Into<Scalar<'a>>) -> Result<DateTime, Box<PendingError>> {
-    let config = datetime_config();
-    match v.into() {
-        Scalar::String(s) => match DateTime::parse_bytes_with_config(s.as_bytes(), &config) {
-            Ok(dt) => Ok(dt),
-            // Lax mode falls back to a plain date at midnight.
-            Err(_) => match Date::parse_bytes(s.as_bytes()) {
-                Ok(date) => Ok(DateTime {
-                    date,
-                    time: midnight(),
-                }),
-                Err(e) => Err(parse_error(
-                    "datetime_from_date_parsing",
-                    "Input should be a valid datetime or date",
-                    &e,
-                )),
-            },
-        },
-        Scalar::Number(n) => timestamp(n, &config),
-        // NaN, an infinity or an integer past 64 bits: a timestamp out of range.
-        Scalar::Special { value, .. } => {
-            let reason = if value.is_nan() {
-                "NaN values not permitted"
-            } else if value > 0.0 {
-                "dates after 9999 are not supported as unix timestamps"
-            } else {
-                "dates before 0000 are not supported as unix timestamps"
-            };
-            Err(Box::new(PendingError::new(
-                "datetime_parsing",
-                format!("Input should be a valid datetime, {reason}"),
-                Some(json!({ "error": reason })),
-            )))
-        }
-        _ => Err(err("datetime_type", "Input should be a valid datetime")),
-    }
-}
-
-fn midnight() -> speedate::Time {
-    speedate::Time {
-        hour: 0,
-        minute: 0,
-        second: 0,
-        microsecond: 0,
-        tz_offset: None,
-    }
-}
-
-fn timestamp(n: &Number, config: &DateTimeConfig) -> Result<DateTime, Box<PendingError>> {
-    let parsed = match n.as_i64() {
-        Some(seconds) => DateTime::from_timestamp_with_config(seconds, 0, config),
-        // pydantic-core's `float_as_datetime`: the floor in seconds, and the fraction's
-        // magnitude rounded to the microsecond (`1e-07` is the epoch).
-        None => {
-            let f = n.as_f64().unwrap_or(f64::NAN);
-            let micros = (f.fract().abs() * 1_000_000.0).round() as u32;
-            DateTime::from_timestamp_with_config(f.floor() as i64, micros, config)
-        }
-    };
-    parsed.map_err(|e| parse_error("datetime_parsing", "Input should be a valid datetime", &e))
-}
-
-fn parse_error(
-    error_type: &'static str,
-    prefix: &str,
-    e: &speedate::ParseError,
-) -> Box<PendingError> {
-    let reason = e.get_documentation().unwrap_or_default();
-    Box::new(PendingError::new(
-        error_type,
-        format!("{prefix}, {reason}"),
-        Some(json!({ "error": reason })),
-    ))
-}
-
-/// What pydantic's `model_dump(mode="json")` gives for a scalar of `node` that validated
-/// from another JSON type than its documented one: `"7"`, `7.0` or `true` for an integer
-/// is the integer, `"1.5"` for a number the number, `"yes"` or `1` for a boolean `true`, an
-/// epoch number for a date-time its ISO 8601 text. `None`: it is stored as sent (already of
-/// its type, or nothing JSON holds: a special number, an integer past 64 bits).
-pub(crate) fn canonical(node: &Node, v: &Value) -> Option<Value> {
-    match (node, v) {
-        (Node::Int(_), Value::Number(n)) if n.is_i64() || n.is_u64() => None,
-        (Node::Int(_), Value::Number(n)) => n
-            .as_f64()
-            .filter(|f| f.fract() == 0.0 && in_i64(*f))
-            .map(|f| Value::from(f as i64)),
-        (Node::Int(_), Value::Bool(b)) => Some(Value::from(i64::from(*b))),
-        (Node::Int(_), Value::String(s)) => exact_int(s).map(Value::from),
-        (Node::Float(_), Value::Bool(b)) => Some(json!(f64::from(u8::from(*b)))),
-        (Node::Float(_), Value::String(s)) if super::parse::special(s).is_none() => {
-            parse_float_str(s)
-                .and_then(Number::from_f64)
-                .map(Value::Number)
-        }
-        (Node::Bool, Value::Number(n)) => n.as_f64().map(|f| Value::Bool(f == 1.0)),
-        (Node::Bool, Value::String(s)) => {
-            let word = s.trim().to_ascii_lowercase();
-            match word.as_str() {
-                "1" | "on" | "t" | "true" | "y" | "yes" => Some(Value::Bool(true)),
-                "0" | "off" | "f" | "false" | "n" | "no" => Some(Value::Bool(false)),
-                _ => None,
-            }
-        }
-        (
-            Node::Str {
-                format: StrFormat::DateTime,
-                ..
-            },
-            Value::Number(_),
-        ) => parse_datetime(v).ok().map(|dt| Value::String(iso_utc(&dt))),
-        _ => None,
-    }
-}
-
-/// Whether a scalar the fast path accepted is stored as sent: of its documented JSON type
-/// (else the `Value` path rewrites it, [`canonical`]).
-/// Only the scalar kinds that can be rewritten read `v` (a string's special-number check
-/// costs a look at it).
-pub(crate) fn is_canonical<'a>(node: &Node, v: impl Into<Scalar<'a>>) -> bool {
-    match node {
-        Node::Int(_) => match v.into() {
-            Scalar::Number(n) => n.is_i64() || n.is_u64(),
-            Scalar::Special { .. } => true,
-            _ => false,
-        },
-        Node::Float(_) => matches!(v.into(), Scalar::Number(_) | Scalar::Special { .. }),
-        Node::Bool => matches!(v.into(), Scalar::Bool(_)),
-        Node::Str {
-            format: StrFormat::DateTime,
-            ..
-        } => matches!(v.into(), Scalar::String(_)),
-        _ => true,
-    }
-}
-
-/// The integer a string `check_int` accepted stands for, exactly (`parse_int_str` only
-/// approximates it); `None` past 64 bits.
-fn exact_int(s: &str) -> Option<i64> {
-    parse_int_str(s)?;
-    let t = s.trim();
-    let whole = t.split_once('.').map_or(t, |(whole, _)| whole);
-    whole.replace('_', "").parse().ok()
-}
-
-/// A UTC datetime as pydantic writes one in JSON: `2026-03-01T12:00:00Z`, with six
-/// fraction digits when it has microseconds.
-fn iso_utc(dt: &DateTime) -> String {
-    let (d, t) = (&dt.date, &dt.time);
-    let fraction = if t.microsecond == 0 {
-        String::new()
-    } else {
-        format!(".{:06}", t.microsecond)
-    };
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{fraction}Z",
-        d.year, d.month, d.day, t.hour, t.minute, t.second
-    )
-}
-
-/// Microseconds since the Unix epoch, UTC; a naive datetime is taken as UTC.
-pub(crate) fn epoch_micros(dt: &DateTime) -> i64 {
-    dt.timestamp_tz() * 1_000_000 + i64::from(dt.time.microsecond)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,7 +406,7 @@ mod tests {
     }
 
     #[test]
-    fn strings_uuids_datetimes() {
+    fn strings_and_uuids() {
         assert_eq!(ty(check_str(&json!("é"), Some(1))), "ok");
         assert_eq!(ty(check_str(&json!(""), Some(1))), "string_too_short");
         assert_eq!(ty(check_str(&json!(1), None)), "string_type");
@@ -621,26 +441,5 @@ mod tests {
                 "Input should be a valid UUID, invalid length: expected length 32 for simple format, found 3"
             )
         );
-        assert!(parse_datetime(&json!("2026-03-01 12:00:00Z")).is_ok());
-        assert!(parse_datetime(&json!("2026-03-01T12:00:00")).is_ok());
-        assert!(parse_datetime(&json!("2026-03-01")).is_ok());
-        assert!(parse_datetime(&json!(1_700_000_000)).is_ok());
-        let e = parse_datetime(&json!("2026-13-01T12:00:00Z")).err();
-        assert_eq!(
-            e.as_ref().map(|e| e.error_type),
-            Some("datetime_from_date_parsing")
-        );
-        assert_eq!(
-            e.map(|e| e.msg).as_deref(),
-            Some(
-                "Input should be a valid datetime or date, month value is outside expected range of 1-12"
-            )
-        );
-        assert_eq!(
-            parse_datetime(&json!(true)).err().map(|e| e.error_type),
-            Some("datetime_type")
-        );
-        let dt = parse_datetime(&json!("1970-01-01T01:00:00.5+01:00")).ok();
-        assert_eq!(dt.map(|d| epoch_micros(&d)), Some(500_000));
     }
 }

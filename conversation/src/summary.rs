@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::scalars::{Scalar, epoch_micros, parse_datetime};
+use super::datetime::{epoch_micros, parse_datetime};
+use super::scalars::Scalar;
 
 /// ConversationExecutionStatus (spec section 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

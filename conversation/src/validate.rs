@@ -8,10 +8,15 @@
 use serde_json::{Map, Value, json};
 
 use super::REDACTED;
-use super::errors::{LocItem, PendingError, missing};
-use super::hooks::{self, Before, python_str};
+use super::errors::LocItem;
+use super::hooks::BeforeHook;
+use super::hooks::after::{run_after, run_field};
+use super::hooks::before::{Before, run_before};
+use super::hooks::python::python_str;
+use super::pending::{PendingError, missing};
 use super::scalars;
-use super::schema::{KindUnion, ModelId, Node, NodeId, StrFormat, TaggedUnion, Tree};
+use super::tree::{KindUnion, ModelId, Node, NodeId, StrFormat, TaggedUnion, Tree};
+use super::{canonical, datetime};
 
 pub(crate) struct Walker<'t> {
     tree: &'t Tree,
@@ -82,7 +87,7 @@ impl<'t> Walker<'t> {
             Node::Str {
                 format: StrFormat::DateTime,
                 ..
-            } => scalars::parse_datetime(&*v).map(|_| ()),
+            } => datetime::parse_datetime(&*v).map(|_| ()),
             Node::Int(bounds) => scalars::check_int(&*v, bounds),
             Node::Float(bounds) => scalars::check_float(&*v, bounds),
             Node::Bool => scalars::check_bool(&*v),
@@ -125,7 +130,7 @@ impl<'t> Walker<'t> {
                 if !self.node(*inner, v) {
                     return false;
                 }
-                return match hooks::run_field(*hook, &*v) {
+                return match run_field(*hook, &*v) {
                     Some(e) => self.fail(e),
                     None => true,
                 };
@@ -136,7 +141,7 @@ impl<'t> Walker<'t> {
                 // Stored in its documented type, as the receiver's model would dump it;
                 // inside a union the member that matched decides, so it stays as sent.
                 if self.union_depth == 0
-                    && let Some(canonical) = scalars::canonical(tree.node(id), v)
+                    && let Some(canonical) = canonical::canonical(tree.node(id), v)
                 {
                     *v = canonical;
                 }
@@ -304,10 +309,7 @@ impl<'t> Walker<'t> {
             self.errors[start..].sort_by_key(|e| e.order);
             return false;
         }
-        match model
-            .after
-            .and_then(|hook| hooks::run_after(hook, model, &*v))
-        {
+        match model.after.and_then(|hook| run_after(hook, model, &*v)) {
             Some(e) => self.fail(e),
             None => true,
         }
@@ -415,9 +417,9 @@ impl<'t> Walker<'t> {
         ok
     }
 
-    fn before(&mut self, hook: hooks::BeforeHook, inner: NodeId, v: &mut Value) -> bool {
+    fn before(&mut self, hook: BeforeHook, inner: NodeId, v: &mut Value) -> bool {
         let start = self.errors.len();
-        match hooks::run_before(hook, v, &mut self.errors) {
+        match run_before(hook, v, &mut self.errors) {
             Before::Continue => self.node(inner, v),
             Before::Stop => {
                 let ok = self.errors.len() == start;
@@ -449,7 +451,7 @@ impl<'t> Walker<'t> {
 }
 
 fn hooks_value_error(text: &str) -> PendingError {
-    super::errors::value_error(text)
+    super::pending::value_error(text)
 }
 
 fn model_type(class_name: &str) -> PendingError {
