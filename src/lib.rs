@@ -28,8 +28,8 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::admin::configs::WarmLimits;
-use sandgate_runtime_api::admin::login::SystemClock;
 use sandgate_runtime_api::admin::rate_limit::LoginRate;
+use sandgate_runtime_api::ambient::SystemClock;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
@@ -249,9 +249,10 @@ fn bundle_sources(
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 ) -> anyhow::Result<support_bundle::Sources> {
     let (store_args, admin) = args;
-    let installer =
-        sandgate_runtime_api::admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())
-            .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))?;
+    let installer = sandgate_runtime_api::admin::installer::InstallerFile::open(
+        admin.warm_runtimes_file.clone(),
+    )
+    .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))?;
     let gateway = gateway
         .map(|gateway| ConfigFile::open(gateway.gateway_config.clone()).map(Arc::new))
         .transpose()

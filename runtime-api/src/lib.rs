@@ -2,6 +2,7 @@
 //! stores behind them, and gRPC health.
 
 pub mod admin;
+pub mod ambient;
 pub mod auth;
 pub mod conversations;
 mod health;
@@ -55,7 +56,7 @@ pub struct SandboxConfig {
     /// The key session keys are derived from (`SANDBOX_KEY_SECRET`); absent, one derived
     /// from the admin token key, else a random one per process.
     pub session_key_secret: Option<Vec<u8>>,
-    pub clock: Arc<dyn admin::login::Clock>,
+    pub clock: Arc<dyn ambient::Clock>,
 }
 
 /// The runtime API, ready to serve: its gRPC services, and the warm-pool reconciler to run
@@ -105,7 +106,7 @@ pub fn grpc_routes(
     let configs = Arc::new(
         admin::source::WarmConfigSource::new(
             store.clone(),
-            admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())?,
+            admin::installer::InstallerFile::open(admin.warm_runtimes_file.clone())?,
             admin.overlay,
         )
         .with_limits(admin.warm_limits),

@@ -20,7 +20,7 @@ use crate::common::fake_kube::{
     CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, REPLICA_SETS, SECRETS, SERVICES,
 };
 use crate::common::{driver_output, repository, tool};
-use sandgate_runtime_api::admin::login::Clock;
+use sandgate_runtime_api::ambient::Clock;
 
 pub(crate) const NAMESPACE: &str = "sandboxes";
 pub(crate) const KEY: &str = "session-key-of-the-first-run";

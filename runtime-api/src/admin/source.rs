@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::configs::{Effective, Installer, InstallerFile, WarmLimits};
+use super::configs::{Effective, WarmLimits};
+use super::installer::{Installer, InstallerFile};
 use sandgate_store::{Store, StoreResult};
 
 /// Identifies one state of the effective set: it changes when a configuration is saved

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::admin::login::Clock;
+use crate::ambient::Clock;
 use sandgate_store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
 
 /// Why a platform call failed; the message is safe to show (it names no secret).

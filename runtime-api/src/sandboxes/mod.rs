@@ -19,8 +19,8 @@ use std::time::Duration;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use tokio::sync::Notify;
 
-use crate::admin::login::{Clock, random_hex};
 use crate::admin::source::WarmConfigSource;
+use crate::ambient::{Clock, random_hex};
 use crate::auth::session_key_digest;
 use driver::{DriverError, Observed, Refusal, SandboxDriver};
 pub use pools::{PoolCounts, pool_counts, pool_status};

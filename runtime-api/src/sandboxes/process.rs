@@ -46,7 +46,7 @@ use tokio::process::{Child, Command};
 
 use super::driver::{DriverError, Observed, SandboxDriver};
 use super::process_isolation::{Isolation, only_deaf_init, signal_namespace, start_time};
-use crate::admin::login::Clock;
+use crate::ambient::Clock;
 use sandgate_store::{SandboxSpec, SandboxState, StoredSandbox};
 
 /// The environment variable that carries the session key, as in a Kubernetes sandbox.

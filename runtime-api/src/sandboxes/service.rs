@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status};
 use super::spec::pool_spec;
 use super::{SandboxError, SandboxView, Sandboxes, pool_status};
 use crate::admin::configs;
-use crate::admin::login::random_hex;
+use crate::ambient::random_hex;
 use crate::auth::Authenticator;
 use crate::validation;
 use sandgate_conversation::ValidationError;
