@@ -15,18 +15,18 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::admin::configs::WarmLimits;
-use sandgate_runtime_api::admin::login::SystemClock;
 use sandgate_runtime_api::admin::rate_limit::LoginRate;
+use sandgate_runtime_api::ambient::SystemClock;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
-use sandgate_runtime_api::store::models::SpendLogRetention;
-use sandgate_runtime_api::store::{Backend, EventRetention, RedisTls, Store, redact_url};
 use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
     SandboxConfig, SettingsService, StoreHealthService,
 };
+use sandgate_store::models::SpendLogRetention;
+use sandgate_store::{Backend, EventRetention, RedisTls, Store, redact_url};
 use sandgate_webhook_gw::{EdgeConfig, ModelGw};
 use tonic::server::NamedService;
 
@@ -234,9 +234,10 @@ pub(crate) fn bundle_sources(
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 ) -> anyhow::Result<support_bundle::Sources> {
     let (store_args, admin) = args;
-    let installer =
-        sandgate_runtime_api::admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())
-            .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))?;
+    let installer = sandgate_runtime_api::admin::installer::InstallerFile::open(
+        admin.warm_runtimes_file.clone(),
+    )
+    .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))?;
     let gateway = gateway
         .map(|gateway| ConfigFile::open(gateway.gateway_config.clone()).map(Arc::new))
         .transpose()
@@ -310,8 +311,6 @@ pub(crate) fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> Edg
         body_limit: limits.body_limit,
         gateway_body_limit: limits.gateway_body_limit,
         trusted_proxies: limits.trusted_proxies.clone(),
-        openapi: sandgate_webhook_gw::openapi::document(
-            sandgate_runtime_api::model::documented_schema(),
-        ),
+        openapi: sandgate_webhook_gw::openapi::document(sandgate_conversation::documented_schema()),
     }
 }

@@ -6,7 +6,8 @@
 use sandgate::check_config::quantity::{format_bytes, parse_bytes};
 use sandgate_model_gw::config::{check_api_base, check_model};
 use sandgate_model_gw::{GatewayConfig, environment_references};
-use sandgate_runtime_api::admin::configs::{Installer, check, check_name};
+use sandgate_runtime_api::admin::configs::{check, check_name};
+use sandgate_runtime_api::admin::installer::Installer;
 use serde_json::{Value, json};
 
 fn unset(_: &str) -> Option<String> {

@@ -3,12 +3,12 @@
 //! `parse_json` + `validate_conversation`, which reports the errors. The same value also
 //! goes through `validate_tags`, the rule `PATCH /conversations/{id}` applies.
 
-use sandgate_runtime_api::model::{self, LocItem, REDACTED, ValidationError};
+use sandgate_conversation::{LocItem, REDACTED, ValidationError};
 use serde_json::Value;
 
 pub fn webhook_body(data: &[u8]) {
-    let fast = model::validate_body(data);
-    let parsed = match model::parse_json(data) {
+    let fast = sandgate_conversation::validate_body(data);
+    let parsed = match sandgate_conversation::parse_json(data) {
         Ok(parsed) => parsed,
         Err(error) => {
             assert!(
@@ -19,10 +19,10 @@ pub fn webhook_body(data: &[u8]) {
             return;
         }
     };
-    if let Err(errors) = model::validate_tags(&parsed) {
+    if let Err(errors) = sandgate_conversation::validate_tags(&parsed) {
         well_formed(&errors);
     }
-    match model::validate_conversation(parsed.clone()) {
+    match sandgate_conversation::validate_conversation(parsed.clone()) {
         Ok(valid) => {
             let record = serde_json::to_string(&valid.record)
                 .unwrap_or_else(|err| panic!("an accepted record does not serialize: {err}"));
@@ -40,9 +40,9 @@ pub fn webhook_body(data: &[u8]) {
             only_secrets_replaced(&parsed, &valid.record);
             // What the catalog stores and hands back is itself a valid record, unchanged
             // by a second pass: redaction is idempotent.
-            let again = model::parse_json(record.as_bytes())
+            let again = sandgate_conversation::parse_json(record.as_bytes())
                 .map_err(|error| vec![error])
-                .and_then(model::validate_conversation)
+                .and_then(sandgate_conversation::validate_conversation)
                 .unwrap_or_else(|errors| {
                     panic!("the stored record is refused: {:?}", errors.first())
                 });
@@ -54,7 +54,7 @@ pub fn webhook_body(data: &[u8]) {
             // The webhook's tag rule and PATCH's are one rule.
             let tags = valid.record.get("tags").cloned().unwrap_or(Value::Null);
             assert_eq!(
-                model::validate_tags(&tags),
+                sandgate_conversation::validate_tags(&tags),
                 Ok(valid.summary.tags),
                 "the record's tags and validate_tags disagree"
             );

@@ -145,7 +145,7 @@ pub(crate) fn refused(
         return;
     }
     let (token, key_alias) = seen.key.unzip();
-    let entry = sandgate_runtime_api::store::SpendLogEntry {
+    let entry = sandgate_store::SpendLogEntry {
         request_id: uuid::Uuid::new_v4().to_string(),
         started_at_ms: now_ms(),
         model: seen.asked.as_deref().map(bounded).unwrap_or_default(),
@@ -161,7 +161,7 @@ pub(crate) fn refused(
         call_type: seen.api.map(|api| api_name(api).to_owned()),
         api_key: token,
         key_alias: key_alias.flatten(),
-        ..sandgate_runtime_api::store::SpendLogEntry::default()
+        ..sandgate_store::SpendLogEntry::default()
     };
     spend.log_soon((entry, None));
 }

@@ -4,7 +4,7 @@
 
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::v1::AddModelRequest;
-use sandgate_runtime_api::store::StoredModel;
+use sandgate_store::StoredModel;
 use tonic::Status;
 
 use crate::budget::Prices;

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_runtime_api::store::keys::session_digest;
-use sandgate_runtime_api::store::{KeySpend, SpendCounters, Store, StoredKey};
+use sandgate_store::keys::session_digest;
+use sandgate_store::{KeySpend, SpendCounters, Store, StoredKey};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::watch;

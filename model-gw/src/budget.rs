@@ -2,7 +2,7 @@
 //! `model_info` keys, applied to the usage an answer reports; a key's budget windows,
 //! in LiteLLM's `budget_duration` forms.
 
-use sandgate_runtime_api::store::StoredKey;
+use sandgate_store::StoredKey;
 
 use crate::rewrite::Usage;
 

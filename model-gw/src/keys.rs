@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_runtime_api::store::{SpendCounters, StoredKey};
+use sandgate_store::{SpendCounters, StoredKey};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 

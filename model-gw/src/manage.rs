@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
-use sandgate_runtime_api::store::{Store, StoredKey};
+use sandgate_store::{Store, StoredKey};
 use serde_json::{Map, Value, json};
 
 use crate::budget::key_window;

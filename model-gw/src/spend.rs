@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderMap;
-use sandgate_runtime_api::store::models::SpendLogRetention;
-use sandgate_runtime_api::store::{KeySpend, SpendLogEntry, Store};
+use sandgate_store::models::SpendLogRetention;
+use sandgate_store::{KeySpend, SpendLogEntry, Store};
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 

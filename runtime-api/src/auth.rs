@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
 
-use crate::store::SessionKeyStore;
+use sandgate_store::SessionKeyStore;
 
 pub const SESSION_KEY_HEADER: &str = "x-session-api-key";
 pub const API_KEY_HEADER: &str = "x-api-key";

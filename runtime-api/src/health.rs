@@ -8,7 +8,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::Health;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-use crate::store::Store;
+use sandgate_store::Store;
 
 /// How long a health check waits for the store.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);

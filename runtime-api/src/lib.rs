@@ -2,14 +2,12 @@
 //! stores behind them, and gRPC health.
 
 pub mod admin;
+pub mod ambient;
 pub mod auth;
 pub mod conversations;
 mod health;
-pub mod model;
-mod redact;
 pub mod sandboxes;
 pub mod settings;
-pub mod store;
 mod validation;
 
 use std::sync::Arc;
@@ -19,15 +17,14 @@ use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
 use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
+use sandgate_store::Store;
 use tonic::service::Routes;
 
 pub use admin::{AdminConfig, RuntimeAdminService};
 pub use auth::Authenticator;
 pub use conversations::ConversationsService;
 pub use health::StoreHealthService;
-pub use redact::redact as redact_credentials;
 pub use settings::SettingsService;
-pub use store::Store;
 
 /// Registers the runtime API's metrics with their help text (after the recorder is
 /// installed).
@@ -49,7 +46,7 @@ pub struct AuthConfig {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CatalogConfig {
     /// How many agent-server events, and for how long, each conversation keeps.
-    pub event_retention: store::EventRetention,
+    pub event_retention: sandgate_store::EventRetention,
 }
 
 /// How sandboxes are run: the driver, and what the Sandboxes service needs beside it.
@@ -59,7 +56,7 @@ pub struct SandboxConfig {
     /// The key session keys are derived from (`SANDBOX_KEY_SECRET`); absent, one derived
     /// from the admin token key, else a random one per process.
     pub session_key_secret: Option<Vec<u8>>,
-    pub clock: Arc<dyn admin::login::Clock>,
+    pub clock: Arc<dyn ambient::Clock>,
 }
 
 /// The runtime API, ready to serve: its gRPC services, and the warm-pool reconciler to run
@@ -109,7 +106,7 @@ pub fn grpc_routes(
     let configs = Arc::new(
         admin::source::WarmConfigSource::new(
             store.clone(),
-            admin::configs::InstallerFile::open(admin.warm_runtimes_file.clone())?,
+            admin::installer::InstallerFile::open(admin.warm_runtimes_file.clone())?,
             admin.overlay,
         )
         .with_limits(admin.warm_limits),

@@ -14,9 +14,9 @@ use serde::Deserialize;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Authenticator;
-use crate::model::LocItem;
-use crate::store::{Store, StoredProfile};
 use crate::validation;
+use sandgate_conversation::LocItem;
+use sandgate_store::{Store, StoredProfile};
 
 /// Set by the client library to the conversation id on every LLM call; a profile may not
 /// set it.

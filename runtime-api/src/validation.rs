@@ -2,20 +2,18 @@
 
 use sandgate_proto::error::{ErrorDetail, LocItem, ValidationError, loc_item};
 
-use crate::model;
-
 /// Converts the model's errors into the detail of a 422-class status.
-pub fn failure(errors: Vec<model::ValidationError>) -> ErrorDetail {
+pub fn failure(errors: Vec<sandgate_conversation::ValidationError>) -> ErrorDetail {
     ErrorDetail::validation(errors.into_iter().map(to_proto).collect())
 }
 
 /// One error at `loc` with no input, for checks made outside the model.
 pub fn single(
     error_type: &'static str,
-    loc: Vec<model::LocItem>,
+    loc: Vec<sandgate_conversation::LocItem>,
     msg: impl Into<String>,
 ) -> ErrorDetail {
-    failure(vec![model::ValidationError {
+    failure(vec![sandgate_conversation::ValidationError {
         error_type,
         loc,
         msg: msg.into(),
@@ -24,7 +22,7 @@ pub fn single(
     }])
 }
 
-fn to_proto(error: model::ValidationError) -> ValidationError {
+fn to_proto(error: sandgate_conversation::ValidationError) -> ValidationError {
     ValidationError {
         r#type: error.error_type.to_owned(),
         loc: error
@@ -32,8 +30,10 @@ fn to_proto(error: model::ValidationError) -> ValidationError {
             .into_iter()
             .map(|item| LocItem {
                 item: Some(match item {
-                    model::LocItem::Key(key) => loc_item::Item::Key(key),
-                    model::LocItem::Index(index) => loc_item::Item::Index(index as u64),
+                    sandgate_conversation::LocItem::Key(key) => loc_item::Item::Key(key),
+                    sandgate_conversation::LocItem::Index(index) => {
+                        loc_item::Item::Index(index as u64)
+                    }
                 }),
             })
             .collect(),

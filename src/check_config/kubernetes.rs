@@ -2,9 +2,9 @@
 //! the driver sends being one the API server accepts; and the installer's warm
 //! configurations being ones the sandbox namespace's pod security level lets run.
 
-use sandgate_runtime_api::admin::configs::Installer;
+use sandgate_runtime_api::admin::installer::Installer;
 use sandgate_runtime_api::sandboxes::kubernetes::refusal;
-use sandgate_runtime_api::store::SandboxSpec;
+use sandgate_store::SandboxSpec;
 
 use super::{Finding, RuntimeApiSettings, Severity};
 use crate::cli::SandboxDriverKind;

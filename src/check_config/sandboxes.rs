@@ -1,7 +1,7 @@
 //! The runtime API's sandbox settings: the sandbox URL, the scratch disk, the warm
 //! runtimes file and whether its pools fit the nodes (spec 2.9, 8).
 
-use sandgate_runtime_api::admin::configs::Installer;
+use sandgate_runtime_api::admin::installer::Installer;
 use sandgate_runtime_api::sandboxes::process_isolation::Isolation;
 
 use super::kubernetes::kubernetes;

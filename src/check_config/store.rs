@@ -1,7 +1,7 @@
 //! The store's settings: a Redis URL Sandgate can use, and the TLS files beside it.
 
 use super::{Finding, RuntimeApiSettings, Severity};
-use sandgate_runtime_api::store::redis_url_problem;
+use sandgate_store::redis_url_problem;
 
 /// `REDIS_URL` is a form the Redis backend connects with, and each TLS file it names can
 /// be read and holds PEM; TLS files beside a URL without TLS are pointed out.

@@ -20,7 +20,7 @@ use flate2::write::GzEncoder;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sandgate_model_gw::ConfigFile;
 use sandgate_runtime_api::admin::source::WarmConfigSource;
-use sandgate_runtime_api::store::Store;
+use sandgate_store::Store;
 use serde_json::{Value, json};
 
 use crate::check_config::Settings;

@@ -87,7 +87,7 @@ impl Secrets {
     /// `value` with credential-shaped entries redacted, then every known secret replaced in
     /// its strings (keys too).
     pub fn json(&self, mut value: Value) -> Value {
-        sandgate_runtime_api::redact_credentials(&mut value);
+        sandgate_conversation::redact::redact(&mut value);
         self.scrub_value(value)
     }
 
@@ -133,7 +133,7 @@ fn percent_decoded(text: &str) -> Result<String, std::string::FromUtf8Error> {
 pub fn is_credential_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     let mut probe = serde_json::json!({ lower.clone(): "x" });
-    sandgate_runtime_api::redact_credentials(&mut probe);
+    sandgate_conversation::redact::redact(&mut probe);
     probe[&lower] != "x" || lower.ends_with("_key") || lower.ends_with("_keys")
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use sandgate_runtime_api::sandboxes::{PoolCounts, pool_status, state_name};
-use sandgate_runtime_api::store::{Store, StoredSandbox, StoredWarmConfig, redact_url};
+use sandgate_store::{Store, StoredSandbox, StoredWarmConfig, redact_url};
 
 use super::{MAX_RECORDS, SPEND_LOG_SCANNED, Sources};
 use crate::check_config::{self, Finding, Settings};

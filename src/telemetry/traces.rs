@@ -82,7 +82,7 @@ impl Traces {
             tracing::warn!(%protocol, "only the http/protobuf OTLP protocol is built in; using it");
         }
         if let Some(endpoint) = &self.endpoint {
-            let endpoint = sandgate_runtime_api::store::redact_url(endpoint);
+            let endpoint = sandgate_store::redact_url(endpoint);
             tracing::info!(%endpoint, "traces: exported over OTLP/HTTP");
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdmin;
 use sandgate_proto::admin::v1::{GetChallengeRequest, ListApiKeysRequest, LoginRequest};
-use sandgate_runtime_api::admin::configs::InstallerFile;
+use sandgate_runtime_api::admin::installer::InstallerFile;
 use sandgate_runtime_api::admin::login::login_hash;
 use sandgate_runtime_api::admin::source::WarmConfigSource;
 use sandgate_runtime_api::{AdminConfig, Authenticator, RuntimeAdminService};

@@ -1,8 +1,6 @@
 //! The event store's conformance suite: the same calls, the same answers on both backends.
 
-use sandgate_runtime_api::store::{
-    DeadLetter, EventPage, EventRetention, NewEvent, Store, StoredEvent,
-};
+use sandgate_store::{DeadLetter, EventPage, EventRetention, NewEvent, Store, StoredEvent};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 

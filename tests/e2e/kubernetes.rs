@@ -13,14 +13,14 @@ use sandgate_runtime_api::sandboxes::driver::{Observed, Refusal, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{
     KubernetesDriver, KubernetesOptions, PodSecurity,
 };
-use sandgate_runtime_api::store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
+use sandgate_store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
 use serde_json::{Value, json};
 
 use crate::common::fake_kube::{
     CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, REPLICA_SETS, SECRETS, SERVICES,
 };
 use crate::common::{driver_output, repository, tool};
-use sandgate_runtime_api::admin::login::Clock;
+use sandgate_runtime_api::ambient::Clock;
 
 pub(crate) const NAMESPACE: &str = "sandboxes";
 pub(crate) const KEY: &str = "session-key-of-the-first-run";

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use axum::http::Method;
 use sandgate_proto::sandboxes::v1::sandboxes_server::Sandboxes as _;
 use sandgate_proto::sandboxes::v1::{ListPoolsRequest, PoolStatus};
-use sandgate_runtime_api::admin::login::Clock as _;
+use sandgate_runtime_api::ambient::Clock as _;
 use sandgate_runtime_api::sandboxes::SandboxError;
 use sandgate_runtime_api::sandboxes::kubernetes::KubernetesDriver;
 use sandgate_runtime_api::sandboxes::pools::{HEAL_BACKOFF_BASE, HEAL_BACKOFF_MAX};
-use sandgate_runtime_api::store::SandboxState;
+use sandgate_store::SandboxState;
 use serde_json::json;
 
 use crate::common::fake_kube::{CLAIMS, DEPLOYMENTS, FakeKube, INGRESSES, PODS, SECRETS, SERVICES};

@@ -374,10 +374,10 @@ async fn a_warm_pool_of_processes_is_claimed_ready() {
 /// last started; a deleted sandbox leaves nothing.
 #[tokio::test]
 async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
-    use sandgate_runtime_api::admin::login::{Clock, SystemClock};
+    use sandgate_runtime_api::ambient::{Clock, SystemClock};
     use sandgate_runtime_api::sandboxes::driver::SandboxDriver;
     use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
-    use sandgate_runtime_api::store::SandboxSpec;
+    use sandgate_store::SandboxSpec;
 
     let root = tempfile::tempdir().expect("root");
     let driver = ProcessDriver::open(

@@ -19,9 +19,9 @@ case whose body changed after `filter_case` saw it):
   (`1e20`: pydantic refuses it too) or any past 2**64 - 1 (`2**70`: Python's integers are
   unbounded, the service's are not).
 
-The rules mirror `runtime-api/src/model/{scalars,hooks}.rs`; keep them in step. (What the
-models' before-validators coerce, `str(working_dir)` and the like, the document itself
-takes: `widen_coerced_fields` in `webhook-gw/src/openapi.rs`.)
+The rules mirror `conversation/src/scalars.rs` and `conversation/src/hooks/`; keep them
+in step. (What the models' before-validators coerce, `str(working_dir)` and the like, the
+document itself takes: `widen_coerced_fields` in `webhook-gw/src/openapi.rs`.)
 
 One more failure is not one, for the model gateway's operations: a 502 or 504 saying the
 upstream could not be reached, for a model `POST /model/new` pointed at a made-up host

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use std::time::Duration;
 
-use sandgate_runtime_api::store::models::SpendLogRetention;
-use sandgate_runtime_api::store::{
-    self, IndexKey, KeySpend, PutWarmConfig, Restarts, SandboxSpec, SandboxState, SpendLogEntry,
-    Store, StoredChallenge, StoredConversation, StoredKey, StoredModel, StoredProfile,
-    StoredSandbox, StoredWarmConfig, SweepIndex,
+use sandgate_store::models::SpendLogRetention;
+use sandgate_store::{
+    IndexKey, KeySpend, PutWarmConfig, Restarts, SandboxSpec, SandboxState, SpendLogEntry, Store,
+    StoredChallenge, StoredConversation, StoredKey, StoredModel, StoredProfile, StoredSandbox,
+    StoredWarmConfig, SweepIndex,
 };
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -17,10 +17,10 @@ use crate::common::Backend;
 
 pub async fn open(backend: &Backend) -> Store {
     let backend = match backend {
-        Backend::Embedded(dir) => store::Backend::Embedded {
+        Backend::Embedded(dir) => sandgate_store::Backend::Embedded {
             data_dir: dir.path().to_path_buf(),
         },
-        Backend::Redis(redis) => store::Backend::Redis {
+        Backend::Redis(redis) => sandgate_store::Backend::Redis {
             url: redis.url(),
             tls: redis.tls(),
             min_replicas_ack: 0,
@@ -871,7 +871,7 @@ async fn sweep_indexes_follow_each_record(backend: Backend) {
 /// while another took it over, writes nothing once it wakes; the token stays while a
 /// holder renews and grows each time the lease passes on.
 async fn a_holder_past_its_lease_writes_nothing(backend: Backend) {
-    use sandgate_runtime_api::store::{Fence, StoreError};
+    use sandgate_store::{Fence, StoreError};
 
     let store = open(&backend).await;
     let ttl = Duration::from_secs(60);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sandgate_runtime_api::sandboxes::driver::{DriverError, LocalDriver, Observed, SandboxDriver};
 use sandgate_runtime_api::sandboxes::reconciler::Reconciler;
-use sandgate_runtime_api::store::StoredSandbox;
+use sandgate_store::StoredSandbox;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;

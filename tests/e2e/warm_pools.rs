@@ -9,14 +9,14 @@ use std::time::Duration;
 use sandgate_proto::sandboxes::v1::ListPoolsRequest;
 use sandgate_proto::sandboxes::v1::sandboxes_server::Sandboxes as _;
 use sandgate_runtime_api::Authenticator;
-use sandgate_runtime_api::admin::configs::InstallerFile;
+use sandgate_runtime_api::admin::installer::InstallerFile;
 use sandgate_runtime_api::admin::source::WarmConfigSource;
 use sandgate_runtime_api::sandboxes::driver::{DriverError, LocalDriver, Observed, SandboxDriver};
 use sandgate_runtime_api::sandboxes::reconciler::Pass;
 use sandgate_runtime_api::sandboxes::{
     Reconciler, SandboxError, SandboxOptions, Sandboxes, SandboxesService,
 };
-use sandgate_runtime_api::store::{
+use sandgate_store::{
     Fence, SandboxSpec, SandboxState, SandboxStore, Store, StoreResult, StoredSandbox,
     StoredWarmConfig, SweepIndex,
 };

@@ -22,7 +22,7 @@ use http::HeaderMap;
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{CallResponse, Header};
-use sandgate_runtime_api::store::SpendLogEntry;
+use sandgate_store::SpendLogEntry;
 use tonic::Status;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;

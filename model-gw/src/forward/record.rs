@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use sandgate_proto::models::v1::Api;
-use sandgate_runtime_api::store::SpendLogEntry;
+use sandgate_store::SpendLogEntry;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 

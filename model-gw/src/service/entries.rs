@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sandgate_proto::error::ErrorDetail;
 use sandgate_proto::models::v1::Model;
-use sandgate_runtime_api::store::{Store, StoredModel};
+use sandgate_store::{Store, StoredModel};
 use tokio::sync::watch;
 use tonic::Status;
 

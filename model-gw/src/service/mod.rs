@@ -20,8 +20,8 @@ use sandgate_proto::models::v1::{
     SpendLogEntry as ProtoSpendLogEntry,
 };
 use sandgate_proto::models::{CallStream, ChatCompletionStream};
-use sandgate_runtime_api::store::models::SpendLogRetention;
-use sandgate_runtime_api::store::{SpendLogEntry, Store};
+use sandgate_store::models::SpendLogRetention;
+use sandgate_store::{SpendLogEntry, Store};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -287,7 +287,7 @@ impl ModelGateway for ModelGatewayService {
         let entries = self
             .store
             .spend_log
-            .spend_logs(limit.min(sandgate_runtime_api::store::models::SPEND_LOG_RETENTION))
+            .spend_logs(limit.min(sandgate_store::models::SPEND_LOG_RETENTION))
             .await
             .map_err(ErrorDetail::from)?;
         Ok(Response::new(ListSpendLogsResponse {

@@ -28,22 +28,6 @@ const LEEWAY_SECONDS: i64 = 60;
 /// Derived key length, in bytes.
 const HASH_BYTES: usize = 32;
 
-/// Milliseconds since the epoch; injectable so that expiry is tested without waiting.
-pub trait Clock: Send + Sync + 'static {
-    fn now_ms(&self) -> i64;
-}
-
-/// The system clock.
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_millis() as i64)
-    }
-}
-
 /// `hex(PBKDF2-HMAC-SHA256(password, salt + challenge, iterations, 32))`, the hash a
 /// client sends to log in.
 pub fn login_hash(password: &str, salt: &str, challenge: &str, iterations: u32) -> String {
@@ -59,13 +43,6 @@ fn derive(password: &str, salt: &str, challenge: &str, iterations: u32) -> [u8; 
         salted.as_bytes(),
         iterations,
     )
-}
-
-/// A random token of `bytes` random bytes, hex encoded.
-pub fn random_hex(bytes: usize) -> String {
-    let mut buffer = vec![0u8; bytes];
-    rand::fill(buffer.as_mut_slice());
-    hex::encode(buffer)
 }
 
 /// Checks login hashes against the admin password. PBKDF2 runs on the blocking pool, at

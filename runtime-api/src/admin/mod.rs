@@ -2,36 +2,38 @@
 //! (spec 2.1–2.3, 4.1, 5, 7).
 
 pub mod configs;
+pub mod installer;
 pub mod login;
 pub mod rate_limit;
 pub mod source;
+mod wire;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use prost::Message;
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdmin;
 use sandgate_proto::admin::v1::{
-    self as pb, ConfigSource, DeleteWarmRuntimeConfigRequest, DeleteWarmRuntimeConfigResponse,
+    self as pb, DeleteWarmRuntimeConfigRequest, DeleteWarmRuntimeConfigResponse,
     GetChallengeRequest, GetChallengeResponse, ListApiKeysRequest, ListApiKeysResponse,
     ListWarmRuntimeConfigsRequest, ListWarmRuntimeConfigsResponse, LoginRequest, LoginResponse,
     PutWarmRuntimeConfigRequest, PutWarmRuntimeConfigResponse, put_warm_runtime_config_request,
 };
 use sandgate_proto::error::{ErrorCode, ErrorDetail, decode_json};
-use serde::Deserialize;
 use serde::de::IgnoredAny;
 use sha2::{Digest, Sha256};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
+use crate::ambient::{Clock, SystemClock, random_hex};
 use crate::auth::Authenticator;
-use crate::store::{PutWarmConfig, Store, StoredChallenge, StoredWarmConfig};
 use crate::validation;
 use configs::{Effective, Source};
-use login::{CHALLENGE_LIFETIME, Clock, PasswordCheck, SystemClock, TokenError, Tokens};
+use login::{CHALLENGE_LIFETIME, PasswordCheck, TokenError, Tokens};
 use rate_limit::{Attempt, LoginRate};
+use sandgate_store::{PutWarmConfig, Store, StoredChallenge};
 use source::{Generation, WarmConfigSource};
+use wire::{ConfigBody, entry, from_proto};
 
 /// Challenges and hashes longer than this are refused unread.
 const MAX_CREDENTIAL_LEN: usize = 256;
@@ -115,69 +117,6 @@ pub struct RuntimeAdminService {
     cached: Mutex<Option<Arc<Cached>>>,
 }
 
-/// A configuration as a REST body: spec 2.1. The name comes from the path; `name` and
-/// `source` in the body are refused rather than ignored, so that a pasted list entry is not
-/// silently half-applied, and so is any other unknown field (a typo of `count` would
-/// otherwise pass unnoticed).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigBody {
-    image: String,
-    working_dir: String,
-    command: Vec<String>,
-    environment: BTreeMap<String, String>,
-    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
-    count: Option<i64>,
-    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
-    run_as_user: Option<i64>,
-    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
-    run_as_group: Option<i64>,
-    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
-    fs_group: Option<i64>,
-    #[serde(default)]
-    fuse_s3_mount: Option<bool>,
-    #[serde(default)]
-    source: Option<IgnoredAny>,
-    #[serde(default)]
-    name: Option<IgnoredAny>,
-}
-
-impl ConfigBody {
-    fn decode(json: &[u8]) -> Result<StoredWarmConfig, ErrorDetail> {
-        let body: Self = decode_json(json)?;
-        let refuse = |field: &str, msg: &str| {
-            validation::single(
-                "extra_forbidden",
-                vec![crate::model::LocItem::Key(field.to_owned())],
-                msg,
-            )
-        };
-        if body.source.is_some() {
-            return Err(refuse(
-                "source",
-                "A saved configuration has no `source`: the server sets it (`file` or `db`)",
-            ));
-        }
-        if body.name.is_some() {
-            return Err(refuse(
-                "name",
-                "The configuration's name is taken from the URL path, not the body",
-            ));
-        }
-        Ok(StoredWarmConfig {
-            image: body.image,
-            working_dir: body.working_dir,
-            command: body.command,
-            environment: body.environment,
-            count: body.count,
-            run_as_user: body.run_as_user,
-            run_as_group: body.run_as_group,
-            fs_group: body.fs_group,
-            fuse_s3_mount: body.fuse_s3_mount,
-        })
-    }
-}
-
 fn forbidden() -> Status {
     ErrorDetail::new(ErrorCode::Forbidden, "Admin functionality is disabled").into()
 }
@@ -186,56 +125,8 @@ fn unauthenticated(detail: &str) -> Status {
     ErrorDetail::new(ErrorCode::Unauthenticated, detail).into()
 }
 
-fn store_failed(err: crate::store::StoreError) -> Status {
+fn store_failed(err: sandgate_store::StoreError) -> Status {
     ErrorDetail::from(err).into()
-}
-
-fn source(source: Source) -> ConfigSource {
-    match source {
-        Source::File => ConfigSource::File,
-        Source::Db => ConfigSource::Db,
-    }
-}
-
-fn to_proto(config: &StoredWarmConfig) -> pb::WarmRuntimeConfig {
-    pb::WarmRuntimeConfig {
-        image: config.image.clone(),
-        working_dir: config.working_dir.clone(),
-        command: config.command.clone(),
-        environment: config
-            .environment
-            .iter()
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect(),
-        count: config.count,
-        run_as_user: config.run_as_user,
-        run_as_group: config.run_as_group,
-        fs_group: config.fs_group,
-        fuse_s3_mount: config.fuse_s3_mount,
-    }
-}
-
-fn from_proto(config: pb::WarmRuntimeConfig) -> StoredWarmConfig {
-    StoredWarmConfig {
-        image: config.image,
-        working_dir: config.working_dir,
-        command: config.command,
-        environment: config.environment.into_iter().collect(),
-        count: config.count,
-        run_as_user: config.run_as_user,
-        run_as_group: config.run_as_group,
-        fs_group: config.fs_group,
-        fuse_s3_mount: config.fuse_s3_mount,
-    }
-}
-
-fn entry(effective: &Effective) -> pb::WarmRuntimeConfigEntry {
-    pb::WarmRuntimeConfigEntry {
-        name: effective.name.clone(),
-        source: source(effective.source).into(),
-        config: Some(to_proto(&effective.config)),
-        count: effective.count,
-    }
 }
 
 impl RuntimeAdminService {
@@ -353,8 +244,8 @@ impl RuntimeAdmin for RuntimeAdminService {
     ) -> Result<Response<GetChallengeResponse>, Status> {
         self.admin()?;
         self.limit(Attempt::Challenge, &request).await?;
-        let challenge = login::random_hex(32);
-        let salt = login::random_hex(16);
+        let challenge = random_hex(32);
+        let salt = random_hex(16);
         let record = StoredChallenge {
             salt: salt.clone(),
             iterations: self.iterations,
@@ -475,7 +366,7 @@ impl RuntimeAdmin for RuntimeAdminService {
             None => {
                 return Err(validation::single(
                     "missing",
-                    vec![crate::model::LocItem::Key("config".into())],
+                    vec![sandgate_conversation::LocItem::Key("config".into())],
                     "Field required",
                 )
                 .into());

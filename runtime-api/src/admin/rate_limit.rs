@@ -18,7 +18,7 @@ use sandgate_proto::CLIENT_ADDRESS_METADATA;
 use sandgate_proto::error::ErrorDetail;
 use tonic::{Request, Status};
 
-use crate::store::Store;
+use sandgate_store::Store;
 
 /// How many attempts a client may make per window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

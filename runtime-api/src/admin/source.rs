@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use super::configs::{Effective, Installer, InstallerFile, WarmLimits};
-use crate::store::{Store, StoreResult};
+use super::configs::{Effective, WarmLimits};
+use super::installer::{Installer, InstallerFile};
+use sandgate_store::{Store, StoreResult};
 
 /// Identifies one state of the effective set: it changes when a configuration is saved
 /// or deleted (by any replica) or the installer's file changes.

@@ -23,10 +23,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::Digest;
 
-use crate::model::{self, ExecutionStatus};
-use crate::redact;
-use crate::store::events::MAX_EVENT_ID_BYTES;
-use crate::store::{DeadLetter, NewEvent};
+use sandgate_conversation::ExecutionStatus;
+use sandgate_conversation::redact;
+use sandgate_store::events::MAX_EVENT_ID_BYTES;
+use sandgate_store::{DeadLetter, NewEvent};
 
 /// A dead letter keeps at most this much of its event; a larger one keeps a summary.
 const MAX_DEAD_LETTER_BYTES: usize = 64 * 1024;
@@ -249,7 +249,9 @@ fn admit(item: &Value, received_at: i64) -> Result<(String, i64, Option<StateCha
         ));
     }
     let timestamp = match event.get("timestamp") {
-        Some(Value::String(text)) => model::datetime_micros(text).unwrap_or(received_at),
+        Some(Value::String(text)) => {
+            sandgate_conversation::datetime_micros(text).unwrap_or(received_at)
+        }
         Some(_) => return Err("timestamp: Input should be a valid string".into()),
         None => received_at,
     };

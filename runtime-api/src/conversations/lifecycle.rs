@@ -4,8 +4,8 @@
 use serde_json::value::RawValue;
 
 use super::events::StateChange;
-use crate::model::{ConversationSummary, ExecutionStatus};
-use crate::store::{LifecycleEvent, LifecycleKind, StoredConversation};
+use sandgate_conversation::{ConversationSummary, ExecutionStatus};
+use sandgate_store::{LifecycleEvent, LifecycleKind, StoredConversation};
 
 /// How many lifecycle events a conversation keeps (the newest).
 pub const MAX_LIFECYCLE_EVENTS: usize = 256;
@@ -153,7 +153,7 @@ pub fn apply_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::LifecycleKind::{Delete, Pause, Resume, Start};
+    use sandgate_store::LifecycleKind::{Delete, Pause, Resume, Start};
 
     fn stored(
         status: ExecutionStatus,

@@ -13,9 +13,8 @@ use super::{
     ConversationsService, DEFAULT_PAGE_SIZE, MAX_CHILDREN, MAX_PAGE_BYTES, MAX_PAGE_SIZE, parse_id,
 };
 use crate::auth::Reader;
-use crate::model;
-use crate::store::{ConversationHead, IndexKey, StoredConversation};
 use crate::validation;
+use sandgate_store::{ConversationHead, IndexKey, StoredConversation};
 
 impl ConversationsService {
     /// The heads of live members of `index` that pass `keep`, from `after` on: at most
@@ -95,7 +94,8 @@ impl ConversationsService {
             .iter()
             .map(|(key, value)| (key.clone(), Value::from(value.as_str())))
             .collect();
-        model::validate_tags(&Value::Object(filter)).map_err(validation::failure)?;
+        sandgate_conversation::validate_tags(&Value::Object(filter))
+            .map_err(validation::failure)?;
         let owner = match &reader {
             Reader::RuntimeApi => None,
             Reader::Session(principal) => Some(principal.owner()),

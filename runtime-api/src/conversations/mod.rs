@@ -4,6 +4,7 @@ pub mod events;
 mod lifecycle;
 mod listing;
 mod view;
+mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,18 +15,17 @@ use sandgate_proto::conversations::v1::{
     self as pb, AppendEventsRequest, AppendEventsResponse, GetConversationRequest,
     GetConversationResponse, ListConversationsRequest, ListConversationsResponse,
     ListEventsRequest, ListEventsResponse, UpdateTagsRequest, UpdateTagsResponse, UpsertRequest,
-    UpsertResponse, append_events_request, upsert_request,
+    UpsertResponse, append_events_request,
 };
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use serde_json::Value;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
-use crate::auth::{Authenticator, Principal, Reader};
-use crate::model::{self, ConversationSummary, LocItem, ValidConversation};
-use crate::store::{EventPage, EventRetention, Store, StoredConversation};
+use crate::auth::{Authenticator, Reader};
 use crate::validation;
-use lifecycle::Order;
+use sandgate_conversation::LocItem;
+use sandgate_store::{EventPage, EventRetention, Store, StoredConversation};
 
 /// How often a write retries when concurrent writers keep winning the compare-and-swap.
 const MAX_WRITE_ATTEMPTS: usize = 64;
@@ -36,9 +36,6 @@ const MAX_PAGE_SIZE: usize = 1000;
 const MAX_PAGE_BYTES: usize = 16 * 1024 * 1024;
 /// The most children `sub_conversation_ids` lists.
 const MAX_CHILDREN: usize = 10_000;
-
-/// A delivery that validated: its redacted record, serialized, and its summary.
-type Admitted = (Box<serde_json::value::RawValue>, ConversationSummary);
 
 /// Registers the catalog's metrics with their help text.
 pub fn describe_metrics() {
@@ -97,107 +94,6 @@ impl ConversationsService {
         }
     }
 
-    /// Parses and validates a delivery. Malformed JSON is answered before the caller is
-    /// authenticated, as the reference receiver does; everything else after.
-    async fn admit(
-        &self,
-        request: Request<UpsertRequest>,
-    ) -> Result<(Principal, Admitted), Status> {
-        let (metadata, _, body) = request.into_parts();
-        // Most deliveries validate: the borrowed fast path settles them without a `Value`.
-        if let Some(upsert_request::Body::Json(json)) = &body.body
-            && let Some((record, summary)) = model::validate_body(json)
-        {
-            let principal = self.auth.session(&metadata).await?;
-            return Ok((principal, (record, summary)));
-        }
-        let parsed = match &body.body {
-            Some(upsert_request::Body::Json(json)) if !json.is_empty() => {
-                Some(model::parse_json(json).map_err(|err| validation::failure(vec![err]))?)
-            }
-            _ => None,
-        };
-        let principal = self.auth.session(&metadata).await?;
-        let value = match (parsed, body.body) {
-            (Some(value), _) => value,
-            (None, Some(upsert_request::Body::Other(_))) => {
-                return Err(validation::single(
-                    "model_attributes_type",
-                    Vec::new(),
-                    "Input should be a valid dictionary or object to extract fields from",
-                )
-                .into());
-            }
-            (None, _) => {
-                return Err(validation::single("missing", Vec::new(), "Field required").into());
-            }
-        };
-        let ValidConversation { record, summary } =
-            model::validate_conversation(value).map_err(validation::failure)?;
-        let record = serde_json::value::to_raw_value(&record).map_err(|err| {
-            ErrorDetail::new(
-                ErrorCode::Internal,
-                format!("cannot encode the record: {err}"),
-            )
-        })?;
-        Ok((principal, (record, summary)))
-    }
-
-    /// Writes a validated delivery: ordered by `updated_at`, atomic against concurrent
-    /// deliveries for the same id, refused when another sender owns the conversation.
-    async fn record(&self, principal: &Principal, admitted: Admitted) -> Result<(), Status> {
-        let (record, summary) = admitted;
-        let owner = principal.owner();
-        let id = summary.id;
-        for _ in 0..MAX_WRITE_ATTEMPTS {
-            let previous = self
-                .store
-                .conversations
-                .get(id)
-                .await
-                .map_err(ErrorDetail::from)?;
-            if let Some(previous) = &previous {
-                if previous.owner != owner {
-                    tracing::warn!(conversation = %id, sender = %owner, "delivery for a conversation owned by another sender");
-                    return Err(ErrorDetail::new(ErrorCode::Unauthenticated, "Unauthorized").into());
-                }
-                match lifecycle::order(previous, summary.updated_at, &record) {
-                    Order::Newer => {}
-                    order => {
-                        self.store
-                            .conversations
-                            .settled()
-                            .await
-                            .map_err(ErrorDetail::from)?;
-                        tracing::info!(conversation = %id, ?order, "delivery acknowledged without a write");
-                        return Ok(());
-                    }
-                }
-            }
-            let next = lifecycle::next_record(
-                previous.as_ref(),
-                &summary,
-                record.clone(),
-                owner.clone(),
-                now_micros(),
-            );
-            if self.swap(previous.as_ref(), &next).await? {
-                if previous.is_none() {
-                    self.drop_squatted_events(id, &owner).await?;
-                }
-                tracing::info!(
-                    conversation = %id,
-                    status = %next.execution_status,
-                    version = next.version,
-                    lifecycle = ?next.lifecycle.last().filter(|event| event.received_at == next.received_at).map(|event| event.kind),
-                    "conversation recorded"
-                );
-                return Ok(());
-            }
-        }
-        Err(contended(id))
-    }
-
     /// Compare-and-swap of `next` over `previous`; once it is written, the indexes the
     /// record left are told so (readers skip such members meanwhile).
     async fn swap(
@@ -229,33 +125,6 @@ impl ConversationsService {
             }
         }
         Ok(true)
-    }
-
-    /// Events posted before the conversation's record are held for the record's owner:
-    /// once the record names it, events another sender posted are dropped, so whoever
-    /// posts first cannot lock the owner out of its own conversation (its events would be
-    /// refused for good). The owner's own events are its already: nothing to adopt.
-    async fn drop_squatted_events(&self, id: Uuid, owner: &str) -> Result<(), Status> {
-        let Some(events) = self
-            .store
-            .events
-            .event_stats(id)
-            .await
-            .map_err(ErrorDetail::from)?
-        else {
-            return Ok(());
-        };
-        if events.owner != owner
-            && self
-                .store
-                .events
-                .forget_events(id, &events.owner)
-                .await
-                .map_err(ErrorDetail::from)?
-        {
-            tracing::warn!(conversation = %id, squatter = %events.owner, "dropped events another sender posted before the conversation's record");
-        }
-        Ok(())
     }
 
     /// The record, when `reader` may see it.
@@ -413,7 +282,8 @@ impl Conversations for ConversationsService {
             .map(|(key, value)| (key, serde_json::Value::from(value)))
             .collect();
         let tags: BTreeMap<String, String> =
-            model::validate_tags(&serde_json::Value::Object(tags)).map_err(validation::failure)?;
+            sandgate_conversation::validate_tags(&serde_json::Value::Object(tags))
+                .map_err(validation::failure)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let stored = self
                 .readable(&reader, id)
@@ -442,7 +312,8 @@ impl Conversations for ConversationsService {
         let id = parse_id(&request.conversation_id)?;
         let body = match request.body {
             Some(append_events_request::Body::Json(json)) if !json.is_empty() => {
-                model::parse_json(&json).map_err(|err| validation::failure(vec![err]))?
+                sandgate_conversation::parse_json(&json)
+                    .map_err(|err| validation::failure(vec![err]))?
             }
             Some(append_events_request::Body::Other(_)) => Value::Null,
             _ => return Err(validation::single("missing", Vec::new(), "Field required").into()),
@@ -525,7 +396,7 @@ impl Conversations for ConversationsService {
         }
         let after = match query.page_token.as_str() {
             "" => None,
-            token if crate::store::events::is_order_key(token) => Some(token.to_owned()),
+            token if sandgate_store::events::is_order_key(token) => Some(token.to_owned()),
             _ => {
                 return Err(validation::single(
                     "value_error",

@@ -4,7 +4,7 @@ use sandgate_proto::conversations::v1 as pb;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::store::{EventStats, LifecycleKind, StoredConversation, StoredEvent};
+use sandgate_store::{EventStats, LifecycleKind, StoredConversation, StoredEvent};
 
 fn timestamp(micros: i64) -> prost_types::Timestamp {
     prost_types::Timestamp {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::admin::login::Clock;
-use crate::store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
+use crate::ambient::Clock;
+use sandgate_store::{Restarts, SandboxSpec, SandboxState, StoredSandbox};
 
 /// Why a platform call failed; the message is safe to show (it names no secret).
 #[derive(Debug, thiserror::Error)]

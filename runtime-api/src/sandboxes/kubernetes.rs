@@ -26,7 +26,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::Patch;
 
 use super::driver::{DriverError, Observed, Refusal, SandboxDriver};
-use crate::store::{SandboxSpec, StoredSandbox};
+use sandgate_store::{SandboxSpec, StoredSandbox};
 
 /// How much the sandboxes' pods may do, as the Pod Security Standards name the levels
 /// (`SANDBOX_POD_SECURITY`). The sandbox namespace can enforce the same level.

@@ -4,9 +4,9 @@
 
 use super::spec::claim_key;
 use super::{CAS_ATTEMPTS, CLAIM_CANDIDATES, SandboxError, SandboxResult, Sandboxes, state_name};
-use crate::admin::login::random_hex;
+use crate::ambient::random_hex;
 use crate::auth::session_key_digest;
-use crate::store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox};
+use sandgate_store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox};
 
 impl Sandboxes {
     /// Claims a warm sandbox matching `spec`, else cold-starts one; answers the session's

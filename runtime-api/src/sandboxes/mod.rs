@@ -19,16 +19,16 @@ use std::time::Duration;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use tokio::sync::Notify;
 
-use crate::admin::login::{Clock, random_hex};
 use crate::admin::source::WarmConfigSource;
+use crate::ambient::{Clock, random_hex};
 use crate::auth::session_key_digest;
-use crate::model::LocItem;
-use crate::store::{
-    Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
-};
 use driver::{DriverError, Observed, Refusal, SandboxDriver};
 pub use pools::{PoolCounts, pool_counts, pool_status};
 pub use reconciler::Reconciler;
+use sandgate_conversation::LocItem;
+use sandgate_store::{
+    Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
+};
 pub use service::SandboxesService;
 use spec::{SessionKeys, claim_key};
 
@@ -116,7 +116,7 @@ impl From<SandboxError> for ErrorDetail {
             SandboxError::Contention => Self::new(ErrorCode::Unavailable, err.to_string()),
             SandboxError::Quota(detail) => Self::new(ErrorCode::RateLimited, detail),
             SandboxError::Refused(refusal) => {
-                crate::validation::failure(vec![crate::model::ValidationError {
+                crate::validation::failure(vec![sandgate_conversation::ValidationError {
                     error_type: "value_error",
                     loc: vec![LocItem::Key(refusal.field.to_owned())],
                     msg: format!("Value error, {}", refusal.message),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::driver::Refusal;
-use crate::store::{SandboxState, StoredSandbox};
+use sandgate_store::{SandboxState, StoredSandbox};
 
 /// The wait before the first replacement of a failed warm sandbox; each further failure in
 /// a row of the same slot doubles it, up to [`HEAL_BACKOFF_MAX`].
@@ -134,7 +134,7 @@ pub fn pool_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Restarts, SandboxSpec};
+    use sandgate_store::{Restarts, SandboxSpec};
 
     fn failed(runtime_id: &str, slot_failures: u32) -> StoredSandbox {
         StoredSandbox {

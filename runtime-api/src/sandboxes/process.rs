@@ -46,8 +46,8 @@ use tokio::process::{Child, Command};
 
 use super::driver::{DriverError, Observed, SandboxDriver};
 use super::process_isolation::{Isolation, only_deaf_init, signal_namespace, start_time};
-use crate::admin::login::Clock;
-use crate::store::{SandboxSpec, SandboxState, StoredSandbox};
+use crate::ambient::Clock;
+use sandgate_store::{SandboxSpec, SandboxState, StoredSandbox};
 
 /// The environment variable that carries the session key, as in a Kubernetes sandbox.
 const SESSION_KEY_ENV: &str = "SESSION_API_KEY";

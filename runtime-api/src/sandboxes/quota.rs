@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::SandboxError;
-use crate::store::{SandboxState, StoredSandbox};
+use sandgate_store::{SandboxState, StoredSandbox};
 
 /// The window `SANDBOX_START_RATE` counts starts over.
 const RATE_WINDOW: Duration = Duration::from_secs(60);

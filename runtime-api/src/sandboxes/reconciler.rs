@@ -34,9 +34,9 @@ use tokio_util::sync::CancellationToken;
 use super::pools::heal_at_ms;
 use super::spec::pool_spec;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_status};
-use crate::admin::login::random_hex;
 use crate::admin::source::Generation;
-use crate::store::{Fence, SandboxState, StoredSandbox, SweepIndex};
+use crate::ambient::random_hex;
+use sandgate_store::{Fence, SandboxState, StoredSandbox, SweepIndex};
 
 /// How long a claim's wake-up waits for more claims before the refilling pass.
 const CLAIM_COALESCE: Duration = Duration::from_millis(20);

@@ -17,11 +17,11 @@ use tonic::{Request, Response, Status};
 use super::spec::pool_spec;
 use super::{SandboxError, SandboxView, Sandboxes, pool_status};
 use crate::admin::configs;
-use crate::admin::login::random_hex;
+use crate::ambient::random_hex;
 use crate::auth::Authenticator;
-use crate::model::ValidationError;
-use crate::store::{SandboxSpec, SandboxState, StoredWarmConfig};
 use crate::validation;
+use sandgate_conversation::ValidationError;
+use sandgate_store::{SandboxSpec, SandboxState, StoredWarmConfig};
 
 /// Session ids and runtime ids longer than this are refused unread.
 const MAX_ID_LEN: usize = 128;
@@ -75,7 +75,7 @@ impl SandboxesService {
         }
     }
 
-    fn answer(&self, record: crate::store::StoredSandbox) -> pb::Sandbox {
+    fn answer(&self, record: sandgate_store::StoredSandbox) -> pb::Sandbox {
         // The caller holds the runtime API key, which may drive every sandbox: it gets the
         // current session key, derived anew, never read from the store.
         self.proto(self.sandboxes.view(record), true)

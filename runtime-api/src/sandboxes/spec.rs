@@ -5,7 +5,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::admin::configs::Effective;
-use crate::store::SandboxSpec;
+use sandgate_store::SandboxSpec;
 
 /// Environment keys that differ per deployment of the app server, not per sandbox: a start
 /// may claim a warm sandbox whatever they hold (design.md).

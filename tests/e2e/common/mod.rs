@@ -148,7 +148,7 @@ impl TestClock {
     }
 }
 
-impl sandgate_runtime_api::admin::login::Clock for TestClock {
+impl sandgate_runtime_api::ambient::Clock for TestClock {
     fn now_ms(&self) -> i64 {
         self.0.load(std::sync::atomic::Ordering::SeqCst)
     }

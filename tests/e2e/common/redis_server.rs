@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use sandgate_runtime_api::store::RedisTls;
+use sandgate_store::RedisTls;
 
 use super::cluster_formation;
 use tokio::io::{AsyncBufReadExt, BufReader};

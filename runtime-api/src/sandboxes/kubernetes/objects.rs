@@ -27,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{KubernetesOptions, PodSecurity};
 use crate::sandboxes::driver::Refusal;
-use crate::store::{SandboxSpec, StoredSandbox};
+use sandgate_store::{SandboxSpec, StoredSandbox};
 
 /// Label on every object Sandgate creates: the one selector `observe` lists pods by.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";

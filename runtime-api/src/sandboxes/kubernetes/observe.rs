@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::objects::RUNTIME_ID;
 use crate::sandboxes::driver::Observed;
-use crate::store::{Restarts, SandboxState, StoredSandbox};
+use sandgate_store::{Restarts, SandboxState, StoredSandbox};
 
 /// Waiting reasons that no retry of the kubelet fixes: failed at once.
 const HOPELESS: &[&str] = &["InvalidImageName"];

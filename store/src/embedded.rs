@@ -1,0 +1,517 @@
+//! The embedded backend: one redb database file in the data directory.
+//!
+//! Writes go through one writer thread that commits whatever has queued up in a single
+//! transaction (group commit): under concurrency many deliveries share one fsync, and each
+//! caller is answered only after the commit that holds its write is durable. Operations in
+//! one batch apply in arrival order, so a compare-and-swap sees the writes queued before it
+//! (generic transaction writes, which touch tables of their own, run first).
+
+mod admin;
+mod catalog;
+mod events;
+mod keys;
+mod models;
+mod sandboxes;
+
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::admin::StoredChallenge;
+use super::{
+    ConversationHead, ConversationStore, IndexKey, ProfileStore, SessionKeyStore, StoreError,
+    StoreHealth, StoreResult, StoredConversation, StoredProfile,
+};
+
+/// id → version (8 bytes, big endian) followed by the record's JSON.
+const CONVERSATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("conversations");
+/// `<index>\0<id>` → nothing: a member of a secondary index.
+const INDEX: TableDefinition<&str, ()> = TableDefinition::new("conversation_index");
+const SESSION_KEYS: TableDefinition<&str, &str> = TableDefinition::new("session_keys");
+/// `<owner>\0<name>` → the profile's JSON.
+const PROFILES: TableDefinition<&str, &[u8]> = TableDefinition::new("llm_profiles");
+
+/// How many queued writes one transaction takes at most.
+const MAX_BATCH: usize = 512;
+
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    writes: mpsc::UnboundedSender<Write>,
+    /// Challenges live in memory: the embedded store serves one process, so a mutex makes
+    /// taking one atomic, and a restart only voids challenges that expire in minutes.
+    challenges: Mutex<HashMap<String, (StoredChallenge, Instant)>>,
+    /// Bumped after every committed change of the saved warm configurations.
+    warm_version: AtomicU64,
+    /// Rate limit counters, in memory for the same reason as challenges: key → the count
+    /// and when its window ends.
+    rate_limits: Mutex<HashMap<String, (u64, Instant)>>,
+    /// Moved on by every added model (`ModelStore::model_changes`).
+    model_changes: tokio::sync::watch::Sender<Option<u64>>,
+    /// The virtual keys' spend counters read or written so far.
+    key_spend_memory: keys::SpendMemory,
+    /// Moved on by every change of a key or of its spend (`KeyStore::key_changes`).
+    key_changes: tokio::sync::watch::Sender<Option<u64>>,
+}
+
+/// A write run inside a batch's transaction. It returns what to answer its caller once the
+/// transaction has committed (or failed to).
+type TxnWrite =
+    Box<dyn FnOnce(&WriteTransaction) -> Box<dyn FnOnce(StoreResult<()>) + Send> + Send>;
+
+enum Write {
+    Swap {
+        expected: u64,
+        next: StoredConversation,
+        reply: oneshot::Sender<StoreResult<bool>>,
+    },
+    SessionKey {
+        key_sha256: String,
+        sandbox_id: String,
+        reply: oneshot::Sender<StoreResult<()>>,
+    },
+    Profile {
+        key: String,
+        json: Vec<u8>,
+        reply: oneshot::Sender<StoreResult<()>>,
+    },
+    Txn(Option<TxnWrite>),
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) `data_dir/sandgate.redb`.
+    pub async fn open(data_dir: PathBuf) -> StoreResult<Self> {
+        let db = tokio::task::spawn_blocking(move || -> StoreResult<Database> {
+            std::fs::create_dir_all(&data_dir).map_err(|err| {
+                StoreError::Unavailable(format!(
+                    "cannot create data directory {}: {err}",
+                    data_dir.display()
+                ))
+            })?;
+            let path = data_dir.join("sandgate.redb");
+            let db = Database::create(&path).map_err(|err| {
+                StoreError::Unavailable(format!("cannot open {}: {err}", path.display()))
+            })?;
+            let txn = db.begin_write().map_err(unavailable)?;
+            txn.open_table(CONVERSATIONS).map_err(unavailable)?;
+            txn.open_table(INDEX).map_err(unavailable)?;
+            txn.open_table(SESSION_KEYS).map_err(unavailable)?;
+            txn.open_table(PROFILES).map_err(unavailable)?;
+            txn.open_table(admin::WARM_CONFIGS).map_err(unavailable)?;
+            txn.open_table(admin::WARM_IMAGES).map_err(unavailable)?;
+            txn.open_table(models::MODELS).map_err(unavailable)?;
+            txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
+            txn.open_table(keys::KEYS).map_err(unavailable)?;
+            txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
+            sandboxes::create_tables(&txn)?;
+            events::create_tables(&txn)?;
+            catalog::upgrade(&txn)?;
+            txn.commit().map_err(unavailable)?;
+            Ok(db)
+        })
+        .await
+        .map_err(|err| StoreError::Unavailable(err.to_string()))??;
+        let db = Arc::new(db);
+        let (writes, queue) = mpsc::unbounded_channel();
+        let writer_db = db.clone();
+        std::thread::Builder::new()
+            .name("sandgate-redb-writer".into())
+            .spawn(move || run_writer(&writer_db, queue))
+            .map_err(|err| {
+                StoreError::Unavailable(format!("cannot start the writer thread: {err}"))
+            })?;
+        Ok(Self {
+            db,
+            writes,
+            challenges: Mutex::new(HashMap::new()),
+            warm_version: AtomicU64::new(1),
+            rate_limits: Mutex::new(HashMap::new()),
+            model_changes: tokio::sync::watch::Sender::new(Some(0)),
+            key_spend_memory: keys::SpendMemory::default(),
+            key_changes: tokio::sync::watch::Sender::new(Some(0)),
+        })
+    }
+
+    /// Tells the gateway's replicas (here: this process) that the added models changed.
+    /// This process is the store's only writer: every addition passes here.
+    fn gateway_changed(&self) {
+        self.model_changes
+            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+    }
+
+    /// Runs `write` in the writer's next transaction and answers once that has committed.
+    async fn transact<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&WriteTransaction) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let (reply, answer) = oneshot::channel();
+        let write: TxnWrite = Box::new(move |txn| {
+            let outcome = write(txn);
+            Box::new(move |committed: StoreResult<()>| {
+                // A caller that went away no longer needs its answer.
+                drop(reply.send(committed.and(outcome)));
+            })
+        });
+        self.writes
+            .send(Write::Txn(Some(write)))
+            .map_err(|_| StoreError::Unavailable("the writer thread has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the write was not applied".into()))?
+    }
+
+    async fn submit<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<StoreResult<T>>) -> Write,
+    ) -> StoreResult<T> {
+        let (reply, answer) = oneshot::channel();
+        self.writes
+            .send(make(reply))
+            .map_err(|_| StoreError::Unavailable("the writer thread has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the writer thread has stopped".into()))?
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Database) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || read(&db))
+            .await
+            .map_err(|err| StoreError::Unavailable(err.to_string()))?
+    }
+}
+
+fn unavailable(err: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(err.to_string())
+}
+
+fn index_entry(index: &str, id: &str) -> String {
+    format!("{index}\0{id}")
+}
+
+fn encode_conversation(conversation: &StoredConversation) -> StoreResult<Vec<u8>> {
+    let mut bytes = conversation.version.to_be_bytes().to_vec();
+    serde_json::to_writer(&mut bytes, conversation)
+        .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    Ok(bytes)
+}
+
+fn decode_version(bytes: &[u8]) -> StoreResult<u64> {
+    let head: [u8; 8] = bytes
+        .get(..8)
+        .and_then(|head| head.try_into().ok())
+        .ok_or_else(|| StoreError::Corrupt("conversation entry shorter than its version".into()))?;
+    Ok(u64::from_be_bytes(head))
+}
+
+fn decode_conversation(bytes: &[u8]) -> StoreResult<StoredConversation> {
+    serde_json::from_slice(bytes.get(8..).unwrap_or_default())
+        .map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+/// Runs until every [`EmbeddedStore`] handle is dropped.
+fn run_writer(db: &Database, mut queue: mpsc::UnboundedReceiver<Write>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = queue.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(write) => batch.push(write),
+                Err(_) => break,
+            }
+        }
+        commit_batch(db, &mut batch);
+    }
+}
+
+/// Applies a batch in one transaction and answers every caller once the commit is done.
+fn commit_batch(db: &Database, batch: &mut Vec<Write>) {
+    let mut outcomes: Vec<StoreResult<bool>> = Vec::with_capacity(batch.len());
+    let mut finishers = Vec::new();
+    let committed = (|| -> StoreResult<()> {
+        let txn = db.begin_write().map_err(unavailable)?;
+        // Transaction writes touch tables of their own, so they run before the tables
+        // below are opened; each is answered after the commit by the finisher it returns.
+        for write in batch.iter_mut() {
+            if let Write::Txn(apply) = write
+                && let Some(apply) = apply.take()
+            {
+                finishers.push(apply(&txn));
+            }
+        }
+        {
+            let mut conversations = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
+            let mut index = txn.open_table(INDEX).map_err(unavailable)?;
+            let mut heads = txn.open_table(catalog::HEADS).map_err(unavailable)?;
+            let mut session_keys = txn.open_table(SESSION_KEYS).map_err(unavailable)?;
+            let mut profiles = txn.open_table(PROFILES).map_err(unavailable)?;
+            for write in batch.iter() {
+                let outcome = match write {
+                    Write::Swap { expected, next, .. } => {
+                        swap(&mut conversations, &mut index, &mut heads, *expected, next)
+                    }
+                    Write::SessionKey {
+                        key_sha256,
+                        sandbox_id,
+                        ..
+                    } => session_keys
+                        .insert(key_sha256.as_str(), sandbox_id.as_str())
+                        .map(|_| true)
+                        .map_err(unavailable),
+                    Write::Profile { key, json, .. } => profiles
+                        .insert(key.as_str(), json.as_slice())
+                        .map(|_| true)
+                        .map_err(unavailable),
+                    Write::Txn(_) => Ok(true),
+                };
+                outcomes.push(outcome);
+            }
+        }
+        txn.commit().map_err(unavailable)
+    })();
+    for finish in finishers {
+        finish(
+            committed
+                .as_ref()
+                .copied()
+                .map_err(|err| StoreError::Unavailable(err.to_string())),
+        );
+    }
+    for (write, outcome) in batch.drain(..).zip(
+        outcomes
+            .into_iter()
+            .map(Some)
+            .chain(std::iter::repeat_with(|| None)),
+    ) {
+        // A failed commit fails every write of the batch, whatever its own outcome was.
+        let outcome = match (&committed, outcome) {
+            (Ok(()), Some(outcome)) => outcome,
+            (Err(err), _) => Err(StoreError::Unavailable(err.to_string())),
+            (Ok(()), None) => Err(StoreError::Unavailable("write was not applied".into())),
+        };
+        // A caller that went away no longer needs its answer.
+        match write {
+            Write::Swap { reply, .. } => drop(reply.send(outcome)),
+            Write::SessionKey { reply, .. } | Write::Profile { reply, .. } => {
+                drop(reply.send(outcome.map(|_| ())));
+            }
+            // Answered by its finisher; one that never ran drops its reply, which its
+            // caller reads as "not applied".
+            Write::Txn(_) => {}
+        }
+    }
+}
+
+fn swap(
+    conversations: &mut redb::Table<&str, &[u8]>,
+    index: &mut redb::Table<&str, ()>,
+    heads: &mut redb::Table<&str, &[u8]>,
+    expected: u64,
+    next: &StoredConversation,
+) -> StoreResult<bool> {
+    let id = next.id.to_string();
+    let previous = match conversations.get(id.as_str()).map_err(unavailable)? {
+        Some(entry) => {
+            let bytes = entry.value();
+            if decode_version(bytes)? != expected {
+                return Ok(false);
+            }
+            Some(decode_conversation(bytes)?)
+        }
+        None if expected != 0 => return Ok(false),
+        None => None,
+    };
+    let new_keys = next.index_keys();
+    if let Some(previous) = previous {
+        for stale in previous.index_keys_dropped_by(&new_keys) {
+            index
+                .remove(index_entry(&stale.encode(), &id).as_str())
+                .map_err(unavailable)?;
+        }
+    }
+    for key in &new_keys {
+        index
+            .insert(index_entry(&key.encode(), &id).as_str(), ())
+            .map_err(unavailable)?;
+    }
+    heads
+        .insert(id.as_str(), catalog::encode_head(next)?.as_slice())
+        .map_err(unavailable)?;
+    conversations
+        .insert(id.as_str(), encode_conversation(next)?.as_slice())
+        .map_err(unavailable)?;
+    Ok(true)
+}
+
+#[async_trait]
+impl ConversationStore for EmbeddedStore {
+    async fn get(&self, id: Uuid) -> StoreResult<Option<StoredConversation>> {
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
+            let entry = table.get(id.to_string().as_str()).map_err(unavailable)?;
+            entry
+                .map(|entry| decode_conversation(entry.value()))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn compare_and_swap(
+        &self,
+        expected: u64,
+        next: &StoredConversation,
+    ) -> StoreResult<bool> {
+        let next = next.clone();
+        self.submit(|reply| Write::Swap {
+            expected,
+            next,
+            reply,
+        })
+        .await
+    }
+
+    async fn scan(
+        &self,
+        index: &IndexKey,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> StoreResult<Vec<ConversationHead>> {
+        let prefix = index.encode();
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let members = txn.open_table(INDEX).map_err(unavailable)?;
+            let heads = txn.open_table(catalog::HEADS).map_err(unavailable)?;
+            let conversations = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
+            let start = match after {
+                Some(after) => Bound::Excluded(index_entry(&prefix, &after.to_string())),
+                None => Bound::Included(format!("{prefix}\0")),
+            };
+            let end = Bound::Excluded(format!("{prefix}\u{1}"));
+            let range = members
+                .range::<&str>((
+                    start.as_ref().map(String::as_str),
+                    end.as_ref().map(String::as_str),
+                ))
+                .map_err(unavailable)?;
+            let mut found = Vec::new();
+            for member in range {
+                if found.len() == limit {
+                    break;
+                }
+                let (entry, ()) = member
+                    .map(|(key, value)| (key, value.value()))
+                    .map_err(unavailable)?;
+                let Some(id) = entry.value().rsplit('\0').next().map(str::to_owned) else {
+                    continue;
+                };
+                if let Some(head) = catalog::head_of(&heads, &conversations, &id)? {
+                    found.push(head);
+                }
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn get_many(&self, ids: &[Uuid]) -> StoreResult<Vec<StoredConversation>> {
+        let keys = catalog::keys(ids);
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(CONVERSATIONS).map_err(unavailable)?;
+            let mut found = Vec::with_capacity(keys.len());
+            for key in &keys {
+                if let Some(entry) = table.get(key.as_str()).map_err(unavailable)? {
+                    found.push(decode_conversation(entry.value())?);
+                }
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn drop_stale_entries(&self, _id: Uuid, _stale: &[IndexKey]) -> StoreResult<()> {
+        // `swap` already moved the entries, in the record's own transaction.
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SessionKeyStore for EmbeddedStore {
+    async fn sandbox_for_key(&self, key_sha256: &str) -> StoreResult<Option<String>> {
+        let key = key_sha256.to_owned();
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(SESSION_KEYS).map_err(unavailable)?;
+            Ok(table
+                .get(key.as_str())
+                .map_err(unavailable)?
+                .map(|sandbox| sandbox.value().to_owned()))
+        })
+        .await
+    }
+
+    async fn put_session_key(&self, key_sha256: &str, sandbox_id: &str) -> StoreResult<()> {
+        let (key_sha256, sandbox_id) = (key_sha256.to_owned(), sandbox_id.to_owned());
+        self.submit(|reply| Write::SessionKey {
+            key_sha256,
+            sandbox_id,
+            reply,
+        })
+        .await
+    }
+
+    async fn delete_session_key(&self, key_sha256: &str) -> StoreResult<()> {
+        let key = key_sha256.to_owned();
+        self.transact(move |txn| {
+            let mut table = txn.open_table(SESSION_KEYS).map_err(unavailable)?;
+            table.remove(key.as_str()).map(drop).map_err(unavailable)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ProfileStore for EmbeddedStore {
+    async fn put_profile(&self, owner: &str, profile: &StoredProfile) -> StoreResult<()> {
+        let key = format!("{owner}\0{}", profile.name);
+        let json =
+            serde_json::to_vec(profile).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        self.submit(|reply| Write::Profile { key, json, reply })
+            .await
+    }
+
+    async fn get_profile(&self, owner: &str, name: &str) -> StoreResult<Option<StoredProfile>> {
+        let key = format!("{owner}\0{name}");
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(PROFILES).map_err(unavailable)?;
+            let entry = table.get(key.as_str()).map_err(unavailable)?;
+            entry
+                .map(|entry| {
+                    serde_json::from_slice(entry.value())
+                        .map_err(|err| StoreError::Corrupt(err.to_string()))
+                })
+                .transpose()
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl StoreHealth for EmbeddedStore {
+    async fn ping(&self) -> StoreResult<()> {
+        self.read(|db| db.begin_read().map(drop).map_err(unavailable))
+            .await
+    }
+}

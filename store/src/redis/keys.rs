@@ -1,0 +1,246 @@
+//! The gateway's virtual keys in Redis. Every key below shares the hash tag
+//! `{gateway-keys}`, so that the script that adds spend checks the key still exists on
+//! the same Cluster slot:
+//!
+//! - `sandgate:{gateway-keys}:records`: a hash, token → the key's JSON;
+//! - `sandgate:{gateway-keys}:spend:<token>`: a hash, `window` and its `spend`;
+//! - `sandgate:{gateway-keys}:session:<token>:<session>`: a session's spend, expiring
+//!   [`SESSION_SPEND_TTL_MS`] after its last call.
+//!
+//! A call reads its key and counters in one round trip (`key_for_call`), which the gateway
+//! keeps until a change of a key or of its spend is published on `KEYS_CHANGED` (every
+//! replica follows it), so that most calls make none.
+
+use std::sync::{Arc, LazyLock};
+
+use async_trait::async_trait;
+use redis::Script;
+use tokio::sync::watch;
+
+use super::{RedisStore, corrupt, unavailable};
+use crate::StoreResult;
+use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
+
+const RECORDS: &str = "sandgate:{gateway-keys}:records";
+/// A Pub/Sub channel told of every change of a key or of its spend.
+const KEYS_CHANGED: &str = "sandgate:gateway-keys:changed";
+
+/// Tells every replica that keys or their spend changed. A notification that fails only
+/// leaves their kept reads to age out (30 s at most).
+async fn tell_replicas(connection: &mut super::Connection) {
+    if let Err(err) = redis::cmd("PUBLISH")
+        .arg(KEYS_CHANGED)
+        .arg("")
+        .query_async::<()>(connection)
+        .await
+    {
+        tracing::warn!(error = %err, "cannot tell other replicas of a changed key");
+    }
+}
+
+fn spend_key(token: &str) -> String {
+    format!("sandgate:{{gateway-keys}}:spend:{token}")
+}
+
+fn session_key(token: &str, session: &str) -> String {
+    format!("sandgate:{{gateway-keys}}:session:{token}:{session}")
+}
+
+/// KEYS: the records, then for each item its spend hash and its session's counter (the
+/// spend hash again when it has none). ARGV: the session TTL in milliseconds, then for
+/// each item its token, window, amount and `1` when it has a session. Spend of a key
+/// that is gone is dropped.
+static ADD_SPEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local items = (#ARGV - 1) / 4
+for i = 0, items - 1 do
+  local token, window, amount, session = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i], ARGV[5 + 4 * i]
+  local spend, counter = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  if redis.call('HEXISTS', KEYS[1], token) == 1 then
+    if redis.call('HGET', spend, 'window') ~= window then
+      redis.call('HSET', spend, 'window', window, 'spend', '0')
+    end
+    redis.call('HINCRBYFLOAT', spend, 'spend', amount)
+    if session == '1' then
+      redis.call('INCRBYFLOAT', counter, amount)
+      redis.call('PEXPIRE', counter, ARGV[1])
+    end
+  end
+end
+return items
+",
+    )
+});
+
+fn parse_spend(value: Option<String>) -> f64 {
+    value
+        .and_then(|value| value.parse::<f64>().ok())
+        .filter(|spend| spend.is_finite())
+        .unwrap_or(0.0)
+}
+
+#[async_trait]
+impl KeyStore for RedisStore {
+    async fn put_key(&self, key: &StoredKey, create: bool) -> StoreResult<bool> {
+        let data = serde_json::to_vec(key).map_err(corrupt)?;
+        let mut connection = self.write_connection();
+        let stored: bool = redis::cmd(if create { "HSETNX" } else { "HSET" })
+            .arg(RECORDS)
+            .arg(&key.token)
+            .arg(data)
+            .query_async::<i64>(&mut connection)
+            .await
+            .map_err(unavailable)
+            .map(|added| !create || added == 1)?;
+        if stored {
+            self.replicated(&mut connection).await?;
+            tell_replicas(&mut connection).await;
+        }
+        Ok(stored)
+    }
+
+    async fn get_key(&self, token: &str) -> StoreResult<Option<StoredKey>> {
+        let mut connection = self.connection();
+        let data: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(RECORDS)
+            .arg(token)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        data.map(|data| serde_json::from_slice(&data).map_err(corrupt))
+            .transpose()
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<StoredKey>> {
+        let mut connection = self.connection();
+        let entries: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+            .arg(RECORDS)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        let mut keys = entries
+            .into_iter()
+            .map(|(_, data)| serde_json::from_slice::<StoredKey>(&data).map_err(corrupt))
+            .collect::<StoreResult<Vec<_>>>()?;
+        keys.sort_by(|a, b| (a.created_at_ms, &a.token).cmp(&(b.created_at_ms, &b.token)));
+        Ok(keys)
+    }
+
+    async fn delete_keys(&self, tokens: &[String]) -> StoreResult<Vec<String>> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for token in tokens {
+            pipe.cmd("HDEL").arg(RECORDS).arg(token);
+            pipe.cmd("DEL").arg(spend_key(token)).ignore();
+        }
+        let mut connection = self.write_connection();
+        let removed: Vec<i64> = pipe
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        let deleted: Vec<String> = tokens
+            .iter()
+            .zip(removed)
+            .filter(|(_, removed)| *removed == 1)
+            .map(|(token, _)| token.clone())
+            .collect();
+        if !deleted.is_empty() {
+            self.replicated(&mut connection).await?;
+            tell_replicas(&mut connection).await;
+        }
+        // A deleted key's session counters expire on their own.
+        Ok(deleted)
+    }
+
+    async fn key_for_call(
+        &self,
+        token: &str,
+        session: Option<&str>,
+    ) -> StoreResult<Option<(StoredKey, SpendCounters)>> {
+        // One round trip, on one slot: the key, its counter, the session's.
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(RECORDS).arg(token);
+        pipe.cmd("HMGET")
+            .arg(spend_key(token))
+            .arg("window")
+            .arg("spend");
+        if let Some(session) = session {
+            pipe.cmd("GET").arg(session_key(token, session));
+        }
+        let mut connection = self.connection();
+        type Read = (
+            Option<Vec<u8>>,
+            (Option<u64>, Option<String>),
+            Option<String>,
+        );
+        let (record, (window, spent), session_spent): Read = if session.is_some() {
+            pipe.query_async(&mut connection)
+                .await
+                .map_err(unavailable)?
+        } else {
+            let (record, counter): (Option<Vec<u8>>, (Option<u64>, Option<String>)) = pipe
+                .query_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            (record, counter, None)
+        };
+        let Some(record) = record else {
+            return Ok(None);
+        };
+        let key = serde_json::from_slice(&record).map_err(corrupt)?;
+        Ok(Some((
+            key,
+            SpendCounters {
+                window,
+                spent: parse_spend(spent),
+                session: parse_spend(session_spent),
+            },
+        )))
+    }
+
+    async fn add_key_spend(&self, items: &[KeySpend]) -> StoreResult<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut invocation = ADD_SPEND.prepare_invoke();
+        invocation.key(RECORDS).arg(SESSION_SPEND_TTL_MS);
+        for item in items {
+            let spend = spend_key(&item.token);
+            let counter = item.session.as_deref().map_or_else(
+                || spend.clone(),
+                |session| session_key(&item.token, session),
+            );
+            invocation
+                .key(spend)
+                .key(counter)
+                .arg(&item.token)
+                .arg(item.window)
+                .arg(item.amount)
+                .arg(if item.session.is_some() { "1" } else { "0" });
+        }
+        let mut connection = self.write_connection();
+        invocation
+            .invoke_async::<i64>(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await?;
+        tell_replicas(&mut connection).await;
+        Ok(())
+    }
+
+    fn key_changes(&self) -> watch::Receiver<Option<u64>> {
+        // Followed from the first caller on (the model gateway).
+        self.key_changes
+            .get_or_init(|| {
+                let (generation, changes) = watch::channel(None);
+                tokio::spawn(super::models::follow_changes(
+                    Arc::downgrade(&self.primary),
+                    KEYS_CHANGED,
+                    generation,
+                ));
+                changes
+            })
+            .clone()
+    }
+}
