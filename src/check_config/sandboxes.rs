@@ -225,7 +225,7 @@ mod tests {
         assert!(findings.iter().all(|finding| !finding.is_error()));
     }
 
-    /// The production layout of INSTALL.md.
+    /// The production layout of docs/install.md.
     fn https_layout() -> RuntimeApiSettings {
         RuntimeApiSettings {
             runtime_base_url: "runtime.sandgate.example.com".to_owned(),

@@ -128,7 +128,8 @@ pub struct AdminArgs {
 pub struct SandboxArgs {
     /// Where sandboxes run: `local` (nothing runs: sandboxes live in the store, for
     /// trying the API out), `process` (each sandbox a process on this machine, under the
-    /// data directory: the whole loop on one machine, see README) or `kubernetes`.
+    /// data directory: the whole loop on one machine, see docs/runtime-api-and-pools.md)
+    /// or `kubernetes`.
     #[arg(long, env = "SANDBOX_DRIVER", default_value = "local")]
     pub sandbox_driver: SandboxDriverKind,
     /// Namespace of the sandboxes' workloads (`kubernetes`).

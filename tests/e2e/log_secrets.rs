@@ -266,7 +266,7 @@ async fn logs_hold_no_secret(mut backend: Backend, format: &str) {
         upstream.base()
     ));
     let path = config.path().display().to_string();
-    // Secrets travel in the environment, as the README advises (the test keys of
+    // Secrets travel in the environment, as docs/configuration.md advises (the test keys of
     // `serve_args` are on the command line; they are searched for all the same).
     let redis_url = match &backend {
         Backend::Redis(redis) => Some(redis.url()),

@@ -13,6 +13,7 @@ mod catalog;
 mod chart;
 mod coding_agents;
 mod coding_agents_acp;
+mod docs_links;
 mod event_store;
 mod events;
 mod faults;

@@ -5,7 +5,7 @@ agent-server on this machine whose `/health` it checks.
 The client sends `command` as one string, `/agent-server/.venv/bin/python -m
 openhands.agent_server --port 60000` (`target_type="source"`), and forwards the variables
 named in `forward_env` from this environment; `PATH` among them, with this venv's `bin`
-first, so that the image's python (absent here) is this venv's (README: the process
+first, so that the image's python (absent here) is this venv's (docs/runtime-api-and-pools.md: the process
 driver's programs).
 
 Steps: create (start, wait for `pod_status` ready, `/health`), run a command in the

@@ -1,5 +1,5 @@
 //! The secrets of the install: none carries a value in the chart, each is referenced by
-//! the name INSTALL.md documents, and the gateway's keys go to model-gw alone.
+//! the name docs/install.md documents, and the gateway's keys go to model-gw alone.
 
 use k8s_openapi::api::core::v1::{SecretVolumeSource, Volume};
 
@@ -7,7 +7,7 @@ use super::troubleshoot::{TROUBLESHOOT_KEYS, troubleshoot_kind};
 use super::*;
 
 /// The secrets the install uses (spec 2.8 as it applies to Sandgate, plus the wildcard TLS
-/// certificate); INSTALL.md tells how to create each one.
+/// certificate); docs/install.md tells how to create each one.
 const KNOWN_SECRETS: [&str; 9] = [
     "jwt-secret",
     "admin-password",
@@ -65,7 +65,7 @@ fn known_secrets(install: &Install) -> Vec<String> {
             .filter(|s| !KNOWN_SECRETS.contains(&s.as_str()))
         {
             out.push(format!(
-                "{} references secret {s:?}, not one of INSTALL.md's",
+                "{} references secret {s:?}, not one of docs/install.md's",
                 w.reference()
             ));
         }
