@@ -172,6 +172,14 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
     let environment = written_environment(&dir);
     let first_key = running["session_api_key"].as_str().expect("key").to_owned();
     assert_eq!(environment.get("SESSION_API_KEY"), Some(&first_key));
+    // Its secret key (what the agent-server encrypts the secrets it saves with): its own,
+    // not its session key, which a resume rotates.
+    let secret_key = environment
+        .get("OH_SECRET_KEY")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(secret_key.len(), 64, "{environment:?}");
+    assert_ne!(secret_key, first_key);
     assert_eq!(
         environment.get("GREETING").map(String::as_str),
         Some("hello")
@@ -200,9 +208,15 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
     assert_eq!(resumed["url"], url.as_str());
     let second_key = resumed["session_api_key"].as_str().expect("key").to_owned();
     assert_ne!(second_key, first_key);
+    let resumed_environment = written_environment(&dir);
     assert_eq!(
-        written_environment(&dir).get("SESSION_API_KEY"),
+        resumed_environment.get("SESSION_API_KEY"),
         Some(&second_key)
+    );
+    assert_eq!(
+        resumed_environment.get("OH_SECRET_KEY"),
+        Some(&secret_key),
+        "a resumed sandbox reads back what it saved: its secret key is the one it had"
     );
 
     // A second sandbox of the same command gets a port of its own.
@@ -212,6 +226,13 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
     let running = until_session(&sandgate, "plain-2", "running").await;
     let second_url = running["url"].as_str().expect("url").to_owned();
     assert_ne!(second_url, url);
+    let second_environment = written_environment(&data.path().join("sandboxes").join(&second_id));
+    assert!(
+        second_environment
+            .get("OH_SECRET_KEY")
+            .is_some_and(|other| other.len() == 64 && *other != secret_key),
+        "each sandbox has a secret key of its own: {second_environment:?}"
+    );
     assert!(answers(&url).await && answers(&second_url).await);
 
     // Stop removes the process and the directory.
@@ -230,6 +251,9 @@ async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them
     let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
     let running = until_session(&sandgate, "kept", "running").await;
     let url = running["url"].as_str().expect("url").to_owned();
+    let dir = data.path().join("sandboxes").join(&runtime_id);
+    let secret_key = written_environment(&dir).get("OH_SECRET_KEY").cloned();
+    assert!(secret_key.is_some());
 
     sandgate.kill().await;
     let mut sandgate = serve(data.path(), "8000").await;
@@ -244,6 +268,11 @@ async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them
     let resumed = until_session(&sandgate, "kept", "running").await;
     assert_eq!(resumed["url"], url.as_str(), "its port was kept");
     assert!(answers(&url).await);
+    assert_eq!(
+        written_environment(&dir).get("OH_SECRET_KEY").cloned(),
+        secret_key,
+        "another run of Sandgate on the same secret gives it the same secret key"
+    );
     sandgate.terminate().await;
     assert!(
         !answers(&url).await,
@@ -398,7 +427,10 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
         ..SandboxSpec::default()
     };
     let before = SystemClock.now_ms();
-    driver.create(&record, "a-key").await.expect("create");
+    driver
+        .create(&record, &crate::kubernetes::keys("a-key"))
+        .await
+        .expect("create");
     let workloads = driver.workloads().await.expect("workloads");
     let started = workloads.get("0rphan").copied().expect("listed");
     assert!(

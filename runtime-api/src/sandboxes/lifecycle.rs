@@ -169,8 +169,8 @@ impl Sandboxes {
         let session = record.session_id.clone().unwrap_or_default();
         let admitted = self.admit_start(&session).await?;
         let nonce = random_hex(16);
-        let key = self.keys.key(runtime_id, &nonce);
-        let key_sha256 = session_key_digest(&key);
+        let keys = self.keys.keys(runtime_id, &nonce);
+        let key_sha256 = session_key_digest(&keys.session);
         self.store
             .session_keys
             .put_session_key(&key_sha256, runtime_id)
@@ -179,9 +179,9 @@ impl Sandboxes {
         resumed.key_nonce.clone_from(&nonce);
         resumed.key_sha256.clone_from(&key_sha256);
         if record.state == SandboxState::Error {
-            self.driver.recover(&resumed, &key).await?;
+            self.driver.recover(&resumed, &keys).await?;
         } else {
-            self.driver.resume(&resumed, &key).await?;
+            self.driver.resume(&resumed, &keys).await?;
         }
         let old_key = record.key_sha256.clone();
         let updated = self
@@ -234,7 +234,6 @@ impl Sandboxes {
                 |record| {
                     record.state = SandboxState::Stopped;
                     record.status_detail = None;
-                    record.restarts = Restarts::default();
                     record.restarts = Restarts::default();
                 },
                 fence,

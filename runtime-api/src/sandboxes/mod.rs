@@ -288,8 +288,8 @@ impl Sandboxes {
         {
             return Err(SandboxError::Contention);
         }
-        let key = self.keys.key(&record.runtime_id, &record.key_nonce);
-        if let Err(err) = self.driver.create(&record, &key).await {
+        let keys = self.keys.keys(&record.runtime_id, &record.key_nonce);
+        if let Err(err) = self.driver.create(&record, &keys).await {
             let detail = format!("cannot create the sandbox: {err}");
             let failed = self
                 .update(

@@ -9,7 +9,7 @@
 //!   working directory is the spec's, under that one (`/workspace` runs in
 //!   `{root}/{runtime_id}/workspace`, and so does a spec without one), `HOME` is
 //!   `{root}/{runtime_id}/home`, and its output goes to `{root}/{runtime_id}/sandbox.log`.
-//! - Its environment is the spec's, `SESSION_API_KEY`, `PORT` and `HOME`, and of
+//! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT` and `HOME`, and of
 //!   Sandgate's own only `PATH`, the locale and the time zone: Sandgate's secrets never
 //!   reach a sandbox. It runs in PID and user namespaces of its own, as a uid of its own
 //!   when Sandgate is root, under rlimits (`process_isolation.rs` says what this machine
@@ -44,7 +44,7 @@ use nix::unistd::Pid;
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
-use super::driver::{DriverError, Observed, SandboxDriver};
+use super::driver::{DriverError, Observed, SECRET_KEY_ENV, SandboxDriver, SandboxKeys};
 use super::process_isolation::{Isolation, only_deaf_init, signal_namespace, start_time};
 use crate::admin::login::Clock;
 use crate::store::{SandboxSpec, SandboxState, StoredSandbox};
@@ -161,12 +161,12 @@ impl ProcessDriver {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts `sandbox`'s command on `port` with `session_key`; its process.
+    /// Starts `sandbox`'s command on `port` with its keys; its process.
     fn spawn(
         &self,
         sandbox: &StoredSandbox,
         port: u16,
-        session_key: &str,
+        keys: &SandboxKeys,
     ) -> Result<Child, DriverError> {
         let dir = self.dir(&sandbox.runtime_id);
         let failed = |what: &str, err: std::io::Error| {
@@ -249,7 +249,9 @@ impl ProcessDriver {
             .env("HOME", &home)
             .envs(&sandbox.spec.environment)
             .env("PORT", port.to_string())
-            .env(SESSION_KEY_ENV, session_key)
+            // Sandgate's keys over any the spec names, as on Kubernetes.
+            .env(SESSION_KEY_ENV, &keys.session)
+            .env(SECRET_KEY_ENV, &keys.secret)
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(log)
@@ -278,10 +280,10 @@ impl ProcessDriver {
     }
 
     /// Starts the sandbox's process, stopping one it still has.
-    async fn start(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+    async fn start(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
         self.stop(&sandbox.runtime_id).await;
         let port = self.port(&sandbox.runtime_id)?;
-        let child = self.spawn(sandbox, port, session_key)?;
+        let child = self.spawn(sandbox, port, keys)?;
         self.sandboxes().insert(
             sandbox.runtime_id.clone(),
             Sandbox {
@@ -356,8 +358,8 @@ impl Drop for ProcessDriver {
 
 #[async_trait]
 impl SandboxDriver for ProcessDriver {
-    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        self.start(sandbox, session_key).await
+    async fn create(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
+        self.start(sandbox, keys).await
     }
 
     async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
@@ -365,8 +367,8 @@ impl SandboxDriver for ProcessDriver {
         Ok(())
     }
 
-    async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        self.start(sandbox, session_key).await
+    async fn resume(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
+        self.start(sandbox, keys).await
     }
 
     async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
