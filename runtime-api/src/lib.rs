@@ -33,6 +33,7 @@ pub use store::Store;
 /// installed).
 pub fn describe_metrics() {
     sandboxes::reconciler::describe_metrics();
+    sandboxes::describe_claim_metrics();
     conversations::describe_metrics();
 }
 

@@ -81,6 +81,7 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         changed_at_ms: 0,
         restarts: Restarts::default(),
         slot_failures: 0,
+        personalised: false,
     }
 }
 

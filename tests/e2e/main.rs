@@ -34,6 +34,7 @@ mod model_gateway;
 mod noisy_tenants;
 mod observability;
 mod ordering;
+mod personalised_pools;
 mod process;
 mod process_isolation;
 mod process_sandboxes;

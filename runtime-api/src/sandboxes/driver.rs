@@ -113,6 +113,13 @@ pub trait SandboxDriver: Send + Sync + 'static {
         Ok(HashMap::new())
     }
 
+    /// Where Sandgate reaches the sandbox's agent-server to personalise it at claim
+    /// (`init.rs`); `None`: the platform runs no agent-server, and a claim delivers
+    /// nothing.
+    fn init_url(&self, _sandbox: &StoredSandbox) -> Option<String> {
+        None
+    }
+
     /// Where the sandbox is reached, when the platform decides it; `None`: at
     /// `{scheme}://{runtime_id}{separator}{base_url}`, the host its ingress routes.
     fn url(&self, _sandbox: &StoredSandbox) -> Option<String> {

@@ -477,6 +477,10 @@ impl SandboxDriver for ProcessDriver {
         let port = self.sandboxes().get(&sandbox.runtime_id)?.port;
         Some(format!("http://127.0.0.1:{port}"))
     }
+
+    fn init_url(&self, sandbox: &StoredSandbox) -> Option<String> {
+        self.url(sandbox)
+    }
 }
 
 fn error(detail: String) -> Observed {

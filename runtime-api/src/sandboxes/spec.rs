@@ -1,10 +1,11 @@
-//! What makes sandboxes interchangeable (the claim key), what a warm pool's sandboxes
-//! run, and the keys they are issued.
+//! What makes sandboxes interchangeable (the claim key; `matching.rs` says which kind),
+//! what a warm pool's sandboxes run, and the keys they are issued.
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::driver::SandboxKeys;
+use super::matching::{is_deferred, shape_key};
 use crate::admin::configs::Effective;
 use crate::store::SandboxSpec;
 
@@ -12,9 +13,19 @@ use crate::store::SandboxSpec;
 /// may claim a warm sandbox whatever they hold (design.md).
 pub const PER_DEPLOYMENT_KEYS: &[&str] = &["OH_WEBHOOKS_0_BASE_URL", "OH_ALLOW_CORS_ORIGINS_0"];
 
+/// The claim key of a sandbox of `spec`: for a pool personalised at claim, what shapes
+/// its process ([`shape_key`]); else [`exact_key`].
+pub fn claim_key(spec: &SandboxSpec) -> String {
+    if is_deferred(spec) {
+        shape_key(spec)
+    } else {
+        exact_key(spec)
+    }
+}
+
 /// A digest of what a start must match exactly to claim a warm sandbox: image, command,
 /// working directory and environment, less the per-deployment keys.
-pub fn claim_key(spec: &SandboxSpec) -> String {
+pub fn exact_key(spec: &SandboxSpec) -> String {
     let mut digest = Sha256::new();
     let mut field = |bytes: &[u8]| {
         digest.update((bytes.len() as u64).to_be_bytes());
