@@ -85,7 +85,7 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
     }
 }
 
-async fn start() -> (FakeKube, KubernetesDriver) {
+pub(crate) async fn start() -> (FakeKube, KubernetesDriver) {
     start_with(PodSecurity::Restricted).await
 }
 

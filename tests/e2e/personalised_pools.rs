@@ -229,3 +229,62 @@ async fn the_chart_s_default_pool_is_claimed_by_the_app_server_s_start_and_cold_
     assert_eq!(listed["pools"][0]["cold_starts"], json!({"working_dir": 1}));
     sandgate.terminate().await;
 }
+
+/// On Kubernetes: the claim reaches the dormant agent-server at its Service, and a
+/// personalised sandbox's resume starts its pod with the start's environment, awake.
+#[tokio::test]
+async fn a_personalised_kubernetes_sandbox_resumes_awake_with_the_start_s_environment() {
+    use sandgate_runtime_api::sandboxes::driver::SandboxDriver;
+
+    use crate::common::fake_kube::DEPLOYMENTS;
+    use crate::kubernetes::{KEY, NAMESPACE, keys, object, sandbox, start};
+
+    let (fake, driver) = start().await;
+    let mut record = sandbox("p3r50n", Some("v1_current"));
+    record
+        .spec
+        .environment
+        .insert("OH_DEFERRED_INIT".into(), "true".into());
+    driver.create(&record, &keys(KEY)).await.expect("create");
+    assert_eq!(
+        driver.init_url(&record).as_deref(),
+        Some(format!("http://sandbox-p3r50n.{NAMESPACE}.svc:80").as_str())
+    );
+
+    // Claimed: the record runs the start's spec.
+    record.personalised = true;
+    record.spec.environment = [
+        (
+            "OH_WEBHOOKS_0_BASE_URL",
+            "https://app.example.com/api/v1/webhooks",
+        ),
+        ("WORKER_1", "12000"),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value.to_owned()))
+    .collect();
+    driver.pause(&record).await.expect("pause");
+    driver
+        .resume(&record, &keys("the-resumed-key"))
+        .await
+        .expect("resume");
+    let deployment = object(&fake, DEPLOYMENTS, "sandbox-p3r50n");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let value = |name: &str| {
+        container["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .find(|entry| entry["name"] == name)
+            .and_then(|entry| entry["value"].as_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(value("OH_DEFERRED_INIT").as_deref(), Some("false"));
+    assert_eq!(
+        value("OH_WEBHOOKS_0_BASE_URL").as_deref(),
+        Some("https://app.example.com/api/v1/webhooks")
+    );
+    assert_eq!(value("WORKER_1").as_deref(), Some("12000"));
+    assert_eq!(container["image"], "ghcr.io/acme/agent-server:1.4.2");
+    assert!(!deployment.to_string().contains("the-resumed-key"));
+}

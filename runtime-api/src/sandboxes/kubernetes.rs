@@ -26,6 +26,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::Patch;
 
 use super::driver::{DriverError, Observed, Refusal, SECRET_KEY_ENV, SandboxDriver, SandboxKeys};
+use super::matching::DEFERRED_INIT_ENV;
 use crate::store::{SandboxSpec, StoredSandbox};
 
 /// How much the sandboxes' pods may do, as the Pod Security Standards name the levels
@@ -292,6 +293,27 @@ impl SandboxDriver for KubernetesDriver {
                 } },
             })
         };
+        let mut env = vec![
+            from_secret(objects::SESSION_KEY_ENV),
+            from_secret(SECRET_KEY_ENV),
+        ];
+        if sandbox.personalised {
+            // Made dormant with its pool's environment, personalised at its claim: the new
+            // pod runs the start's environment instead, awake (the pool's other keys stay,
+            // under the start's values wherever it names them).
+            env.extend(
+                sandbox
+                    .spec
+                    .environment
+                    .iter()
+                    .filter(|(name, _)| {
+                        ![objects::SESSION_KEY_ENV, SECRET_KEY_ENV, DEFERRED_INIT_ENV]
+                            .contains(&name.as_str())
+                    })
+                    .map(|(name, value)| serde_json::json!({ "name": name, "value": value })),
+            );
+            env.push(serde_json::json!({ "name": DEFERRED_INIT_ENV, "value": "false" }));
+        }
         let restart = serde_json::json!({
             "spec": {
                 "replicas": 1,
@@ -299,10 +321,7 @@ impl SandboxDriver for KubernetesDriver {
                     "metadata": { "annotations": { objects::KEY_VERSION: sandbox.key_nonce } },
                     "spec": { "containers": [{
                         "name": objects::CONTAINER,
-                        "env": [
-                            from_secret(objects::SESSION_KEY_ENV),
-                            from_secret(SECRET_KEY_ENV),
-                        ],
+                        "env": env,
                     }] },
                 },
             }
@@ -316,6 +335,13 @@ impl SandboxDriver for KubernetesDriver {
 
     async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
         self.remove(runtime_id).await
+    }
+
+    fn init_url(&self, sandbox: &StoredSandbox) -> Option<String> {
+        Some(objects::internal_url(
+            &sandbox.runtime_id,
+            &self.options.namespace,
+        ))
     }
 
     /// Secrets are not listed: the driver may write them, never read them (the chart's

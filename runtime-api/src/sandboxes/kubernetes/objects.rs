@@ -66,6 +66,12 @@ pub fn name(runtime_id: &str) -> String {
     format!("sandbox-{runtime_id}")
 }
 
+/// Where runtime-api reaches the sandbox's agent-server inside the cluster: its Service
+/// (the sandbox namespace's policy lets runtime-api in).
+pub fn internal_url(runtime_id: &str, namespace: &str) -> String {
+    format!("http://{}.{namespace}.svc:{SERVICE_PORT}", name(runtime_id))
+}
+
 /// Name of the sandbox's workspace claim.
 pub fn claim_name(runtime_id: &str) -> String {
     format!("sandbox-{runtime_id}-workspace")
