@@ -37,6 +37,7 @@ mod ordering;
 mod personalised_pools;
 mod process;
 mod process_isolation;
+mod process_real_clients;
 mod process_sandboxes;
 mod quotas;
 mod redaction;
