@@ -30,6 +30,7 @@ pub use settings::SettingsService;
 /// installed).
 pub fn describe_metrics() {
     sandboxes::reconciler::describe_metrics();
+    sandboxes::describe_claim_metrics();
     conversations::describe_metrics();
 }
 

@@ -20,6 +20,7 @@ pub mod quantity;
 mod sandboxes;
 mod secrets;
 mod settings;
+mod start_request;
 mod store;
 
 use std::collections::BTreeMap;
@@ -121,6 +122,8 @@ pub struct RuntimeApiSettings {
     pub sandbox_nodes: u32,
     /// `SANDBOX_POD_SECURITY`: what the warm configurations are checked against.
     pub sandbox_pod_security: PodSecurity,
+    /// `--start-request`: a `/start` body to hold against the warm configurations.
+    pub start_request: Option<PathBuf>,
 }
 
 /// The binary's defaults, so tests state only what they change.
@@ -150,6 +153,7 @@ impl Default for RuntimeApiSettings {
             node_ephemeral_storage: None,
             sandbox_nodes: 1,
             sandbox_pod_security: PodSecurity::Restricted,
+            start_request: None,
         }
     }
 }
@@ -190,6 +194,7 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
         };
         findings.extend(sandboxes::node_capacity(runtime, installer.as_ref()));
         findings.extend(kubernetes::warm_pod_security(runtime, installer.as_ref()));
+        findings.extend(start_request::start_request(runtime, installer.as_ref()));
         findings.extend(secrets::runtime_api_secrets(runtime));
         findings.extend(secrets::signing_keys_shared(runtime));
     }

@@ -65,6 +65,7 @@ impl RuntimeApiSettings {
             node_ephemeral_storage: given(sandboxes.node_ephemeral_storage.as_ref()),
             sandbox_nodes: sandboxes.sandbox_nodes,
             sandbox_pod_security: sandboxes.sandbox_pod_security,
+            start_request: None,
         }
     }
 }
@@ -126,8 +127,10 @@ impl Settings {
 
 /// What `sandgate check-config --service S` checks: the settings service S reads.
 pub fn from_check_config_args(args: &CheckConfigArgs) -> Settings {
-    let runtime_api =
-        || RuntimeApiSettings::from_args(&args.store, &args.auth, &args.admin, &args.sandboxes);
+    let runtime_api = || RuntimeApiSettings {
+        start_request: args.start_request.clone(),
+        ..RuntimeApiSettings::from_args(&args.store, &args.auth, &args.admin, &args.sandboxes)
+    };
     let model_gw = || ModelGwSettings::from_args(&args.gateway);
     match args.service {
         CheckedService::Serve => Settings {

@@ -77,6 +77,11 @@ pub struct CheckConfigArgs {
     /// whether it answers.
     #[arg(long)]
     pub connect: bool,
+    /// A `/start` body (JSON, as the app server sends it) to hold against the installer's
+    /// warm configurations: names the fields in which it differs from each, and fails
+    /// when none would be claimed.
+    #[arg(long)]
+    pub start_request: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -93,6 +93,10 @@ pub struct StoredSandbox {
     /// backoff); back to 0 once it runs.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub slot_failures: u32,
+    /// Started dormant in a warm pool and personalised at its claim: its workload was made
+    /// with the pool's environment, and a resume starts it with `spec`'s, the start's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub personalised: bool,
 }
 
 fn is_zero(count: &u32) -> bool {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use axum::http::Method;
-use sandgate_runtime_api::sandboxes::driver::{Observed, Refusal, SandboxDriver};
+use sandgate_runtime_api::sandboxes::driver::{Observed, Refusal, SandboxDriver, SandboxKeys};
 use sandgate_runtime_api::sandboxes::kubernetes::{
     KubernetesDriver, KubernetesOptions, PodSecurity,
 };
@@ -24,6 +24,16 @@ use sandgate_runtime_api::ambient::Clock;
 
 pub(crate) const NAMESPACE: &str = "sandboxes";
 pub(crate) const KEY: &str = "session-key-of-the-first-run";
+/// The secret key of every sandbox of these tests: a sandbox keeps its own for life.
+pub(crate) const SECRET_KEY: &str = "secret-key-of-the-sandbox";
+
+/// The keys a sandbox is started with: `session`, and its one secret key.
+pub(crate) fn keys(session: &str) -> SandboxKeys {
+    SandboxKeys {
+        session: session.to_owned(),
+        secret: SECRET_KEY.to_owned(),
+    }
+}
 
 pub(crate) fn options() -> KubernetesOptions {
     KubernetesOptions {
@@ -71,10 +81,11 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         changed_at_ms: 0,
         restarts: Restarts::default(),
         slot_failures: 0,
+        personalised: false,
     }
 }
 
-async fn start() -> (FakeKube, KubernetesDriver) {
+pub(crate) async fn start() -> (FakeKube, KubernetesDriver) {
     start_with(PodSecurity::Restricted).await
 }
 
@@ -100,8 +111,13 @@ fn owner(fake: &FakeKube, runtime_id: &str) -> Value {
 
 /// The container's `SESSION_API_KEY` entry: from the sandbox's Secret.
 fn key_from_secret(runtime_id: &str) -> Value {
-    json!({"name": "SESSION_API_KEY", "valueFrom": {"secretKeyRef": {
-        "name": format!("sandbox-{runtime_id}-session"), "key": "SESSION_API_KEY", "optional": false,
+    entry_from_secret(runtime_id, "SESSION_API_KEY")
+}
+
+/// The container's entry of `name`, read from the sandbox's Secret under that name.
+fn entry_from_secret(runtime_id: &str, name: &str) -> Value {
+    json!({"name": name, "valueFrom": {"secretKeyRef": {
+        "name": format!("sandbox-{runtime_id}-session"), "key": name, "optional": false,
     }}})
 }
 
@@ -162,7 +178,7 @@ pub(crate) fn objects_of(fake: &FakeKube, runtime_id: &str) -> Vec<(&'static str
 async fn create_makes_the_deployment_service_ingress_and_claim() {
     let (fake, driver) = start().await;
     let record = sandbox("a1b2c3", Some("v1_current"));
-    driver.create(&record, KEY).await.expect("create");
+    driver.create(&record, &keys(KEY)).await.expect("create");
 
     let deployment = object(&fake, DEPLOYMENTS, "sandbox-a1b2c3");
     assert_labels(&deployment, "a1b2c3", "v1_current");
@@ -196,11 +212,19 @@ async fn create_makes_the_deployment_service_ingress_and_claim() {
     // (nor so in its ReplicaSets and pods, which the `view` role reads).
     let key_entry = env_entry(container, "SESSION_API_KEY");
     assert_eq!(key_entry, &key_from_secret("a1b2c3"));
+    assert_eq!(
+        env_entry(container, "OH_SECRET_KEY"),
+        &entry_from_secret("a1b2c3", "OH_SECRET_KEY")
+    );
+    assert!(!deployment.to_string().contains(SECRET_KEY), "{deployment}");
     assert!(!deployment.to_string().contains(KEY), "{deployment}");
     let secret = object(&fake, SECRETS, "sandbox-a1b2c3-session");
     assert_labels(&secret, "a1b2c3", "v1_current");
     assert_eq!(secret["type"], "Opaque");
-    assert_eq!(secret["stringData"], json!({"SESSION_API_KEY": KEY}));
+    assert_eq!(
+        secret["stringData"],
+        json!({"SESSION_API_KEY": KEY, "OH_SECRET_KEY": SECRET_KEY})
+    );
     assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
     assert_eq!(
         env_value(container, "OH_WEBHOOKS_0_BASE_URL"),
@@ -294,7 +318,7 @@ async fn a_cold_sandbox_is_labelled_cold_and_its_resources_scale_with_its_factor
     record.spec.run_as_user = None;
     record.spec.run_as_group = None;
     record.spec.fs_group = None;
-    driver.create(&record, KEY).await.expect("create");
+    driver.create(&record, &keys(KEY)).await.expect("create");
 
     for (resource, found) in objects_of(&fake, "c0ffee") {
         assert_labels(
@@ -355,7 +379,7 @@ async fn what_the_pod_security_level_refuses_and_allows() {
     );
     let mut record = sandbox("r007", None);
     record.spec = root;
-    baseline.create(&record, KEY).await.expect("create");
+    baseline.create(&record, &keys(KEY)).await.expect("create");
     let pod = object(&fake, DEPLOYMENTS, "sandbox-r007")["spec"]["template"]["spec"].clone();
     assert_eq!(pod["securityContext"]["runAsUser"], 0);
     assert!(
@@ -376,7 +400,7 @@ async fn a_fuse_s3_sandbox_runs_privileged_with_an_empty_dir_and_no_claim() {
     let (fake, driver) = start_with(PodSecurity::Privileged).await;
     let mut record = sandbox("f05e", Some("s3"));
     record.spec.fuse_s3_mount = Some(true);
-    driver.create(&record, KEY).await.expect("create");
+    driver.create(&record, &keys(KEY)).await.expect("create");
 
     assert!(fake.names(CLAIMS, NAMESPACE).is_empty());
     let deployment = object(&fake, DEPLOYMENTS, "sandbox-f05e");
@@ -402,7 +426,7 @@ async fn a_fuse_s3_sandbox_runs_privileged_with_an_empty_dir_and_no_claim() {
 async fn pause_keeps_the_claim_and_resume_restarts_on_the_original_image_with_a_new_key() {
     let (fake, driver) = start().await;
     let record = sandbox("9a05e", Some("v1_current"));
-    driver.create(&record, KEY).await.expect("create");
+    driver.create(&record, &keys(KEY)).await.expect("create");
 
     driver.pause(&record).await.expect("pause");
     let paused = object(&fake, DEPLOYMENTS, "sandbox-9a05e");
@@ -423,7 +447,7 @@ async fn pause_keeps_the_claim_and_resume_restarts_on_the_original_image_with_a_
     let mut resumed_record = record.clone();
     resumed_record.spec.image = "ghcr.io/acme/agent-server:2.0.0".into();
     driver
-        .resume(&resumed_record, "session-key-of-the-second-run")
+        .resume(&resumed_record, &keys("session-key-of-the-second-run"))
         .await
         .expect("resume");
     let resumed = object(&fake, DEPLOYMENTS, "sandbox-9a05e");
@@ -439,7 +463,8 @@ async fn pause_keeps_the_claim_and_resume_restarts_on_the_original_image_with_a_
     let secret = object(&fake, SECRETS, "sandbox-9a05e-session");
     assert_eq!(
         secret["stringData"],
-        json!({"SESSION_API_KEY": "session-key-of-the-second-run"})
+        json!({"SESSION_API_KEY": "session-key-of-the-second-run", "OH_SECRET_KEY": SECRET_KEY}),
+        "a new session key beside the secret key the sandbox keeps for life"
     );
     assert_eq!(
         resumed["spec"]["template"]["metadata"]["annotations"]["sandgate.dev/session-key-version"],
@@ -448,8 +473,12 @@ async fn pause_keeps_the_claim_and_resume_restarts_on_the_original_image_with_a_
     assert!(!resumed.to_string().contains("session-key-of"), "{resumed}");
     let key_entry = env_entry(container, "SESSION_API_KEY");
     assert_eq!(key_entry, &key_from_secret("9a05e"));
+    assert_eq!(
+        env_entry(container, "OH_SECRET_KEY"),
+        &entry_from_secret("9a05e", "OH_SECRET_KEY")
+    );
     assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
-    assert_eq!(container["env"].as_array().expect("env").len(), 3);
+    assert_eq!(container["env"].as_array().expect("env").len(), 4);
     assert!(
         fake.object(CLAIMS, NAMESPACE, "sandbox-9a05e-workspace")
             .is_some()
@@ -477,9 +506,12 @@ async fn delete_removes_that_sandboxs_objects_and_leaves_the_others() {
     let (fake, driver) = start().await;
     let doomed = sandbox("dead01", Some("v1_current"));
     let kept = sandbox("a11ve", Some("v1_current"));
-    driver.create(&doomed, KEY).await.expect("create doomed");
     driver
-        .create(&kept, "other-key")
+        .create(&doomed, &keys(KEY))
+        .await
+        .expect("create doomed");
+    driver
+        .create(&kept, &keys("other-key"))
         .await
         .expect("create kept");
 
@@ -734,7 +766,7 @@ async fn a_half_made_sandbox_is_removed_and_errors_name_the_object() {
     );
 
     let err = driver
-        .create(&record, KEY)
+        .create(&record, &keys(KEY))
         .await
         .expect_err("the ingress is refused");
     let message = err.to_string();
@@ -774,7 +806,7 @@ async fn a_half_made_sandbox_is_removed_and_errors_name_the_object() {
         "etcdserver: leader changed",
     );
     let message = driver
-        .create(&record, KEY)
+        .create(&record, &keys(KEY))
         .await
         .expect_err("the service fails")
         .to_string();
@@ -784,7 +816,7 @@ async fn a_half_made_sandbox_is_removed_and_errors_name_the_object() {
         fake.object(DEPLOYMENTS, NAMESPACE, "sandbox-p4r71a1")
             .is_some()
     );
-    driver.create(&record, KEY).await.expect("retry");
+    driver.create(&record, &keys(KEY)).await.expect("retry");
     for (resource, found) in objects_of(&fake, "p4r71a1") {
         let found = found.unwrap_or_else(|| panic!("{resource} missing after the retry"));
         if resource != DEPLOYMENTS {
@@ -794,7 +826,10 @@ async fn a_half_made_sandbox_is_removed_and_errors_name_the_object() {
             );
         }
     }
-    driver.create(&record, KEY).await.expect("a third create");
+    driver
+        .create(&record, &keys(KEY))
+        .await
+        .expect("a third create");
     assert_eq!(fake.names(DEPLOYMENTS, NAMESPACE), ["sandbox-p4r71a1"]);
 
     // A sandbox the cluster lost: the error names the object and the API's reason.
@@ -812,13 +847,15 @@ async fn a_half_made_sandbox_is_removed_and_errors_name_the_object() {
 async fn resuming_a_sandbox_an_older_release_made_moves_its_key_into_a_secret() {
     let (fake, driver) = start().await;
     let record = sandbox("01d", None);
-    driver.create(&record, KEY).await.expect("create");
-    // As an older release left it: the key in clear in the pod template, no Secret.
+    driver.create(&record, &keys(KEY)).await.expect("create");
+    // As an older release left it: the key in clear in the pod template, no secret key,
+    // no Secret.
     let mut deployment = object(&fake, DEPLOYMENTS, "sandbox-01d");
-    for entry in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array_mut()
-        .expect("env")
-    {
+        .expect("env");
+    env.retain(|entry| entry["name"] != "OH_SECRET_KEY");
+    for entry in env {
         if entry["name"] == "SESSION_API_KEY" {
             *entry = json!({"name": "SESSION_API_KEY", "value": KEY});
         }
@@ -826,11 +863,14 @@ async fn resuming_a_sandbox_an_older_release_made_moves_its_key_into_a_secret() 
     fake.put(DEPLOYMENTS, deployment);
     fake.remove(SECRETS, NAMESPACE, "sandbox-01d-session");
 
-    driver.resume(&record, "the-new-key").await.expect("resume");
+    driver
+        .resume(&record, &keys("the-new-key"))
+        .await
+        .expect("resume");
     let secret = object(&fake, SECRETS, "sandbox-01d-session");
     assert_eq!(
         secret["stringData"],
-        json!({"SESSION_API_KEY": "the-new-key"})
+        json!({"SESSION_API_KEY": "the-new-key", "OH_SECRET_KEY": SECRET_KEY})
     );
     assert_eq!(secret["metadata"]["ownerReferences"], owner(&fake, "01d"));
     let resumed = object(&fake, DEPLOYMENTS, "sandbox-01d");
@@ -838,6 +878,12 @@ async fn resuming_a_sandbox_an_older_release_made_moves_its_key_into_a_secret() 
     let container = &resumed["spec"]["template"]["spec"]["containers"][0];
     let key_entry = env_entry(container, "SESSION_API_KEY");
     assert_eq!(key_entry, &key_from_secret("01d"));
+    // (Added by the patch, with the `"value": null` that removes a value where there is one.)
+    assert_eq!(
+        env_entry(container, "OH_SECRET_KEY")["valueFrom"],
+        entry_from_secret("01d", "OH_SECRET_KEY")["valueFrom"],
+        "a sandbox made before secret keys gets one at its resume"
+    );
     never_read_a_secret(&fake);
 }
 
@@ -848,7 +894,7 @@ async fn a_pod_the_cluster_refuses_to_create_shows_why() {
     let stalled = sandbox("57a11", None);
     let pending = sandbox("n0p0d", None);
     for record in [&refused, &stalled, &pending] {
-        driver.create(record, KEY).await.expect("create");
+        driver.create(record, &keys(KEY)).await.expect("create");
     }
     // What the ReplicaSet controller and the Deployment controller write when admission
     // refuses the pod, and after the progress deadline.
@@ -1064,20 +1110,26 @@ async fn the_objects_sent_validate_strictly_and_meet_the_restricted_standard() {
     cold.spec.fs_group = None;
     cold.spec.resource_factor = Some(2.0);
     for record in [&warm, &cold] {
-        driver.create(record, KEY).await.expect("create");
+        driver.create(record, &keys(KEY)).await.expect("create");
     }
     driver.pause(&cold).await.expect("pause");
-    driver.resume(&cold, "a-new-key").await.expect("resume");
+    driver
+        .resume(&cold, &keys("a-new-key"))
+        .await
+        .expect("resume");
     driver.pause(&warm).await.expect("pause");
     driver.delete(&warm.runtime_id).await.expect("delete");
-    driver.create(&warm, KEY).await.expect("create again");
+    driver
+        .create(&warm, &keys(KEY))
+        .await
+        .expect("create again");
     never_read_a_secret(&fake);
     objects.extend(fake.all());
 
     let (fake, driver) = start_with(PodSecurity::Privileged).await;
     let mut fuse = sandbox("f05e", Some("s3"));
     fuse.spec.fuse_s3_mount = Some(true);
-    driver.create(&fuse, KEY).await.expect("create");
+    driver.create(&fuse, &keys(KEY)).await.expect("create");
     objects.extend(fake.all());
     let kinds: std::collections::BTreeSet<String> = objects
         .iter()
@@ -1142,7 +1194,7 @@ async fn the_orphan_sweep_deletes_workloads_no_record_names() {
         .await
         .expect("start");
     driver
-        .create(&sandbox("0rphan", None), KEY)
+        .create(&sandbox("0rphan", None), &keys(KEY))
         .await
         .expect("an orphan's objects");
 
@@ -1189,7 +1241,7 @@ async fn the_orphan_sweep_refuses_to_delete_most_of_the_namespace() {
     let orphans = sandgate_runtime_api::sandboxes::reconciler::ORPHAN_SWEEP_GUARD + 1;
     for i in 0..orphans {
         driver
-            .create(&sandbox(&format!("0rphan{i}"), None), KEY)
+            .create(&sandbox(&format!("0rphan{i}"), None), &keys(KEY))
             .await
             .expect("an orphan's objects");
     }

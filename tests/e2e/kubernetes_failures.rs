@@ -365,7 +365,7 @@ async fn a_root_working_directory_keeps_the_image_and_mounts_the_workspace_besid
         sandgate_runtime_api::sandboxes::driver::SandboxDriver::create(
             &driver,
             &record,
-            crate::kubernetes::KEY,
+            &crate::kubernetes::keys(crate::kubernetes::KEY),
         )
         .await
         .expect("create");

@@ -1,9 +1,7 @@
 //! The `process` sandbox driver on the real `sandgate` binary: sandboxes that really run on
-//! this machine. First with a plain program (what a sandbox's process gets, pause, resume,
-//! delete, a restart of Sandgate), then with the real clients, unchanged: the app server's
-//! `RemoteSandboxService` starting a real agent-server that posts its conversation back to
-//! Sandgate with its session key, across a pause and a resume; and the SDK's
-//! `APIRemoteWorkspace` creating, attaching to and cleaning up a sandbox.
+//! this machine, with a plain program (what a sandbox's process gets, its keys, pause,
+//! resume, delete, a restart of Sandgate, a warm pool). The real clients on it are in
+//! `process_real_clients.rs`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, Steps, WEBHOOK_KEY, tool};
+use crate::common::{RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY};
 
 /// How long a sandbox may take to start (a real agent-server takes seconds).
 const START_WITHIN: Duration = Duration::from_secs(120);
@@ -21,7 +19,7 @@ pub(crate) const SANDGATE_SECRET: &str = "jwt-secret-of-sandgate-never-in-a-sand
 
 /// `sandgate serve --sandbox-driver process` with its embedded store and its sandboxes in
 /// `data_dir` (both survive a restart on it), with `port` as the port sandbox commands name.
-async fn serve(data_dir: &Path, port: &str) -> SandgateProcess {
+pub(crate) async fn serve(data_dir: &Path, port: &str) -> SandgateProcess {
     serve_with(data_dir, port, &[]).await
 }
 
@@ -172,6 +170,14 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
     let environment = written_environment(&dir);
     let first_key = running["session_api_key"].as_str().expect("key").to_owned();
     assert_eq!(environment.get("SESSION_API_KEY"), Some(&first_key));
+    // Its secret key (what the agent-server encrypts the secrets it saves with): its own,
+    // not its session key, which a resume rotates.
+    let secret_key = environment
+        .get("OH_SECRET_KEY")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(secret_key.len(), 64, "{environment:?}");
+    assert_ne!(secret_key, first_key);
     assert_eq!(
         environment.get("GREETING").map(String::as_str),
         Some("hello")
@@ -200,9 +206,15 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
     assert_eq!(resumed["url"], url.as_str());
     let second_key = resumed["session_api_key"].as_str().expect("key").to_owned();
     assert_ne!(second_key, first_key);
+    let resumed_environment = written_environment(&dir);
     assert_eq!(
-        written_environment(&dir).get("SESSION_API_KEY"),
+        resumed_environment.get("SESSION_API_KEY"),
         Some(&second_key)
+    );
+    assert_eq!(
+        resumed_environment.get("OH_SECRET_KEY"),
+        Some(&secret_key),
+        "a resumed sandbox reads back what it saved: its secret key is the one it had"
     );
 
     // A second sandbox of the same command gets a port of its own.
@@ -212,6 +224,13 @@ async fn a_sandbox_is_a_process_of_its_own_that_pauses_resumes_and_goes() {
     let running = until_session(&sandgate, "plain-2", "running").await;
     let second_url = running["url"].as_str().expect("url").to_owned();
     assert_ne!(second_url, url);
+    let second_environment = written_environment(&data.path().join("sandboxes").join(&second_id));
+    assert!(
+        second_environment
+            .get("OH_SECRET_KEY")
+            .is_some_and(|other| other.len() == 64 && *other != secret_key),
+        "each sandbox has a secret key of its own: {second_environment:?}"
+    );
     assert!(answers(&url).await && answers(&second_url).await);
 
     // Stop removes the process and the directory.
@@ -230,6 +249,9 @@ async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them
     let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
     let running = until_session(&sandgate, "kept", "running").await;
     let url = running["url"].as_str().expect("url").to_owned();
+    let dir = data.path().join("sandboxes").join(&runtime_id);
+    let secret_key = written_environment(&dir).get("OH_SECRET_KEY").cloned();
+    assert!(secret_key.is_some());
 
     sandgate.kill().await;
     let mut sandgate = serve(data.path(), "8000").await;
@@ -244,95 +266,16 @@ async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them
     let resumed = until_session(&sandgate, "kept", "running").await;
     assert_eq!(resumed["url"], url.as_str(), "its port was kept");
     assert!(answers(&url).await);
+    assert_eq!(
+        written_environment(&dir).get("OH_SECRET_KEY").cloned(),
+        secret_key,
+        "another run of Sandgate on the same secret gives it the same secret key"
+    );
     sandgate.terminate().await;
     assert!(
         !answers(&url).await,
         "a stopping Sandgate stops its sandboxes"
     );
-}
-
-/// Runs a driver script with `python` against a Sandgate of its own on the process
-/// driver, whose sandboxes name the agent-server port the real clients use (60000): its
-/// data directory, the server, and the script's steps.
-async fn drive(python: PathBuf, script: &str) -> (tempfile::TempDir, SandgateProcess, Steps) {
-    let data = tempfile::tempdir().expect("data dir");
-    let sandgate = serve(data.path(), "60000").await;
-    let url = sandgate.url("");
-    let steps = Steps::run(
-        python,
-        script,
-        &["--url", &url, "--api-key", RUNTIME_KEY],
-        || format!("Sandgate:\n{}", sandgate.log()),
-    )
-    .await;
-    (data, sandgate, steps)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume() {
-    let (data, mut sandgate, steps) = drive(
-        tool("app-server/bin/python", REAL_CLIENTS),
-        "tests/real_clients/process_sandbox_drive.py",
-    )
-    .await;
-
-    assert_eq!(
-        steps.get("running")["health"],
-        200,
-        "{}",
-        steps.get("running")
-    );
-    let runtime_id = steps.get("running")["id"].as_str().expect("id").to_owned();
-    assert!(steps.get("first_turn")["recorded_events"].as_u64() > Some(0));
-    assert_eq!(steps.get("pause")["ok"], true);
-    assert_eq!(steps.get("paused")["status"], "PAUSED");
-    assert_eq!(steps.get("paused")["agent_server_gone"], true);
-    assert_eq!(steps.get("resume")["ok"], true);
-    assert_eq!(steps.get("resumed")["key_rotated"], true);
-    assert_eq!(steps.get("resumed")["same_url"], true);
-    // The second turn's events reached Sandgate: the agent-server posted them with the
-    // key it was resumed with, and the first one is refused.
-    assert!(
-        steps.get("second_turn")["recorded_events"].as_u64()
-            > steps.get("first_turn")["recorded_events"].as_u64()
-    );
-    assert_eq!(
-        steps.get("old_key")["status"],
-        401,
-        "{}",
-        steps.get("old_key")
-    );
-    assert_eq!(steps.get("delete")["ok"], true);
-    assert_eq!(steps.get("deleted")["found"], false);
-    assert!(!data.path().join("sandboxes").join(&runtime_id).exists());
-    sandgate.terminate().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
-    let (data, mut sandgate, steps) = drive(
-        tool("agent-server-1.58.2/bin/python", REAL_CLIENTS),
-        "tests/real_clients/remote_workspace_drive.py",
-    )
-    .await;
-
-    let create = steps.get("create");
-    assert_eq!(create["exit_code"], 0, "{create}");
-    assert_eq!(create["stdout"], "created-42");
-    assert!(
-        create["host"]
-            .as_str()
-            .is_some_and(|host| host.starts_with("http://127.0.0.1:"))
-    );
-    let attach = steps.get("attach");
-    assert_eq!(attach["same_host"], true, "{attach}");
-    assert_eq!(attach["exit_code"], 0);
-    let cleanup = steps.get("cleanup");
-    assert_eq!(cleanup["status"], "stopped", "{cleanup}");
-    let runtime_id = cleanup["runtime_id"].as_str().expect("id");
-    assert!(!data.path().join("sandboxes").join(runtime_id).exists());
-    // A SIGKILL (the drop) would leave what still runs running.
-    sandgate.terminate().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,7 +341,10 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
         ..SandboxSpec::default()
     };
     let before = SystemClock.now_ms();
-    driver.create(&record, "a-key").await.expect("create");
+    driver
+        .create(&record, &crate::kubernetes::keys("a-key"))
+        .await
+        .expect("create");
     let workloads = driver.workloads().await.expect("workloads");
     let started = workloads.get("0rphan").copied().expect("listed");
     assert!(

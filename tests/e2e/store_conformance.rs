@@ -736,6 +736,7 @@ fn sandbox(id: &str, session: Option<&str>, state: SandboxState) -> StoredSandbo
             reasons: vec!["OOMKilled (exit code 137)".into()],
         },
         slot_failures: 3,
+        personalised: true,
     }
 }
 

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sandgate_runtime_api::sandboxes::driver::{DriverError, LocalDriver, Observed, SandboxDriver};
+use sandgate_runtime_api::sandboxes::driver::{
+    DriverError, LocalDriver, Observed, SandboxDriver, SandboxKeys,
+};
 use sandgate_runtime_api::sandboxes::reconciler::Reconciler;
 use sandgate_store::StoredSandbox;
 use serde_json::{Value, json};
@@ -91,7 +93,7 @@ struct GatedDriver {
 
 #[async_trait::async_trait]
 impl SandboxDriver for GatedDriver {
-    async fn create(&self, sandbox: &StoredSandbox, key: &str) -> Result<(), DriverError> {
+    async fn create(&self, sandbox: &StoredSandbox, key: &SandboxKeys) -> Result<(), DriverError> {
         self.started.send_modify(|started| *started += 1);
         self.gate.acquire().await.expect("gate").forget();
         self.created.fetch_add(1, Ordering::SeqCst);
@@ -102,7 +104,7 @@ impl SandboxDriver for GatedDriver {
         self.local.pause(sandbox).await
     }
 
-    async fn resume(&self, sandbox: &StoredSandbox, key: &str) -> Result<(), DriverError> {
+    async fn resume(&self, sandbox: &StoredSandbox, key: &SandboxKeys) -> Result<(), DriverError> {
         self.local.resume(sandbox, key).await
     }
 

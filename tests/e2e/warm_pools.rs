@@ -11,7 +11,9 @@ use sandgate_proto::sandboxes::v1::sandboxes_server::Sandboxes as _;
 use sandgate_runtime_api::Authenticator;
 use sandgate_runtime_api::admin::installer::InstallerFile;
 use sandgate_runtime_api::admin::source::WarmConfigSource;
-use sandgate_runtime_api::sandboxes::driver::{DriverError, LocalDriver, Observed, SandboxDriver};
+use sandgate_runtime_api::sandboxes::driver::{
+    DriverError, LocalDriver, Observed, SandboxDriver, SandboxKeys,
+};
 use sandgate_runtime_api::sandboxes::reconciler::Pass;
 use sandgate_runtime_api::sandboxes::{
     Reconciler, SandboxError, SandboxOptions, Sandboxes, SandboxesService,
@@ -585,7 +587,7 @@ struct MeddlingDriver {
 
 #[async_trait::async_trait]
 impl SandboxDriver for MeddlingDriver {
-    async fn create(&self, sandbox: &StoredSandbox, key: &str) -> Result<(), DriverError> {
+    async fn create(&self, sandbox: &StoredSandbox, key: &SandboxKeys) -> Result<(), DriverError> {
         self.local.create(sandbox, key).await
     }
 
@@ -593,7 +595,7 @@ impl SandboxDriver for MeddlingDriver {
         self.local.pause(sandbox).await
     }
 
-    async fn resume(&self, sandbox: &StoredSandbox, key: &str) -> Result<(), DriverError> {
+    async fn resume(&self, sandbox: &StoredSandbox, key: &SandboxKeys) -> Result<(), DriverError> {
         self.local.resume(sandbox, key).await
     }
 

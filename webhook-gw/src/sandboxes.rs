@@ -373,8 +373,16 @@ pub async fn pools(
                 "failed": pool.failed,
                 "failures": pool.failures,
                 "state": pool.state,
+                "cold_starts": pool.cold_starts.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+                "last_cold_start": pool.last_cold_start,
             })
         })
         .collect();
-    Ok(Json(json!({ "pools": pools })))
+    Ok(Json(json!({
+        "pools": pools,
+        "cold_starts_without_pool": {
+            "count": response.cold_starts_without_pool,
+            "last": response.last_cold_start_without_pool,
+        },
+    })))
 }

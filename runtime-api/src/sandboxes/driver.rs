@@ -37,6 +37,25 @@ impl Observed {
     }
 }
 
+/// The keys a sandbox's agent-server is started with: its current session key
+/// (`SESSION_API_KEY`, rotated by every resume) and its secret key (`OH_SECRET_KEY`, what
+/// it encrypts the secrets it saves with: the same for the sandbox's whole life, so that a
+/// resumed conversation reads back what it saved). Never logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SandboxKeys {
+    pub session: String,
+    pub secret: String,
+}
+
+impl std::fmt::Debug for SandboxKeys {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("SandboxKeys(..)")
+    }
+}
+
+/// The environment variable that carries the secret key, on every platform.
+pub const SECRET_KEY_ENV: &str = "OH_SECRET_KEY";
+
 /// Why a platform refuses a sandbox's spec outright: the field at fault, its value as
 /// sent, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,22 +73,26 @@ pub trait SandboxDriver: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Creates the sandbox's workload and starts it with `session_key` in its environment
-    /// (`SESSION_API_KEY`).
-    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError>;
+    /// Creates the sandbox's workload and starts it with its keys in its environment
+    /// (`SESSION_API_KEY`, `OH_SECRET_KEY`).
+    async fn create(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError>;
 
     /// Stops the workload and keeps its storage.
     async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError>;
 
     /// Starts a paused workload again, on the image it was created with, with a new
-    /// session key.
-    async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError>;
+    /// session key (and its one secret key).
+    async fn resume(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError>;
 
     /// Starts a failed sandbox again with a new session key: makes what is missing of it
     /// (a create that failed half-way left nothing, someone deleted a part), keeps what is
     /// there (its workspace), and starts a new workload. By default, a resume.
-    async fn recover(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        self.resume(sandbox, session_key).await
+    async fn recover(
+        &self,
+        sandbox: &StoredSandbox,
+        keys: &SandboxKeys,
+    ) -> Result<(), DriverError> {
+        self.resume(sandbox, keys).await
     }
 
     /// Removes everything the sandbox `runtime_id` has on the platform; nothing left is
@@ -88,6 +111,13 @@ pub trait SandboxDriver: Send + Sync + 'static {
     /// the store. A platform with nothing of its own to leave behind has none.
     async fn workloads(&self) -> Result<HashMap<String, i64>, DriverError> {
         Ok(HashMap::new())
+    }
+
+    /// Where Sandgate reaches the sandbox's agent-server to personalise it at claim
+    /// (`init.rs`); `None`: the platform runs no agent-server, and a claim delivers
+    /// nothing.
+    fn init_url(&self, _sandbox: &StoredSandbox) -> Option<String> {
+        None
     }
 
     /// Where the sandbox is reached, when the platform decides it; `None`: at
@@ -113,7 +143,7 @@ impl LocalDriver {
 
 #[async_trait]
 impl SandboxDriver for LocalDriver {
-    async fn create(&self, _: &StoredSandbox, _: &str) -> Result<(), DriverError> {
+    async fn create(&self, _: &StoredSandbox, _: &SandboxKeys) -> Result<(), DriverError> {
         Ok(())
     }
 
@@ -121,7 +151,7 @@ impl SandboxDriver for LocalDriver {
         Ok(())
     }
 
-    async fn resume(&self, _: &StoredSandbox, _: &str) -> Result<(), DriverError> {
+    async fn resume(&self, _: &StoredSandbox, _: &SandboxKeys) -> Result<(), DriverError> {
         Ok(())
     }
 

@@ -1,5 +1,5 @@
 //! The `kubernetes` driver: each sandbox is a Deployment of one pod, a Secret with its
-//! session key, a claim for its workspace, and a Service and an Ingress that route its host
+//! session key and secret key, a claim for its workspace, and a Service and an Ingress that route its host
 //! to it, all in one namespace, all labelled with the sandbox's id so that the driver finds
 //! them again, and all but the Deployment owned by it.
 //!
@@ -25,7 +25,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::Patch;
 
-use super::driver::{DriverError, Observed, Refusal, SandboxDriver};
+use super::driver::{DriverError, Observed, Refusal, SECRET_KEY_ENV, SandboxDriver, SandboxKeys};
+use super::matching::DEFERRED_INIT_ENV;
 use sandgate_store::{SandboxSpec, StoredSandbox};
 
 /// How much the sandboxes' pods may do, as the Pod Security Standards name the levels
@@ -150,17 +151,15 @@ impl KubernetesDriver {
         all_ok([deployment, secret, service, ingress, claim])
     }
 
-    /// Puts `session_key` in the sandbox's Secret, creating it (owned by the Deployment)
-    /// when it is missing: a sandbox an older release made kept its key in the Deployment.
+    /// Puts the keys in the sandbox's Secret, creating it (owned by the Deployment) when it
+    /// is missing: a sandbox an older release made kept its key in the Deployment.
     async fn store_key(
         &self,
         sandbox: &StoredSandbox,
-        session_key: &str,
+        keys: &SandboxKeys,
     ) -> Result<(), DriverError> {
         let name = objects::secret_name(&sandbox.runtime_id);
-        let replace = serde_json::json!({
-            "stringData": { objects::SESSION_KEY_ENV: session_key },
-        });
+        let replace = serde_json::json!({ "stringData": objects::secret_data(keys) });
         match self
             .try_patch::<Secret>(&name, &Patch::Merge(replace))
             .await
@@ -171,13 +170,8 @@ impl KubernetesDriver {
                 let owner = objects::owned_by(&deployment).ok_or_else(|| {
                     DriverError("the API answered a Deployment without a uid".into())
                 })?;
-                self.create(&objects::secret(
-                    sandbox,
-                    session_key,
-                    &self.options,
-                    &owner,
-                ))
-                .await
+                self.create(&objects::secret(sandbox, keys, &self.options, &owner))
+                    .await
             }
             Err(err) => Err(self.failed("patch", "Secret", &name, err)),
         }
@@ -189,7 +183,7 @@ impl KubernetesDriver {
     async fn make(
         &self,
         sandbox: &StoredSandbox,
-        session_key: &str,
+        keys: &SandboxKeys,
         cleanup: bool,
     ) -> Result<(), DriverError> {
         let options = &self.options;
@@ -208,7 +202,7 @@ impl KubernetesDriver {
             }
         };
         // Independent objects, created at once: a cold start waits for the slowest only.
-        let secret = objects::secret(sandbox, session_key, options, &owner);
+        let secret = objects::secret(sandbox, keys, options, &owner);
         let service = objects::service(sandbox, options, &owner);
         let ingress = objects::ingress(sandbox, options, &owner);
         let (secret, claim, service, ingress) = tokio::join!(
@@ -257,15 +251,19 @@ impl SandboxDriver for KubernetesDriver {
         }
     }
 
-    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        self.make(sandbox, session_key, true).await
+    async fn create(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
+        self.make(sandbox, keys, true).await
     }
 
-    async fn recover(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+    async fn recover(
+        &self,
+        sandbox: &StoredSandbox,
+        keys: &SandboxKeys,
+    ) -> Result<(), DriverError> {
         // What exists is kept (a 409 counts as made): the workspace claim above all. A
         // part that cannot be made leaves the rest for the next attempt, not deleted.
-        self.make(sandbox, session_key, false).await?;
-        self.resume(sandbox, session_key).await
+        self.make(sandbox, keys, false).await?;
+        self.resume(sandbox, keys).await
     }
 
     async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
@@ -277,13 +275,45 @@ impl SandboxDriver for KubernetesDriver {
         .await
     }
 
-    async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        self.store_key(sandbox, session_key).await?;
+    async fn resume(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
+        self.store_key(sandbox, keys).await?;
         // A strategic merge patch merges the container and its environment by name: the
         // image stays the one created with. The key's version in the pod template starts a
         // new pod, which reads the new key, even when one still runs (a sandbox in error);
-        // the key's entry is the Secret's, also in a Deployment an older release made with
-        // the key in clear (its `value` goes).
+        // the keys' entries are the Secret's, also in a Deployment an older release made
+        // with the key in clear (its `value` goes) or without a secret key.
+        let from_secret = |name: &str| {
+            serde_json::json!({
+                "name": name,
+                "value": null,
+                "valueFrom": { "secretKeyRef": {
+                    "name": objects::secret_name(&sandbox.runtime_id),
+                    "key": name,
+                    "optional": false,
+                } },
+            })
+        };
+        let mut env = vec![
+            from_secret(objects::SESSION_KEY_ENV),
+            from_secret(SECRET_KEY_ENV),
+        ];
+        if sandbox.personalised {
+            // Made dormant with its pool's environment, personalised at its claim: the new
+            // pod runs the start's environment instead, awake (the pool's other keys stay,
+            // under the start's values wherever it names them).
+            env.extend(
+                sandbox
+                    .spec
+                    .environment
+                    .iter()
+                    .filter(|(name, _)| {
+                        ![objects::SESSION_KEY_ENV, SECRET_KEY_ENV, DEFERRED_INIT_ENV]
+                            .contains(&name.as_str())
+                    })
+                    .map(|(name, value)| serde_json::json!({ "name": name, "value": value })),
+            );
+            env.push(serde_json::json!({ "name": DEFERRED_INIT_ENV, "value": "false" }));
+        }
         let restart = serde_json::json!({
             "spec": {
                 "replicas": 1,
@@ -291,15 +321,7 @@ impl SandboxDriver for KubernetesDriver {
                     "metadata": { "annotations": { objects::KEY_VERSION: sandbox.key_nonce } },
                     "spec": { "containers": [{
                         "name": objects::CONTAINER,
-                        "env": [{
-                            "name": objects::SESSION_KEY_ENV,
-                            "value": null,
-                            "valueFrom": { "secretKeyRef": {
-                                "name": objects::secret_name(&sandbox.runtime_id),
-                                "key": objects::SESSION_KEY_ENV,
-                                "optional": false,
-                            } },
-                        }],
+                        "env": env,
                     }] },
                 },
             }
@@ -313,6 +335,13 @@ impl SandboxDriver for KubernetesDriver {
 
     async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
         self.remove(runtime_id).await
+    }
+
+    fn init_url(&self, sandbox: &StoredSandbox) -> Option<String> {
+        Some(objects::internal_url(
+            &sandbox.runtime_id,
+            &self.options.namespace,
+        ))
     }
 
     /// Secrets are not listed: the driver may write them, never read them (the chart's

@@ -2,8 +2,9 @@
 //! cold-starting it; starting again one that failed), pause, resume (a failed one made
 //! again where it is missing), stop; and the reconciler's retirements and culls.
 
+use super::matching::personal;
 use super::spec::claim_key;
-use super::{CAS_ATTEMPTS, CLAIM_CANDIDATES, SandboxError, SandboxResult, Sandboxes, state_name};
+use super::{CAS_ATTEMPTS, SandboxError, SandboxResult, Sandboxes, state_name};
 use crate::ambient::random_hex;
 use crate::auth::session_key_digest;
 use sandgate_store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox};
@@ -16,6 +17,7 @@ impl Sandboxes {
         spec: SandboxSpec,
         session_id: String,
     ) -> SandboxResult<(StoredSandbox, bool)> {
+        let spec = personal(spec);
         if let Some(existing) = self.session(&session_id).await? {
             match existing.state {
                 SandboxState::Stopped => {}
@@ -43,79 +45,22 @@ impl Sandboxes {
         }
         let admitted = self.admit_start(&session_id).await?;
         let started = match self.claim(&spec, &session_id).await? {
-            Some(claimed) => {
+            Ok(claimed) => {
                 self.claimed.notify_one();
                 (claimed, true)
             }
-            None => (
-                self.launch(spec, None, Some(session_id), None).await?,
-                false,
-            ),
+            Err(reason) => {
+                self.cold_start(&reason);
+                (
+                    self.launch(spec, None, Some(session_id), None).await?,
+                    false,
+                )
+            }
         };
         if let Some(admitted) = admitted {
             admitted.started();
         }
         Ok(started)
-    }
-
-    /// Takes a warm sandbox whose claim key matches, running ones first.
-    pub(super) async fn claim(
-        &self,
-        spec: &SandboxSpec,
-        session_id: &str,
-    ) -> SandboxResult<Option<StoredSandbox>> {
-        let key = claim_key(spec);
-        for _ in 0..CAS_ATTEMPTS {
-            let candidates: Vec<_> = self
-                .store
-                .sandboxes
-                .warm_sandboxes(&key, CLAIM_CANDIDATES)
-                .await?
-                .into_iter()
-                .filter(|record| record.warm_index() == Some(key.as_str()))
-                .collect();
-            if candidates.is_empty() {
-                return Ok(None);
-            }
-            // Their current state, so that ready ones go first and the claimer is told;
-            // written by the claim itself, in its one compare-and-swap.
-            let mut observed = self.driver.observe(&candidates).await?;
-            let mut claims: Vec<_> = candidates
-                .into_iter()
-                .filter_map(|candidate| {
-                    let mut next = candidate.clone();
-                    if let Some(seen) = observed.remove(&candidate.runtime_id) {
-                        if seen.state != next.state {
-                            next.changed_at_ms = self.clock.now_ms();
-                        }
-                        next.state = seen.state;
-                        next.status_detail = seen.detail;
-                        next.restarts = seen.restarts;
-                    }
-                    // One that failed since it was indexed is no claim, nor one stuck
-                    // starting for a reason (its image cannot be pulled, no node takes
-                    // it): a cold start does not inherit its wait.
-                    let stuck =
-                        next.state == SandboxState::Starting && next.status_detail.is_some();
-                    (next.state.is_live() && !stuck).then_some((candidate, next))
-                })
-                .collect();
-            claims
-                .sort_by_key(|(_, next)| (next.state != SandboxState::Running, next.created_at_ms));
-            for (candidate, mut next) in claims {
-                next.session_id = Some(session_id.to_owned());
-                next.version += 1;
-                if self
-                    .store
-                    .sandboxes
-                    .put_sandbox(Some(&candidate), &next, None)
-                    .await?
-                {
-                    return Ok(Some(next));
-                }
-            }
-        }
-        Ok(None)
     }
 
     pub async fn pause(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {
@@ -169,8 +114,8 @@ impl Sandboxes {
         let session = record.session_id.clone().unwrap_or_default();
         let admitted = self.admit_start(&session).await?;
         let nonce = random_hex(16);
-        let key = self.keys.key(runtime_id, &nonce);
-        let key_sha256 = session_key_digest(&key);
+        let keys = self.keys.keys(runtime_id, &nonce);
+        let key_sha256 = session_key_digest(&keys.session);
         self.store
             .session_keys
             .put_session_key(&key_sha256, runtime_id)
@@ -179,9 +124,9 @@ impl Sandboxes {
         resumed.key_nonce.clone_from(&nonce);
         resumed.key_sha256.clone_from(&key_sha256);
         if record.state == SandboxState::Error {
-            self.driver.recover(&resumed, &key).await?;
+            self.driver.recover(&resumed, &keys).await?;
         } else {
-            self.driver.resume(&resumed, &key).await?;
+            self.driver.resume(&resumed, &keys).await?;
         }
         let old_key = record.key_sha256.clone();
         let updated = self
@@ -234,7 +179,6 @@ impl Sandboxes {
                 |record| {
                     record.state = SandboxState::Stopped;
                     record.status_detail = None;
-                    record.restarts = Restarts::default();
                     record.restarts = Restarts::default();
                 },
                 fence,

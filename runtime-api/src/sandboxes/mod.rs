@@ -2,9 +2,13 @@
 //! Sandboxes service answers, the reconciler that keeps each pool full, and the drivers
 //! that run sandboxes on a platform.
 
+mod claim;
 pub mod driver;
+mod error;
+mod init;
 pub mod kubernetes;
 mod lifecycle;
+pub mod matching;
 pub mod pools;
 pub mod process;
 pub mod process_isolation;
@@ -16,18 +20,18 @@ pub mod spec;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use tokio::sync::Notify;
 
 use crate::admin::source::WarmConfigSource;
 use crate::ambient::{Clock, random_hex};
 use crate::auth::session_key_digest;
+pub use claim::{ColdStarts, describe_metrics as describe_claim_metrics};
 use driver::{DriverError, Observed, Refusal, SandboxDriver};
+pub use error::SandboxError;
 pub use pools::{PoolCounts, pool_counts, pool_status};
 pub use reconciler::Reconciler;
-use sandgate_conversation::LocItem;
 use sandgate_store::{
-    Fence, Restarts, SandboxSpec, SandboxState, Store, StoreError, StoredSandbox, SweepIndex,
+    Fence, Restarts, SandboxSpec, SandboxState, Store, StoredSandbox, SweepIndex,
 };
 pub use service::SandboxesService;
 use spec::{SessionKeys, claim_key};
@@ -80,54 +84,6 @@ const CLAIM_CANDIDATES: usize = 8;
 /// Attempts at a compare-and-swap before a call gives up with 503.
 const CAS_ATTEMPTS: usize = 8;
 
-/// Why a lifecycle operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("the sandbox platform failed: {0}")]
-    Driver(#[from] DriverError),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error("the sandbox changed under too many concurrent calls; retry")]
-    Contention,
-    #[error("{}: {}", .0.field, .0.message)]
-    Refused(Refusal),
-    /// A quota of the runtime API key (`quota.rs`).
-    #[error("{0}")]
-    Quota(String),
-}
-
-impl From<SandboxError> for ErrorDetail {
-    fn from(err: SandboxError) -> Self {
-        match err {
-            SandboxError::Store(err) => err.into(),
-            SandboxError::Driver(err) => {
-                tracing::warn!(error = %err, "sandbox platform call failed");
-                Self::new(
-                    ErrorCode::BadGateway,
-                    format!("The sandbox platform failed: {err}"),
-                )
-            }
-            SandboxError::NotFound(detail) => Self::new(ErrorCode::NotFound, detail),
-            SandboxError::Conflict(detail) => Self::new(ErrorCode::Conflict, detail),
-            SandboxError::Contention => Self::new(ErrorCode::Unavailable, err.to_string()),
-            SandboxError::Quota(detail) => Self::new(ErrorCode::RateLimited, detail),
-            SandboxError::Refused(refusal) => {
-                crate::validation::failure(vec![sandgate_conversation::ValidationError {
-                    error_type: "value_error",
-                    loc: vec![LocItem::Key(refusal.field.to_owned())],
-                    msg: format!("Value error, {}", refusal.message),
-                    input: refusal.input,
-                    ctx: None,
-                }])
-            }
-        }
-    }
-}
-
 pub type SandboxResult<T> = Result<T, SandboxError>;
 
 /// What a launch made: the sandbox, or the platform's refusal and the record it left in
@@ -152,6 +108,9 @@ pub struct Sandboxes {
     /// Woken when a claim empties a pool slot, so the local reconciler refills it at once.
     claimed: Notify,
     pub(super) quotas: quota::Quotas,
+    /// Delivers a start's configuration to the dormant warm sandbox it claims.
+    init_client: reqwest::Client,
+    cold_starts: claim::ColdStartLog,
 }
 
 impl Sandboxes {
@@ -172,6 +131,12 @@ impl Sandboxes {
             options,
             configs,
             claimed: Notify::new(),
+            // Sandboxes are reached directly, never through a proxy of the environment.
+            init_client: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .unwrap_or_default(),
+            cold_starts: claim::ColdStartLog::default(),
         }
     }
 
@@ -241,6 +206,7 @@ impl Sandboxes {
             changed_at_ms: now,
             restarts: Restarts::default(),
             slot_failures: 0,
+            personalised: false,
         }
     }
 
@@ -288,8 +254,8 @@ impl Sandboxes {
         {
             return Err(SandboxError::Contention);
         }
-        let key = self.keys.key(&record.runtime_id, &record.key_nonce);
-        if let Err(err) = self.driver.create(&record, &key).await {
+        let keys = self.keys.keys(&record.runtime_id, &record.key_nonce);
+        if let Err(err) = self.driver.create(&record, &keys).await {
             let detail = format!("cannot create the sandbox: {err}");
             let failed = self
                 .update(

@@ -152,6 +152,7 @@ mod tests {
             changed_at_ms: 1_000,
             restarts: Restarts::default(),
             slot_failures,
+            personalised: false,
         }
     }
 

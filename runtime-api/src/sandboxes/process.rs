@@ -9,7 +9,7 @@
 //!   working directory is the spec's, under that one (`/workspace` runs in
 //!   `{root}/{runtime_id}/workspace`, and so does a spec without one), `HOME` is
 //!   `{root}/{runtime_id}/home`, and its output goes to `{root}/{runtime_id}/sandbox.log`.
-//! - Its environment is the spec's, `SESSION_API_KEY`, `PORT` and `HOME`, and of
+//! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT` and `HOME`, and of
 //!   Sandgate's own only `PATH`, the locale and the time zone: Sandgate's secrets never
 //!   reach a sandbox. It runs in PID and user namespaces of its own, as a uid of its own
 //!   when Sandgate is root, under rlimits (`process_isolation.rs` says what this machine
@@ -31,9 +31,12 @@
 //! sandboxes in error until resumed. One machine, one replica: the driver keeps its
 //! processes in memory.
 
+mod command_line;
+mod stopping;
+
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -44,10 +47,12 @@ use nix::unistd::Pid;
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
-use super::driver::{DriverError, Observed, SandboxDriver};
+use super::driver::{DriverError, Observed, SECRET_KEY_ENV, SandboxDriver, SandboxKeys};
 use super::process_isolation::{Isolation, only_deaf_init, signal_namespace, start_time};
 use crate::ambient::Clock;
-use sandgate_store::{SandboxSpec, SandboxState, StoredSandbox};
+use command_line::{arguments, relative, resolve};
+use sandgate_store::{SandboxState, StoredSandbox};
+use stopping::{EXIT_POLL, stop_leftover, terminate};
 
 /// The environment variable that carries the session key, as in a Kubernetes sandbox.
 const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
@@ -55,10 +60,8 @@ const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
 const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
 /// How long a readiness probe waits for the port to accept a connection.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
-/// How often a stop looks whether the sandbox's processes have gone.
-const EXIT_POLL: Duration = Duration::from_millis(20);
 const PORT_FILE: &str = "port";
-const PID_FILE: &str = "pid";
+pub(super) const PID_FILE: &str = "pid";
 const LOG_FILE: &str = "sandbox.log";
 
 /// Where and how sandboxes run on this machine.
@@ -161,12 +164,12 @@ impl ProcessDriver {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts `sandbox`'s command on `port` with `session_key`; its process.
+    /// Starts `sandbox`'s command on `port` with its keys; its process.
     fn spawn(
         &self,
         sandbox: &StoredSandbox,
         port: u16,
-        session_key: &str,
+        keys: &SandboxKeys,
     ) -> Result<Child, DriverError> {
         let dir = self.dir(&sandbox.runtime_id);
         let failed = |what: &str, err: std::io::Error| {
@@ -249,7 +252,9 @@ impl ProcessDriver {
             .env("HOME", &home)
             .envs(&sandbox.spec.environment)
             .env("PORT", port.to_string())
-            .env(SESSION_KEY_ENV, session_key)
+            // Sandgate's keys over any the spec names, as on Kubernetes.
+            .env(SESSION_KEY_ENV, &keys.session)
+            .env(SECRET_KEY_ENV, &keys.secret)
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(log)
@@ -278,10 +283,10 @@ impl ProcessDriver {
     }
 
     /// Starts the sandbox's process, stopping one it still has.
-    async fn start(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
+    async fn start(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
         self.stop(&sandbox.runtime_id).await;
         let port = self.port(&sandbox.runtime_id)?;
-        let child = self.spawn(sandbox, port, session_key)?;
+        let child = self.spawn(sandbox, port, keys)?;
         self.sandboxes().insert(
             sandbox.runtime_id.clone(),
             Sandbox {
@@ -356,8 +361,8 @@ impl Drop for ProcessDriver {
 
 #[async_trait]
 impl SandboxDriver for ProcessDriver {
-    async fn create(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        self.start(sandbox, session_key).await
+    async fn create(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
+        self.start(sandbox, keys).await
     }
 
     async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
@@ -365,8 +370,8 @@ impl SandboxDriver for ProcessDriver {
         Ok(())
     }
 
-    async fn resume(&self, sandbox: &StoredSandbox, session_key: &str) -> Result<(), DriverError> {
-        self.start(sandbox, session_key).await
+    async fn resume(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
+        self.start(sandbox, keys).await
     }
 
     async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
@@ -475,68 +480,14 @@ impl SandboxDriver for ProcessDriver {
         let port = self.sandboxes().get(&sandbox.runtime_id)?.port;
         Some(format!("http://127.0.0.1:{port}"))
     }
+
+    fn init_url(&self, sandbox: &StoredSandbox) -> Option<String> {
+        self.url(sandbox)
+    }
 }
 
 fn error(detail: String) -> Observed {
     Observed::new(SandboxState::Error, Some(detail))
-}
-
-/// The command line of `spec` with `from` (the port commands name) rewritten to `to`.
-/// Without a command, the image is the program.
-fn arguments(spec: &SandboxSpec, from: u16, to: u16) -> Vec<String> {
-    let from = from.to_string();
-    let to = to.to_string();
-    let command = if spec.command.is_empty() {
-        std::slice::from_ref(&spec.image)
-    } else {
-        spec.command.as_slice()
-    };
-    command
-        .iter()
-        .map(|argument| {
-            if *argument == from {
-                return to.clone();
-            }
-            for separator in ['=', ':'] {
-                if let Some(head) = argument.strip_suffix(from.as_str())
-                    && head.ends_with(separator)
-                {
-                    return format!("{head}{to}");
-                }
-            }
-            argument.clone()
-        })
-        .collect()
-}
-
-/// The program to run for `program`: an absolute path that exists on this machine is
-/// itself; one that does not (an image's `/usr/local/bin/agent-server`) is its file name,
-/// looked up on `path` (the sandbox's `PATH`) when found there.
-fn resolve(program: &str, path: &str) -> PathBuf {
-    let named = Path::new(program);
-    if !named.is_absolute() || named.exists() {
-        return named.to_path_buf();
-    }
-    named
-        .file_name()
-        .and_then(|name| {
-            std::env::split_paths(path)
-                .map(|dir| dir.join(name))
-                .find(|candidate| candidate.is_file())
-        })
-        .unwrap_or_else(|| named.to_path_buf())
-}
-
-/// `path` as a relative path with only its plain components: `/workspace/../x` is
-/// `workspace/x`, so that a sandbox's working directory stays inside its own.
-fn relative(path: &str) -> PathBuf {
-    Path::new(path)
-        .components()
-        .filter_map(|component| match component {
-            Component::Normal(part) => Some(part),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A port nobody listens on now.
@@ -555,131 +506,6 @@ async fn accepts(port: u16) -> bool {
     )
 }
 
-/// Stops `child` and everything it started: SIGTERM, then SIGKILL when it has not exited
-/// after `grace`. Killing `unshare` (the group's leader) kills its namespace.
-async fn terminate(mut child: Child, grace: Duration) {
-    let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
-        return; // exited and reaped already
-    };
-    let group = Pid::from_raw(pid);
-    // Every process of its namespace, detached ones included; where no namespace could be
-    // made, its group.
-    if !signal_namespace(pid, Signal::SIGTERM) {
-        let _ = killpg(group, Signal::SIGTERM);
-    }
-    let exited = async {
-        loop {
-            if only_deaf_init(pid) {
-                // Outside a namespace the SIGTERM would have ended it.
-                let _ = killpg(group, Signal::SIGKILL);
-            }
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            tokio::time::sleep(EXIT_POLL).await;
-        }
-    };
-    if tokio::time::timeout(grace, exited).await.is_err() {
-        let _ = killpg(group, Signal::SIGKILL);
-        let _ = child.wait().await;
-    } else {
-        // What the process started may outlive it.
-        let _ = killpg(group, Signal::SIGKILL);
-    }
-}
-
-/// Stops the process a previous run started in `dir`, if it is still there, with its
-/// namespace: the pid file names it and its start time, which tells it from a process
-/// that took its pid since (its working directory would not: a sandbox may change it).
-fn stop_leftover(dir: &Path) {
-    let recorded = std::fs::read_to_string(dir.join(PID_FILE)).unwrap_or_default();
-    let mut fields = recorded.split_whitespace();
-    let pid = fields.next().and_then(|pid| pid.parse::<i32>().ok());
-    let started = fields
-        .next()
-        .and_then(|started| started.parse::<u64>().ok());
-    if let (Some(pid), Some(started)) = (pid, started)
-        && start_time(pid) == Some(started)
-    {
-        tracing::info!(pid, dir = %dir.display(), "ending a sandbox a previous run left running");
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-    }
-    let _ = std::fs::remove_file(dir.join(PID_FILE));
-}
-
 fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_port_is_rewritten_wherever_the_command_names_it() {
-        let mut spec = SandboxSpec {
-            image: "/opt/agent-server".into(),
-            ..SandboxSpec::default()
-        };
-        spec.command = vec![
-            "agent-server".into(),
-            "--port".into(),
-            "8000".into(),
-            "--bind=8000".into(),
-            "0.0.0.0:8000".into(),
-            "18000".into(),
-            "--workers=80001".into(),
-        ];
-        assert_eq!(
-            arguments(&spec, 8000, 41234),
-            [
-                "agent-server",
-                "--port",
-                "41234",
-                "--bind=41234",
-                "0.0.0.0:41234",
-                "18000",
-                "--workers=80001"
-            ]
-        );
-        spec.command.clear();
-        assert_eq!(arguments(&spec, 8000, 1), ["/opt/agent-server"]);
-    }
-
-    #[test]
-    fn an_image_s_program_runs_from_the_path_when_this_machine_lacks_it() {
-        let dir = tempfile::tempdir().expect("dir");
-        let python = dir.path().join("python");
-        std::fs::write(&python, "").expect("write");
-        let path = std::env::join_paths([Path::new("/nonexistent"), dir.path()])
-            .expect("path")
-            .into_string()
-            .expect("utf-8");
-        assert_eq!(resolve("/agent-server/.venv/bin/python", &path), python);
-        assert_eq!(
-            resolve("/bin/sh", &path),
-            Path::new("/bin/sh"),
-            "exists here"
-        );
-        assert_eq!(
-            resolve("python", &path),
-            Path::new("python"),
-            "Command looks it up"
-        );
-        assert_eq!(
-            resolve("/opt/missing-everywhere", &path),
-            Path::new("/opt/missing-everywhere"),
-            "the spawn says it is missing"
-        );
-    }
-
-    #[test]
-    fn a_working_directory_stays_inside_the_sandbox() {
-        assert_eq!(
-            relative("/workspace/project"),
-            Path::new("workspace/project")
-        );
-        assert_eq!(relative("../../etc/./x"), Path::new("etc/x"));
-        assert_eq!(relative(""), Path::new(""));
-    }
 }

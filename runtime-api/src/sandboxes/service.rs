@@ -358,7 +358,10 @@ impl SandboxesApi for SandboxesService {
                     .collect();
                 let target = config.count.min(pool_limit).max(0);
                 let counts = pool_status(&config.name, &members, target, refused.as_ref(), now);
+                let cold = self.sandboxes.cold_starts(Some(&config.name));
                 pb::PoolStatus {
+                    cold_starts: cold.by_reason.into_iter().collect(),
+                    last_cold_start: cold.last,
                     image: config.config.image,
                     name: config.name,
                     target: config.count,
@@ -370,6 +373,11 @@ impl SandboxesApi for SandboxesService {
                 }
             })
             .collect();
-        Ok(Response::new(ListPoolsResponse { pools }))
+        let unmatched = self.sandboxes.cold_starts(None);
+        Ok(Response::new(ListPoolsResponse {
+            pools,
+            cold_starts_without_pool: unmatched.by_reason.values().sum(),
+            last_cold_start_without_pool: unmatched.last,
+        }))
     }
 }

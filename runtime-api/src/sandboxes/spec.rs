@@ -1,9 +1,11 @@
-//! What makes sandboxes interchangeable (the claim key), what a warm pool's sandboxes
-//! run, and the session keys they are issued.
+//! What makes sandboxes interchangeable (the claim key; `matching.rs` says which kind),
+//! what a warm pool's sandboxes run, and the keys they are issued.
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use super::driver::SandboxKeys;
+use super::matching::{is_deferred, shape_key};
 use crate::admin::configs::Effective;
 use sandgate_store::SandboxSpec;
 
@@ -11,9 +13,19 @@ use sandgate_store::SandboxSpec;
 /// may claim a warm sandbox whatever they hold (design.md).
 pub const PER_DEPLOYMENT_KEYS: &[&str] = &["OH_WEBHOOKS_0_BASE_URL", "OH_ALLOW_CORS_ORIGINS_0"];
 
+/// The claim key of a sandbox of `spec`: for a pool personalised at claim, what shapes
+/// its process ([`shape_key`]); else [`exact_key`].
+pub fn claim_key(spec: &SandboxSpec) -> String {
+    if is_deferred(spec) {
+        shape_key(spec)
+    } else {
+        exact_key(spec)
+    }
+}
+
 /// A digest of what a start must match exactly to claim a warm sandbox: image, command,
 /// working directory and environment, less the per-deployment keys.
-pub fn claim_key(spec: &SandboxSpec) -> String {
+pub fn exact_key(spec: &SandboxSpec) -> String {
     let mut digest = Sha256::new();
     let mut field = |bytes: &[u8]| {
         digest.update((bytes.len() as u64).to_be_bytes());
@@ -53,6 +65,13 @@ pub fn pool_spec(config: &Effective) -> SandboxSpec {
 /// Session keys: derived from a secret and the sandbox's current nonce, so the service
 /// can hand a warm sandbox's key to whoever claims it while storing only its sha256.
 /// A resume draws a new nonce: the old key stops working.
+///
+/// Secret keys (`OH_SECRET_KEY`, what the agent-server encrypts the secrets it saves
+/// with): derived from the same secret and the sandbox's id alone, so a sandbox has one
+/// for its whole life, across pauses and resumes, that no store holds and every replica
+/// computes alike. Derived rather than stored because a stored key would be a secret in
+/// the sandbox's record; the price is that rotating `SANDBOX_KEY_SECRET` changes it, and
+/// what paused sandboxes saved under the old one cannot be read back.
 pub struct SessionKeys {
     secret: Vec<u8>,
 }
@@ -75,6 +94,25 @@ impl SessionKeys {
         mac.update(b"\0");
         mac.update(nonce.as_bytes());
         hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// The secret key of `runtime_id`: the same for as long as the sandbox exists.
+    pub fn secret_key(&self, runtime_id: &str) -> String {
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.secret) else {
+            return String::new();
+        };
+        // Another label than the session key's: neither key tells anything of the other.
+        mac.update(b"sandgate secret key\0");
+        mac.update(runtime_id.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Both keys of `runtime_id`, its session key under `nonce`.
+    pub fn keys(&self, runtime_id: &str, nonce: &str) -> SandboxKeys {
+        SandboxKeys {
+            session: self.key(runtime_id, nonce),
+            secret: self.secret_key(runtime_id),
+        }
     }
 }
 
@@ -148,5 +186,18 @@ mod tests {
         assert_ne!(keys.key("abc", "n2"), key);
         assert_ne!(keys.key("abd", "n1"), key);
         assert_ne!(SessionKeys::new(b"other").key("abc", "n1"), key);
+    }
+
+    #[test]
+    fn a_secret_key_is_the_sandbox_s_whatever_its_session_key() {
+        let keys = SessionKeys::new(b"secret");
+        let first = keys.keys("abc", "n1");
+        let resumed = keys.keys("abc", "n2");
+        assert_eq!(first.secret.len(), 64);
+        assert_eq!(first.secret, resumed.secret, "a resume keeps it");
+        assert_ne!(first.session, resumed.session);
+        assert_ne!(first.secret, first.session);
+        assert_ne!(keys.secret_key("abd"), first.secret);
+        assert_ne!(SessionKeys::new(b"other").secret_key("abc"), first.secret);
     }
 }

@@ -388,6 +388,7 @@ mod tests {
             changed_at_ms: 100,
             restarts: Default::default(),
             slot_failures: 0,
+            personalised: false,
         };
         {
             let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");

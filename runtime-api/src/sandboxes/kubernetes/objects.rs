@@ -1,5 +1,5 @@
 //! The Kubernetes objects of one sandbox: a Deployment running its image, a Secret holding
-//! its session key, a claim for its workspace, and a Service and an Ingress that route
+//! its session key and its secret key, a claim for its workspace, and a Service and an Ingress that route
 //! `{runtime_id}{separator}{base_url}` to it. Built from the store's record alone, so a
 //! retry builds the same objects; all but the Deployment are owned by it, so that deleting
 //! it deletes them too (the cluster's garbage collector).
@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{KubernetesOptions, PodSecurity};
-use crate::sandboxes::driver::Refusal;
+use crate::sandboxes::driver::{Refusal, SECRET_KEY_ENV, SandboxKeys};
 use sandgate_store::{SandboxSpec, StoredSandbox};
 
 /// Label on every object Sandgate creates: the one selector `observe` lists pods by.
@@ -64,6 +64,12 @@ const MEMORY_LIMIT_MIB: f64 = 4096.0;
 /// Name of the sandbox's Deployment, Service and Ingress.
 pub fn name(runtime_id: &str) -> String {
     format!("sandbox-{runtime_id}")
+}
+
+/// Where runtime-api reaches the sandbox's agent-server inside the cluster: its Service
+/// (the sandbox namespace's policy lets runtime-api in).
+pub fn internal_url(runtime_id: &str, namespace: &str) -> String {
+    format!("http://{}.{namespace}.svc:{SERVICE_PORT}", name(runtime_id))
 }
 
 /// Name of the sandbox's workspace claim.
@@ -166,16 +172,16 @@ fn resources(sandbox: &StoredSandbox, options: &KubernetesOptions) -> ResourceRe
     }
 }
 
-/// The spec's environment and the session key, which wins over a same-named entry and
-/// comes from the sandbox's Secret: never in clear in the Deployment, its ReplicaSets or
-/// its pods, which the built-in `view` role reads.
+/// The spec's environment and the session and secret keys, which win over same-named
+/// entries and come from the sandbox's Secret: never in clear in the Deployment, its
+/// ReplicaSets or its pods, which the built-in `view` role reads.
 fn environment(sandbox: &StoredSandbox) -> Vec<EnvVar> {
-    let key = EnvVar {
-        name: SESSION_KEY_ENV.to_owned(),
+    let from_secret = |name: &str| EnvVar {
+        name: name.to_owned(),
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
                 name: secret_name(&sandbox.runtime_id),
-                key: SESSION_KEY_ENV.to_owned(),
+                key: name.to_owned(),
                 optional: Some(false),
             }),
             ..EnvVarSource::default()
@@ -186,26 +192,31 @@ fn environment(sandbox: &StoredSandbox) -> Vec<EnvVar> {
         .spec
         .environment
         .iter()
-        .filter(|(name, _)| name.as_str() != SESSION_KEY_ENV)
+        .filter(|(name, _)| ![SESSION_KEY_ENV, SECRET_KEY_ENV].contains(&name.as_str()))
         .map(|(name, value)| env(name, value))
-        .chain([key])
+        .chain([from_secret(SESSION_KEY_ENV), from_secret(SECRET_KEY_ENV)])
         .collect()
 }
 
-/// The Secret holding `session_key`, owned by the sandbox's Deployment.
+/// The Secret's data: both keys, under the names of the variables they fill.
+pub fn secret_data(keys: &SandboxKeys) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (SESSION_KEY_ENV.to_owned(), keys.session.clone()),
+        (SECRET_KEY_ENV.to_owned(), keys.secret.clone()),
+    ])
+}
+
+/// The Secret holding the sandbox's keys, owned by its Deployment.
 pub fn secret(
     sandbox: &StoredSandbox,
-    session_key: &str,
+    keys: &SandboxKeys,
     options: &KubernetesOptions,
     owner: &OwnerReference,
 ) -> Secret {
     Secret {
         metadata: owned_metadata(secret_name(&sandbox.runtime_id), sandbox, options, owner),
         type_: Some("Opaque".to_owned()),
-        string_data: Some(BTreeMap::from([(
-            SESSION_KEY_ENV.to_owned(),
-            session_key.to_owned(),
-        )])),
+        string_data: Some(secret_data(keys)),
         ..Secret::default()
     }
 }

@@ -1,0 +1,67 @@
+//! Stopping a `process` sandbox: every process of its namespace (or group) asked to end,
+//! then killed past a grace period; and what a previous run of Sandgate left running.
+
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::Child;
+
+use super::PID_FILE;
+use crate::sandboxes::process_isolation::{only_deaf_init, signal_namespace, start_time};
+
+/// How often a stop looks whether the sandbox's processes have gone.
+pub(super) const EXIT_POLL: Duration = Duration::from_millis(20);
+
+/// Stops `child` and everything it started: SIGTERM, then SIGKILL when it has not exited
+/// after `grace`. Killing `unshare` (the group's leader) kills its namespace.
+pub(super) async fn terminate(mut child: Child, grace: Duration) {
+    let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
+        return; // exited and reaped already
+    };
+    let group = Pid::from_raw(pid);
+    // Every process of its namespace, detached ones included; where no namespace could be
+    // made, its group.
+    if !signal_namespace(pid, Signal::SIGTERM) {
+        let _ = killpg(group, Signal::SIGTERM);
+    }
+    let exited = async {
+        loop {
+            if only_deaf_init(pid) {
+                // Outside a namespace the SIGTERM would have ended it.
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+    };
+    if tokio::time::timeout(grace, exited).await.is_err() {
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = child.wait().await;
+    } else {
+        // What the process started may outlive it.
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+}
+
+/// Stops the process a previous run started in `dir`, if it is still there, with its
+/// namespace: the pid file names it and its start time, which tells it from a process
+/// that took its pid since (its working directory would not: a sandbox may change it).
+pub(super) fn stop_leftover(dir: &Path) {
+    let recorded = std::fs::read_to_string(dir.join(PID_FILE)).unwrap_or_default();
+    let mut fields = recorded.split_whitespace();
+    let pid = fields.next().and_then(|pid| pid.parse::<i32>().ok());
+    let started = fields
+        .next()
+        .and_then(|started| started.parse::<u64>().ok());
+    if let (Some(pid), Some(started)) = (pid, started)
+        && start_time(pid) == Some(started)
+    {
+        tracing::info!(pid, dir = %dir.display(), "ending a sandbox a previous run left running");
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(dir.join(PID_FILE));
+}
