@@ -116,7 +116,11 @@ pub async fn serve(
     // First: what the services record from their start is kept.
     let metrics = telemetry::metrics::recorder();
     let store = open_store(&args.store).await?;
-    let gateway = model_gateway(store.clone(), &args.gateway)?;
+    let gateway = model_gateway(
+        store.clone(),
+        &args.gateway,
+        args.sandboxes.idle.runtime_idle_seconds,
+    )?;
     let runtime_api = runtime_api_services(
         store.clone(),
         &args.auth,
@@ -242,7 +246,7 @@ pub async fn model_gw(
         telemetry::metrics::recorder();
     }
     let store = open_store(&args.store).await?;
-    let gateway = model_gateway(store.clone(), &args.gateway)?;
+    let gateway = model_gateway(store.clone(), &args.gateway, args.idle.runtime_idle_seconds)?;
     let grpc = Routes::new(sandgate_model_gw::grpc_service(gateway.clone()))
         .add_service(health(store, &[MODEL_GATEWAY, HEALTH]));
     let server = args.server.config();

@@ -162,6 +162,7 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
             separator: args.runtime_url_separator.clone(),
             disable_ssl: args.runtime_disable_ssl,
             dead_after: args.runtime_dead_seconds,
+            idle_after: args.idle.runtime_idle_seconds,
             reconcile_interval: args.reconcile_interval,
             start_timeout: args.sandbox_start_timeout,
             max_runtimes: args.max_runtimes,
@@ -273,10 +274,11 @@ pub(crate) async fn with_reconciler(
     served
 }
 
-/// The model gateway, configured from the command line.
+/// The model gateway, configured from the command line; `idle_after`: `RUNTIME_IDLE_SECONDS`.
 pub(crate) fn model_gateway(
     store: Store,
     args: &GatewayArgs,
+    idle_after: std::time::Duration,
 ) -> anyhow::Result<ModelGatewayService> {
     let config = ConfigFile::open(args.gateway_config.clone())
         .map_err(|err| anyhow::anyhow!("invalid --gateway-config: {err}"))?;
@@ -300,6 +302,7 @@ pub(crate) fn model_gateway(
                 max_entries: usize::try_from(args.spend_log_max_entries).unwrap_or(usize::MAX),
                 max_age_ms: i64::try_from(args.spend_log_max_age.as_millis()).unwrap_or(i64::MAX),
             },
+            idle_after,
         },
     )
     .map_err(|err| anyhow::anyhow!("model gateway: {err}"))

@@ -116,6 +116,9 @@ pub fn grpc_routes(
         .session_key_secret
         .clone()
         .unwrap_or_else(|| session_key_secret(&admin));
+    // The webhook and the event store mark the sandbox that sent them active, so that
+    // idle pause leaves it running.
+    let activity = sandgate_store::Activity::new(&store, sandbox.options.idle_after);
     let pools = Arc::new(sandboxes::Sandboxes::new(
         store.clone(),
         sandbox.driver,
@@ -128,6 +131,7 @@ pub fn grpc_routes(
         store.clone(),
         authenticator.clone(),
         catalog.event_retention,
+        activity,
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);

@@ -122,6 +122,8 @@ pub struct ModelGwArgs {
     #[command(flatten)]
     pub gateway: GatewayArgs,
     #[command(flatten)]
+    pub idle: IdleArgs,
+    #[command(flatten)]
     pub metrics: MetricsArgs,
     #[command(flatten)]
     pub server: ServerArgs,
@@ -195,6 +197,17 @@ fn seconds(value: &str) -> Result<Duration, String> {
     match value.parse::<f64>() {
         Ok(seconds) if seconds > 0.0 && seconds.is_finite() => Ok(Duration::from_secs_f64(seconds)),
         _ => Err(format!("{value:?} is not a positive number of seconds")),
+    }
+}
+
+/// [`seconds`], or 0: a setting that 0 turns off.
+fn seconds_or_zero(value: &str) -> Result<Duration, String> {
+    match value.parse::<f64>() {
+        Ok(seconds) if seconds >= 0.0 => Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("{value:?} is too many seconds")),
+        _ => Err(format!(
+            "{value:?} is not 0 or a positive number of seconds"
+        )),
     }
 }
 

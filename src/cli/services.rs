@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::seconds;
+use super::{seconds, seconds_or_zero};
 
 #[derive(Debug, Args)]
 pub struct StoreArgs {
@@ -189,6 +189,8 @@ pub struct SandboxArgs {
     /// quiet minute): more answer 429. Unset or 0, any number.
     #[arg(long, env = "SANDBOX_START_RATE")]
     pub sandbox_start_rate: Option<u32>,
+    #[command(flatten)]
+    pub idle: IdleArgs,
     /// Seconds a paused sandbox may idle before it is deleted.
     #[arg(long, env = "RUNTIME_DEAD_SECONDS", default_value = "864000", value_parser = seconds)]
     pub runtime_dead_seconds: Duration,
@@ -207,6 +209,17 @@ pub struct SandboxArgs {
     #[arg(long, env = "SANDBOX_NODES", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub sandbox_nodes: u32,
+}
+
+/// Idle pause: the runtime API pauses idle sandboxes, and the model gateway (in its own
+/// process too) marks the sandboxes of the calls it relays active, so both read it.
+#[derive(Debug, Args)]
+pub struct IdleArgs {
+    /// Seconds a running sandbox whose conversation shows no activity (no webhook, no
+    /// event batch, no gateway call with its session) runs before it is paused; 0, never.
+    /// The same on every replica and on the model gateway.
+    #[arg(long, env = "RUNTIME_IDLE_SECONDS", default_value = "1200", value_parser = seconds_or_zero)]
+    pub runtime_idle_seconds: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

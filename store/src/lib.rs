@@ -13,6 +13,7 @@
 //!   record and skip it; the writer that left it drops it) but never miss a live one:
 //!   entries are added before the record is written.
 
+pub mod activity;
 pub mod admin;
 mod embedded;
 pub mod events;
@@ -29,6 +30,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use self::redis::RedisStore;
+pub use activity::Activity;
 pub use admin::{
     ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
     WarmConfigSnapshot, WarmConfigStore,

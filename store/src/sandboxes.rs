@@ -97,6 +97,15 @@ pub struct StoredSandbox {
     /// with the pool's environment, and a resume starts it with `spec`'s, the start's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub personalised: bool,
+    /// When its conversation last showed activity (a webhook, an event batch, a gateway
+    /// call with its session), as last written: throttled, so up to a fraction of
+    /// `RUNTIME_IDLE_SECONDS` behind. 0: none since it was claimed.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub active_at_ms: i64,
+}
+
+fn is_zero_ms(ms: &i64) -> bool {
+    *ms == 0
 }
 
 fn is_zero(count: &u32) -> bool {
@@ -105,7 +114,7 @@ fn is_zero(count: &u32) -> bool {
 
 /// What the reconciler sweeps, each kept as an index of its own, so that a pass reads
 /// the sandboxes it may act on rather than every one still remembered: claimed sandboxes
-/// that run are not in any, and stopped ones are read only once their retention is over.
+/// that run are read only once idle, and stopped ones once their retention is over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SweepIndex {
     /// Unclaimed sandboxes in any state, by creation: the pools' members, and culls
@@ -117,10 +126,13 @@ pub enum SweepIndex {
     /// Claimed sandboxes that are stopped, by when they stopped: forgotten after the
     /// stopped retention.
     Stopped,
+    /// Claimed sandboxes that run, by their last activity (or when they started running,
+    /// if later): paused after `RUNTIME_IDLE_SECONDS`.
+    Running,
 }
 
 impl SweepIndex {
-    pub const ALL: [Self; 3] = [Self::Pooled, Self::Paused, Self::Stopped];
+    pub const ALL: [Self; 4] = [Self::Pooled, Self::Paused, Self::Stopped, Self::Running];
 
     /// Its place in [`Self::ALL`], which the backends store in place of its name.
     pub(crate) fn ordinal(self) -> u8 {
@@ -133,6 +145,7 @@ impl SweepIndex {
             Self::Pooled => "pooled",
             Self::Paused => "paused",
             Self::Stopped => "stopped",
+            Self::Running => "running",
         }
     }
 }
@@ -144,13 +157,17 @@ impl StoredSandbox {
     }
 
     /// The sweep index it belongs to, and its position there (milliseconds since the
-    /// epoch); `None` for a claimed sandbox that is starting, running or failed.
+    /// epoch); `None` for a claimed sandbox that is starting or failed.
     pub fn sweep_index(&self) -> Option<(SweepIndex, i64)> {
         match (&self.session_id, self.state) {
             (None, _) => Some((SweepIndex::Pooled, self.created_at_ms)),
             (Some(_), SandboxState::Paused) => Some((SweepIndex::Paused, self.changed_at_ms)),
             (Some(_), SandboxState::Stopped) => Some((SweepIndex::Stopped, self.changed_at_ms)),
-            (Some(_), SandboxState::Starting | SandboxState::Running | SandboxState::Error) => None,
+            (Some(_), SandboxState::Running) => Some((
+                SweepIndex::Running,
+                self.changed_at_ms.max(self.active_at_ms),
+            )),
+            (Some(_), SandboxState::Starting | SandboxState::Error) => None,
         }
     }
 }

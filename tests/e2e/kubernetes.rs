@@ -82,6 +82,7 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         restarts: Restarts::default(),
         slot_failures: 0,
         personalised: false,
+        active_at_ms: 0,
     }
 }
 

@@ -22,6 +22,7 @@ mod gateway_attacks;
 mod gateway_keys;
 mod hostile;
 mod http_cases;
+mod idle_pause;
 mod install_tools;
 mod k8s_policy;
 mod kubernetes;

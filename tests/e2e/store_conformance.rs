@@ -737,6 +737,7 @@ fn sandbox(id: &str, session: Option<&str>, state: SandboxState) -> StoredSandbo
         },
         slot_failures: 3,
         personalised: true,
+        active_at_ms: 50,
     }
 }
 
@@ -793,11 +794,29 @@ async fn sweep_indexes_follow_each_record(backend: Backend) {
             .is_empty()
     );
 
+    // A claimed, running sandbox waits in the running index by its last activity, or
+    // by when it started running when it has shown none since.
+    assert_eq!(swept(&store, SweepIndex::Running, 100, 10).await, ["busy"]);
+    let active = next(&busy, |record| record.active_at_ms = 150);
+    put(&store, Some(&busy), &active).await;
+    assert!(
+        swept(&store, SweepIndex::Running, 149, 10).await.is_empty(),
+        "activity moves it later"
+    );
+    assert_eq!(swept(&store, SweepIndex::Running, 150, 10).await, ["busy"]);
+    let busy = active;
+
     let paused = next(&busy, |record| {
         record.state = SandboxState::Paused;
         record.changed_at_ms = 200;
     });
     put(&store, Some(&busy), &paused).await;
+    assert!(
+        swept(&store, SweepIndex::Running, i64::MAX, 10)
+            .await
+            .is_empty(),
+        "paused, it leaves the running index"
+    );
     assert!(
         swept(&store, SweepIndex::Paused, 199, 10).await.is_empty(),
         "listed only once paused for long enough"
@@ -1184,8 +1203,12 @@ async fn redis_reindex_repairs_what_older_writers_left() {
     );
     assert_eq!(
         store.sandboxes.reindex_sandboxes().await.expect("reindex"),
-        3,
-        "two added, one dropped"
+        4,
+        "three added (the claimed one to the running index), one dropped"
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Running, i64::MAX, 10).await,
+        ["claimed"]
     );
     assert_eq!(
         swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,

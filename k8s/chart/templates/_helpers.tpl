@@ -157,6 +157,8 @@ redis://:$(REDIS_PASSWORD)@redis:6379/0
   value: {{ .Values.sandgate.reconcileInterval | quote }}
 - name: RUNTIME_DEAD_SECONDS
   value: {{ .Values.sandgate.runtimeDeadSeconds | quote }}
+- name: RUNTIME_IDLE_SECONDS
+  value: {{ .Values.sandgate.runtimeIdleSeconds | quote }}
 {{- range $name := keys $env | sortAlpha }}
 {{- $value := index $env $name }}
 {{- if not (kindIs "invalid" $value) }}
@@ -175,6 +177,9 @@ redis://:$(REDIS_PASSWORD)@redis:6379/0
 - name: SANDGATE_LOG_FORMAT
   value: json
 {{ include "sandgate.env.store" . }}
+{{- /* Its calls mark their sandboxes active at a fraction of this (idle pause). */}}
+- name: RUNTIME_IDLE_SECONDS
+  value: {{ .Values.sandgate.runtimeIdleSeconds | quote }}
 - name: GATEWAY_CONFIG
   value: /etc/sandgate/gateway/gateway.yaml
 - name: PROXY_MASTER_KEY

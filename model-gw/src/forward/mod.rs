@@ -22,7 +22,7 @@ use http::HeaderMap;
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{CallResponse, Header};
-use sandgate_store::SpendLogEntry;
+use sandgate_store::{Activity, SpendLogEntry};
 use tonic::Status;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -79,6 +79,8 @@ pub(crate) struct ForwarderOptions {
     /// Hosts models added at runtime may reach whatever their addresses (see `egress`).
     pub allowed_upstream_hosts: Vec<String>,
     pub limits: AnswerLimits,
+    /// Marks the sandbox behind a call's session active while the call lasts.
+    pub activity: Arc<Activity>,
 }
 
 /// The forwarding core: the upstream clients, the limits and retries, and the spend log
@@ -97,6 +99,7 @@ pub(crate) struct Forwarder {
     /// Retries, unless an entry says.
     retry: RetryPolicy,
     spend: Arc<SpendLog>,
+    activity: Arc<Activity>,
 }
 
 impl Forwarder {
@@ -128,6 +131,7 @@ impl Forwarder {
                 retries: options.retries,
                 statuses: true,
             },
+            activity: options.activity,
             spend,
         })
     }
@@ -155,14 +159,20 @@ impl Forwarder {
         upstream: Upstream,
         charge: Option<Charge>,
     ) -> Result<CallStream, Status> {
+        let session_id = first_header(&headers, &SESSION_ID).map(bounded);
+        // A call in progress, however long it streams, is its sandbox's activity.
+        let active = session_id
+            .clone()
+            .and_then(|session| self.activity.hold(session));
         let mut record = CallRecord {
+            active,
             entry: SpendLogEntry {
                 request_id: uuid::Uuid::new_v4().to_string(),
                 started_at_ms: now_ms(),
                 model: call.asked.clone(),
                 upstream_model: upstream.model.clone(),
                 user: call.user.as_deref().map(bounded),
-                session_id: first_header(&headers, &SESSION_ID).map(bounded),
+                session_id,
                 metadata: spend_metadata(&headers),
                 call_type: Some(api_name(call.api).to_owned()),
                 api_key: charge.as_ref().map(|charge| charge.token.clone()),

@@ -17,6 +17,9 @@ use crate::spend::Finished;
 /// What the spend log learns from a request before it is forwarded: one entry per
 /// client request, however many attempts it took.
 pub(crate) struct CallRecord {
+    /// Holds the call's sandbox active until the call is over (idle pause).
+    #[expect(dead_code, reason = "held for its drop, which marks the call's end")]
+    pub(crate) active: Option<sandgate_store::activity::Held>,
     pub(crate) entry: SpendLogEntry,
     /// The routing entry's name: the calls' metrics label.
     pub(crate) model_entry: String,

@@ -61,6 +61,9 @@ pub struct GatewayOptions {
     pub limits: AnswerLimits,
     /// How much of the spend log is kept.
     pub spend_log: SpendLogRetention,
+    /// `RUNTIME_IDLE_SECONDS`: a call carrying a sandbox's session marks it active, so
+    /// that idle pause leaves it running; zero, idle pause is off and nothing is marked.
+    pub idle_after: Duration,
 }
 
 /// The service; clones share one gateway.
@@ -97,6 +100,7 @@ impl ModelGatewayService {
                 retries: options.retries,
                 allowed_upstream_hosts: options.allowed_upstream_hosts,
                 limits: options.limits,
+                activity: sandgate_store::Activity::new(&store, options.idle_after),
             },
             spend.clone(),
         )?;

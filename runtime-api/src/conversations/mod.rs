@@ -22,10 +22,10 @@ use serde_json::Value;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
-use crate::auth::{Authenticator, Reader};
+use crate::auth::{Authenticator, Principal, Reader};
 use crate::validation;
 use sandgate_conversation::LocItem;
-use sandgate_store::{EventPage, EventRetention, Store, StoredConversation};
+use sandgate_store::{Activity, EventPage, EventRetention, Store, StoredConversation};
 
 /// How often a write retries when concurrent writers keep winning the compare-and-swap.
 const MAX_WRITE_ATTEMPTS: usize = 64;
@@ -53,6 +53,8 @@ pub struct ConversationsService {
     store: Store,
     auth: Arc<Authenticator>,
     retention: EventRetention,
+    /// Marks the sandbox behind a delivery or an event batch active (idle pause).
+    activity: Arc<Activity>,
 }
 
 fn now_micros() -> i64 {
@@ -86,11 +88,24 @@ fn not_found(id: &str) -> Status {
 }
 
 impl ConversationsService {
-    pub fn new(store: Store, auth: Arc<Authenticator>, retention: EventRetention) -> Self {
+    pub fn new(
+        store: Store,
+        auth: Arc<Authenticator>,
+        retention: EventRetention,
+        activity: Arc<Activity>,
+    ) -> Self {
         Self {
             store,
             auth,
             retention,
+            activity,
+        }
+    }
+
+    /// Marks the sandbox that sent something active, when a sandbox sent it.
+    async fn active(&self, principal: &Principal) {
+        if let Principal::Sandbox(runtime_id) = principal {
+            self.activity.sandbox(runtime_id).await;
         }
     }
 
@@ -240,6 +255,7 @@ impl Conversations for ConversationsService {
         request: Request<UpsertRequest>,
     ) -> Result<Response<UpsertResponse>, Status> {
         let (principal, conversation) = self.admit(request).await?;
+        self.active(&principal).await;
         self.record(&principal, conversation).await?;
         Ok(Response::new(UpsertResponse { success: true }))
     }
@@ -308,6 +324,7 @@ impl Conversations for ConversationsService {
     ) -> Result<Response<AppendEventsResponse>, Status> {
         let (metadata, _, request) = request.into_parts();
         let principal = self.auth.session(&metadata).await?;
+        self.active(&principal).await;
         let owner = principal.owner();
         let id = parse_id(&request.conversation_id)?;
         let body = match request.body {

@@ -153,6 +153,8 @@ impl Sandboxes {
                 .sort_by_key(|(_, next)| (next.state != SandboxState::Running, next.created_at_ms));
             for (candidate, mut next) in claims {
                 next.session_id = Some(session_id.to_owned());
+                // Its idle time counts from the claim, not from when it started warm.
+                next.active_at_ms = self.now_ms();
                 next.version += 1;
                 if is_deferred(&candidate.spec) {
                     next.spec = spec.clone();

@@ -7,7 +7,7 @@ use super::spec::claim_key;
 use super::{CAS_ATTEMPTS, SandboxError, SandboxResult, Sandboxes, state_name};
 use crate::ambient::random_hex;
 use crate::auth::session_key_digest;
-use sandgate_store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox};
+use sandgate_store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox, SweepIndex};
 
 impl Sandboxes {
     /// Claims a warm sandbox matching `spec`, else cold-starts one; answers the session's
@@ -90,6 +90,41 @@ impl Sandboxes {
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
         self.quotas.release(session.as_deref());
         Ok(paused)
+    }
+
+    /// Pauses a claimed sandbox idle since `idle_since` (the idle sweep), as `/pause`
+    /// does. Read again first: activity marked since the sweep read it keeps it running.
+    /// `false`: not idle after all, or gone.
+    pub(super) async fn pause_idle(
+        &self,
+        record: StoredSandbox,
+        idle_since: i64,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<bool> {
+        let Some(current) = self.store.sandboxes.sandbox(&record.runtime_id).await? else {
+            return Ok(false);
+        };
+        let idle = current
+            .sweep_index()
+            .is_some_and(|(index, at)| index == SweepIndex::Running && at <= idle_since);
+        if !idle {
+            return Ok(false);
+        }
+        self.driver.pause(&current).await?;
+        let session = current.session_id.clone();
+        let paused = self
+            .update(
+                current,
+                |record| {
+                    record.state = SandboxState::Paused;
+                    record.status_detail = None;
+                    record.restarts = Restarts::default();
+                },
+                fence,
+            )
+            .await?;
+        self.quotas.release(session.as_deref());
+        Ok(paused.is_some())
     }
 
     /// Starts a paused (or failed) sandbox again, on its original image, with a new

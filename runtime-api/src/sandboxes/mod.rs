@@ -47,6 +47,9 @@ pub struct SandboxOptions {
     pub disable_ssl: bool,
     /// `RUNTIME_DEAD_SECONDS`: a paused sandbox idle this long is deleted.
     pub dead_after: Duration,
+    /// `RUNTIME_IDLE_SECONDS`: a running sandbox whose conversation showed no activity
+    /// this long is paused; zero, never.
+    pub idle_after: Duration,
     /// How long a stopped sandbox is still listed and answered.
     pub stopped_retention: Duration,
     /// `RECONCILE_INTERVAL`.
@@ -68,6 +71,7 @@ impl Default for SandboxOptions {
             separator: "-".into(),
             disable_ssl: true,
             dead_after: Duration::from_secs(864_000),
+            idle_after: Duration::from_secs(1200),
             stopped_retention: Duration::from_secs(3600),
             reconcile_interval: Duration::from_secs(60),
             start_timeout: Duration::from_secs(600),
@@ -207,6 +211,7 @@ impl Sandboxes {
             restarts: Restarts::default(),
             slot_failures: 0,
             personalised: false,
+            active_at_ms: 0,
         }
     }
 

@@ -153,6 +153,7 @@ mod tests {
             restarts: Restarts::default(),
             slot_failures,
             personalised: false,
+            active_at_ms: 0,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The warm-pool reconciler: for each configuration in effect it keeps `count` unclaimed
 //! sandboxes on the configuration's current spec, replaces those on an old one, culls
-//! pools whose configuration is gone, and deletes claimed sandboxes paused for longer than
-//! `RUNTIME_DEAD_SECONDS`. Claimed sandboxes are otherwise never touched. One reconciler
+//! pools whose configuration is gone, pauses claimed sandboxes idle for `RUNTIME_IDLE_SECONDS`
+//! (`idle.rs`) and deletes those paused for longer than `RUNTIME_DEAD_SECONDS`. Claimed
+//! sandboxes are otherwise never touched. One reconciler
 //! acts at a time across replicas: each pass holds a lease in the store.
 //!
 //! A pass reads what it may act on, from the store's sweep indexes: the unclaimed
@@ -20,6 +21,7 @@
 //! metrics; a replica that does not hold the lease reports its pools at 0, so that only
 //! the acting reconciler's counts add up.
 
+mod idle;
 mod orphans;
 
 pub use orphans::{ORPHAN_GRACE_MS, ORPHAN_SWEEP_GUARD};
@@ -73,6 +75,8 @@ pub struct Pass {
     pub culled: usize,
     /// Claimed sandboxes deleted after idling paused, or forgotten after stopping.
     pub retired: usize,
+    /// Claimed sandboxes paused because their conversation was idle.
+    pub paused: usize,
     /// Workloads deleted from the platform because no record names them.
     pub orphans: usize,
     /// Failed warm sandboxes deleted, their backoff over, so that their slots refill.
@@ -110,7 +114,7 @@ pub fn describe_metrics() {
     );
     metrics::describe_counter!(
         "sandgate_reconcile_actions_total",
-        "sandboxes the reconciler created, culled (warm, off spec or surplus), replaced (warm, failed) or retired (claimed, dead)"
+        "sandboxes the reconciler created, culled (warm, off spec or surplus), replaced (warm, failed), paused (claimed, idle) or retired (claimed, dead)"
     );
     metrics::describe_gauge!(
         "sandgate_warm_pool_sandboxes",
@@ -121,7 +125,9 @@ pub fn describe_metrics() {
 impl Reconciler {
     pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
         // The action counters exist from the start, at 0.
-        for action in ["created", "culled", "retired", "orphans", "replaced"] {
+        for action in [
+            "created", "culled", "retired", "orphans", "replaced", "paused",
+        ] {
             metrics::counter!("sandgate_reconcile_actions_total", "action" => action).increment(0);
         }
         Self {
@@ -162,12 +168,13 @@ impl Reconciler {
             let mut wait = interval;
             match self.pass().await {
                 Ok(pass) => {
-                    if pass.created + pass.culled + pass.retired + pass.replaced > 0 {
+                    if pass.created + pass.culled + pass.retired + pass.replaced + pass.paused > 0 {
                         tracing::info!(
                             created = pass.created,
                             culled = pass.culled,
                             replaced = pass.replaced,
                             retired = pass.retired,
+                            paused = pass.paused,
                             "warm pools reconciled"
                         );
                     }
@@ -221,6 +228,7 @@ impl Reconciler {
                     ("retired", pass.retired),
                     ("orphans", pass.orphans),
                     ("replaced", pass.replaced),
+                    ("paused", pass.paused),
                 ] {
                     metrics::counter!("sandgate_reconcile_actions_total", "action" => action)
                         .increment(count as u64);
@@ -284,6 +292,7 @@ impl Reconciler {
         };
         let now = self.sandboxes.now_ms();
         let options = self.sandboxes.options();
+        pass.paused = self.pause_idle(now, fence).await?;
         let dead_since = now.saturating_sub(options.dead_after.as_millis() as i64);
         for record in self
             .sandboxes

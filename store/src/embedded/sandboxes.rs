@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableHandle, WriteTransaction};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::{EmbeddedStore, unavailable};
 use crate::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
@@ -24,21 +24,20 @@ const LEASE_TOKENS: TableDefinition<&str, u64> = TableDefinition::new("lease_tok
 const SWEEP: TableDefinition<(u8, i64, &str), ()> = TableDefinition::new("sandbox_sweep_index");
 
 pub(super) fn create_tables(txn: &WriteTransaction) -> StoreResult<()> {
-    let has_sweep_index = txn
-        .list_tables()
-        .map_err(unavailable)?
-        .any(|table| table.name() == SWEEP.name());
     txn.open_table(SANDBOXES).map_err(unavailable)?;
     txn.open_table(WARM).map_err(unavailable)?;
     txn.open_table(SESSIONS).map_err(unavailable)?;
     txn.open_table(LEASES).map_err(unavailable)?;
     txn.open_table(LEASE_TOKENS).map_err(unavailable)?;
-    txn.open_table(SWEEP).map_err(unavailable)?;
-    if !has_sweep_index {
-        // A database from before the sweep indexes: its records are indexed once, here.
-        // The store is this process's alone, so no writer can miss them afterwards.
-        index_all(txn)?;
-    }
+    // The sweep indexes are rebuilt at every open, so that a database from before one of
+    // them (the running sandboxes' index came after the others) has it filled. The store
+    // is this process's alone: no writer can miss them afterwards. The records scanned are
+    // the sandboxes still remembered, not every one ever started.
+    txn.open_table(SWEEP)
+        .map_err(unavailable)?
+        .retain(|_, ()| false)
+        .map_err(unavailable)?;
+    index_all(txn)?;
     Ok(())
 }
 
@@ -49,7 +48,7 @@ fn sweep_entry(record: &StoredSandbox) -> Option<(u8, i64, &str)> {
         .map(|(index, position)| (index.ordinal(), position, record.runtime_id.as_str()))
 }
 
-/// Puts every record in its sweep index (a new, empty one).
+/// Puts every record in its sweep index (emptied before).
 fn index_all(txn: &WriteTransaction) -> StoreResult<()> {
     let table = txn.open_table(SANDBOXES).map_err(unavailable)?;
     let mut sweep = txn.open_table(SWEEP).map_err(unavailable)?;
@@ -389,6 +388,7 @@ mod tests {
             restarts: Default::default(),
             slot_failures: 0,
             personalised: false,
+            active_at_ms: 0,
         };
         {
             let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");

@@ -160,7 +160,7 @@ static REINDEX: LazyLock<Script> = LazyLock::new(|| {
         r"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 local changed = 0
-for index = 1, 3 do
+for index = 1, 4 do
   if index == tonumber(ARGV[3]) then
     changed = changed + redis.call('ZADD', KEYS[index + 1], 'CH', ARGV[4], ARGV[1])
   else
@@ -270,6 +270,7 @@ impl RedisStore {
                 .key(&indexes[0])
                 .key(&indexes[1])
                 .key(&indexes[2])
+                .key(&indexes[3])
                 .arg(&record.runtime_id)
                 .arg(record.version)
                 .arg(number)
