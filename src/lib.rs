@@ -40,7 +40,7 @@ use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
     SandboxConfig, SettingsService, StoreHealthService,
 };
-use sandgate_webhook_gw::{EdgeConfig, GrpcChannel, ModelGw};
+use sandgate_edge::{EdgeConfig, GrpcChannel, ModelGw};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
@@ -322,7 +322,7 @@ fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> EdgeConfig {
         body_limit: limits.body_limit,
         gateway_body_limit: limits.gateway_body_limit,
         trusted_proxies: limits.trusted_proxies.clone(),
-        openapi: sandgate_webhook_gw::openapi::document(
+        openapi: sandgate_edge::openapi::document(
             sandgate_runtime_api::model::documented_schema(),
         ),
     }
@@ -442,7 +442,7 @@ pub async fn serve(
         Some(&args.gateway),
         Some(metrics.clone()),
     )?;
-    let mut app = sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw)))
+    let mut app = sandgate_edge::router(channel, edge_config(&args.edge, Some(model_gw)))
         .merge(telemetry::metrics::routes(
             metrics,
             args.edge.metrics_api_key.clone(),
@@ -572,7 +572,7 @@ pub async fn edge(
         })
         .transpose()?;
     let metrics = telemetry::metrics::recorder();
-    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw)).merge(
+    let app = sandgate_edge::router(runtime_api, edge_config(&args.edge, model_gw)).merge(
         telemetry::metrics::routes(metrics, args.edge.metrics_api_key.clone()),
     );
     run_http(listener, app, shutdown, args.server.config()).await

@@ -706,7 +706,7 @@ mod tests {
     #[test]
     fn the_api_base_pattern_is_the_documents() {
         let document: serde_json::Value =
-            serde_json::from_str(include_str!("../../webhook-gw/src/openapi.json"))
+            serde_json::from_str(include_str!("../../edge/src/openapi.json"))
                 .expect("the document");
         let documented = document["components"]["schemas"]["NewModel"]["properties"]
             ["gateway_params"]["properties"]["api_base"]["pattern"]

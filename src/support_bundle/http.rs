@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderMap, StatusCode, header};
 use sandgate_runtime_api::RuntimeAdminService;
-use sandgate_webhook_gw::ApiError;
+use sandgate_edge::ApiError;
 use tokio::sync::Semaphore;
 
 use super::Sources;
