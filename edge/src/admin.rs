@@ -2,7 +2,7 @@
 //! runtime configurations.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::rejection::BytesRejection;
@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 
 use crate::client::ClientAddress;
 use crate::error::ApiError;
-use crate::{AppState, body, metadata};
+use crate::state::{AppState, RenderedList};
+use crate::{body, metadata};
 
 #[derive(Deserialize)]
 struct LoginBody {
@@ -139,28 +140,6 @@ pub async fn api_keys(
             })
             .collect(),
     )))
-}
-
-/// The last configuration list rendered, by the service's tag for its contents: while
-/// the tag is current the service sends no list and the edge answers these bytes.
-#[derive(Default)]
-pub struct ListCache(Mutex<Option<Arc<RenderedList>>>);
-
-pub struct RenderedList {
-    etag: String,
-    body: Bytes,
-}
-
-impl ListCache {
-    fn get(&self) -> Option<Arc<RenderedList>> {
-        self.0.lock().ok().and_then(|cached| cached.clone())
-    }
-
-    fn put(&self, rendered: Arc<RenderedList>) {
-        if let Ok(mut cached) = self.0.lock() {
-            *cached = Some(rendered);
-        }
-    }
 }
 
 /// `GET /api/warm-runtime-configs`, with an `ETag`; a client's matching `If-None-Match`

@@ -16,7 +16,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, after_caller};
-use crate::{AppState, body, metadata};
+use crate::state::AppState;
+use crate::{body, metadata};
 
 fn rfc3339(timestamp: Option<&prost_types::Timestamp>) -> Value {
     timestamp

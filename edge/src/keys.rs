@@ -12,8 +12,9 @@ use http::{HeaderMap, header};
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
 
+use crate::metadata;
 use crate::models::{GatewayError, body, client};
-use crate::{AppState, metadata};
+use crate::state::AppState;
 
 async fn manage(
     state: &AppState,

@@ -8,6 +8,7 @@ pub mod channel;
 mod client;
 mod conversations;
 mod error;
+mod health;
 mod keys;
 mod metadata;
 mod model_gw;
@@ -16,25 +17,18 @@ mod observe;
 pub mod openapi;
 mod sandboxes;
 mod settings;
+mod state;
 mod webhook;
 
-use std::time::Duration;
-
-use axum::extract::{DefaultBodyLimit, State};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
 use axum::routing::{MethodRouter, get, post, put};
-use axum::{Json, Router};
 use http::StatusCode;
-use sandgate_proto::MAX_MESSAGE_BYTES;
-use sandgate_proto::admin::v1::runtime_admin_client::RuntimeAdminClient;
-use sandgate_proto::conversations::v1::conversations_client::ConversationsClient;
 use sandgate_proto::models::v1::Api;
-use sandgate_proto::sandboxes::v1::sandboxes_client::SandboxesClient;
-use sandgate_proto::settings::v1::settings_client::SettingsClient;
-use serde_json::{Value, json};
-use tonic_health::pb::HealthCheckRequest;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
+use serde_json::Value;
+
+use crate::state::AppState;
 
 pub use body::holding;
 pub use channel::GrpcChannel;
@@ -50,9 +44,6 @@ pub const DEFAULT_BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// travel base64-encoded in the body, and LiteLLM's proxy takes tens of megabytes.
 pub const DEFAULT_GATEWAY_BODY_LIMIT: usize = 32 * 1024 * 1024;
 
-/// How long `/health` waits for the services.
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
-
 pub struct EdgeConfig {
     /// Bodies past this many bytes are answered 413.
     pub body_limit: usize,
@@ -67,56 +58,18 @@ pub struct EdgeConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
-/// What every route shares; cloned for each request, so one `Arc`.
-#[derive(Clone)]
-pub(crate) struct AppState(std::sync::Arc<Shared>);
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-pub(crate) struct Shared {
-    conversations: ConversationsClient<GrpcChannel>,
-    settings: SettingsClient<GrpcChannel>,
-    admin: RuntimeAdminClient<GrpcChannel>,
-    sandboxes: SandboxesClient<GrpcChannel>,
-    models: Option<ModelGw>,
-    /// The warm runtime configuration list last rendered.
-    config_list: std::sync::Arc<admin::ListCache>,
-    health: HealthClient<GrpcChannel>,
-    /// The OpenAPI document, serialized once.
-    openapi: bytes::Bytes,
-    body_limit: usize,
-    trusted_proxies: std::sync::Arc<[ipnet::IpNet]>,
-}
-
 /// The edge's routes, calling the runtime API over `runtime_api`.
 pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
-    let state = Shared {
-        conversations: ConversationsClient::new(runtime_api.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        settings: SettingsClient::new(runtime_api.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        admin: RuntimeAdminClient::new(runtime_api.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        sandboxes: SandboxesClient::new(runtime_api.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        models: config.model_gw,
-        config_list: Default::default(),
-        health: HealthClient::new(runtime_api),
-        openapi: serde_json::to_vec(&config.openapi)
-            .unwrap_or_default()
-            .into(),
-        body_limit: config.body_limit,
-        trusted_proxies: config.trusted_proxies.into(),
-    };
+    let openapi = serde_json::to_vec(&config.openapi)
+        .unwrap_or_default()
+        .into();
+    let state = AppState::new(
+        runtime_api,
+        config.model_gw,
+        openapi,
+        config.body_limit,
+        config.trusted_proxies,
+    );
     let mut router = Router::new();
     for (path, route) in routes(config.gateway_body_limit) {
         router = router.route(&path, route);
@@ -126,15 +79,15 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn(observe::observe))
-        .with_state(AppState(std::sync::Arc::new(state)))
+        .with_state(state)
 }
 
 /// Every route of the edge: its path and what serves it. The OpenAPI document describes
 /// each (`tests::every_route_is_documented`; catalog.rs checks the other way round).
 fn routes(gateway_body_limit: usize) -> Vec<(String, MethodRouter<AppState>)> {
     let mut routes: Vec<(&str, MethodRouter<AppState>)> = vec![
-        ("/health", get(health)),
-        ("/openapi.json", get(openapi)),
+        ("/health", get(health::health)),
+        ("/openapi.json", get(health::openapi)),
         ("/api/v1/webhooks/conversations", post(webhook::receive)),
         (
             "/api/v1/webhooks/events/{conversation_id}",
@@ -176,9 +129,9 @@ fn routes(gateway_body_limit: usize) -> Vec<(String, MethodRouter<AppState>)> {
         ("/v1/model/info", get(models::model_info)),
         ("/model/info", get(models::model_info)),
         ("/model_group/info", get(models::model_group_info)),
-        ("/health/liveliness", get(liveliness)),
-        ("/health/liveness", get(liveliness)),
-        ("/health/readiness", get(readiness)),
+        ("/health/liveliness", get(health::liveliness)),
+        ("/health/liveness", get(health::liveliness)),
+        ("/health/readiness", get(health::readiness)),
         ("/spend/logs", get(models::spend_logs)),
         ("/key/generate", post(keys::generate)),
         ("/key/info", get(keys::info)),
@@ -231,64 +184,6 @@ fn routes(gateway_body_limit: usize) -> Vec<(String, MethodRouter<AppState>)> {
         .map(|(path, route)| (path.to_owned(), route))
         .chain(llm)
         .collect()
-}
-
-/// LiteLLM's liveness probe: the process answers.
-async fn liveliness() -> Json<Value> {
-    Json(Value::from("I'm alive!"))
-}
-
-/// LiteLLM's readiness probe: as `/health`, in LiteLLM's words.
-async fn readiness(state: State<AppState>) -> axum::response::Response {
-    let (status, Json(body)) = services_health(state).await;
-    let healthy = status == StatusCode::OK;
-    (
-        status,
-        Json(json!({
-            "status": if healthy { "healthy" } else { "unhealthy" },
-            "db": "Not connected",
-            "detail": body.get("detail"),
-        })),
-    )
-        .into_response()
-}
-
-/// 200 when the services answer and their store is reachable, 503 otherwise.
-async fn health(state: State<AppState>) -> impl IntoResponse {
-    services_health(state).await
-}
-
-async fn services_health(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    let mut client = state.health.clone();
-    let check = client.check(HealthCheckRequest {
-        service: String::new(),
-    });
-    match tokio::time::timeout(HEALTH_TIMEOUT, check).await {
-        Ok(Ok(response)) if response.get_ref().status() == ServingStatus::Serving => {
-            (StatusCode::OK, Json(json!({ "status": "ok" })))
-        }
-        Ok(Ok(_)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "unavailable", "detail": "the store is unreachable" })),
-        ),
-        Ok(Err(status)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({ "status": "unavailable", "detail": format!("the runtime API did not answer: {}", status.message()) }),
-            ),
-        ),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "unavailable", "detail": "the runtime API timed out" })),
-        ),
-    }
-}
-
-async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(http::header::CONTENT_TYPE, "application/json")],
-        state.openapi.clone(),
-    )
 }
 
 /// 404, except that a path with a trailing slash is redirected (307, method and body

@@ -21,8 +21,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::after_caller;
+use crate::metadata;
 use crate::model_gw::ModelGw;
-use crate::{AppState, metadata};
+use crate::state::AppState;
 
 /// An error answered in OpenAI's shape.
 pub struct GatewayError(ErrorDetail);

@@ -16,7 +16,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, after_caller};
-use crate::{AppState, body, metadata};
+use crate::state::AppState;
+use crate::{body, metadata};
 
 /// `POST /start`'s body. Fields the clients send that Sandgate has no use for are ignored.
 #[derive(Deserialize)]
@@ -287,21 +288,55 @@ pub async fn list(
     ))
 }
 
-/// The `runtime_id` of a `/pause`, `/resume` or `/stop` body; a body that does not decode
-/// is answered after the caller is judged, by a `/pause` of no sandbox.
-async fn runtime_id(
-    state: &AppState,
-    headers: &HeaderMap,
+/// What `/pause`, `/resume` and `/stop` do to the sandbox their body names.
+#[derive(Clone, Copy)]
+enum Transition {
+    Pause,
+    Resume,
+    Stop,
+}
+
+/// One of the three transitions of the sandbox a body's `runtime_id` names. A body that
+/// does not decode is answered after the caller is judged, by a `/pause` of no sandbox.
+async fn transition(
+    transition: Transition,
+    state: AppState,
+    headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<String, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
-    match body::decode::<RuntimeBody>(&payload) {
-        Ok(body) => Ok(body.runtime_id),
+    let runtime_id = match body::decode::<RuntimeBody>(&payload) {
+        Ok(body) => body.runtime_id,
         Err(error) => {
-            let probe = metadata::request(headers, PauseRequest::default());
-            Err(after_caller(error, state.sandboxes.clone().pause(probe)).await)
+            let probe = metadata::request(&headers, PauseRequest::default());
+            return Err(after_caller(error, state.sandboxes.clone().pause(probe)).await);
         }
-    }
+    };
+    let mut client = state.sandboxes.clone();
+    let sandbox = match transition {
+        Transition::Pause => {
+            client
+                .pause(metadata::request(&headers, PauseRequest { runtime_id }))
+                .await?
+                .into_inner()
+                .sandbox
+        }
+        Transition::Resume => {
+            client
+                .resume(metadata::request(&headers, ResumeRequest { runtime_id }))
+                .await?
+                .into_inner()
+                .sandbox
+        }
+        Transition::Stop => {
+            client
+                .stop(metadata::request(&headers, StopRequest { runtime_id }))
+                .await?
+                .into_inner()
+                .sandbox
+        }
+    };
+    Ok(Json(runtime(sandbox.unwrap_or_default())))
 }
 
 pub async fn pause(
@@ -309,14 +344,7 @@ pub async fn pause(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, &headers, payload).await?;
-    let response = state
-        .sandboxes
-        .clone()
-        .pause(metadata::request(&headers, PauseRequest { runtime_id }))
-        .await?
-        .into_inner();
-    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+    transition(Transition::Pause, state, headers, payload).await
 }
 
 pub async fn resume(
@@ -324,14 +352,7 @@ pub async fn resume(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, &headers, payload).await?;
-    let response = state
-        .sandboxes
-        .clone()
-        .resume(metadata::request(&headers, ResumeRequest { runtime_id }))
-        .await?
-        .into_inner();
-    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+    transition(Transition::Resume, state, headers, payload).await
 }
 
 pub async fn stop(
@@ -339,14 +360,7 @@ pub async fn stop(
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime_id = runtime_id(&state, &headers, payload).await?;
-    let response = state
-        .sandboxes
-        .clone()
-        .stop(metadata::request(&headers, StopRequest { runtime_id }))
-        .await?
-        .into_inner();
-    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+    transition(Transition::Stop, state, headers, payload).await
 }
 
 /// `GET /api/warm-runtime-pools`: each pool's target and counts.

@@ -9,7 +9,8 @@ use sandgate_proto::settings::v1::{GetLlmProfileRequest, LlmProfile, SaveLlmProf
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::{AppState, body, metadata};
+use crate::state::AppState;
+use crate::{body, metadata};
 
 fn rest(
     profile_name: String,

@@ -12,7 +12,8 @@ use sandgate_proto::conversations::v1::{
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::{AppState, body, metadata};
+use crate::state::AppState;
+use crate::{body, metadata};
 
 pub async fn receive(
     State(state): State<AppState>,
