@@ -21,6 +21,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Router;
 use check_config::{Settings, refuse_on_fatal};
+use sandgate_edge::{EdgeConfig, GrpcChannel, ModelGw};
 use sandgate_model_gw::{AnswerLimits, ConfigFile, GatewayOptions, ModelGatewayService};
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
@@ -40,7 +41,6 @@ use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
     SandboxConfig, SettingsService, StoreHealthService,
 };
-use sandgate_edge::{EdgeConfig, GrpcChannel, ModelGw};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
@@ -322,9 +322,7 @@ fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> EdgeConfig {
         body_limit: limits.body_limit,
         gateway_body_limit: limits.gateway_body_limit,
         trusted_proxies: limits.trusted_proxies.clone(),
-        openapi: sandgate_edge::openapi::document(
-            sandgate_runtime_api::model::documented_schema(),
-        ),
+        conversation_schema: sandgate_runtime_api::model::documented_schema().clone(),
     }
 }
 

@@ -1,16 +1,12 @@
-//! The OpenAPI document of the REST surface, served at `/openapi.json`. The
-//! ConversationInfo schema comes from the caller (the runtime API owns the model), so the
-//! document always describes what the service validates.
+//! The ConversationInfo schemas as the document's components: the real models' JSON Schema
+//! (the runtime API owns the models and gives it), relinked to `#/components/schemas/`,
+//! with what the models' own validators refuse or coerce that their schema does not say,
+//! so the document describes what the service validates.
 
 use serde_json::{Map, Value, json};
 
-pub(crate) const DOCUMENT: &str = include_str!("openapi.json");
-
-/// The document, with `schema`'s `$defs` (and `schema` itself as `ConversationInfo`)
-/// added to `components.schemas`.
-pub fn document(conversation_schema: &Value) -> Value {
-    let mut document: Value =
-        serde_json::from_str(DOCUMENT).unwrap_or_else(|_| Value::Object(Map::new()));
+/// `schema`'s `$defs`, and `schema` itself as `ConversationInfo`, as components.
+pub(crate) fn schemas(conversation_schema: &Value) -> Map<String, Value> {
     let relinked: Value = serde_json::from_str(
         &conversation_schema
             .to_string()
@@ -29,12 +25,7 @@ pub fn document(conversation_schema: &Value) -> Value {
     require_validated_fields(&mut schemas);
     constrain_validated_values(&mut schemas);
     widen_coerced_fields(&mut schemas);
-    if let Some(Value::Object(components)) = document.get_mut("components")
-        && let Some(Value::Object(existing)) = components.get_mut("schemas")
-    {
-        existing.extend(schemas);
-    }
-    document
+    schemas
 }
 
 /// The models mark their secrets `writeOnly` (never in a response); Sandgate's records
@@ -465,8 +456,7 @@ mod tests {
                 "LLM": llm, "LLM_1_34": llm, "MCPServer": server, "MCPServer_1_34": server,
             },
         });
-        let document = super::document(&schema);
-        let schemas = &document["components"]["schemas"];
+        let schemas = &Value::Object(super::schemas(&schema));
         assert_eq!(
             schemas["ConfirmRisky"]["properties"]["threshold"]["enum"],
             json!(["LOW", "MEDIUM", "HIGH"])
@@ -531,8 +521,7 @@ mod tests {
                 }
             }
         });
-        let document = super::document(&schema);
-        let schemas = &document["components"]["schemas"];
+        let schemas = &Value::Object(super::schemas(&schema));
         assert_eq!(
             schemas["BaseWorkspace"]["discriminator"]["mapping"],
             json!({"LocalWorkspace": "#/components/schemas/LocalWorkspace"})
@@ -555,7 +544,7 @@ mod tests {
             "properties": {"key": secret},
             "$defs": {"LLM": {"properties": {"api_key": {"anyOf": [secret, {"type": "null"}]}}}},
         });
-        let text = super::document(&schema).to_string();
+        let text = Value::Object(super::schemas(&schema)).to_string();
         assert!(!text.contains("writeOnly"));
         assert!(text.contains(r#""format":"password""#));
     }
@@ -571,29 +560,6 @@ mod tests {
             assert_eq!(
                 pattern.is_match(&text).unwrap(),
                 !python_space(c),
-                "U+{:04X}",
-                u32::from(c)
-            );
-        }
-    }
-
-    /// A profile's name is refused when `str::trim` leaves nothing of it (the Settings
-    /// service's rule): the document's pattern accepts exactly the names with a
-    /// character that is not Rust's whitespace, on every character up to U+FFFF.
-    #[test]
-    fn a_profile_name_pattern_is_the_services_non_blank_rule() {
-        let document: Value = serde_json::from_str(super::DOCUMENT).unwrap();
-        let pattern =
-            document["paths"]["/api/v1/settings/profiles/{profile_name}"]["post"]["parameters"][0]
-                ["schema"]["pattern"]
-                .as_str()
-                .expect("the saved profile's name has a pattern");
-        let pattern = fancy_regex::Regex::new(pattern).unwrap();
-        for c in (0..=0xffff).filter_map(char::from_u32) {
-            let name = format!(" {c}\u{3000}");
-            assert_eq!(
-                pattern.is_match(&name).unwrap(),
-                !name.trim().is_empty(),
                 "U+{:04X}",
                 u32::from(c)
             );
@@ -622,9 +588,9 @@ mod tests {
             "PatternSecurityAnalyzer": analyzer,
             "PatternSecurityAnalyzer_1_34": analyzer,
         }});
-        let document = super::document(&schema);
+        let schemas = Value::Object(super::schemas(&schema));
         for name in ["PatternSecurityAnalyzer", "PatternSecurityAnalyzer_1_34"] {
-            let properties = &document["components"]["schemas"][name]["properties"];
+            let properties = &schemas[name]["properties"];
             for field in ["high_patterns", "injection_medium_patterns"] {
                 assert_eq!(
                     properties[field]["items"]["prefixItems"][0]["format"], "regex",
@@ -633,12 +599,5 @@ mod tests {
                 assert!(properties[field]["items"]["prefixItems"][1]["format"].is_null());
             }
         }
-    }
-
-    #[test]
-    fn the_embedded_document_is_json() {
-        let document: serde_json::Value = serde_json::from_str(super::DOCUMENT).unwrap();
-        assert_eq!(document["openapi"], "3.1.0");
-        assert!(document["paths"].as_object().unwrap().len() >= 6);
     }
 }

@@ -1,0 +1,134 @@
+//! The OpenAPI document of the REST surface, served at `/openapi.json`. Generated: each
+//! route is registered with its operation (`#[utoipa::path]` on the handler, see
+//! `routes.rs`), the requests and answers are the handlers' own types (`ToSchema`), and
+//! the ConversationInfo schemas are the real models' (`conversation.rs`).
+//!
+//! Operations not yet described in the code come from `hand_kept.json`, which only
+//! shrinks: an operation or schema the code describes replaces its hand-kept entry.
+
+mod conversation;
+
+use serde_json::{Map, Value};
+use utoipa::Modify;
+use utoipa::openapi::OpenApi;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+/// Operations and schemas still kept by hand.
+const HAND_KEPT: &str = include_str!("hand_kept.json");
+
+/// The header a sandbox's key (or a webhook key) travels in.
+pub(crate) const SESSION_KEY: &str = "APIKeyHeader";
+/// The runtime API key's header.
+pub(crate) const RUNTIME_KEY: &str = "RuntimeAPIKey";
+/// The admin login's bearer token.
+pub(crate) const ADMIN_TOKEN: &str = "AdminToken";
+/// The model gateway's master key, or a virtual key.
+pub(crate) const MASTER_KEY: &str = "MasterKey";
+
+/// The document's root: what it is, and how callers authenticate.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Sandgate",
+        version = env!("CARGO_PKG_VERSION"),
+        description = include_str!("description.md"),
+    ),
+    modifiers(&SecuritySchemes),
+)]
+pub(crate) struct Root;
+
+struct SecuritySchemes;
+
+impl Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            SESSION_KEY,
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Session-API-Key",
+                "A key issued to a sandbox, or one of SANDGATE_WEBHOOK_API_KEYS",
+            ))),
+        );
+        components.add_security_scheme(
+            RUNTIME_KEY,
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-API-Key",
+                "The runtime API key (DEFAULT_API_KEY, listed as `default` by \
+                 /api/admin/api-keys): reads every conversation and the warm runtime \
+                 configurations",
+            ))),
+        );
+        components.add_security_scheme(
+            ADMIN_TOKEN,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "The token POST /api/admin/login returns; valid 24 hours",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            MASTER_KEY,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "PROXY_MASTER_KEY, or a virtual key from `/key/generate`, as \
+                         `Authorization: Bearer <key>`; also taken from `x-api-key` (the \
+                         Anthropic SDK), `api-key` (Azure clients) and `x-litellm-api-key`. \
+                         Never forwarded upstream. A virtual key calls the LLM routes of its \
+                         models and reads its own `/key/info`; the master key alone adds \
+                         models, manages keys and lists the spend log",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The document served: `generated` (the routes' operations and their types), what is
+/// still hand-kept, and the ConversationInfo schemas built from `conversation_schema`.
+pub(crate) fn document(generated: OpenApi, conversation_schema: &Value) -> Value {
+    let mut document = match serde_json::to_value(generated) {
+        Ok(Value::Object(document)) => document,
+        _ => Map::new(),
+    };
+    let hand_kept: Value = serde_json::from_str(HAND_KEPT).unwrap_or(Value::Null);
+    if let (Some(Value::Object(kept)), Some(paths)) =
+        (hand_kept.get("paths"), object_at(&mut document, "paths"))
+    {
+        for (path, operations) in kept {
+            let (Value::Object(operations), Some(item)) = (operations, object_at(paths, path))
+            else {
+                continue;
+            };
+            for (method, operation) in operations {
+                item.entry(method.clone())
+                    .or_insert_with(|| operation.clone());
+            }
+        }
+    }
+    let mut schemas = Map::new();
+    if let Some(Value::Object(kept)) = hand_kept.pointer("/components/schemas") {
+        schemas.extend(kept.clone());
+    }
+    schemas.extend(conversation::schemas(conversation_schema));
+    if let Some(existing) = object_at(&mut document, "components")
+        .and_then(|components| object_at(components, "schemas"))
+    {
+        for (name, schema) in schemas {
+            existing.entry(name).or_insert(schema);
+        }
+    }
+    Value::Object(document)
+}
+
+/// The object under `key` in `map`, made if absent.
+fn object_at<'a>(map: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
+    map.entry(key)
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+}
