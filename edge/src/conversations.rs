@@ -110,7 +110,7 @@ fn list_request(query: Option<&str>) -> Result<ListConversationsRequest, ApiErro
                 let (key, tag) = value.split_once(':').ok_or_else(|| {
                     ApiError::invalid(
                         "value_error",
-                        json!(["query", "tag"]),
+                        ["query", "tag"],
                         "Value error, a tag filter is written key:value",
                         Value::from(value.as_ref()),
                     )
@@ -150,7 +150,7 @@ fn query_integer(name: &'static str, value: &str) -> Result<u32, ApiError> {
     value.parse().map_err(|_| {
         ApiError::invalid(
             "int_parsing",
-            json!(["query", name]),
+            ["query", name],
             "Input should be a valid integer, unable to parse string as an integer",
             Value::from(value),
         )
@@ -181,7 +181,7 @@ fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, 
             "kind" => {
                 return Err(ApiError::invalid(
                     "string_pattern_mismatch",
-                    json!(["query", "kind"]),
+                    ["query", "kind"],
                     "An event kind is a name: letters, digits and '_', not starting with a digit",
                     Value::from(value.as_ref()),
                 ));
@@ -193,7 +193,7 @@ fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, 
                     _ => {
                         return Err(ApiError::invalid(
                             "enum",
-                            json!(["query", "order"]),
+                            ["query", "order"],
                             "Input should be 'asc' or 'desc'",
                             Value::from(value.as_ref()),
                         ));

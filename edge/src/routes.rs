@@ -21,7 +21,9 @@ pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(health::openapi))
         .routes(routes!(health::liveliness))
         .routes(routes!(health::liveness))
-        .routes(routes!(health::readiness));
+        .routes(routes!(health::readiness))
+        .routes(routes!(webhook::receive))
+        .routes(routes!(webhook::receive_events));
     hand_kept(documented, gateway_body_limit)
 }
 
@@ -31,11 +33,6 @@ fn hand_kept(
     gateway_body_limit: usize,
 ) -> OpenApiRouter<AppState> {
     let mut router = router
-        .route("/api/v1/webhooks/conversations", post(webhook::receive))
-        .route(
-            "/api/v1/webhooks/events/{conversation_id}",
-            post(webhook::receive_events),
-        )
         .route("/api/v1/conversations", get(conversations::list))
         .route(
             "/api/v1/conversations/{id}",

@@ -63,7 +63,7 @@ impl Command {
             Some(Self::Line(line)) => shlex::split(&line).ok_or_else(|| {
                 ApiError::invalid(
                     "value_error",
-                    json!(["body", "command"]),
+                    ["body", "command"],
                     "Value error, the command line has an unclosed quote or ends in a backslash",
                     Value::String(line),
                 )
@@ -239,7 +239,7 @@ fn show_all(query: Option<&str>) -> Result<bool, ApiError> {
                 _ => {
                     return Err(ApiError::invalid(
                         "bool_parsing",
-                        json!(["query", "show_all"]),
+                        ["query", "show_all"],
                         "Input should be a valid boolean, unable to interpret input",
                         Value::String(value.into_owned()),
                     ));

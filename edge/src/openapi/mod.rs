@@ -10,20 +10,20 @@ mod conversation;
 
 use serde_json::{Map, Value};
 use utoipa::Modify;
-use utoipa::openapi::OpenApi;
+use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{OpenApi, Ref, RefOr};
 
 /// Operations and schemas still kept by hand.
 const HAND_KEPT: &str = include_str!("hand_kept.json");
 
-/// The header a sandbox's key (or a webhook key) travels in.
-pub(crate) const SESSION_KEY: &str = "APIKeyHeader";
-/// The runtime API key's header.
-pub(crate) const RUNTIME_KEY: &str = "RuntimeAPIKey";
-/// The admin login's bearer token.
-pub(crate) const ADMIN_TOKEN: &str = "AdminToken";
-/// The model gateway's master key, or a virtual key.
-pub(crate) const MASTER_KEY: &str = "MasterKey";
+/// The security schemes operations name (`security(("APIKeyHeader" = []))`): the header a
+/// sandbox's key (or a webhook key) travels in, the runtime API key's header, the admin
+/// login's bearer token, and the model gateway's master key (or a virtual key).
+const SESSION_KEY: &str = "APIKeyHeader";
+const RUNTIME_KEY: &str = "RuntimeAPIKey";
+const ADMIN_TOKEN: &str = "AdminToken";
+const MASTER_KEY: &str = "MasterKey";
 
 /// The document's root: what it is, and how callers authenticate.
 #[derive(utoipa::OpenApi)]
@@ -88,6 +88,18 @@ impl Modify for SecuritySchemes {
         );
     }
 }
+
+/// The ConversationInfo of the models the runtime API validates with, as operations name
+/// it (`body = ConversationInfo`): its schema is the models' own, which `document` adds.
+pub(crate) struct ConversationInfo;
+
+impl utoipa::PartialSchema for ConversationInfo {
+    fn schema() -> RefOr<Schema> {
+        Ref::from_schema_name("ConversationInfo").into()
+    }
+}
+
+impl utoipa::ToSchema for ConversationInfo {}
 
 /// The document served: `generated` (the routes' operations and their types), what is
 /// still hand-kept, and the ConversationInfo schemas built from `conversation_schema`.
