@@ -4,6 +4,7 @@
 
 mod admin;
 mod body;
+mod catalog;
 pub mod channel;
 mod client;
 mod conversations;

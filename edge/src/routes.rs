@@ -23,7 +23,11 @@ pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(health::liveness))
         .routes(routes!(health::readiness))
         .routes(routes!(webhook::receive))
-        .routes(routes!(webhook::receive_events));
+        .routes(routes!(webhook::receive_events))
+        .routes(routes!(conversations::list))
+        .routes(routes!(conversations::get, conversations::update_tags))
+        .routes(routes!(conversations::events))
+        .routes(routes!(settings::save, settings::get));
     hand_kept(documented, gateway_body_limit)
 }
 
@@ -33,19 +37,6 @@ fn hand_kept(
     gateway_body_limit: usize,
 ) -> OpenApiRouter<AppState> {
     let mut router = router
-        .route("/api/v1/conversations", get(conversations::list))
-        .route(
-            "/api/v1/conversations/{id}",
-            get(conversations::get).patch(conversations::update_tags),
-        )
-        .route(
-            "/api/v1/conversations/{id}/events",
-            get(conversations::events),
-        )
-        .route(
-            "/api/v1/settings/profiles/{profile_name}",
-            post(settings::save).get(settings::get),
-        )
         .route("/api/admin/challenge", get(admin::challenge))
         .route("/api/admin/login", post(admin::login))
         .route("/api/admin/api-keys", get(admin::api_keys))

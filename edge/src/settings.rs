@@ -6,31 +6,83 @@ use axum::extract::{Path, State};
 use bytes::Bytes;
 use http::HeaderMap;
 use sandgate_proto::settings::v1::{GetLlmProfileRequest, LlmProfile, SaveLlmProfileRequest};
-use serde_json::{Value, json};
+use std::collections::HashMap;
 
-use crate::error::ApiError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, DetailBody, ValidationBody};
 use crate::state::AppState;
 use crate::{body, metadata};
+
+/// An LLM profile: as saved (the body of a save, which the Settings service reads) and as
+/// answered (with its name).
+#[derive(Serialize, ToSchema)]
+#[schema(as = LLMProfile)]
+pub(crate) struct Profile {
+    #[schema(required = false)]
+    profile_name: String,
+    #[schema(default = false, required = false)]
+    preserve_existing_api_key: bool,
+    #[schema(inline)]
+    llm: Llm,
+}
+
+/// The profile's model and where it is called.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Llm {
+    model: String,
+    #[schema(required = false)]
+    base_url: String,
+    /// x-gateway-session-id is reserved and rejected
+    #[schema(required = false)]
+    extra_headers: HashMap<String, String>,
+}
 
 fn rest(
     profile_name: String,
     preserve_existing_api_key: bool,
     llm: Option<LlmProfile>,
-) -> Json<Value> {
+) -> Json<Profile> {
     let llm = llm.unwrap_or_default();
-    Json(json!({
-        "profile_name": profile_name,
-        "preserve_existing_api_key": preserve_existing_api_key,
-        "llm": { "model": llm.model, "base_url": llm.base_url, "extra_headers": llm.extra_headers },
-    }))
+    Json(Profile {
+        profile_name,
+        preserve_existing_api_key,
+        llm: Llm {
+            model: llm.model,
+            base_url: llm.base_url,
+            extra_headers: llm.extra_headers,
+        },
+    })
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/settings/profiles/{profile_name}",
+    operation_id = "save_llm_profile",
+    tag = "Settings",
+    summary = "Create or replace an LLM profile of the caller",
+    security(("APIKeyHeader" = [])),
+    params((
+        "profile_name" = String,
+        Path,
+        min_length = 1,
+        // Not blank as Rust's `str::trim` sees it (the Settings service's rule).
+        pattern = "[^\\t-\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
+    )),
+    request_body(content = Profile),
+    responses(
+        (status = 200, description = "The saved profile", body = Profile),
+        (status = 401, description = "No valid key", body = DetailBody),
+        (status = 422, description = "Validation error", body = ValidationBody),
+    ),
+)]
 pub async fn save(
     State(state): State<AppState>,
     Path(profile_name): Path<String>,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Profile>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
     let request = SaveLlmProfileRequest {
         profile_name,
@@ -50,11 +102,25 @@ pub async fn save(
     ))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/settings/profiles/{profile_name}",
+    operation_id = "get_llm_profile",
+    tag = "Settings",
+    summary = "One of the caller's LLM profiles",
+    security(("APIKeyHeader" = [])),
+    params(("profile_name" = String, Path, min_length = 1)),
+    responses(
+        (status = 200, description = "The profile", body = Profile),
+        (status = 401, description = "No valid key", body = DetailBody),
+        (status = 404, description = "No such profile", body = DetailBody),
+    ),
+)]
 pub async fn get(
     State(state): State<AppState>,
     Path(profile_name): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Profile>, ApiError> {
     let profile = state
         .settings
         .clone()
