@@ -17,6 +17,7 @@ mod models;
 mod observe;
 mod openapi;
 mod routes;
+mod runtimes;
 mod sandboxes;
 mod settings;
 mod state;

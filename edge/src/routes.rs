@@ -27,7 +27,15 @@ pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(conversations::list))
         .routes(routes!(conversations::get, conversations::update_tags))
         .routes(routes!(conversations::events))
-        .routes(routes!(settings::save, settings::get));
+        .routes(routes!(settings::save, settings::get))
+        .routes(routes!(sandboxes::pools))
+        .routes(routes!(sandboxes::start))
+        .routes(routes!(sandboxes::batch))
+        .routes(routes!(sandboxes::session))
+        .routes(routes!(sandboxes::list))
+        .routes(routes!(sandboxes::pause))
+        .routes(routes!(sandboxes::resume))
+        .routes(routes!(sandboxes::stop));
     hand_kept(documented, gateway_body_limit)
 }
 
@@ -45,14 +53,6 @@ fn hand_kept(
             "/api/admin/warm-runtime-configs/{name}",
             put(admin::put_config).delete(admin::delete_config),
         )
-        .route("/api/warm-runtime-pools", get(sandboxes::pools))
-        .route("/start", post(sandboxes::start))
-        .route("/sessions/batch", get(sandboxes::batch))
-        .route("/sessions/{session_id}", get(sandboxes::session))
-        .route("/list", get(sandboxes::list))
-        .route("/pause", post(sandboxes::pause))
-        .route("/resume", post(sandboxes::resume))
-        .route("/stop", post(sandboxes::stop))
         .route("/v1/models", get(models::list))
         .route("/models", get(models::list))
         .route("/v1/models/{*id}", get(models::get))

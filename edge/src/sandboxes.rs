@@ -1,8 +1,6 @@
 //! The sandbox lifecycle API (design.md) → the Sandboxes service: start (claim or cold
 //! start), sessions, list, pause, resume, stop, and the warm pools' status.
 
-use std::collections::BTreeMap;
-
 use axum::Json;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
@@ -12,46 +10,12 @@ use sandgate_proto::sandboxes::v1::{
     self as pb, BatchGetSessionsRequest, GetSessionRequest, ListPoolsRequest, ListSandboxesRequest,
     PauseRequest, ResumeRequest, StartRequest, StopRequest,
 };
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::error::{ApiError, after_caller};
+use crate::error::{ApiError, DetailBody, ValidationBody, after_caller};
+use crate::runtimes::{Command, PoolList, Runtime, RuntimeBody, RuntimeList, StartBody, WarmPool};
 use crate::state::AppState;
 use crate::{body, metadata};
-
-/// `POST /start`'s body. Fields the clients send that Sandgate has no use for are ignored.
-#[derive(Deserialize)]
-struct StartBody {
-    image: String,
-    /// A list of arguments; one string, a command line (the SDK's `APIRemoteWorkspace`
-    /// sends one), split into arguments as a POSIX shell splits words, without running a
-    /// shell; or null (the app server's `RemoteSandboxService` may send it), the image's
-    /// own entrypoint. A warm claim compares the arguments.
-    #[serde(default)]
-    command: Option<Command>,
-    working_dir: String,
-    #[serde(default)]
-    environment: BTreeMap<String, String>,
-    #[serde(default)]
-    session_id: Option<String>,
-    #[serde(default)]
-    resource_factor: Option<f64>,
-    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
-    run_as_user: Option<i64>,
-    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
-    run_as_group: Option<i64>,
-    #[serde(default, deserialize_with = "sandgate_proto::json::optional_integer")]
-    fs_group: Option<i64>,
-    #[serde(default)]
-    fuse_s3_mount: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Command {
-    Arguments(Vec<String>),
-    Line(String),
-}
 
 impl Command {
     /// The arguments, or a 422 at `command` for a line a shell could not split (an
@@ -72,70 +36,27 @@ impl Command {
     }
 }
 
-/// `POST /pause|/resume|/stop`'s body.
-#[derive(Deserialize)]
-struct RuntimeBody {
-    runtime_id: String,
-}
-
-fn status_name(status: pb::SandboxStatus) -> &'static str {
-    match status {
-        pb::SandboxStatus::Starting | pb::SandboxStatus::Unspecified => "starting",
-        pb::SandboxStatus::Running => "running",
-        pb::SandboxStatus::Paused => "paused",
-        pb::SandboxStatus::Stopped => "stopped",
-        pb::SandboxStatus::Error => "error",
-    }
-}
-
-fn optional(text: String) -> Value {
-    if text.is_empty() {
-        Value::Null
-    } else {
-        Value::String(text)
-    }
-}
-
-/// The legacy runtime API's `pod_status` for a status (design.md), which older clients
-/// (the SDK's `APIRemoteWorkspace`) poll: `ready` is up, `pending` starting, `not found`
-/// no pod (paused or stopped), `failed` an error. `status` stays the source of truth.
-fn pod_status(status: pb::SandboxStatus) -> &'static str {
-    match status {
-        pb::SandboxStatus::Starting | pb::SandboxStatus::Unspecified => "pending",
-        pb::SandboxStatus::Running => "ready",
-        pb::SandboxStatus::Paused | pb::SandboxStatus::Stopped => "not found",
-        pb::SandboxStatus::Error => "failed",
-    }
-}
-
-/// A sandbox as the REST contract shows it.
-fn runtime(sandbox: pb::Sandbox) -> Value {
-    let status = status_name(sandbox.status());
-    let pod_status = pod_status(sandbox.status());
-    let spec = sandbox.spec.unwrap_or_default();
-    json!({
-        "runtime_id": sandbox.runtime_id,
-        "session_id": sandbox.session_id,
-        "url": sandbox.url,
-        "session_api_key": optional(sandbox.session_api_key),
-        "status": status,
-        "pod_status": pod_status,
-        // The legacy fields beside pod_status: the platform's restarts of the sandbox's
-        // workload since it last started (Kubernetes: its containers' restart counts).
-        "restart_count": sandbox.restart_count,
-        "restart_reasons": sandbox.restart_reasons,
-        "status_detail": optional(sandbox.status_detail),
-        "image": spec.image,
-        "pool": optional(sandbox.pool),
-        "created_at_ms": sandbox.created_at_ms,
-    })
-}
-
+#[utoipa::path(
+    post,
+    path = "/start",
+    operation_id = "start_sandbox",
+    tag = "Sandboxes",
+    summary = "Claim a warm sandbox whose spec matches exactly (less OH_WEBHOOKS_0_BASE_URL and OH_ALLOW_CORS_ORIGINS_0), else cold-start one; a session that already has a live sandbox gets it",
+    security(("RuntimeAPIKey" = [])),
+    request_body(content = StartBody),
+    responses(
+        (status = 200, description = "The sandbox, with its session key; `warm` says whether it was claimed", body = Runtime),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+        (status = 422, description = "A field is wrong", body = ValidationBody),
+        (status = 502, description = "The sandbox platform failed", body = DetailBody),
+        (status = 503, description = "The store is unavailable; retry later", body = DetailBody),
+    ),
+)]
 pub async fn start(
     State(state): State<AppState>,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runtime>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
     let body: StartBody = match body::decode(&payload) {
         Ok(body) => body,
@@ -171,16 +92,30 @@ pub async fn start(
         .start(metadata::request(&headers, request))
         .await?
         .into_inner();
-    let mut answer = runtime(response.sandbox.unwrap_or_default());
-    answer["warm"] = Value::Bool(response.claimed);
+    let mut answer = Runtime::from(response.sandbox.unwrap_or_default());
+    answer.warm = Some(response.claimed);
     Ok(Json(answer))
 }
 
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}",
+    operation_id = "get_session",
+    tag = "Sandboxes",
+    summary = "The sandbox running a session",
+    security(("RuntimeAPIKey" = [])),
+    params(("session_id" = String, Path)),
+    responses(
+        (status = 200, description = "The sandbox", body = Runtime),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+        (status = 404, description = "`Session <id> not found`", body = DetailBody),
+    ),
+)]
 pub async fn session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runtime>, ApiError> {
     let response = state
         .sandboxes
         .clone()
@@ -190,15 +125,29 @@ pub async fn session(
         ))
         .await?
         .into_inner();
-    Ok(Json(runtime(response.sandbox.unwrap_or_default())))
+    Ok(Json(response.sandbox.unwrap_or_default().into()))
 }
 
 /// `GET /sessions/batch?ids=a&ids=b` (or `ids=a,b`): a list, `null` for unknown ids.
+#[utoipa::path(
+    get,
+    path = "/sessions/batch",
+    operation_id = "batch_get_sessions",
+    tag = "Sandboxes",
+    summary = "Several sessions' sandboxes, in order; null for an unknown id",
+    security(("RuntimeAPIKey" = [])),
+    params(("ids" = Vec<String>, Query, description = "Repeated (`ids=a&ids=b`) or comma-separated; at most 1000")),
+    responses(
+        (status = 200, description = "One slot per id", body = Vec<Option<Runtime>>),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+        (status = 422, description = "A field is wrong", body = ValidationBody),
+    ),
+)]
 pub async fn batch(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<Option<Runtime>>>, ApiError> {
     let session_ids: Vec<String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
         .filter(|(name, _)| name == "ids")
         .flat_map(|(_, value)| {
@@ -219,13 +168,13 @@ pub async fn batch(
         ))
         .await?
         .into_inner();
-    Ok(Json(Value::Array(
+    Ok(Json(
         response
             .sessions
             .into_iter()
-            .map(|slot| slot.sandbox.map_or(Value::Null, runtime))
+            .map(|slot| slot.sandbox.map(Runtime::from))
             .collect(),
-    )))
+    ))
 }
 
 /// `?show_all=` as FastAPI reads a boolean; absent: false.
@@ -253,11 +202,25 @@ fn show_all(query: Option<&str>) -> Result<bool, ApiError> {
 /// `GET /list`: the caller's sandboxes that are starting or running, which the app
 /// server's client counts as running when it enforces its sandbox limit; with
 /// `?show_all=true`, paused, stopped and failed ones too.
+#[utoipa::path(
+    get,
+    path = "/list",
+    operation_id = "list_sandboxes",
+    tag = "Sandboxes",
+    summary = "The caller's starting and running sandboxes, newest first; with show_all, paused, stopped (for an hour) and failed ones too",
+    security(("RuntimeAPIKey" = [])),
+    params(("show_all" = Option<bool>, Query, description = "Also list paused, recently stopped and failed sandboxes")),
+    responses(
+        (status = 200, description = "The sandboxes", body = RuntimeList),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+        (status = 422, description = "show_all is not a boolean", body = ValidationBody),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RuntimeList>, ApiError> {
     let show_all = match show_all(query.as_deref()) {
         Ok(show_all) => show_all,
         Err(error) => {
@@ -271,7 +234,7 @@ pub async fn list(
         .list_sandboxes(metadata::request(&headers, ListSandboxesRequest {}))
         .await?
         .into_inner();
-    let runtimes: Vec<Value> = response
+    let runtimes: Vec<Runtime> = response
         .sandboxes
         .into_iter()
         .filter(|sandbox| {
@@ -281,11 +244,12 @@ pub async fn list(
                     pb::SandboxStatus::Starting | pb::SandboxStatus::Running
                 )
         })
-        .map(runtime)
+        .map(Runtime::from)
         .collect();
-    Ok(Json(
-        json!({ "total": runtimes.len(), "runtimes": runtimes }),
-    ))
+    Ok(Json(RuntimeList {
+        total: runtimes.len(),
+        runtimes,
+    }))
 }
 
 /// What `/pause`, `/resume` and `/stop` do to the sandbox their body names.
@@ -303,7 +267,7 @@ async fn transition(
     state: AppState,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runtime>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
     let runtime_id = match body::decode::<RuntimeBody>(&payload) {
         Ok(body) => body.runtime_id,
@@ -336,59 +300,107 @@ async fn transition(
                 .sandbox
         }
     };
-    Ok(Json(runtime(sandbox.unwrap_or_default())))
+    Ok(Json(sandbox.unwrap_or_default().into()))
 }
 
+#[utoipa::path(
+    post,
+    path = "/pause",
+    operation_id = "pause_sandbox",
+    tag = "Sandboxes",
+    summary = "Stop the sandbox's workload and keep its storage",
+    security(("RuntimeAPIKey" = [])),
+    request_body(content = RuntimeBody),
+    responses(
+        (status = 200, description = "The sandbox", body = Runtime),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+        (status = 404, description = "`Runtime <id> not found`", body = DetailBody),
+        (status = 422, description = "A field is wrong", body = ValidationBody),
+        (status = 502, description = "The sandbox platform failed", body = DetailBody),
+        (status = 409, description = "The sandbox is stopped", body = DetailBody),
+    ),
+)]
 pub async fn pause(
     State(state): State<AppState>,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runtime>, ApiError> {
     transition(Transition::Pause, state, headers, payload).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/resume",
+    operation_id = "resume_sandbox",
+    tag = "Sandboxes",
+    summary = "Start a paused (or failed) sandbox again, on its original image, with a new session key",
+    security(("RuntimeAPIKey" = [])),
+    request_body(content = RuntimeBody),
+    responses(
+        (status = 200, description = "The sandbox", body = Runtime),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+        (status = 404, description = "`Runtime <id> not found`", body = DetailBody),
+        (status = 422, description = "A field is wrong", body = ValidationBody),
+        (status = 502, description = "The sandbox platform failed", body = DetailBody),
+        (status = 409, description = "The sandbox is not paused or in error", body = DetailBody),
+    ),
+)]
 pub async fn resume(
     State(state): State<AppState>,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runtime>, ApiError> {
     transition(Transition::Resume, state, headers, payload).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/stop",
+    operation_id = "stop_sandbox",
+    tag = "Sandboxes",
+    summary = "Delete the sandbox's workload and storage; its session key stops working",
+    security(("RuntimeAPIKey" = [])),
+    request_body(content = RuntimeBody),
+    responses(
+        (status = 200, description = "The sandbox", body = Runtime),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+        (status = 404, description = "`Runtime <id> not found`", body = DetailBody),
+        (status = 422, description = "A field is wrong", body = ValidationBody),
+        (status = 502, description = "The sandbox platform failed", body = DetailBody),
+    ),
+)]
 pub async fn stop(
     State(state): State<AppState>,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Runtime>, ApiError> {
     transition(Transition::Stop, state, headers, payload).await
 }
 
 /// `GET /api/warm-runtime-pools`: each pool's target and counts.
+#[utoipa::path(
+    get,
+    path = "/api/warm-runtime-pools",
+    operation_id = "list_warm_pools",
+    tag = "Sandboxes",
+    summary = "Each warm pool: its target size and its ready, starting and failed sandboxes",
+    security(("RuntimeAPIKey" = [])),
+    responses(
+        (status = 200, description = "One entry per configuration in effect, by name", body = PoolList),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+    ),
+)]
 pub async fn pools(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PoolList>, ApiError> {
     let response = state
         .sandboxes
         .clone()
         .list_pools(metadata::request(&headers, ListPoolsRequest {}))
         .await?
         .into_inner();
-    let pools: Vec<Value> = response
-        .pools
-        .into_iter()
-        .map(|pool| {
-            json!({
-                "name": pool.name,
-                "image": pool.image,
-                "target": pool.target,
-                "ready": pool.ready,
-                "starting": pool.starting,
-                "failed": pool.failed,
-                "failures": pool.failures,
-                "state": pool.state,
-            })
-        })
-        .collect();
-    Ok(Json(json!({ "pools": pools })))
+    Ok(Json(PoolList {
+        pools: response.pools.into_iter().map(WarmPool::from).collect(),
+    }))
 }
