@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+
 use axum::Json;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -16,39 +18,103 @@ use sandgate_proto::admin::v1::{
     WarmRuntimeConfigEntry, put_warm_runtime_config_request,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use crate::client::ClientAddress;
-use crate::error::ApiError;
+use crate::error::{ApiError, DetailBody, ValidationBody};
 use crate::state::{AppState, RenderedList};
 use crate::{body, metadata};
 
-#[derive(Deserialize)]
+/// `POST /api/admin/login`'s body.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = LoginRequest)]
 struct LoginBody {
     challenge: String,
+    /// hex(PBKDF2-HMAC-SHA256(password, salt + challenge, iterations, 32))
     hash: String,
 }
 
-/// A configuration as listed: spec 2.2, with the whole body so it can be templated.
-#[derive(Serialize)]
-pub struct ConfigEntry {
+/// A login challenge.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Challenge {
+    /// Random, single-use, valid 5 minutes
+    challenge: String,
+    /// ASCII hex, used as a string
+    salt: String,
+    /// PBKDF2-HMAC-SHA256 iterations
+    iterations: u32,
+}
+
+/// `POST /api/admin/login`'s answer.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct LoginResponse {
+    /// HS256 JWT, valid 24 hours
+    token: String,
+}
+
+/// An API key, with its value.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ApiKey {
+    id: i64,
     name: String,
-    image: String,
+    key_value: String,
+    max_runtimes: Option<i64>,
+    remaining_credits: Option<i64>,
+}
+
+/// A configuration as listed: spec 2.2, with the whole body so it can be templated.
+#[derive(Serialize, ToSchema)]
+#[schema(as = WarmRuntimeConfigEntry)]
+pub(crate) struct ConfigEntry {
+    name: String,
+    #[schema(schema_with = config_source)]
     source: &'static str,
+    /// Full image reference; distinct across configurations
+    #[schema(min_length = 1)]
+    image: String,
+    /// The pool size in effect
     count: i64,
+    /// Absolute path
     working_dir: String,
+    #[schema(min_items = 1)]
     command: Vec<String>,
     environment: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, minimum = 0)]
     run_as_user: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, minimum = 0)]
     run_as_group: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = i64, minimum = 0)]
     fs_group: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = bool)]
     fuse_s3_mount: Option<bool>,
+    /// PUT only: environment keys of the installer default v1_current that this
+    /// configuration lacks
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<String>)]
     warnings: Option<Vec<String>>,
+}
+
+fn config_source() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["file", "db"]))
+}
+
+/// `GET /api/warm-runtime-configs`' answer.
+#[derive(Serialize, ToSchema)]
+#[schema(as = WarmRuntimeConfigList)]
+pub(crate) struct ConfigList {
+    configs: Vec<ConfigEntry>,
+}
+
+/// `{"message": "..."}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Message {
+    message: String,
 }
 
 fn rest_entry(entry: WarmRuntimeConfigEntry, warnings: Option<Vec<String>>) -> ConfigEntry {
@@ -73,11 +139,28 @@ fn rest_entry(entry: WarmRuntimeConfigEntry, warnings: Option<Vec<String>>) -> C
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/admin/challenge",
+    operation_id = "get_admin_challenge",
+    tag = "Runtime management",
+    summary = "A single-use login challenge",
+    responses(
+        (status = 200, description = "The challenge", body = Challenge),
+        (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
+        (
+            status = 429,
+            description = "Too many attempts from this client address in the current window (`ADMIN_LOGIN_RATE`): `Too many login attempts; retry in N seconds`",
+            body = DetailBody,
+            headers(("Retry-After" = i64, description = "Seconds until the client's window ends")),
+        ),
+    ),
+)]
 pub async fn challenge(
     State(state): State<AppState>,
     client: ClientAddress,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Challenge>, ApiError> {
     let challenge = state
         .admin
         .clone()
@@ -88,19 +171,39 @@ pub async fn challenge(
         ))
         .await?
         .into_inner();
-    Ok(Json(json!({
-        "challenge": challenge.challenge,
-        "salt": challenge.salt,
-        "iterations": challenge.iterations,
-    })))
+    Ok(Json(Challenge {
+        challenge: challenge.challenge,
+        salt: challenge.salt,
+        iterations: challenge.iterations,
+    }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/admin/login",
+    operation_id = "admin_login",
+    tag = "Runtime management",
+    summary = "Answer a challenge; get an admin token",
+    request_body(content = LoginBody),
+    responses(
+        (status = 200, description = "The admin token", body = LoginResponse),
+        (status = 401, description = "`Invalid or expired challenge` or `Invalid admin password`", body = DetailBody),
+        (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
+        (status = 422, description = "Validation error", body = ValidationBody),
+        (
+            status = 429,
+            description = "Too many attempts from this client address in the current window (`ADMIN_LOGIN_RATE`): `Too many login attempts; retry in N seconds`",
+            body = DetailBody,
+            headers(("Retry-After" = i64, description = "Seconds until the client's window ends")),
+        ),
+    ),
+)]
 pub async fn login(
     State(state): State<AppState>,
     client: ClientAddress,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LoginResponse>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
     let LoginBody { challenge, hash } = body::decode(&payload)?;
     let login = state
@@ -113,13 +216,26 @@ pub async fn login(
         ))
         .await?
         .into_inner();
-    Ok(Json(json!({ "token": login.token })))
+    Ok(Json(LoginResponse { token: login.token }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/admin/api-keys",
+    operation_id = "list_api_keys",
+    tag = "Runtime management",
+    summary = "The API keys, with their values",
+    security(("AdminToken" = [])),
+    responses(
+        (status = 200, description = "The keys", body = Vec<ApiKey>),
+        (status = 401, description = "Missing, invalid or expired admin token", body = DetailBody),
+        (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
+    ),
+)]
 pub async fn api_keys(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<ApiKey>>, ApiError> {
     let keys = state
         .admin
         .clone()
@@ -127,23 +243,40 @@ pub async fn api_keys(
         .await?
         .into_inner()
         .keys;
-    Ok(Json(Value::Array(
+    Ok(Json(
         keys.into_iter()
-            .map(|key| {
-                json!({
-                    "id": key.id,
-                    "name": key.name,
-                    "key_value": key.key_value,
-                    "max_runtimes": key.max_runtimes,
-                    "remaining_credits": key.remaining_credits,
-                })
+            .map(|key| ApiKey {
+                id: key.id,
+                name: key.name,
+                key_value: key.key_value,
+                max_runtimes: key.max_runtimes,
+                remaining_credits: key.remaining_credits,
             })
             .collect(),
-    )))
+    ))
 }
 
 /// `GET /api/warm-runtime-configs`, with an `ETag`; a client's matching `If-None-Match`
 /// gets 304.
+#[utoipa::path(
+    get,
+    path = "/api/warm-runtime-configs",
+    operation_id = "list_warm_runtime_configs",
+    tag = "Runtime management",
+    summary = "The effective warm runtime configurations",
+    security(("RuntimeAPIKey" = [])),
+    params(("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier answer")),
+    responses(
+        (
+            status = 200,
+            description = "Installer entries merged with saved ones, by name",
+            body = ConfigList,
+            headers(("ETag" = String, description = "Identifies the list's contents, the same on every replica")),
+        ),
+        (status = 304, description = "The If-None-Match tag is still current"),
+        (status = 401, description = "`provide a valid API key`", body = DetailBody),
+    ),
+)]
 pub async fn list_configs(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let list = match render_configs(&state, &headers).await {
         Ok(list) => list,
@@ -192,7 +325,7 @@ async fn render_configs(
         .into_iter()
         .map(|entry| rest_entry(entry, None))
         .collect();
-    let body = serde_json::to_vec(&json!({ "configs": configs }))
+    let body = serde_json::to_vec(&ConfigList { configs })
         .map_err(|err| ApiError::Edge(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?;
     let rendered = Arc::new(RenderedList {
         etag: response.etag,
@@ -202,6 +335,62 @@ async fn render_configs(
     Ok(rendered)
 }
 
+/// No `name` (it is the path) and no `source` (the server sets it)
+// The RuntimeAdmin service reads the body; this type is the document's.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = WarmRuntimeConfig)]
+#[expect(dead_code, reason = "describes the body, which the service parses")]
+struct ConfigBody {
+    /// Full image reference, without whitespace; distinct across configurations
+    #[schema(
+        min_length = 1,
+        pattern = "^[^\\t\\n\\u000b\\u000c\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$"
+    )]
+    image: String,
+    /// Absolute path
+    #[schema(pattern = "^/")]
+    working_dir: String,
+    #[schema(min_items = 1)]
+    command: Vec<String>,
+    #[schema(schema_with = crate::runtimes::environment)]
+    environment: BTreeMap<String, String>,
+    /// Warm sandboxes to keep (at most WARM_POOL_MAX_SIZE, 100 by default; all
+    /// configurations together at most WARM_POOLS_MAX_TOTAL); else the installer-wide
+    /// count, else 3
+    #[schema(minimum = 0, maximum = 100)]
+    count: Option<i64>,
+    #[schema(schema_with = crate::runtimes::id_number)]
+    run_as_user: Option<i64>,
+    #[schema(schema_with = crate::runtimes::id_number)]
+    run_as_group: Option<i64>,
+    #[schema(schema_with = crate::runtimes::id_number)]
+    fs_group: Option<i64>,
+    fuse_s3_mount: Option<bool>,
+}
+
+#[utoipa::path(
+    put,
+    path = "/api/admin/warm-runtime-configs/{name}",
+    operation_id = "put_warm_runtime_config",
+    tag = "Runtime management",
+    summary = "Create or replace a saved configuration",
+    security(("AdminToken" = [])),
+    params((
+        "name" = String,
+        Path,
+        description = "The configuration's identity",
+        pattern = "^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$",
+    )),
+    request_body(content = ConfigBody),
+    responses(
+        (status = 200, description = "The saved configuration", body = ConfigEntry),
+        (status = 401, description = "Missing, invalid or expired admin token", body = DetailBody),
+        (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
+        (status = 409, description = "Another configuration uses the image; the detail names it", body = DetailBody),
+        (status = 422, description = "Validation error", body = ValidationBody),
+    ),
+)]
 pub async fn put_config(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -225,11 +414,31 @@ pub async fn put_config(
     )))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/admin/warm-runtime-configs/{name}",
+    operation_id = "delete_warm_runtime_config",
+    tag = "Runtime management",
+    summary = "Delete a saved configuration",
+    security(("AdminToken" = [])),
+    params((
+        "name" = String,
+        Path,
+        description = "The configuration's identity",
+        pattern = "^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$",
+    )),
+    responses(
+        (status = 200, description = "`Configuration \"<name>\" deleted successfully`", body = Message),
+        (status = 401, description = "Missing, invalid or expired admin token", body = DetailBody),
+        (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
+        (status = 404, description = "`Configuration \"<name>\" not found`: no saved configuration of that name", body = DetailBody),
+    ),
+)]
 pub async fn delete_config(
     State(state): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Message>, ApiError> {
     let response = state
         .admin
         .clone()
@@ -239,5 +448,7 @@ pub async fn delete_config(
         ))
         .await?
         .into_inner();
-    Ok(Json(json!({ "message": response.message })))
+    Ok(Json(Message {
+        message: response.message,
+    }))
 }

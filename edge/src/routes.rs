@@ -5,7 +5,7 @@
 //! description.
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
+use axum::routing::{get, post};
 use sandgate_proto::models::v1::Api;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -35,7 +35,12 @@ pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::list))
         .routes(routes!(sandboxes::pause))
         .routes(routes!(sandboxes::resume))
-        .routes(routes!(sandboxes::stop));
+        .routes(routes!(sandboxes::stop))
+        .routes(routes!(admin::challenge))
+        .routes(routes!(admin::login))
+        .routes(routes!(admin::api_keys))
+        .routes(routes!(admin::list_configs))
+        .routes(routes!(admin::put_config, admin::delete_config));
     hand_kept(documented, gateway_body_limit)
 }
 
@@ -45,14 +50,6 @@ fn hand_kept(
     gateway_body_limit: usize,
 ) -> OpenApiRouter<AppState> {
     let mut router = router
-        .route("/api/admin/challenge", get(admin::challenge))
-        .route("/api/admin/login", post(admin::login))
-        .route("/api/admin/api-keys", get(admin::api_keys))
-        .route("/api/warm-runtime-configs", get(admin::list_configs))
-        .route(
-            "/api/admin/warm-runtime-configs/{name}",
-            put(admin::put_config).delete(admin::delete_config),
-        )
         .route("/v1/models", get(models::list))
         .route("/models", get(models::list))
         .route("/v1/models/{*id}", get(models::get))

@@ -85,7 +85,7 @@ fn command() -> OneOfBuilder {
 }
 
 /// Environment variables: names as a shell takes them, string values.
-fn environment() -> ObjectBuilder {
+pub(crate) fn environment() -> ObjectBuilder {
     ObjectBuilder::new()
         .schema_type(Type::Object)
         .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
@@ -97,7 +97,7 @@ fn environment() -> ObjectBuilder {
 }
 
 /// A user or group id: a non-negative 64-bit integer, or null.
-fn id_number() -> ObjectBuilder {
+pub(crate) fn id_number() -> ObjectBuilder {
     ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
             Type::Integer,
