@@ -265,7 +265,7 @@ pub async fn api_keys(
     tag = "Runtime management",
     summary = "The effective warm runtime configurations",
     security(("RuntimeAPIKey" = [])),
-    params(("If-None-Match" = Option<String>, Header, description = "An ETag of an earlier answer")),
+    params(("If-None-Match" = Option<String>, Header, nullable = false, description = "An ETag of an earlier answer")),
     responses(
         (
             status = 200,

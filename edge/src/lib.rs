@@ -9,8 +9,11 @@ pub mod channel;
 mod client;
 mod conversations;
 mod error;
+mod gateway_types;
 mod health;
+mod key_types;
 mod keys;
+mod llm;
 mod metadata;
 mod model_gw;
 mod models;
@@ -78,6 +81,13 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn(observe::observe))
         .with_state(state)
+}
+
+/// The OpenAPI document `/openapi.json` serves, with `conversation_schema` (the models'
+/// ConversationInfo schema) as its ConversationInfo.
+pub fn openapi_document(conversation_schema: &Value) -> Value {
+    let (_, generated) = routes::api(DEFAULT_GATEWAY_BODY_LIMIT).split_for_parts();
+    openapi::document(generated, conversation_schema)
 }
 
 /// 404, except that a path with a trailing slash is redirected (307, method and body

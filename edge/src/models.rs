@@ -5,22 +5,25 @@
 //! headers it carries.
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{
-    AddModelRequest, Api, CallRequest, GatewayParams, GetModelInfoRequest, GetModelRequest,
-    ListModelsRequest, ListSpendLogsRequest, Model, ModelInfo,
+    AddModelRequest, Api, GatewayParams, GetModelInfoRequest, GetModelRequest, ListModelsRequest,
+    ListSpendLogsRequest, ModelInfo,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 
 use crate::error::after_caller;
+use crate::gateway_types::{
+    AddedModel, AddedParams, AnthropicError, AnthropicErrorBody, ErrorTag, ListTag, Model,
+    ModelGroupList, ModelInfoEntry, ModelInfoList, ModelList, ModelTag, NewModel, OpenAIError,
+    SpendLogEntry,
+};
 use crate::metadata;
 use crate::model_gw::ModelGw;
 use crate::state::AppState;
@@ -50,15 +53,18 @@ impl GatewayError {
             "" => sandgate_proto::models::anthropic_error_type(status.as_u16()),
             reason => reason,
         };
-        let body = json!({ "type": "error", "error": {
-            "type": kind,
-            "message": self.0.detail,
-        }});
+        let body = AnthropicError {
+            kind: ErrorTag::Error,
+            error: AnthropicErrorBody {
+                kind: kind.to_owned(),
+                message: self.0.detail,
+            },
+        };
         (status, Json(body)).into_response()
     }
 
     /// The error in the shape the clients of `api` expect.
-    fn for_api(self, api: Api) -> Response {
+    pub(crate) fn for_api(self, api: Api) -> Response {
         if is_anthropic(api) {
             self.anthropic()
         } else {
@@ -67,7 +73,7 @@ impl GatewayError {
     }
 }
 
-fn is_anthropic(api: Api) -> bool {
+pub(crate) fn is_anthropic(api: Api) -> bool {
     matches!(api, Api::Messages | Api::MessagesCountTokens)
 }
 
@@ -117,63 +123,113 @@ pub(crate) fn body(payload: Result<Bytes, BytesRejection>) -> Result<Bytes, Gate
     })
 }
 
-fn model_json(model: Model) -> Value {
-    json!({ "id": model.id, "object": "model", "created": model.created, "owned_by": model.owned_by })
+fn model(model: sandgate_proto::models::v1::Model) -> Model {
+    Model {
+        id: model.id,
+        object: ModelTag::Model,
+        created: model.created,
+        owned_by: model.owned_by,
+    }
 }
 
+const LIST_MODELS: &str = "Every model a client may ask for: configured entries first, in order, then added ones; with a wildcard entry also `*` and the bundled OpenAI registry (200 or more entries); a virtual key sees its own models only";
+
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    operation_id = "list_models",
+    tag = "Model gateway",
+    summary = LIST_MODELS,
+    security(("MasterKey" = [])),
+    responses(
+        (status = 200, description = "The models", body = ModelList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
 pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Value>, GatewayError> {
+) -> Result<Json<ModelList>, GatewayError> {
     let models = client(&state)?
         .list_models(metadata::request(&headers, ListModelsRequest {}))
         .await?
         .models;
-    Ok(Json(json!({
-        "data": models.into_iter().map(model_json).collect::<Vec<_>>(),
-        "object": "list",
-    })))
+    Ok(Json(ModelList {
+        data: models.into_iter().map(model).collect(),
+        object: ListTag::List,
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/models",
+    operation_id = "list_models_unversioned",
+    tag = "Model gateway",
+    summary = LIST_MODELS,
+    security(("MasterKey" = [])),
+    responses(
+        (status = 200, description = "The models", body = ModelList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn list_unversioned(
+    state: State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<ModelList>, GatewayError> {
+    list(state, headers).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models/{*id}",
+    operation_id = "get_model",
+    tag = "Model gateway",
+    summary = "One model of the list",
+    security(("MasterKey" = [])),
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The model", body = Model),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 404, description = "Not in the list", body = OpenAIError),
+    ),
+)]
 pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, GatewayError> {
-    let model = client(&state)?
+) -> Result<Json<Model>, GatewayError> {
+    let found = client(&state)?
         .get_model(metadata::request(&headers, GetModelRequest { id }))
         .await?
         .model
         .unwrap_or_default();
-    Ok(Json(model_json(model)))
+    Ok(Json(model(found)))
 }
 
-#[derive(Deserialize)]
-struct NewModel {
-    model_name: String,
-    #[serde(deserialize_with = "sandgate_proto::json::object")]
-    gateway_params: NewParams,
-    /// LiteLLM's `model_info`: the entry's prices, above all.
-    #[serde(default)]
-    model_info: Option<Value>,
-    /// Takes over a name the configuration's wildcard routes.
-    #[serde(default)]
-    replace_configured: bool,
-}
-
-#[derive(Deserialize)]
-struct NewParams {
-    model: String,
-    api_base: String,
-    #[serde(default)]
-    api_key: String,
-}
-
+#[utoipa::path(
+    post,
+    path = "/model/new",
+    operation_id = "add_model",
+    tag = "Model gateway",
+    summary = "Adds a model entry, effective at once on every replica, until the gateway's configuration changes",
+    security(("MasterKey" = [])),
+    request_body(content = NewModel),
+    responses(
+        (status = 200, description = "The stored entry, without its key", body = AddedModel),
+        (status = 400, description = "A malformed body, a model without a routing prefix, or an api_base that is not an http(s) URL", body = OpenAIError),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 403, description = "A virtual key, or an api_base that added models may not reach (loopback, private, link-local, a cloud metadata service) unless the operator allows its host", body = OpenAIError),
+        (status = 409, description = "A name the configuration file routes, by its own entry or (without `replace_configured`) its wildcard", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
 pub async fn add(
     State(state): State<AppState>,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, GatewayError> {
+) -> Result<Json<AddedModel>, GatewayError> {
     let client = client(&state)?;
     let payload = body(payload)?;
     let new: NewModel = match sandgate_proto::json::from_slice(&payload) {
@@ -209,138 +265,14 @@ pub async fn add(
         ))
         .await?;
     let params = added.gateway_params.unwrap_or_default();
-    Ok(Json(json!({
-        "model_name": added.model_name,
-        "gateway_params": { "model": params.model, "api_base": params.api_base },
-        "added_at_ms": added.added_at_ms,
-    })))
-}
-
-/// A call of the LLM API `API` (an [`Api`] value): `/v1/chat/completions`,
-/// `/v1/responses`, `/v1/messages`, …
-pub async fn call<const API: i32>(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    payload: Result<Bytes, BytesRejection>,
-) -> Response {
-    let api = Api::try_from(API).unwrap_or_default();
-    match forward(api, &state, &headers, payload).await {
-        Ok(response) => response,
-        Err(error) => error.for_api(api),
-    }
-}
-
-async fn forward(
-    api: Api,
-    state: &AppState,
-    headers: &HeaderMap,
-    payload: Result<Bytes, BytesRejection>,
-) -> Result<Response, GatewayError> {
-    let client = client(state)?;
-    let payload = body(payload)?;
-    let mut stream = client
-        .call(metadata::request(
-            headers,
-            CallRequest {
-                api: api.into(),
-                body: payload,
-            },
-        ))
-        .await?;
-    let first = match stream.next().await {
-        Some(first) => first?,
-        None => {
-            return Err(GatewayError::new(
-                ErrorCode::BadGateway,
-                "the model gateway answered nothing",
-            ));
-        }
-    };
-    let status = u16::try_from(first.status)
-        .ok()
-        .and_then(|status| StatusCode::from_u16(status).ok())
-        .unwrap_or(StatusCode::BAD_GATEWAY);
-    let streamed = sandgate_proto::models::is_event_stream(&first.content_type);
-    let content_type = HeaderValue::try_from(first.content_type)
-        .unwrap_or_else(|_| HeaderValue::from_static("application/json"));
-    let body = if streamed {
-        // Server-sent events leave as they arrive. A stream that fails once begun (the
-        // upstream reset, or the gateway went away) ends with an error event, as the
-        // providers' do, rather than a broken connection.
-        let head = futures::stream::iter([Ok::<_, tonic::Status>(first.chunk)]);
-        let chunks = head.chain(stream.map(|message| message.map(|message| message.chunk)));
-        Body::from_stream(chunks.scan(false, move |ended, chunk| {
-            let next = match chunk {
-                _ if *ended => None,
-                Ok(chunk) => Some(Ok::<_, std::convert::Infallible>(chunk)),
-                Err(status) => {
-                    *ended = true;
-                    Some(Ok(error_event(api, &status)))
-                }
-            };
-            std::future::ready(next)
-        }))
-    } else {
-        // A whole answer (most often one message) leaves as one body with its length:
-        // one write instead of a chunked body and its terminator; a failure before its
-        // end is still an error answer (nothing has been sent).
-        let mut whole = first.chunk;
-        while let Some(message) = stream.next().await {
-            let chunk = message?.chunk;
-            if whole.is_empty() {
-                whole = chunk;
-            } else {
-                let mut joined = BytesMut::from(whole);
-                joined.extend_from_slice(&chunk);
-                whole = joined.freeze();
-            }
-        }
-        Body::from(whole)
-    };
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    let answer_headers = response.headers_mut();
-    answer_headers.insert(header::CONTENT_TYPE, content_type);
-    for passed in first.headers {
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::try_from(passed.name),
-            HeaderValue::try_from(passed.value),
-        ) {
-            answer_headers.append(name, value);
-        }
-    }
-    Ok(response)
-}
-
-/// The last event of a stream that failed after it began, in the API's shape, with the
-/// gateway's status (502, or 504 for an upstream that went silent) as its code.
-fn error_event(api: Api, status: &tonic::Status) -> Bytes {
-    let detail = ErrorDetail::from_status(status);
-    let (code, message) = match detail.code() {
-        code @ (ErrorCode::BadGateway | ErrorCode::GatewayTimeout) => (code, detail.detail),
-        // Not the upstream's failure reported by the gateway, but the gateway's own
-        // stream broken (it stopped, or the connection to it failed): its message is a
-        // transport's, not for the client.
-        _ => {
-            tracing::warn!(code = ?status.code(), message = status.message(), "the model gateway's stream failed");
-            (
-                ErrorCode::BadGateway,
-                "the model gateway's stream was interrupted".to_owned(),
-            )
-        }
-    };
-    if is_anthropic(api) {
-        let event =
-            json!({ "type": "error", "error": { "type": "api_error", "message": message } });
-        return Bytes::from(format!("event: error\ndata: {event}\n\n"));
-    }
-    let event = json!({ "error": {
-        "message": message,
-        "type": "upstream_error",
-        "param": Value::Null,
-        "code": code.http_status().as_u16().to_string(),
-    }});
-    Bytes::from(format!("data: {event}\n\n"))
+    Ok(Json(AddedModel {
+        model_name: added.model_name,
+        gateway_params: AddedParams {
+            model: params.model,
+            api_base: params.api_base,
+        },
+        added_at_ms: added.added_at_ms,
+    }))
 }
 
 #[derive(Deserialize)]
@@ -364,42 +296,100 @@ async fn model_infos(
         .models)
 }
 
-fn info_object(info: &ModelInfo) -> serde_json::Map<String, Value> {
+fn info_object(info: &ModelInfo) -> Map<String, Value> {
     serde_json::from_slice(&info.model_info_json).unwrap_or_default()
 }
 
+const MODEL_INFO: &str = "Every model entry as LiteLLM's proxy lists it, `model_info` from the configuration; never the key; a virtual key sees its own models only";
+
 /// `/v1/model/info`, `/model/info`: every entry (or the one `model` names) as LiteLLM's
 /// proxy lists it, its key left out.
+#[utoipa::path(
+    get,
+    path = "/v1/model/info",
+    operation_id = "model_info",
+    tag = "Model gateway",
+    summary = MODEL_INFO,
+    security(("MasterKey" = [])),
+    params(
+        ("model" = Option<String>, Query, description = "One model name"),
+        ("litellm_model_id" = Option<String>, Query, description = "The same, under LiteLLM's name"),
+    ),
+    responses(
+        (status = 200, description = "The entries", body = ModelInfoList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
 pub async fn model_info(
     State(state): State<AppState>,
     headers: HeaderMap,
     query: Result<Query<ModelInfoQuery>, QueryRejection>,
-) -> Result<Json<Value>, GatewayError> {
+) -> Result<Json<ModelInfoList>, GatewayError> {
     let Query(query) = query
         .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
     let wanted = query.model.or(query.litellm_model_id).unwrap_or_default();
     let infos = model_infos(&state, &headers, wanted).await?;
-    let data: Vec<Value> = infos
+    let data = infos
         .iter()
-        .map(|info| {
-            json!({
-                "model_name": info.model_name,
-                "litellm_params": { "model": info.model, "api_base": info.api_base },
-                "model_info": info_object(info),
-            })
+        .map(|info| ModelInfoEntry {
+            model_name: info.model_name.clone(),
+            litellm_params: AddedParams {
+                model: info.model.clone(),
+                api_base: info.api_base.clone(),
+            },
+            model_info: info_object(info),
         })
         .collect();
-    Ok(Json(json!({ "data": data })))
+    Ok(Json(ModelInfoList { data }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/model/info",
+    operation_id = "model_info_unversioned",
+    tag = "Model gateway",
+    summary = MODEL_INFO,
+    security(("MasterKey" = [])),
+    params(
+        ("model" = Option<String>, Query, description = "One model name"),
+        ("litellm_model_id" = Option<String>, Query, description = "The same, under LiteLLM's name"),
+    ),
+    responses(
+        (status = 200, description = "The entries", body = ModelInfoList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn model_info_unversioned(
+    state: State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ModelInfoQuery>, QueryRejection>,
+) -> Result<Json<ModelInfoList>, GatewayError> {
+    model_info(state, headers, query).await
 }
 
 /// `/model_group/info`: one group per model name, its `model_info` keys at the top, as
 /// LiteLLM's proxy answers.
+#[utoipa::path(
+    get,
+    path = "/model_group/info",
+    operation_id = "model_group_info",
+    tag = "Model gateway",
+    summary = "One group per model name, its `model_info` keys at the top, with `providers`, as LiteLLM's proxy answers; a virtual key sees its own models only",
+    security(("MasterKey" = [])),
+    responses(
+        (status = 200, description = "The groups", body = ModelGroupList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
 pub async fn model_group_info(
     State(state): State<AppState>,
     headers: HeaderMap,
-) -> Result<Json<Value>, GatewayError> {
+) -> Result<Json<ModelGroupList>, GatewayError> {
     let infos = model_infos(&state, &headers, String::new()).await?;
-    let mut groups: Vec<serde_json::Map<String, Value>> = Vec::new();
+    let mut groups: Vec<Map<String, Value>> = Vec::new();
     for info in &infos {
         let provider = if info.model.starts_with("gateway_proxy/") {
             "litellm_proxy"
@@ -420,14 +410,12 @@ pub async fn model_group_info(
             None => {
                 let mut group = info_object(info);
                 group.insert("model_group".into(), info.model_name.clone().into());
-                group.insert("providers".into(), json!([provider]));
+                group.insert("providers".into(), Value::from(vec![provider]));
                 groups.push(group);
             }
         }
     }
-    Ok(Json(json!({
-        "data": groups.into_iter().map(Value::Object).collect::<Vec<_>>(),
-    })))
+    Ok(Json(ModelGroupList { data: groups }))
 }
 
 #[derive(Deserialize)]
@@ -436,11 +424,26 @@ pub struct SpendLogsQuery {
     limit: Option<u32>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/spend/logs",
+    operation_id = "spend_logs",
+    tag = "Model gateway",
+    summary = "The spend log, newest first: metadata only, never prompt or response content",
+    security(("MasterKey" = [])),
+    params(("limit" = Option<u32>, Query, maximum = 4294967295.0, description = "At most this many entries")),
+    responses(
+        (status = 200, description = "Entries", body = Vec<SpendLogEntry>),
+        (status = 400, description = "`limit` is not a number", body = OpenAIError),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 403, description = "A virtual key: the spend log across keys is the master key's (a key's own spend is at /key/info)", body = OpenAIError),
+    ),
+)]
 pub async fn spend_logs(
     State(state): State<AppState>,
     headers: HeaderMap,
     query: Result<Query<SpendLogsQuery>, QueryRejection>,
-) -> Result<Json<Value>, GatewayError> {
+) -> Result<Json<Vec<SpendLogEntry>>, GatewayError> {
     let Query(query) = query
         .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
     let limit = query.limit.unwrap_or(0);
@@ -448,32 +451,32 @@ pub async fn spend_logs(
         .list_spend_logs(metadata::request(&headers, ListSpendLogsRequest { limit }))
         .await?
         .entries;
-    Ok(Json(Value::Array(
+    Ok(Json(
         entries
             .into_iter()
             .map(|entry| {
                 let metadata = (!entry.metadata_json.is_empty())
                     .then(|| serde_json::from_slice::<Value>(&entry.metadata_json).ok())
                     .flatten();
-                json!({
-                    "request_id": entry.request_id,
-                    "started_at_ms": entry.started_at_ms,
-                    "model": entry.model,
-                    "upstream_model": entry.upstream_model,
-                    "prompt_tokens": entry.prompt_tokens,
-                    "completion_tokens": entry.completion_tokens,
-                    "total_tokens": entry.total_tokens,
-                    "latency_ms": entry.latency_ms,
-                    "status": entry.status,
-                    "user": entry.user,
-                    "session_id": entry.session_id,
-                    "call_type": (!entry.call_type.is_empty()).then_some(entry.call_type),
-                    "metadata": metadata,
-                    "spend": entry.spend,
-                    "api_key": (!entry.api_key_hash.is_empty()).then_some(entry.api_key_hash),
-                    "key_alias": (!entry.key_alias.is_empty()).then_some(entry.key_alias),
-                })
+                SpendLogEntry {
+                    request_id: entry.request_id,
+                    started_at_ms: entry.started_at_ms,
+                    model: entry.model,
+                    upstream_model: entry.upstream_model,
+                    prompt_tokens: entry.prompt_tokens,
+                    completion_tokens: entry.completion_tokens,
+                    total_tokens: entry.total_tokens,
+                    latency_ms: entry.latency_ms,
+                    status: entry.status,
+                    user: entry.user,
+                    session_id: entry.session_id,
+                    call_type: (!entry.call_type.is_empty()).then_some(entry.call_type),
+                    metadata,
+                    spend: entry.spend,
+                    api_key: (!entry.api_key_hash.is_empty()).then_some(entry.api_key_hash),
+                    key_alias: (!entry.key_alias.is_empty()).then_some(entry.key_alias),
+                }
             })
             .collect(),
-    )))
+    ))
 }

@@ -1,22 +1,21 @@
 //! Every route of the edge, each registered with its OpenAPI operation: `routes!` takes
 //! only a handler annotated with `#[utoipa::path]` (the path and method come from there,
 //! so the router and the document cannot disagree), and the LLM APIs' routes are built
-//! with theirs (`llm.rs`). `tests::every_operation_is_described` fails when one has no
+//! with theirs (`llm.rs`, one generic handler). `tests::every_operation_is_described` fails when one has no
 //! description.
 
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
-use sandgate_proto::models::v1::Api;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::state::AppState;
-use crate::{admin, conversations, health, keys, models, openapi, sandboxes, settings, webhook};
+use crate::{
+    admin, conversations, health, keys, llm, models, openapi, sandboxes, settings, webhook,
+};
 
 /// The edge's routes and, beside them, the document generated from their operations.
 pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
-    let documented = OpenApiRouter::with_openapi(openapi::Root::openapi())
+    let mut router = OpenApiRouter::with_openapi(openapi::Root::openapi())
         .routes(routes!(health::health))
         .routes(routes!(health::openapi))
         .routes(routes!(health::liveliness))
@@ -28,6 +27,11 @@ pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(conversations::get, conversations::update_tags))
         .routes(routes!(conversations::events))
         .routes(routes!(settings::save, settings::get))
+        .routes(routes!(admin::challenge))
+        .routes(routes!(admin::login))
+        .routes(routes!(admin::api_keys))
+        .routes(routes!(admin::list_configs))
+        .routes(routes!(admin::put_config, admin::delete_config))
         .routes(routes!(sandboxes::pools))
         .routes(routes!(sandboxes::start))
         .routes(routes!(sandboxes::batch))
@@ -36,70 +40,21 @@ pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
         .routes(routes!(sandboxes::pause))
         .routes(routes!(sandboxes::resume))
         .routes(routes!(sandboxes::stop))
-        .routes(routes!(admin::challenge))
-        .routes(routes!(admin::login))
-        .routes(routes!(admin::api_keys))
-        .routes(routes!(admin::list_configs))
-        .routes(routes!(admin::put_config, admin::delete_config));
-    hand_kept(documented, gateway_body_limit)
-}
-
-/// Routes whose operations are still in `openapi/hand_kept.json`.
-fn hand_kept(
-    router: OpenApiRouter<AppState>,
-    gateway_body_limit: usize,
-) -> OpenApiRouter<AppState> {
-    let mut router = router
-        .route("/v1/models", get(models::list))
-        .route("/models", get(models::list))
-        .route("/v1/models/{*id}", get(models::get))
-        .route("/model/new", post(models::add))
-        .route("/v1/model/info", get(models::model_info))
-        .route("/model/info", get(models::model_info))
-        .route("/model_group/info", get(models::model_group_info))
-        .route("/spend/logs", get(models::spend_logs))
-        .route("/key/generate", post(keys::generate))
-        .route("/key/info", get(keys::info))
-        .route("/key/update", post(keys::update))
-        .route("/key/delete", post(keys::delete))
-        .route("/key/list", get(keys::list));
-    // The model gateway's LLM APIs, each also without `/v1` (as LiteLLM's proxy serves
-    // them), with their own body limit: closer to the handler than the edge's, so it is
-    // the one in effect there.
-    use models::call;
-    const CHAT: i32 = Api::ChatCompletions as i32;
-    const RESPONSES: i32 = Api::Responses as i32;
-    const MESSAGES: i32 = Api::Messages as i32;
-    const COUNT_TOKENS: i32 = Api::MessagesCountTokens as i32;
-    const EMBEDDINGS: i32 = Api::Embeddings as i32;
-    const COMPLETIONS: i32 = Api::Completions as i32;
-    let limit = || DefaultBodyLimit::max(gateway_body_limit);
-    for prefix in ["/v1", ""] {
-        router = router
-            .route(
-                &format!("{prefix}/chat/completions"),
-                post(call::<CHAT>).layer(limit()),
-            )
-            .route(
-                &format!("{prefix}/responses"),
-                post(call::<RESPONSES>).layer(limit()),
-            )
-            .route(
-                &format!("{prefix}/messages"),
-                post(call::<MESSAGES>).layer(limit()),
-            )
-            .route(
-                &format!("{prefix}/messages/count_tokens"),
-                post(call::<COUNT_TOKENS>).layer(limit()),
-            )
-            .route(
-                &format!("{prefix}/embeddings"),
-                post(call::<EMBEDDINGS>).layer(limit()),
-            )
-            .route(
-                &format!("{prefix}/completions"),
-                post(call::<COMPLETIONS>).layer(limit()),
-            );
+        .routes(routes!(models::list))
+        .routes(routes!(models::list_unversioned))
+        .routes(routes!(models::get))
+        .routes(routes!(models::add))
+        .routes(routes!(models::model_info))
+        .routes(routes!(models::model_info_unversioned))
+        .routes(routes!(models::model_group_info))
+        .routes(routes!(models::spend_logs))
+        .routes(routes!(keys::generate))
+        .routes(routes!(keys::info))
+        .routes(routes!(keys::update))
+        .routes(routes!(keys::delete))
+        .routes(routes!(keys::list));
+    for route in llm::routes(gateway_body_limit) {
+        router = router.routes(route);
     }
     router
 }

@@ -1,21 +1,19 @@
 //! The OpenAPI document of the REST surface, served at `/openapi.json`. Generated: each
 //! route is registered with its operation (`#[utoipa::path]` on the handler, see
 //! `routes.rs`), the requests and answers are the handlers' own types (`ToSchema`), and
-//! the ConversationInfo schemas are the real models' (`conversation.rs`).
-//!
-//! Operations not yet described in the code come from `hand_kept.json`, which only
-//! shrinks: an operation or schema the code describes replaces its hand-kept entry.
+//! the ConversationInfo schemas are the real models' (`conversation.rs`). The routes the
+//! binary serves beside the edge's are described in `served_elsewhere.rs`.
 
 mod conversation;
+mod served_elsewhere;
+
+use served_elsewhere::ServedElsewhere;
 
 use serde_json::{Map, Value};
 use utoipa::Modify;
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{OpenApi, Ref, RefOr};
-
-/// Operations and schemas still kept by hand.
-const HAND_KEPT: &str = include_str!("hand_kept.json");
 
 /// The security schemes operations name (`security(("APIKeyHeader" = []))`): the header a
 /// sandbox's key (or a webhook key) travels in, the runtime API key's header, the admin
@@ -33,7 +31,7 @@ const MASTER_KEY: &str = "MasterKey";
         version = env!("CARGO_PKG_VERSION"),
         description = include_str!("description.md"),
     ),
-    modifiers(&SecuritySchemes),
+    modifiers(&SecuritySchemes, &ServedElsewhere),
 )]
 pub(crate) struct Root;
 
@@ -101,39 +99,27 @@ impl utoipa::PartialSchema for ConversationInfo {
 
 impl utoipa::ToSchema for ConversationInfo {}
 
-/// The document served: `generated` (the routes' operations and their types), what is
-/// still hand-kept, and the ConversationInfo schemas built from `conversation_schema`.
+/// The document served: `generated` (the routes' operations and their types) with the
+/// ConversationInfo schemas built from `conversation_schema`.
 pub(crate) fn document(generated: OpenApi, conversation_schema: &Value) -> Value {
     let mut document = match serde_json::to_value(generated) {
         Ok(Value::Object(document)) => document,
         _ => Map::new(),
     };
-    let hand_kept: Value = serde_json::from_str(HAND_KEPT).unwrap_or(Value::Null);
-    if let (Some(Value::Object(kept)), Some(paths)) =
-        (hand_kept.get("paths"), object_at(&mut document, "paths"))
-    {
-        for (path, operations) in kept {
-            let (Value::Object(operations), Some(item)) = (operations, object_at(paths, path))
-            else {
-                continue;
-            };
-            for (method, operation) in operations {
-                item.entry(method.clone())
-                    .or_insert_with(|| operation.clone());
-            }
-        }
+    if let Some(paths) = object_at(&mut document, "paths") {
+        // axum's catch-all segment (`{*id}`) is a plain parameter in the document.
+        let routed = std::mem::take(paths);
+        paths.extend(
+            routed
+                .into_iter()
+                .map(|(path, item)| (path.replace("{*", "{"), item)),
+        );
     }
-    let mut schemas = Map::new();
-    if let Some(Value::Object(kept)) = hand_kept.pointer("/components/schemas") {
-        schemas.extend(kept.clone());
-    }
-    schemas.extend(conversation::schemas(conversation_schema));
-    if let Some(existing) = object_at(&mut document, "components")
+    if let Some(schemas) = object_at(&mut document, "components")
         .and_then(|components| object_at(components, "schemas"))
     {
-        for (name, schema) in schemas {
-            existing.entry(name).or_insert(schema);
-        }
+        // The models' own, in place of the name the operations refer to them by.
+        schemas.extend(conversation::schemas(conversation_schema));
     }
     Value::Object(document)
 }
