@@ -4,8 +4,9 @@
 //! with theirs (`llm.rs`, one generic handler). `tests::every_operation_is_described` fails when one has no
 //! description.
 
+use axum::Router;
 use utoipa::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
 use crate::state::AppState;
@@ -13,9 +14,29 @@ use crate::{
     admin, conversations, health, keys, llm, models, openapi, sandboxes, settings, webhook,
 };
 
+/// The edge's router while it is built: a route enters it only with its operation
+/// (`routes!` of a documented handler, or `llm.rs`'s table), never bare (`OpenApiRouter::
+/// route` is not reachable through it).
+pub(crate) struct Documented(OpenApiRouter<AppState>);
+
+impl Documented {
+    fn new() -> Self {
+        Self(OpenApiRouter::with_openapi(openapi::Root::openapi()))
+    }
+
+    pub(crate) fn routes(self, route: UtoipaMethodRouter<AppState>) -> Self {
+        Self(self.0.routes(route))
+    }
+
+    /// The router, and the document of its operations.
+    pub(crate) fn split_for_parts(self) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+        self.0.split_for_parts()
+    }
+}
+
 /// The edge's routes and, beside them, the document generated from their operations.
-pub(crate) fn api(gateway_body_limit: usize) -> OpenApiRouter<AppState> {
-    let mut router = OpenApiRouter::with_openapi(openapi::Root::openapi())
+pub(crate) fn api(gateway_body_limit: usize) -> Documented {
+    let mut router = Documented::new()
         .routes(routes!(health::health))
         .routes(routes!(health::openapi))
         .routes(routes!(health::liveliness))
