@@ -1,8 +1,9 @@
 //! Every route of the edge, each registered with its OpenAPI operation: `routes!` takes
 //! only a handler annotated with `#[utoipa::path]` (the path and method come from there,
 //! so the router and the document cannot disagree), and the LLM APIs' routes are built
-//! with theirs (`llm.rs`, one generic handler). `tests::every_operation_is_described` fails when one has no
-//! description.
+//! with theirs (`llm.rs`, one generic handler). A route cannot enter without an operation
+//! (`Documented`), and `tests::every_operation_is_described` fails for an operation that
+//! does not say what it does.
 
 use axum::Router;
 use utoipa::OpenApi;
