@@ -1,8 +1,8 @@
-//! The built-in model gateway (spec 4.2) → the ModelGateway service. Errors use OpenAI's
-//! shape, `{"error":{"message","type","param","code"}}`, as OpenAI clients expect, and
-//! Anthropic's, `{"type":"error","error":{"type","message"}}`, on the Messages API's
-//! routes; an answer's body is streamed through as the service yields it, with the
-//! headers it carries.
+//! The built-in model gateway (spec 4.2) → the ModelGateway service: the model list, added
+//! entries, model info and the spend log (the LLM APIs themselves are `llm.rs`). Errors use
+//! OpenAI's shape, `{"error":{"message","type","param","code"}}`, as OpenAI clients expect,
+//! and Anthropic's, `{"type":"error","error":{"type","message"}}`, on the Messages API's
+//! routes.
 
 use axum::Json;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -431,7 +431,7 @@ pub struct SpendLogsQuery {
     tag = "Model gateway",
     summary = "The spend log, newest first: metadata only, never prompt or response content",
     security(("MasterKey" = [])),
-    params(("limit" = Option<u32>, Query, maximum = 4294967295.0, description = "At most this many entries")),
+    params(("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "At most this many entries")),
     responses(
         (status = 200, description = "Entries", body = Vec<SpendLogEntry>),
         (status = 400, description = "`limit` is not a number", body = OpenAIError),

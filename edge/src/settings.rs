@@ -20,7 +20,9 @@ use crate::{body, metadata};
 #[derive(Serialize, ToSchema)]
 #[schema(as = LLMProfile)]
 pub(crate) struct Profile {
-    #[schema(required = false)]
+    // Answered, but no field of a saved body (the path names the profile): the schema,
+    // which is also the body's, leaves it out.
+    #[schema(ignore)]
     profile_name: String,
     #[schema(default = false, required = false)]
     preserve_existing_api_key: bool,
