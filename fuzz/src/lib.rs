@@ -9,6 +9,7 @@ pub mod conversation;
 pub mod gateway;
 pub mod messages;
 pub mod responses;
+pub mod streams;
 
 /// A target's entry point: returns, or panics on a crash or a broken invariant.
 pub type Entry = fn(&[u8]);

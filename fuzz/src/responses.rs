@@ -3,8 +3,10 @@
 //! Responses API's events.
 
 use sandgate_model_gw::responses::chat_request;
-use sandgate_model_gw::responses::stream::ResponsesTranslator;
+use sandgate_model_gw::responses::stream::ResponseEvents;
 use serde_json::Value;
+
+use super::streams::{checked_chat, stream_events};
 
 /// A client's `/v1/responses` body: refused with a message, or translated to a chat
 /// completion that names the upstream model, has a list of messages of known roles
@@ -14,48 +16,13 @@ pub fn responses_request(data: &[u8]) {
     let Ok(translated) = chat_request(data, "up/model", true) else {
         return;
     };
-    let chat: Value = serde_json::from_slice(&translated.body).unwrap_or_else(|err| {
-        panic!(
-            "the translation is not JSON: {err}: {}",
-            String::from_utf8_lossy(&translated.body)
-        )
-    });
-    assert_eq!(chat["model"], "up/model");
-    let Some(messages) = chat["messages"].as_array() else {
-        panic!("no list of messages in {chat}");
-    };
-    for message in messages {
-        let role = message["role"].as_str().unwrap_or_default();
-        assert!(
-            ["system", "user", "assistant", "tool"].contains(&role),
-            "role {role:?} in {chat}"
-        );
-        if role == "tool" {
-            assert!(message["tool_call_id"].is_string(), "{message}");
-        }
-    }
+    let client: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let streams = client["stream"] == true;
+    let chat = checked_chat(&translated.body, streams, translated.stream);
     for tool in chat["tools"].as_array().into_iter().flatten() {
         assert_eq!(tool["type"], "function", "{tool}");
         assert!(tool["function"]["name"].is_string(), "{tool}");
     }
-    let client: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
-    let streams = client["stream"] == true;
-    assert_eq!(translated.stream, streams);
-    assert_eq!(chat["stream"] == true, streams, "{chat}");
-    if streams {
-        assert_eq!(chat["stream_options"]["include_usage"], true);
-    }
-}
-
-/// The events `ResponsesTranslator` makes of `pieces`, in order.
-fn translated(pieces: &[&[u8]]) -> Vec<u8> {
-    let mut translator = ResponsesTranslator::new("asked");
-    let mut out = Vec::new();
-    for piece in pieces {
-        out.extend(translator.push(piece));
-    }
-    out.extend(translator.finish());
-    out
 }
 
 /// A chat completion stream from an upstream (the first byte picks where it is cut):
@@ -63,33 +30,9 @@ fn translated(pieces: &[&[u8]]) -> Vec<u8> {
 /// begin with `response.created` and end with one final event, items opened and closed
 /// in turn.
 pub fn responses_stream(data: &[u8]) {
-    let Some((&cut, stream)) = data.split_first() else {
+    let Some(events) = stream_events::<ResponseEvents>(data) else {
         return;
     };
-    let whole = translated(&[stream]);
-    let at = usize::from(cut) * stream.len() / usize::from(u8::MAX);
-    let (head, tail) = stream.split_at(at);
-    assert_eq!(
-        translated(&[head, tail]),
-        whole,
-        "cutting the stream at {at} changed the events"
-    );
-    let text =
-        String::from_utf8(whole).unwrap_or_else(|err| panic!("the events are not UTF-8: {err}"));
-    let events: Vec<Value> = text
-        .split("\n\n")
-        .filter(|event| !event.is_empty())
-        .map(|event| {
-            let (kind, data) = event
-                .strip_prefix("event: ")
-                .and_then(|event| event.split_once("\ndata: "))
-                .unwrap_or_else(|| panic!("not an event: {event:?}"));
-            let data: Value = serde_json::from_str(data)
-                .unwrap_or_else(|err| panic!("an event's data is not JSON ({err}): {event:?}"));
-            assert_eq!(data["type"], kind, "{event}");
-            data
-        })
-        .collect();
     for (number, event) in events.iter().enumerate() {
         assert_eq!(event["sequence_number"], number as u64, "{event}");
     }

@@ -4,9 +4,15 @@
 //! upstream answered, what the client got, how long and how much. Never content, never a
 //! key: the virtual key appears by its alias only.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sandgate_proto::models::v1::Api;
+
+use crate::call::api_name;
+use crate::headers::{SESSION_ID, first_header};
+use crate::spend::{SpendLog, bounded, spend_metadata};
+use crate::support::now_ms;
 
 /// The path a client calls for `api` (the `/v1` form; the edge also serves it without).
 pub fn api_path(api: Api) -> &'static str {
@@ -99,72 +105,65 @@ pub fn refusal_metadata(
     }
 }
 
-impl crate::service::ModelGatewayService {
-    /// A call refused with `status` before it went upstream: its access log line, its
-    /// metrics (under the entry that routed it, if one did) and, for a caller the gateway
-    /// knows, its spend log entry.
-    pub(crate) async fn refused(
-        &self,
-        metadata: &tonic::metadata::MetadataMap,
-        seen: Seen,
-        status: &tonic::Status,
-    ) {
-        let code = sandgate_proto::error::ErrorDetail::from_status(status).code();
-        let http_status = code.http_status().as_u16();
-        let latency = seen
-            .started
-            .map(|started| started.elapsed())
-            .unwrap_or_default();
-        let entry = seen
-            .entry
-            .as_ref()
-            .map_or(crate::metrics::UNROUTED, |(entry, _)| entry.as_str());
-        crate::metrics::refused(entry, http_status);
-        let headers = metadata.clone().into_headers();
-        let session_id = crate::forward::first_header(&headers, &crate::headers::SESSION_ID)
-            .map(crate::forward::bounded);
-        let key_alias = seen.key.as_ref().and_then(|(_, alias)| alias.clone());
-        log(&AccessLine {
-            api: seen.api.unwrap_or(Api::Unspecified),
-            asked: seen.asked.as_deref().unwrap_or_default(),
-            entry,
-            upstream_status: None,
-            status: http_status,
-            latency,
-            bytes_in: seen.bytes_in,
-            bytes_out: 0,
-            session_id: session_id.as_deref(),
-            key_alias: key_alias.as_deref(),
-            reason: Some(status.message()),
-        });
-        if !seen.authenticated {
-            return;
-        }
-        let (token, key_alias) = seen.key.unzip();
-        let entry = sandgate_runtime_api::store::SpendLogEntry {
-            request_id: uuid::Uuid::new_v4().to_string(),
-            started_at_ms: crate::service::now_ms(),
-            model: seen
-                .asked
-                .as_deref()
-                .map(crate::forward::bounded)
-                .unwrap_or_default(),
-            upstream_model: seen.entry.map(|(_, model)| model).unwrap_or_default(),
-            latency_ms: latency.as_millis() as u64,
-            status: http_status,
-            session_id,
-            metadata: Some(refusal_metadata(
-                crate::forward::spend_metadata(&headers),
-                http_status,
-                status.message(),
-            )),
-            call_type: seen.api.map(|api| crate::forward::api_name(api).to_owned()),
-            api_key: token,
-            key_alias: key_alias.flatten(),
-            ..sandgate_runtime_api::store::SpendLogEntry::default()
-        };
-        self.log_spend_soon((entry, None));
+/// A call refused with `status` before it went upstream: its access log line, its metrics
+/// (under the entry that routed it, if one did) and, for a caller the gateway knows, its
+/// spend log entry (in `spend`).
+pub(crate) fn refused(
+    spend: &Arc<SpendLog>,
+    metadata: &tonic::metadata::MetadataMap,
+    seen: Seen,
+    status: &tonic::Status,
+) {
+    let code = sandgate_proto::error::ErrorDetail::from_status(status).code();
+    let http_status = code.http_status().as_u16();
+    let latency = seen
+        .started
+        .map(|started| started.elapsed())
+        .unwrap_or_default();
+    let entry = seen
+        .entry
+        .as_ref()
+        .map_or(crate::metrics::UNROUTED, |(entry, _)| entry.as_str());
+    crate::metrics::refused(entry, http_status);
+    let headers = metadata.clone().into_headers();
+    let session_id = first_header(&headers, &SESSION_ID).map(bounded);
+    let key_alias = seen.key.as_ref().and_then(|(_, alias)| alias.clone());
+    log(&AccessLine {
+        api: seen.api.unwrap_or(Api::Unspecified),
+        asked: seen.asked.as_deref().unwrap_or_default(),
+        entry,
+        upstream_status: None,
+        status: http_status,
+        latency,
+        bytes_in: seen.bytes_in,
+        bytes_out: 0,
+        session_id: session_id.as_deref(),
+        key_alias: key_alias.as_deref(),
+        reason: Some(status.message()),
+    });
+    if !seen.authenticated {
+        return;
     }
+    let (token, key_alias) = seen.key.unzip();
+    let entry = sandgate_runtime_api::store::SpendLogEntry {
+        request_id: uuid::Uuid::new_v4().to_string(),
+        started_at_ms: now_ms(),
+        model: seen.asked.as_deref().map(bounded).unwrap_or_default(),
+        upstream_model: seen.entry.map(|(_, model)| model).unwrap_or_default(),
+        latency_ms: latency.as_millis() as u64,
+        status: http_status,
+        session_id,
+        metadata: Some(refusal_metadata(
+            spend_metadata(&headers),
+            http_status,
+            status.message(),
+        )),
+        call_type: seen.api.map(|api| api_name(api).to_owned()),
+        api_key: token,
+        key_alias: key_alias.flatten(),
+        ..sandgate_runtime_api::store::SpendLogEntry::default()
+    };
+    spend.log_soon((entry, None));
 }
 
 #[cfg(test)]

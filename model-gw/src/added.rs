@@ -9,8 +9,9 @@ use tonic::Status;
 
 use crate::budget::Prices;
 use crate::config::{GatewayConfig, check_api_base, check_api_key, check_model};
+use crate::egress::AllowedHosts;
 use crate::routing::{WILDCARD, route};
-use crate::service::{ModelGatewayService, error, now_ms};
+use crate::support::{error, now_ms};
 
 /// The longest name, model, base URL or key an added model may have: a model entry is
 /// read on every call that routes over the added ones, so it stays small.
@@ -22,69 +23,71 @@ fn bad(message: impl Into<String>) -> Status {
     error(ErrorCode::BadRequest, message)
 }
 
-impl ModelGatewayService {
-    /// The model a `/model/new` request adds, checked.
-    pub(crate) fn addition(&self, request: AddModelRequest) -> Result<StoredModel, Status> {
-        let AddModelRequest {
-            model_name,
-            gateway_params,
-            replace_configured,
-            model_info_json,
-        } = request;
-        let params = gateway_params.ok_or_else(|| bad("`gateway_params` is required"))?;
-        if model_name.is_empty() {
-            return Err(bad("`model_name` is required"));
-        }
-        for (field, value) in [
-            ("model_name", &model_name),
-            ("model", &params.model),
-            ("api_base", &params.api_base),
-            ("api_key", &params.api_key),
-        ] {
-            if value.len() > MAX_FIELD {
-                return Err(bad(format!("`{field}` is longer than {MAX_FIELD} bytes")));
-            }
-        }
-        check_model(&params.model).map_err(bad)?;
-        check_api_base(&params.api_base).map_err(bad)?;
-        check_api_key(&params.api_key).map_err(bad)?;
-        if let Some(host) = reqwest::Url::parse(&params.api_base)
-            .ok()
-            .and_then(|url| url.host_str().map(str::to_owned))
-            && let Some(refusal) = self.allowed_hosts.refusal(&host)
-        {
-            return Err(error(
-                ErrorCode::Forbidden,
-                format!(
-                    "api_base refused: {refusal}; added models may not reach it (an operator allows a host with --gateway-allowed-upstream-hosts)"
-                ),
-            ));
-        }
-        if model_info_json.len() > MAX_MODEL_INFO {
-            return Err(bad(format!(
-                "`model_info` is larger than {MAX_MODEL_INFO} bytes"
-            )));
-        }
-        let model_info = (!model_info_json.is_empty())
-            .then(|| serde_json::from_slice::<serde_json::Value>(&model_info_json))
-            .transpose()
-            .map_err(|err| bad(format!("`model_info` is not JSON: {err}")))?
-            .filter(|info| !info.is_null());
-        if model_info.as_ref().is_some_and(|info| !info.is_object()) {
-            return Err(bad("`model_info` must be an object"));
-        }
-        Prices::from_model_info(model_info.as_ref()).map_err(bad)?;
-        let config = self.config.current();
-        check_takeover(&config, &model_name, replace_configured)?;
-        Ok(StoredModel {
-            model_name,
-            model: params.model,
-            api_base: params.api_base,
-            api_key: params.api_key,
-            added_at_ms: now_ms(),
-            model_info,
-        })
+/// The model a `/model/new` request adds, checked against the hosts added models may
+/// reach and the configuration in effect.
+pub(crate) fn addition(
+    request: AddModelRequest,
+    allowed_hosts: &AllowedHosts,
+    config: &GatewayConfig,
+) -> Result<StoredModel, Status> {
+    let AddModelRequest {
+        model_name,
+        gateway_params,
+        replace_configured,
+        model_info_json,
+    } = request;
+    let params = gateway_params.ok_or_else(|| bad("`gateway_params` is required"))?;
+    if model_name.is_empty() {
+        return Err(bad("`model_name` is required"));
     }
+    for (field, value) in [
+        ("model_name", &model_name),
+        ("model", &params.model),
+        ("api_base", &params.api_base),
+        ("api_key", &params.api_key),
+    ] {
+        if value.len() > MAX_FIELD {
+            return Err(bad(format!("`{field}` is longer than {MAX_FIELD} bytes")));
+        }
+    }
+    check_model(&params.model).map_err(bad)?;
+    check_api_base(&params.api_base).map_err(bad)?;
+    check_api_key(&params.api_key).map_err(bad)?;
+    if let Some(host) = reqwest::Url::parse(&params.api_base)
+        .ok()
+        .and_then(|url| url.host_str().map(str::to_owned))
+        && let Some(refusal) = allowed_hosts.refusal(&host)
+    {
+        return Err(error(
+            ErrorCode::Forbidden,
+            format!(
+                "api_base refused: {refusal}; added models may not reach it (an operator allows a host with --gateway-allowed-upstream-hosts)"
+            ),
+        ));
+    }
+    if model_info_json.len() > MAX_MODEL_INFO {
+        return Err(bad(format!(
+            "`model_info` is larger than {MAX_MODEL_INFO} bytes"
+        )));
+    }
+    let model_info = (!model_info_json.is_empty())
+        .then(|| serde_json::from_slice::<serde_json::Value>(&model_info_json))
+        .transpose()
+        .map_err(|err| bad(format!("`model_info` is not JSON: {err}")))?
+        .filter(|info| !info.is_null());
+    if model_info.as_ref().is_some_and(|info| !info.is_object()) {
+        return Err(bad("`model_info` must be an object"));
+    }
+    Prices::from_model_info(model_info.as_ref()).map_err(bad)?;
+    check_takeover(config, &model_name, replace_configured)?;
+    Ok(StoredModel {
+        model_name,
+        model: params.model,
+        api_base: params.api_base,
+        api_key: params.api_key,
+        added_at_ms: now_ms(),
+        model_info,
+    })
 }
 
 /// Refuses an added name the configuration file routes: its own entries always (the file

@@ -15,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_runtime_api::store::keys::session_digest;
-use sandgate_runtime_api::store::{KeySpend, SpendCounters, StoredKey};
+use sandgate_runtime_api::store::{KeySpend, SpendCounters, Store, StoredKey};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tokio::sync::watch;
 use tonic::Status;
 
 use crate::budget::key_window;
 use crate::headers::SESSION_ID;
 use crate::keys::{Caller, descriptor, expired, token_of};
-use crate::service::{Gateway, now_ms};
+use crate::support::now_ms;
 
 /// What a virtual key's call adds to its counters once its cost is known.
 #[derive(Clone, Debug)]
@@ -161,7 +162,31 @@ fn refused() -> Status {
     .into_status()
 }
 
-impl Gateway {
+/// Who calls: the keys it knows, and what it kept of virtual keys read.
+pub(crate) struct Authenticator {
+    /// sha256 of the master key: compared in constant time, whatever the lengths.
+    master_key: Option<[u8; 32]>,
+    store: Store,
+    /// The store's generation of virtual keys and their spend (`KeyStore::key_changes`).
+    key_changes: watch::Receiver<Option<u64>>,
+    /// What the last calls of each virtual key read, until that generation moves.
+    keys: KeyCache,
+}
+
+impl Authenticator {
+    /// The master key `master_key` (none, or empty: every call is refused unless its
+    /// virtual key is in `store`).
+    pub(crate) fn new(store: Store, master_key: Option<String>) -> Self {
+        Self {
+            master_key: master_key
+                .filter(|key| !key.is_empty())
+                .map(|key| Sha256::digest(key.as_bytes()).into()),
+            key_changes: store.keys.key_changes(),
+            keys: KeyCache::default(),
+            store,
+        }
+    }
+
     /// The caller of a request: the master key, or a virtual key that has not expired,
     /// with its spend as stored now.
     pub(crate) async fn authenticate(

@@ -7,6 +7,7 @@ mod access;
 mod added;
 mod auth;
 mod budget;
+mod call;
 pub mod config;
 mod egress;
 mod forward;
@@ -17,6 +18,7 @@ mod manage;
 pub mod messages;
 mod metrics;
 mod openai;
+mod prepare;
 mod registry;
 #[doc(hidden)]
 pub mod responses;
@@ -24,6 +26,10 @@ mod retry;
 mod rewrite;
 mod routing;
 mod service;
+mod spend;
+#[doc(hidden)]
+pub mod sse;
+mod support;
 
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
@@ -32,12 +38,15 @@ pub use config::{
     CallParams, ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };
 pub use egress::HOP_HEADER;
+pub use forward::AnswerLimits;
 pub use metrics::describe_metrics;
 /// The body rewriting, for the fuzz targets (`fuzz/`) and their regression test; not an
 /// API of the crate.
 #[doc(hidden)]
-pub use rewrite::{ChatRequest, SseRenamer, Usage, rename_model};
-pub use service::{AnswerLimits, GatewayOptions, ModelGatewayService};
+pub use rewrite::{ChatRequest, Usage, rename_model};
+pub use service::{GatewayOptions, ModelGatewayService};
+#[doc(hidden)]
+pub use sse::SseRenamer;
 
 /// The gRPC service of `gateway`, ready to mount.
 pub fn grpc_service(gateway: ModelGatewayService) -> ModelGatewayServer<ModelGatewayService> {

@@ -5,12 +5,12 @@
 use bytes::Bytes;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
-use sandgate_runtime_api::store::StoredKey;
+use sandgate_runtime_api::store::{Store, StoredKey};
 use serde_json::{Map, Value, json};
 
 use crate::budget::key_window;
 use crate::keys::{self, Caller};
-use crate::service::{ModelGatewayService, now_ms};
+use crate::support::now_ms;
 
 /// Keys listed on one page when the caller names no size, and at most.
 const DEFAULT_PAGE_SIZE: usize = 10;
@@ -42,7 +42,7 @@ fn answer(value: Value) -> Bytes {
 
 /// Serves one management call of `caller`.
 pub async fn manage(
-    gateway: &ModelGatewayService,
+    store: &Store,
     caller: &Caller,
     request: ManageKeysRequest,
 ) -> Result<Bytes, ErrorDetail> {
@@ -52,40 +52,35 @@ pub async fn manage(
         caller.master_only("manage keys")?;
     }
     match operation {
-        KeyOperation::Generate => generate(gateway, &body).await,
-        KeyOperation::Info => info(gateway, caller, &body).await,
-        KeyOperation::Update => update(gateway, &body).await,
-        KeyOperation::Delete => delete(gateway, &body).await,
-        KeyOperation::List => list(gateway, &body).await,
+        KeyOperation::Generate => generate(store, &body).await,
+        KeyOperation::Info => info(store, caller, &body).await,
+        KeyOperation::Update => update(store, &body).await,
+        KeyOperation::Delete => delete(store, &body).await,
+        KeyOperation::List => list(store, &body).await,
         KeyOperation::Unspecified => Err(bad("no key operation named")),
     }
 }
 
 /// What `key` spent in its current budget window.
-async fn spent(gateway: &ModelGatewayService, key: &StoredKey) -> Result<f64, ErrorDetail> {
+async fn spent(store: &Store, key: &StoredKey) -> Result<f64, ErrorDetail> {
     let (window, _) = key_window(key, now_ms());
-    Ok(gateway
-        .store
+    Ok(store
         .keys
         .key_for_call(&key.token, None)
         .await?
         .map_or(0.0, |(_, counters)| counters.in_window(window)))
 }
 
-async fn described(
-    gateway: &ModelGatewayService,
-    key: &StoredKey,
-) -> Result<Map<String, Value>, ErrorDetail> {
-    Ok(keys::describe(key, spent(gateway, key).await?, now_ms()))
+async fn described(store: &Store, key: &StoredKey) -> Result<Map<String, Value>, ErrorDetail> {
+    Ok(keys::describe(key, spent(store, key).await?, now_ms()))
 }
 
 /// Refuses an alias another key has: an alias names one key.
-async fn check_alias(gateway: &ModelGatewayService, key: &StoredKey) -> Result<(), ErrorDetail> {
+async fn check_alias(store: &Store, key: &StoredKey) -> Result<(), ErrorDetail> {
     let Some(alias) = &key.key_alias else {
         return Ok(());
     };
-    let taken = gateway
-        .store
+    let taken = store
         .keys
         .list_keys()
         .await?
@@ -100,13 +95,10 @@ async fn check_alias(gateway: &ModelGatewayService, key: &StoredKey) -> Result<(
     Ok(())
 }
 
-async fn generate(
-    gateway: &ModelGatewayService,
-    body: &Map<String, Value>,
-) -> Result<Bytes, ErrorDetail> {
+async fn generate(store: &Store, body: &Map<String, Value>) -> Result<Bytes, ErrorDetail> {
     let (secret, key) = keys::generate(body, now_ms())?;
-    check_alias(gateway, &key).await?;
-    if !gateway.store.keys.put_key(&key, true).await? {
+    check_alias(store, &key).await?;
+    if !store.keys.put_key(&key, true).await? {
         return Err(ErrorDetail::new(
             ErrorCode::Conflict,
             "that key exists already",
@@ -119,7 +111,7 @@ async fn generate(
 }
 
 async fn info(
-    gateway: &ModelGatewayService,
+    store: &Store,
     caller: &Caller,
     body: &Map<String, Value>,
 ) -> Result<Bytes, ErrorDetail> {
@@ -137,48 +129,41 @@ async fn info(
                 "a virtual key reads its own info only",
             ));
         }
-        (Caller::Master, Some(token)) => gateway
-            .store
+        (Caller::Master, Some(token)) => store
             .keys
             .get_key(&token)
             .await?
             .ok_or_else(|| not_found(named.as_deref().unwrap_or_default()))?,
         (_, None) => return Err(bad("`key` is required with the master key")),
     };
-    let info = described(gateway, &key).await?;
+    let info = described(store, &key).await?;
     Ok(answer(json!({
         "key": named.unwrap_or_else(|| key.token.clone()),
         "info": info,
     })))
 }
 
-async fn update(
-    gateway: &ModelGatewayService,
-    body: &Map<String, Value>,
-) -> Result<Bytes, ErrorDetail> {
+async fn update(store: &Store, body: &Map<String, Value>) -> Result<Bytes, ErrorDetail> {
     let token = keys::named_token(body, "key")?.ok_or_else(|| bad("`key` is required"))?;
     let mut key =
-        gateway.store.keys.get_key(&token).await?.ok_or_else(|| {
+        store.keys.get_key(&token).await?.ok_or_else(|| {
             not_found(body.get("key").and_then(Value::as_str).unwrap_or_default())
         })?;
     let mut fields = body.clone();
     fields.remove("key");
     keys::apply(&mut key, &fields, now_ms())?;
-    check_alias(gateway, &key).await?;
-    gateway.store.keys.put_key(&key, false).await?;
+    check_alias(store, &key).await?;
+    store.keys.put_key(&key, false).await?;
     tracing::info!(token = %key.token, "virtual key updated");
-    let mut answer_body = described(gateway, &key).await?;
+    let mut answer_body = described(store, &key).await?;
     answer_body.insert("key".into(), Value::String(key.token.clone()));
     Ok(answer(Value::Object(answer_body)))
 }
 
-async fn delete(
-    gateway: &ModelGatewayService,
-    body: &Map<String, Value>,
-) -> Result<Bytes, ErrorDetail> {
+async fn delete(store: &Store, body: &Map<String, Value>) -> Result<Bytes, ErrorDetail> {
     let (mut tokens, aliases) = keys::deleted_names(body)?;
     if !aliases.is_empty() {
-        let all = gateway.store.keys.list_keys().await?;
+        let all = store.keys.list_keys().await?;
         for alias in &aliases {
             let key = all
                 .iter()
@@ -189,11 +174,11 @@ async fn delete(
     }
     // Every named key must exist before any is deleted, as LiteLLM does.
     for token in &tokens {
-        if gateway.store.keys.get_key(token).await?.is_none() {
+        if store.keys.get_key(token).await?.is_none() {
             return Err(not_found(token));
         }
     }
-    let deleted = gateway.store.keys.delete_keys(&tokens).await?;
+    let deleted = store.keys.delete_keys(&tokens).await?;
     tracing::info!(keys = deleted.len(), "virtual keys deleted");
     let mut named: Vec<Value> = body
         .get("keys")
@@ -217,18 +202,14 @@ fn positive(body: &Map<String, Value>, field: &str, default: usize) -> Result<us
     }
 }
 
-async fn list(
-    gateway: &ModelGatewayService,
-    body: &Map<String, Value>,
-) -> Result<Bytes, ErrorDetail> {
+async fn list(store: &Store, body: &Map<String, Value>) -> Result<Bytes, ErrorDetail> {
     let page = positive(body, "page", 1)?;
     let size = positive(body, "size", DEFAULT_PAGE_SIZE)?.min(MAX_PAGE_SIZE);
     let full = matches!(body.get("return_full_object"), Some(Value::Bool(true)))
         || body.get("return_full_object").and_then(Value::as_str) == Some("true");
     let wanted = |field: &str| body.get(field).and_then(Value::as_str).map(str::to_owned);
     let (alias, user, team) = (wanted("key_alias"), wanted("user_id"), wanted("team_id"));
-    let all: Vec<StoredKey> = gateway
-        .store
+    let all: Vec<StoredKey> = store
         .keys
         .list_keys()
         .await?
@@ -241,7 +222,7 @@ async fn list(
     let mut listed = Vec::new();
     for key in all.iter().skip((page - 1).saturating_mul(size)).take(size) {
         listed.push(if full {
-            Value::Object(described(gateway, key).await?)
+            Value::Object(described(store, key).await?)
         } else {
             Value::String(key.token.clone())
         });

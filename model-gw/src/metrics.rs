@@ -9,6 +9,7 @@ use std::time::Duration;
 use metrics::SharedString;
 
 use crate::rewrite::Usage;
+use crate::routing::Upstream;
 
 /// The `model` label of calls refused before an entry was found.
 pub const UNROUTED: &str = "unrouted";
@@ -87,5 +88,15 @@ pub fn finished(model: &str, status: u16, elapsed: Duration, usage: Option<Usage
             )
             .increment(tokens);
         }
+    }
+}
+
+/// The metrics label of a call's entry: the configuration's entries by name, every model
+/// added at runtime under one label, so that additions make no new series.
+pub(crate) fn metric_label(upstream: &Upstream) -> String {
+    if upstream.guarded {
+        "(added)".to_owned()
+    } else {
+        upstream.entry.clone()
     }
 }

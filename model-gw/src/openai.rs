@@ -9,7 +9,7 @@ use bytes::Bytes;
 use sandgate_proto::models::v1::Api;
 use serde_json::{Map, Value};
 
-use crate::forward::{AnswerEdit, Prepared};
+use crate::call::{AnswerEdit, Prepared};
 use crate::rewrite::{ChatRequest, Piece};
 
 /// The path of an OpenAI-shaped API, on either kind of upstream.

@@ -22,6 +22,7 @@ mod gateway_keys;
 mod hostile;
 mod http_cases;
 mod install_tools;
+mod k8s_policy;
 mod kubernetes;
 mod kubernetes_edge;
 mod kubernetes_failures;

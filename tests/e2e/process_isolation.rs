@@ -246,3 +246,57 @@ async fn a_pause_gives_every_process_of_the_sandbox_its_sigterm_first() {
     );
     sandgate.terminate().await;
 }
+
+/// What a sandbox's kernel reports of its limits, and whether it can reserve 12 GiB of
+/// address space (an anonymous mapping: nothing is touched, so the machine's memory is not
+/// at stake, only the sandbox's `RLIMIT_AS`).
+const REPORT_LIMITS: &str = "grep 'Max address space' /proc/self/limits | tr -s ' ' | cut -d' ' -f4 > address_space.txt; \
+     grep 'Max processes' /proc/self/limits | tr -s ' ' | cut -d' ' -f3 > processes.txt; \
+     /usr/bin/python3 -c 'import mmap; mmap.mmap(-1, 12 << 30)' 2> mapping.txt \
+     && echo mapped >> mapping.txt || echo refused >> mapping.txt";
+
+/// The address space and process limits scale with `resource_factor`: at 0.5 a sandbox
+/// cannot reserve 12 GiB (8 GiB is its bound), at 2 it can (32 GiB); its process count is
+/// bounded at 512 and 2048 when its uid is its own (Sandgate runs as root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_s_memory_and_process_limits_scale_with_its_resource_factor() {
+    let data = data_dir(None);
+    let mut sandgate = serve_as(None, data.path(), "8000", &[]).await;
+    for (factor, session, mapped) in [(0.5, "small", false), (2.0, "large", true)] {
+        let mut body = sandbox(session, REPORT_LIMITS);
+        body["resource_factor"] = json!(factor);
+        let id = started(&sandgate, body).await;
+        let workspace = data.path().join("sandboxes").join(&id).join("workspace");
+        let read = |name: &str| {
+            std::fs::read_to_string(workspace.join(name))
+                .unwrap_or_else(|error| panic!("{session}: {name}: {error}"))
+        };
+        let address_space: u64 = read("address_space.txt").trim().parse().expect("bytes");
+        assert_eq!(
+            address_space,
+            (16.0 * 1024.0 * 1024.0 * 1024.0 * factor) as u64,
+            "{session}: RLIMIT_AS"
+        );
+        if is_root() {
+            let processes: u64 = read("processes.txt").trim().parse().expect("a count");
+            assert_eq!(
+                processes,
+                (1024.0 * factor) as u64,
+                "{session}: RLIMIT_NPROC"
+            );
+        }
+        let mapping = read("mapping.txt");
+        assert_eq!(
+            mapping.trim_end().ends_with("mapped"),
+            mapped,
+            "{session}: 12 GiB under a factor of {factor}: {mapping}"
+        );
+        if !mapped {
+            assert!(
+                mapping.contains("MemoryError") || mapping.contains("Cannot allocate"),
+                "{mapping}"
+            );
+        }
+    }
+    sandgate.terminate().await;
+}

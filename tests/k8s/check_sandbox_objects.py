@@ -20,14 +20,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-# The chart's checker validates the same way: one function for both.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts"))
-from k8s_policy import ref, schema_problems  # noqa: E402
+from kubernetes_validate import utils as kv  # from the venv of scripts/check-k8s
 
 VERSIONS = ["1.32.0", "1.37.0"]
+
+
+def ref(doc: dict) -> str:
+    meta = doc.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{doc.get('kind')}/{meta.get('name', '?')}" + (f" ({ns})" if ns else "")
+
+
+def schema_problems(docs: list[dict], versions: list[str]) -> list[str]:
+    """Each object strictly against each version's schemas, as scripts/check-k8s validates
+    the chart's (kubernetes-validate --strict)."""
+    out = []
+    for version in versions:
+        for d in docs:
+            try:
+                kv.validate(d, version, strict=True)
+            except kv.ValidationError as e:
+                path = ".".join(str(p) for p in e.path)
+                out.append(f"{ref(d)} ({version}): {path}: {e.message}")
+            except (kv.SchemaNotFoundError, kv.InvalidSchemaError, kv.VersionNotSupportedError) as e:
+                out.append(f"{ref(d)} ({version}): {getattr(e, 'message', e)}")
+    return out
 
 # Volume types the restricted standard allows.
 RESTRICTED_VOLUMES = {

@@ -5,7 +5,7 @@ share: the secrets of spec 2.8 the install reads, by namespace, name and key.
 
 {{/* The secrets the services read, as a YAML list of {namespace, name, key}; a secret
 read whole (envFrom) has no key. The same names and keys as the workloads' references
-(scripts/k8s_policy.py checks they agree). */}}
+(tests/e2e/k8s_policy/troubleshoot.rs checks they agree). */}}
 {{- define "sandgate.troubleshoot.secrets" -}}
 {{- $ns := include "sandgate.ns" . -}}
 - {namespace: {{ $ns | quote }}, name: cache, key: redis-password}

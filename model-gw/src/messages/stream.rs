@@ -12,12 +12,13 @@
 //! gateway asks for it), so `message_start` says 0 tokens and `message_delta` carries the
 //! counts, input tokens included, as Anthropic's own streams may.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json_borrow::Value;
 
-use super::{ContentBlock, ErrorBody, ErrorObject, Message, MessageUsage, ToolInput};
-use super::{stop_reason, usage};
-use crate::rewrite::{Lines, Usage};
+use super::answer::{
+    ContentBlock, ErrorBody, ErrorObject, Message, MessageUsage, ToolInput, stop_reason, usage,
+};
+use crate::sse::chat_stream::{ChatStream, Translation};
 
 /// The block being streamed.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,9 +82,12 @@ struct StopDelta {
     stop_sequence: Option<&'static str>,
 }
 
-pub struct StreamTranslator {
+/// A streamed chat completion as a streamed message.
+pub type StreamTranslator = ChatStream<MessageEvents>;
+
+/// Anthropic's events of one streamed chat completion, as [`ChatStream`] reads it.
+pub struct MessageEvents {
     model: String,
-    lines: Lines,
     started: bool,
     /// The block open, and its index.
     open: Option<(Block, u64)>,
@@ -91,9 +95,6 @@ pub struct StreamTranslator {
     stop_reason: Option<&'static str>,
     /// The upstream's usage, as the message's.
     message_usage: Option<MessageUsage>,
-    /// `message_stop` was sent: nothing follows it.
-    stopped: bool,
-    pub usage: Option<Usage>,
 }
 
 /// Writes a server-sent event named `kind` with `data`.
@@ -110,138 +111,21 @@ fn event(out: &mut Vec<u8>, event: &Event) {
     write_event(out, event.kind(), event);
 }
 
-impl StreamTranslator {
-    pub fn new(model: &str) -> Self {
+impl Translation for MessageEvents {
+    fn new(model: &str) -> Self {
         Self {
             model: model.to_owned(),
-            lines: Lines::default(),
             started: false,
             open: None,
             next_index: 0,
             stop_reason: None,
             message_usage: None,
-            stopped: false,
-            usage: None,
-        }
-    }
-
-    /// The events of the complete lines of what arrived so far.
-    /// Lines longer than `max` bytes end the stream (see [`Self::overflowed`]).
-    pub fn with_line_limit(mut self, max: usize) -> Self {
-        self.lines = Lines::with_limit(max);
-        self
-    }
-
-    /// Whether a line passed the limit: nothing more is translated.
-    pub fn overflowed(&self) -> bool {
-        self.lines.overflowed()
-    }
-
-    /// Whether the message's last event (`message_stop`, or an error) has been written.
-    pub fn ended(&self) -> bool {
-        self.stopped
-    }
-
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let Some(complete) = self.lines.push(chunk) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for line in complete.split(|byte| *byte == b'\n') {
-            self.line(line, &mut out);
-        }
-        out
-    }
-
-    /// The last events, once the upstream's stream ended (with `[DONE]` or not).
-    pub fn finish(&mut self) -> Vec<u8> {
-        let rest = self.lines.rest();
-        let mut out = Vec::new();
-        self.line(&rest, &mut out);
-        self.stop(&mut out);
-        out
-    }
-
-    fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return;
-        };
-        let data = data.strip_prefix(b" ").unwrap_or(data);
-        if data == b"[DONE]" {
-            self.stop(out);
-            return;
-        }
-        let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
-            return;
-        };
-        if self.stopped {
-            return;
-        }
-        let error = chunk.get("error");
-        if !error.is_null() {
-            let message = error
-                .get("message")
-                .as_str()
-                .or_else(|| error.as_str())
-                .unwrap_or("the upstream's stream failed");
-            let error = ErrorObject {
-                error: ErrorBody {
-                    r#type: "api_error",
-                    message,
-                },
-            };
-            write_event(out, "error", &error);
-            self.stopped = true;
-            return;
-        }
-        self.start(chunk.get("id").as_str().unwrap_or_default(), out);
-        let chat_usage = chunk.get("usage");
-        if chat_usage.is_object() {
-            self.message_usage = Some(usage(chat_usage));
-            self.usage = Usage::deserialize(chat_usage).ok();
-        }
-        let choice = chunk.get("choices").get(0);
-        let delta = choice.get("delta");
-        if let Some(text) = delta
-            .get("content")
-            .as_str()
-            .filter(|text| !text.is_empty())
-        {
-            if self.open.as_ref().map(|(block, _)| block) != Some(&Block::Text) {
-                self.open_block(Block::Text, ContentBlock::Text { text: "" }, out);
-            }
-            self.delta(Delta::TextDelta { text }, out);
-        }
-        for call in delta.get("tool_calls").as_array().into_iter().flatten() {
-            let position = call.get("index").as_u64().unwrap_or(0);
-            let same = matches!(&self.open, Some((Block::Tool(open), _)) if *open == position);
-            let function = call.get("function");
-            if !same || call.get("id").is_string() {
-                let block = ContentBlock::ToolUse {
-                    id: call.get("id").as_str().unwrap_or_default(),
-                    name: function.get("name").as_str().unwrap_or_default(),
-                    input: ToolInput::Empty {},
-                };
-                self.open_block(Block::Tool(position), block, out);
-            }
-            if let Some(partial_json) = function
-                .get("arguments")
-                .as_str()
-                .filter(|arguments| !arguments.is_empty())
-            {
-                self.delta(Delta::InputJsonDelta { partial_json }, out);
-            }
-        }
-        if let Some(reason) = choice.get("finish_reason").as_str() {
-            self.close_block(out);
-            self.stop_reason = Some(stop_reason(reason));
         }
     }
 
     /// `message_start` and a `ping`, once: the message named after the chat completion
     /// `id`.
-    fn start(&mut self, id: &str, out: &mut Vec<u8>) {
+    fn start(&mut self, id: &str, _created: u64, out: &mut Vec<u8>) {
         if self.started {
             return;
         }
@@ -251,6 +135,68 @@ impl StreamTranslator {
         event(out, &Event::Ping);
     }
 
+    fn error(&mut self, message: &str, out: &mut Vec<u8>) {
+        let error = ErrorObject {
+            error: ErrorBody {
+                r#type: "api_error",
+                message,
+            },
+        };
+        write_event(out, "error", &error);
+    }
+
+    fn usage(&mut self, chat_usage: &Value) {
+        self.message_usage = Some(usage(chat_usage));
+    }
+
+    fn text(&mut self, text: &str, out: &mut Vec<u8>) {
+        if self.open.as_ref().map(|(block, _)| block) != Some(&Block::Text) {
+            self.open_block(Block::Text, ContentBlock::Text { text: "" }, out);
+        }
+        self.delta(Delta::TextDelta { text }, out);
+    }
+
+    fn tool_call(&mut self, call: &Value, out: &mut Vec<u8>) {
+        let position = call.get("index").as_u64().unwrap_or(0);
+        let same = matches!(&self.open, Some((Block::Tool(open), _)) if *open == position);
+        let function = call.get("function");
+        if !same || call.get("id").is_string() {
+            let block = ContentBlock::ToolUse {
+                id: call.get("id").as_str().unwrap_or_default(),
+                name: function.get("name").as_str().unwrap_or_default(),
+                input: ToolInput::Empty {},
+            };
+            self.open_block(Block::Tool(position), block, out);
+        }
+        if let Some(partial_json) = function
+            .get("arguments")
+            .as_str()
+            .filter(|arguments| !arguments.is_empty())
+        {
+            self.delta(Delta::InputJsonDelta { partial_json }, out);
+        }
+    }
+
+    fn finish_reason(&mut self, reason: &str, out: &mut Vec<u8>) {
+        self.close_block(out);
+        self.stop_reason = Some(stop_reason(reason));
+    }
+
+    fn end(&mut self, out: &mut Vec<u8>) {
+        // An upstream that streamed nothing: a message, empty, rather than no events.
+        self.start("", 0, out);
+        self.close_block(out);
+        let delta = StopDelta {
+            stop_reason: self.stop_reason.unwrap_or("end_turn"),
+            stop_sequence: None,
+        };
+        let usage = self.message_usage.unwrap_or_default();
+        event(out, &Event::MessageDelta { delta, usage });
+        event(out, &Event::MessageStop);
+    }
+}
+
+impl MessageEvents {
     fn open_block(&mut self, block: Block, content_block: ContentBlock, out: &mut Vec<u8>) {
         self.close_block(out);
         let index = self.next_index;
@@ -276,23 +222,6 @@ impl StreamTranslator {
             event(out, &Event::ContentBlockStop { index });
         }
     }
-
-    fn stop(&mut self, out: &mut Vec<u8>) {
-        if self.stopped {
-            return;
-        }
-        self.stopped = true;
-        // An upstream that streamed nothing: a message, empty, rather than no events.
-        self.start("", out);
-        self.close_block(out);
-        let delta = StopDelta {
-            stop_reason: self.stop_reason.unwrap_or("end_turn"),
-            stop_sequence: None,
-        };
-        let usage = self.message_usage.unwrap_or_default();
-        event(out, &Event::MessageDelta { delta, usage });
-        event(out, &Event::MessageStop);
-    }
 }
 
 #[cfg(test)]
@@ -300,6 +229,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::rewrite::Usage;
 
     /// The events' types and data, in order.
     fn events(stream: &[u8]) -> Vec<Value> {

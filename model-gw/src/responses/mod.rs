@@ -23,6 +23,8 @@ pub mod stream;
 use serde::Serialize;
 use serde_json_borrow::Value;
 
+use crate::sse::chat_stream::reasoning_of;
+
 /// A translated request: the chat completion body, and whether it streams.
 #[derive(Debug)]
 pub struct Translated {
@@ -327,16 +329,6 @@ pub(crate) fn response_object(
         "store": false,
         "usage": usage,
     })
-}
-
-/// The reasoning a chat completion message or delta carries, under either name upstreams
-/// use.
-pub(crate) fn reasoning_of<'v>(message: &'v Value<'v>) -> Option<&'v str> {
-    message
-        .get("reasoning_content")
-        .as_str()
-        .or_else(|| message.get("reasoning").as_str())
-        .filter(|text| !text.is_empty())
 }
 
 /// A whole chat completion answer as a response named `model`.

@@ -20,8 +20,8 @@
 use serde_json::json;
 use serde_json_borrow::Value;
 
-use super::{reasoning_of, response_object, usage};
-use crate::rewrite::{Lines, Usage};
+use super::{response_object, usage};
+use crate::sse::chat_stream::{ChatStream, Translation};
 
 /// The output item being streamed.
 enum Open {
@@ -43,10 +43,12 @@ enum Open {
     },
 }
 
-/// Translates one streamed chat completion into Responses API events.
-pub struct ResponsesTranslator {
+/// A streamed chat completion as a streamed response.
+pub type ResponsesTranslator = ChatStream<ResponseEvents>;
+
+/// The Responses API's events of one streamed chat completion, as [`ChatStream`] reads it.
+pub struct ResponseEvents {
     model: String,
-    lines: Lines,
     sequence: u64,
     /// The response's id and creation time, from the first chunk.
     started: Option<(String, u64)>,
@@ -56,62 +58,9 @@ pub struct ResponsesTranslator {
     finish_reason: Option<String>,
     /// The upstream's usage, in the Responses API's shape.
     response_usage: Option<serde_json::Value>,
-    /// The last event was written: nothing follows it.
-    stopped: bool,
-    pub usage: Option<Usage>,
 }
 
-impl ResponsesTranslator {
-    pub fn new(model: &str) -> Self {
-        Self {
-            model: model.to_owned(),
-            lines: Lines::default(),
-            sequence: 0,
-            started: None,
-            output: Vec::new(),
-            open: None,
-            finish_reason: None,
-            response_usage: None,
-            stopped: false,
-            usage: None,
-        }
-    }
-
-    /// Lines longer than `max` bytes end the stream (see [`Self::overflowed`]).
-    pub fn with_line_limit(mut self, max: usize) -> Self {
-        self.lines = Lines::with_limit(max);
-        self
-    }
-
-    pub fn overflowed(&self) -> bool {
-        self.lines.overflowed()
-    }
-
-    /// Whether the response's last event has been written.
-    pub fn ended(&self) -> bool {
-        self.stopped
-    }
-
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let Some(complete) = self.lines.push(chunk) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for line in complete.split(|byte| *byte == b'\n') {
-            self.line(line, &mut out);
-        }
-        out
-    }
-
-    /// The last events, once the upstream's stream ended (with `[DONE]` or not).
-    pub fn finish(&mut self) -> Vec<u8> {
-        let rest = self.lines.rest();
-        let mut out = Vec::new();
-        self.line(&rest, &mut out);
-        self.complete(&mut out);
-        out
-    }
-
+impl ResponseEvents {
     /// Writes the event `kind` with `data`'s fields, numbered.
     fn event(&mut self, out: &mut Vec<u8>, kind: &str, mut data: serde_json::Value) {
         if let Some(fields) = data.as_object_mut() {
@@ -148,164 +97,10 @@ impl ResponsesTranslator {
         )
     }
 
-    fn start(&mut self, id: &str, created: u64, out: &mut Vec<u8>) {
-        if self.started.is_some() {
-            return;
-        }
-        self.started = Some((id.to_owned(), created));
-        for kind in ["response.created", "response.in_progress"] {
-            let response = self.response("in_progress");
-            self.event(out, kind, json!({ "response": response }));
-        }
-    }
-
     /// An item id: the kind's prefix, the response's id and the item's place.
     fn item_id(&self, prefix: &str) -> String {
         let id = self.started.as_ref().map_or("", |(id, _)| id.as_str());
         format!("{prefix}_{id}_{}", self.output.len())
-    }
-
-    fn line(&mut self, line: &[u8], out: &mut Vec<u8>) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return;
-        };
-        let data = data.strip_prefix(b" ").unwrap_or(data);
-        if data == b"[DONE]" {
-            self.complete(out);
-            return;
-        }
-        let Ok(chunk) = serde_json::from_slice::<Value>(data) else {
-            return;
-        };
-        if self.stopped {
-            return;
-        }
-        let error = chunk.get("error");
-        if !error.is_null() {
-            let message = error
-                .get("message")
-                .as_str()
-                .or_else(|| error.as_str())
-                .unwrap_or("the upstream's stream failed");
-            self.start("", 0, out);
-            self.event(
-                out,
-                "error",
-                json!({"code": null, "message": message, "param": null}),
-            );
-            self.stopped = true;
-            return;
-        }
-        self.start(
-            chunk.get("id").as_str().unwrap_or_default(),
-            chunk.get("created").as_u64().unwrap_or(0),
-            out,
-        );
-        let chat_usage = chunk.get("usage");
-        if chat_usage.is_object() {
-            self.response_usage = Some(usage(chat_usage));
-            self.usage = serde::Deserialize::deserialize(chat_usage).ok();
-        }
-        let choice = chunk.get("choices").get(0);
-        let delta = choice.get("delta");
-        if let Some(reasoning) = reasoning_of(delta) {
-            self.reasoning(reasoning, out);
-        }
-        if let Some(text) = delta
-            .get("content")
-            .as_str()
-            .filter(|text| !text.is_empty())
-        {
-            self.text(text, out);
-        }
-        for call in delta.get("tool_calls").as_array().into_iter().flatten() {
-            self.call(call, out);
-        }
-        if let Some(reason) = choice.get("finish_reason").as_str() {
-            self.finish_reason = Some(reason.to_owned());
-        }
-    }
-
-    fn reasoning(&mut self, piece: &str, out: &mut Vec<u8>) {
-        if !matches!(self.open, Some(Open::Reasoning { .. })) {
-            self.close(out);
-            let id = self.item_id("rs");
-            let index = self.output.len();
-            self.event(out, "response.output_item.added", json!({"output_index": index, "item": {"id": id, "type": "reasoning", "summary": []}}));
-            self.event(out, "response.reasoning_summary_part.added", json!({"item_id": id, "output_index": index, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}));
-            self.open = Some(Open::Reasoning {
-                id,
-                text: String::new(),
-            });
-        }
-        let index = self.output.len();
-        if let Some(Open::Reasoning { id, text }) = &mut self.open {
-            text.push_str(piece);
-            let data =
-                json!({"item_id": id, "output_index": index, "summary_index": 0, "delta": piece});
-            self.event(out, "response.reasoning_summary_text.delta", data);
-        }
-    }
-
-    fn text(&mut self, piece: &str, out: &mut Vec<u8>) {
-        if !matches!(self.open, Some(Open::Text { .. })) {
-            self.close(out);
-            let id = self.item_id("msg");
-            let index = self.output.len();
-            self.event(out, "response.output_item.added", json!({"output_index": index, "item": {"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}}));
-            self.event(out, "response.content_part.added", json!({"item_id": id, "output_index": index, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}));
-            self.open = Some(Open::Text {
-                id,
-                text: String::new(),
-            });
-        }
-        let index = self.output.len();
-        if let Some(Open::Text { id, text }) = &mut self.open {
-            text.push_str(piece);
-            let data =
-                json!({"item_id": id, "output_index": index, "content_index": 0, "delta": piece});
-            self.event(out, "response.output_text.delta", data);
-        }
-    }
-
-    fn call(&mut self, call: &Value, out: &mut Vec<u8>) {
-        let call_index = call.get("index").as_u64().unwrap_or(0);
-        let same = matches!(&self.open, Some(Open::Call { index, .. }) if *index == call_index);
-        if !same {
-            self.close(out);
-            let id = self.item_id("fc");
-            let call_id = call.get("id").as_str().unwrap_or_default().to_owned();
-            let name = call
-                .get("function")
-                .get("name")
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let index = self.output.len();
-            self.event(out, "response.output_item.added", json!({"output_index": index, "item": {"id": id, "type": "function_call", "status": "in_progress", "call_id": call_id, "name": name, "arguments": ""}}));
-            self.open = Some(Open::Call {
-                index: call_index,
-                id,
-                call_id,
-                name,
-                arguments: String::new(),
-            });
-        }
-        let piece = call
-            .get("function")
-            .get("arguments")
-            .as_str()
-            .unwrap_or_default();
-        if piece.is_empty() {
-            return;
-        }
-        let index = self.output.len();
-        if let Some(Open::Call { id, arguments, .. }) = &mut self.open {
-            arguments.push_str(piece);
-            let data = json!({"item_id": id, "output_index": index, "delta": piece});
-            self.event(out, "response.function_call_arguments.delta", data);
-        }
     }
 
     /// Ends the open item: its `done` events, and its place in the output.
@@ -363,16 +158,135 @@ impl ResponsesTranslator {
         );
         self.output.push(item);
     }
+}
 
-    /// The last event: the response, whole, with its usage.
-    fn complete(&mut self, out: &mut Vec<u8>) {
-        if self.stopped {
+impl Translation for ResponseEvents {
+    fn new(model: &str) -> Self {
+        Self {
+            model: model.to_owned(),
+            sequence: 0,
+            started: None,
+            output: Vec::new(),
+            open: None,
+            finish_reason: None,
+            response_usage: None,
+        }
+    }
+
+    fn start(&mut self, id: &str, created: u64, out: &mut Vec<u8>) {
+        if self.started.is_some() {
             return;
         }
+        self.started = Some((id.to_owned(), created));
+        for kind in ["response.created", "response.in_progress"] {
+            let response = self.response("in_progress");
+            self.event(out, kind, json!({ "response": response }));
+        }
+    }
+
+    fn error(&mut self, message: &str, out: &mut Vec<u8>) {
+        self.start("", 0, out);
+        self.event(
+            out,
+            "error",
+            json!({"code": null, "message": message, "param": null}),
+        );
+    }
+
+    fn usage(&mut self, chat_usage: &Value) {
+        self.response_usage = Some(usage(chat_usage));
+    }
+
+    fn reasoning(&mut self, piece: &str, out: &mut Vec<u8>) {
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            self.close(out);
+            let id = self.item_id("rs");
+            let index = self.output.len();
+            self.event(out, "response.output_item.added", json!({"output_index": index, "item": {"id": id, "type": "reasoning", "summary": []}}));
+            self.event(out, "response.reasoning_summary_part.added", json!({"item_id": id, "output_index": index, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}));
+            self.open = Some(Open::Reasoning {
+                id,
+                text: String::new(),
+            });
+        }
+        let index = self.output.len();
+        if let Some(Open::Reasoning { id, text }) = &mut self.open {
+            text.push_str(piece);
+            let data =
+                json!({"item_id": id, "output_index": index, "summary_index": 0, "delta": piece});
+            self.event(out, "response.reasoning_summary_text.delta", data);
+        }
+    }
+
+    fn text(&mut self, piece: &str, out: &mut Vec<u8>) {
+        if !matches!(self.open, Some(Open::Text { .. })) {
+            self.close(out);
+            let id = self.item_id("msg");
+            let index = self.output.len();
+            self.event(out, "response.output_item.added", json!({"output_index": index, "item": {"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}}));
+            self.event(out, "response.content_part.added", json!({"item_id": id, "output_index": index, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}));
+            self.open = Some(Open::Text {
+                id,
+                text: String::new(),
+            });
+        }
+        let index = self.output.len();
+        if let Some(Open::Text { id, text }) = &mut self.open {
+            text.push_str(piece);
+            let data =
+                json!({"item_id": id, "output_index": index, "content_index": 0, "delta": piece});
+            self.event(out, "response.output_text.delta", data);
+        }
+    }
+
+    fn tool_call(&mut self, call: &Value, out: &mut Vec<u8>) {
+        let call_index = call.get("index").as_u64().unwrap_or(0);
+        let same = matches!(&self.open, Some(Open::Call { index, .. }) if *index == call_index);
+        if !same {
+            self.close(out);
+            let id = self.item_id("fc");
+            let call_id = call.get("id").as_str().unwrap_or_default().to_owned();
+            let name = call
+                .get("function")
+                .get("name")
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let index = self.output.len();
+            self.event(out, "response.output_item.added", json!({"output_index": index, "item": {"id": id, "type": "function_call", "status": "in_progress", "call_id": call_id, "name": name, "arguments": ""}}));
+            self.open = Some(Open::Call {
+                index: call_index,
+                id,
+                call_id,
+                name,
+                arguments: String::new(),
+            });
+        }
+        let piece = call
+            .get("function")
+            .get("arguments")
+            .as_str()
+            .unwrap_or_default();
+        if piece.is_empty() {
+            return;
+        }
+        let index = self.output.len();
+        if let Some(Open::Call { id, arguments, .. }) = &mut self.open {
+            arguments.push_str(piece);
+            let data = json!({"item_id": id, "output_index": index, "delta": piece});
+            self.event(out, "response.function_call_arguments.delta", data);
+        }
+    }
+
+    fn finish_reason(&mut self, reason: &str, _out: &mut Vec<u8>) {
+        self.finish_reason = Some(reason.to_owned());
+    }
+
+    /// The last event: the response, whole, with its usage.
+    fn end(&mut self, out: &mut Vec<u8>) {
         // An upstream that streamed nothing: a response, empty, rather than no events.
         self.start("", 0, out);
         self.close(out);
-        self.stopped = true;
         let (kind, status) = match self.finish_reason.as_deref() {
             Some("length") => ("response.incomplete", "incomplete"),
             _ => ("response.completed", "completed"),

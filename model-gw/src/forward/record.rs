@@ -1,0 +1,69 @@
+//! What the spend log, the metrics and the access log learn of one forwarded call: one
+//! record per client request, however many attempts it took, finished once its status is
+//! known.
+
+use std::time::Instant;
+
+use sandgate_proto::models::v1::Api;
+use sandgate_runtime_api::store::SpendLogEntry;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::auth::Charge;
+use crate::budget::Prices;
+use crate::rewrite::Usage;
+use crate::spend::Finished;
+
+/// What the spend log learns from a request before it is forwarded: one entry per
+/// client request, however many attempts it took.
+pub(crate) struct CallRecord {
+    pub(crate) entry: SpendLogEntry,
+    /// The routing entry's name: the calls' metrics label.
+    pub(crate) model_entry: String,
+    pub(crate) started: Instant,
+    /// For the access log line: the API, what the upstream answered, the bytes each way.
+    pub(crate) api: Api,
+    pub(crate) upstream_status: Option<u16>,
+    pub(crate) bytes_in: usize,
+    pub(crate) bytes_out: u64,
+    /// What the call costs per token.
+    pub(crate) prices: Prices,
+    /// The virtual key the call is charged to.
+    pub(crate) charge: Option<Charge>,
+}
+
+impl CallRecord {
+    /// The call's spend log entry, once `status` is answered, and its key's charge; its
+    /// metrics are recorded.
+    pub(crate) fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {
+        let elapsed = self.started.elapsed();
+        crate::metrics::finished(&self.model_entry, status, elapsed, usage);
+        crate::access::log(&crate::access::AccessLine {
+            api: self.api,
+            asked: &self.entry.model,
+            entry: &self.model_entry,
+            upstream_status: self.upstream_status,
+            status,
+            latency: elapsed,
+            bytes_in: self.bytes_in,
+            bytes_out: self.bytes_out,
+            session_id: self.entry.session_id.as_deref(),
+            key_alias: self.entry.key_alias.as_deref(),
+            reason: None,
+        });
+        Span::current().set_attribute("http.response.status_code", i64::from(status));
+        self.entry.status = status;
+        self.entry.latency_ms = elapsed.as_millis() as u64;
+        if let Some(usage) = usage {
+            self.entry.prompt_tokens = usage.prompt_tokens;
+            self.entry.completion_tokens = usage.completion_tokens;
+            self.entry.total_tokens = usage.total_tokens;
+            self.entry.spend = self.prices.cost(&usage);
+        }
+        let charge = match (&self.charge, self.entry.spend) {
+            (Some(charge), Some(spend)) if spend > 0.0 => Some(charge.spend(spend)),
+            _ => None,
+        };
+        (self.entry, charge)
+    }
+}

@@ -1,0 +1,417 @@
+//! The ModelGateway gRPC service: who may do what (`auth`), the model list and its info,
+//! key management, and calls of every API: authenticated, routed to their upstream and
+//! prepared by their API (`prepare`), then handed to the forwarding core (`forward`), with
+//! a spend log entry per call, refused ones included.
+
+mod entries;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_proto::models::v1::model_gateway_server::ModelGateway;
+use sandgate_proto::models::v1::{
+    AddModelRequest, AddModelResponse, Api, CallRequest, ChatCompletionRequest,
+    ChatCompletionResponse, GatewayParams, GetModelInfoRequest, GetModelInfoResponse,
+    GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse, ListSpendLogsRequest,
+    ListSpendLogsResponse, ManageKeysRequest, ManageKeysResponse, Model, ModelInfo,
+    SpendLogEntry as ProtoSpendLogEntry,
+};
+use sandgate_proto::models::{CallStream, ChatCompletionStream};
+use sandgate_runtime_api::store::models::SpendLogRetention;
+use sandgate_runtime_api::store::{SpendLogEntry, Store};
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use self::entries::{Entries, model_list};
+use crate::access::refused;
+use crate::added::addition;
+use crate::auth::{Authenticator, Charge, check_budget};
+use crate::call::Prepared;
+use crate::config::{ConfigFile, GatewayConfig};
+use crate::egress::{HOP_HEADER, looped};
+use crate::forward::{AnswerLimits, Forwarder, ForwarderOptions};
+use crate::keys::{Caller, model_refused};
+use crate::metrics::metric_label;
+use crate::prepare::prepare;
+use crate::rewrite::ChatRequest;
+use crate::routing::{RouteError, Upstream, route};
+use crate::spend::SpendLog;
+use crate::support::error;
+
+/// How the gateway runs.
+pub struct GatewayOptions {
+    pub config: ConfigFile,
+    /// `PROXY_MASTER_KEY`; without it every call is refused.
+    pub master_key: Option<String>,
+    /// How long connecting to an upstream may take (then 502).
+    pub connect_timeout: Duration,
+    /// How long an upstream may stay silent, before its headers or between two chunks
+    /// (then 504).
+    pub read_timeout: Duration,
+    /// How many times a call that failed before its answer began is tried again (429,
+    /// 500, 502, 503, a refused or reset connection); 0: never.
+    pub retries: u32,
+    /// Hosts models added at runtime may reach whatever their addresses (see `egress`).
+    pub allowed_upstream_hosts: Vec<String>,
+    /// The limits on an upstream's answer.
+    pub limits: AnswerLimits,
+    /// How much of the spend log is kept.
+    pub spend_log: SpendLogRetention,
+}
+
+/// The service; clones share one gateway.
+#[derive(Clone)]
+pub struct ModelGatewayService(Arc<Gateway>);
+
+impl std::ops::Deref for ModelGatewayService {
+    type Target = Gateway;
+    fn deref(&self) -> &Gateway {
+        &self.0
+    }
+}
+
+pub struct Gateway {
+    config: ConfigFile,
+    store: Store,
+    auth: Authenticator,
+    entries: Entries,
+    /// The forwarding core: every call that passed routing goes upstream through it.
+    forwarder: Forwarder,
+    spend: Arc<SpendLog>,
+}
+
+/// Spend log entries listed when the caller names no limit.
+const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
+
+impl ModelGatewayService {
+    pub fn new(store: Store, options: GatewayOptions) -> Result<Self, String> {
+        let spend = Arc::new(SpendLog::new(store.clone(), options.spend_log));
+        let forwarder = Forwarder::new(
+            ForwarderOptions {
+                connect_timeout: options.connect_timeout,
+                read_timeout: options.read_timeout,
+                retries: options.retries,
+                allowed_upstream_hosts: options.allowed_upstream_hosts,
+                limits: options.limits,
+            },
+            spend.clone(),
+        )?;
+        Ok(Self(Arc::new(Gateway {
+            config: options.config,
+            auth: Authenticator::new(store.clone(), options.master_key),
+            entries: Entries::new(store.clone()),
+            store,
+            forwarder,
+            spend,
+        })))
+    }
+
+    /// Writes the spend log entries still queued: called once the server has stopped, so
+    /// that a stop loses none.
+    pub async fn flush_spend_log(&self) {
+        self.spend.flush().await;
+    }
+}
+
+impl Gateway {
+    /// The model list as `caller` sees it: only the models a virtual key may call.
+    async fn models(&self, caller: &Caller) -> Result<Vec<Model>, Status> {
+        let entries = self.entries.read(&self.config.current()).await?;
+        Ok(model_list(&entries, caller))
+    }
+}
+
+#[tonic::async_trait]
+impl ModelGateway for ModelGatewayService {
+    async fn list_models(
+        &self,
+        request: Request<ListModelsRequest>,
+    ) -> Result<Response<ListModelsResponse>, Status> {
+        let caller = self.auth.authenticate(request.metadata()).await?;
+        Ok(Response::new(ListModelsResponse {
+            models: self.models(&caller).await?,
+        }))
+    }
+
+    async fn get_model(
+        &self,
+        request: Request<GetModelRequest>,
+    ) -> Result<Response<GetModelResponse>, Status> {
+        let caller = self.auth.authenticate(request.metadata()).await?;
+        let id = &request.get_ref().id;
+        let model = self
+            .models(&caller)
+            .await?
+            .into_iter()
+            .find(|model| model.id == *id)
+            .ok_or_else(|| {
+                error(
+                    ErrorCode::NotFound,
+                    format!("model {id:?} is not in the model list"),
+                )
+            })?;
+        Ok(Response::new(GetModelResponse { model: Some(model) }))
+    }
+
+    async fn add_model(
+        &self,
+        request: Request<AddModelRequest>,
+    ) -> Result<Response<AddModelResponse>, Status> {
+        self.auth
+            .authenticate(request.metadata())
+            .await?
+            .master_only("add models")
+            .map_err(ErrorDetail::into_status)?;
+        let stored = addition(
+            request.into_inner(),
+            self.forwarder.allowed_hosts(),
+            &self.config.current(),
+        )?;
+        let config = self.config.current();
+        self.store
+            .models
+            .add_model(&config.scope, &stored)
+            .await
+            .map_err(ErrorDetail::from)?;
+        tracing::info!(model_name = %stored.model_name, model = %stored.model, "model added");
+        Ok(Response::new(AddModelResponse {
+            model_name: stored.model_name,
+            gateway_params: Some(GatewayParams {
+                model: stored.model,
+                api_base: stored.api_base,
+                api_key: String::new(),
+            }),
+            added_at_ms: stored.added_at_ms,
+        }))
+    }
+
+    type CallStream = CallStream;
+
+    async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallStream>, Status> {
+        let (metadata, _, message) = request.into_parts();
+        let mut seen = crate::access::Seen {
+            started: Some(std::time::Instant::now()),
+            bytes_in: message.body.len(),
+            ..crate::access::Seen::default()
+        };
+        let (config, call, upstream, charge) =
+            match self.route_call(&metadata, message, &mut seen).await {
+                Ok(routed) => routed,
+                Err(status) => {
+                    refused(&self.spend, &metadata, seen, &status);
+                    return Err(status);
+                }
+            };
+        // The upstream call's span: the parent the upstream sees in `traceparent`. It
+        // lasts until the answer is relayed whole.
+        let span = tracing::info_span!(
+            "upstream",
+            otel.name = span_name(call.api),
+            otel.kind = "client",
+        );
+        span.set_attribute("sandgate.model_entry", upstream.entry.clone());
+        self.forwarder
+            .forward(metadata.into_headers(), &config, call, upstream, charge)
+            .instrument(span)
+            .await
+            .map(Response::new)
+    }
+
+    type ChatCompletionStream = ChatCompletionStream;
+
+    async fn chat_completion(
+        &self,
+        request: Request<ChatCompletionRequest>,
+    ) -> Result<Response<ChatCompletionStream>, Status> {
+        let (metadata, extensions, message) = request.into_parts();
+        let call = CallRequest {
+            api: Api::ChatCompletions.into(),
+            body: message.body,
+        };
+        let answer = self
+            .call(Request::from_parts(metadata, extensions, call))
+            .await?
+            .into_inner();
+        Ok(Response::new(Box::pin(answer.map(|message| {
+            message.map(|message| ChatCompletionResponse {
+                status: message.status,
+                content_type: message.content_type,
+                chunk: message.chunk,
+            })
+        }))))
+    }
+
+    async fn get_model_info(
+        &self,
+        request: Request<GetModelInfoRequest>,
+    ) -> Result<Response<GetModelInfoResponse>, Status> {
+        let caller = self.auth.authenticate(request.metadata()).await?;
+        let wanted = &request.get_ref().model_name;
+        let entries = self.entries.read(&self.config.current()).await?;
+        let models = entries
+            .iter()
+            .filter(|entry| wanted.is_empty() || entry.model_name == *wanted)
+            .filter(|entry| caller.may_call(&entry.model_name))
+            .map(|entry| ModelInfo {
+                model_name: entry.model_name.clone(),
+                model: entry.model.clone(),
+                api_base: entry.api_base.clone(),
+                model_info_json: entry
+                    .model_info
+                    .as_ref()
+                    .and_then(|info| serde_json::to_vec(info).ok())
+                    .map(Bytes::from)
+                    .unwrap_or_default(),
+            })
+            .collect();
+        Ok(Response::new(GetModelInfoResponse { models }))
+    }
+
+    async fn list_spend_logs(
+        &self,
+        request: Request<ListSpendLogsRequest>,
+    ) -> Result<Response<ListSpendLogsResponse>, Status> {
+        self.auth
+            .authenticate(request.metadata())
+            .await?
+            .master_only("list the spend log across keys (a key's own spend is at /key/info)")
+            .map_err(ErrorDetail::into_status)?;
+        let limit = match request.get_ref().limit {
+            0 => DEFAULT_SPEND_LOG_LIMIT,
+            limit => limit as usize,
+        };
+        let entries = self
+            .store
+            .spend_log
+            .spend_logs(limit.min(sandgate_runtime_api::store::models::SPEND_LOG_RETENTION))
+            .await
+            .map_err(ErrorDetail::from)?;
+        Ok(Response::new(ListSpendLogsResponse {
+            entries: entries.into_iter().map(proto_entry).collect(),
+        }))
+    }
+
+    async fn manage_keys(
+        &self,
+        request: Request<ManageKeysRequest>,
+    ) -> Result<Response<ManageKeysResponse>, Status> {
+        let caller = self.auth.authenticate(request.metadata()).await?;
+        let body = crate::manage::manage(&self.store, &caller, request.into_inner())
+            .await
+            .map_err(ErrorDetail::into_status)?;
+        Ok(Response::new(ManageKeysResponse { body }))
+    }
+}
+
+/// The upstream span's name for a call of `api`.
+fn span_name(api: Api) -> &'static str {
+    match api {
+        // Refused before a span is made.
+        Api::ChatCompletions | Api::Unspecified => "POST chat completion",
+        Api::Responses => "POST responses",
+        Api::Messages => "POST messages",
+        Api::MessagesCountTokens => "POST messages count_tokens",
+        Api::Embeddings => "POST embeddings",
+        Api::Completions => "POST completions",
+    }
+}
+
+impl ModelGatewayService {
+    /// Who may call, what is asked, and where it goes: everything decided before the
+    /// upstream is called.
+    async fn route_call(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        message: CallRequest,
+        seen: &mut crate::access::Seen,
+    ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream, Option<Charge>), Status> {
+        // Before anything else: a call that came back is refused whatever key it holds.
+        if looped(metadata, self.forwarder.hop_id()) {
+            return Err(error(
+                ErrorCode::BadGateway,
+                format!(
+                    "the call came back to the gateway that sent it ({HOP_HEADER}): a model entry points at the gateway itself"
+                ),
+            ));
+        }
+        let caller = self.auth.authenticate(metadata).await?;
+        seen.authenticated = true;
+        seen.key = caller
+            .key()
+            .map(|key| (key.token.clone(), key.key_alias.clone()));
+        let api = Api::try_from(message.api)
+            .ok()
+            .filter(|api| *api != Api::Unspecified)
+            .ok_or_else(|| {
+                error(
+                    ErrorCode::BadRequest,
+                    format!("`api` {} is not an API of this gateway", message.api),
+                )
+            })?;
+        let body = message.body;
+        seen.api = Some(api);
+        let request = ChatRequest::parse(&body).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        seen.asked = Some(request.model.clone());
+        if !caller.may_call(&request.model) {
+            return Err(model_refused(&request.model).into_status());
+        }
+        let (config, entries, kept) = self.entries.kept(&self.config).await?;
+        let routed = match route(entries.iter(), &request.model) {
+            // Perhaps a model added a moment ago, by a replica whose notification has not
+            // arrived yet: never refused on the strength of what was kept. That one name
+            // is looked up, not every added entry read again.
+            Err(_) if kept => match self.entries.added(&config, &request.model).await? {
+                Some(added) => route(
+                    std::iter::once(&added).chain(entries.iter()),
+                    &request.model,
+                ),
+                None => route(entries.iter(), &request.model),
+            },
+            routed => routed,
+        };
+        let upstream = routed.map_err(|err| match err {
+            RouteError::UnknownModel(_) => error(ErrorCode::NotFound, err.to_string()),
+            RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
+        })?;
+        seen.entry = Some((metric_label(&upstream), upstream.model.clone()));
+        // After routing, so that a refusal over budget is labelled with its entry.
+        let charge = match &caller {
+            Caller::Virtual {
+                key,
+                counters,
+                session,
+            } => Some(check_budget(key, counters, session.as_deref())?),
+            Caller::Master => None,
+        };
+        let call = prepare(api, &body, &request, &upstream)?;
+        Ok((config, call, upstream, charge))
+    }
+}
+
+fn proto_entry(entry: SpendLogEntry) -> ProtoSpendLogEntry {
+    ProtoSpendLogEntry {
+        request_id: entry.request_id,
+        started_at_ms: entry.started_at_ms,
+        model: entry.model,
+        upstream_model: entry.upstream_model,
+        prompt_tokens: entry.prompt_tokens,
+        completion_tokens: entry.completion_tokens,
+        total_tokens: entry.total_tokens,
+        latency_ms: entry.latency_ms,
+        status: u32::from(entry.status),
+        user: entry.user,
+        session_id: entry.session_id,
+        call_type: entry.call_type.unwrap_or_default(),
+        spend: entry.spend,
+        api_key_hash: entry.api_key.unwrap_or_default(),
+        key_alias: entry.key_alias.unwrap_or_default(),
+        metadata_json: entry
+            .metadata
+            .map(|metadata| serde_json::to_vec(&metadata).unwrap_or_default().into())
+            .unwrap_or_default(),
+    }
+}
