@@ -20,7 +20,7 @@ use std::future::Future;
 use anyhow::Context;
 use axum::Router;
 use check_config::{Settings, refuse_on_fatal};
-use sandgate_webhook_gw::{GrpcChannel, ModelGw};
+use sandgate_edge::{GrpcChannel, ModelGw};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
@@ -152,7 +152,7 @@ pub async fn serve(
         Some(&args.gateway),
         Some(metrics.clone()),
     )?;
-    let mut app = sandgate_webhook_gw::router(channel, edge_config(&args.edge, Some(model_gw)))
+    let mut app = sandgate_edge::router(channel, edge_config(&args.edge, Some(model_gw)))
         .merge(telemetry::metrics::routes(
             metrics,
             args.edge.metrics_api_key.clone(),
@@ -282,7 +282,7 @@ pub async fn edge(
         })
         .transpose()?;
     let metrics = telemetry::metrics::recorder();
-    let app = sandgate_webhook_gw::router(runtime_api, edge_config(&args.edge, model_gw)).merge(
+    let app = sandgate_edge::router(runtime_api, edge_config(&args.edge, model_gw)).merge(
         telemetry::metrics::routes(metrics, args.edge.metrics_api_key.clone()),
     );
     run_http(listener, app, shutdown, args.server.config()).await

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::check_config::Settings;
 use anyhow::Context;
+use sandgate_edge::{EdgeConfig, ModelGw};
 use sandgate_model_gw::{AnswerLimits, ConfigFile, GatewayOptions, ModelGatewayService};
 use sandgate_proto::admin::v1::runtime_admin_server::RuntimeAdminServer;
 use sandgate_proto::conversations::v1::conversations_server::ConversationsServer;
@@ -27,7 +28,6 @@ use sandgate_runtime_api::{
 };
 use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{Backend, EventRetention, RedisTls, Store, redact_url};
-use sandgate_webhook_gw::{EdgeConfig, ModelGw};
 use tonic::server::NamedService;
 
 use crate::cli::{
@@ -314,6 +314,6 @@ pub(crate) fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> Edg
         body_limit: limits.body_limit,
         gateway_body_limit: limits.gateway_body_limit,
         trusted_proxies: limits.trusted_proxies.clone(),
-        openapi: sandgate_webhook_gw::openapi::document(sandgate_conversation::documented_schema()),
+        conversation_schema: sandgate_conversation::documented_schema().clone(),
     }
 }

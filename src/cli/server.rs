@@ -10,12 +10,12 @@ use super::seconds;
 #[derive(Debug, Args)]
 pub struct EdgeLimits {
     /// Largest accepted request body, in bytes; larger ones get 413.
-    #[arg(long, env = "SANDGATE_BODY_LIMIT", default_value_t = sandgate_webhook_gw::DEFAULT_BODY_LIMIT,
+    #[arg(long, env = "SANDGATE_BODY_LIMIT", default_value_t = sandgate_edge::DEFAULT_BODY_LIMIT,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32 * 1024 * 1024))]
     pub body_limit: usize,
     /// Largest accepted request body on the model gateway's LLM routes (chat completions,
     /// responses, messages, embeddings, completions), in bytes: images travel in them.
-    #[arg(long, env = "SANDGATE_GATEWAY_BODY_LIMIT", default_value_t = sandgate_webhook_gw::DEFAULT_GATEWAY_BODY_LIMIT,
+    #[arg(long, env = "SANDGATE_GATEWAY_BODY_LIMIT", default_value_t = sandgate_edge::DEFAULT_GATEWAY_BODY_LIMIT,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=60 * 1024 * 1024))]
     pub gateway_body_limit: usize,
     /// Proxies in front of the edge (comma-separated CIDRs or addresses) whose

@@ -289,7 +289,7 @@ impl Server {
                     let response = app.oneshot(request).await?;
                     // In flight until the answer's body ends (a stream's last event).
                     Ok::<_, std::convert::Infallible>(
-                        response.map(|body| sandgate_webhook_gw::holding(body, busy)),
+                        response.map(|body| sandgate_edge::holding(body, busy)),
                     )
                 }
             })

@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderMap, StatusCode, header};
+use sandgate_edge::ApiError;
 use sandgate_runtime_api::RuntimeAdminService;
-use sandgate_webhook_gw::ApiError;
 use tokio::sync::Semaphore;
 
 use super::Sources;

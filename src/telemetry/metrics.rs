@@ -46,7 +46,7 @@ fn install() -> PrometheusHandle {
     if let Err(err) = metrics::set_global_recorder(recorder) {
         tracing::warn!(error = %err, "metrics: another recorder is installed; /metrics stays empty");
     }
-    sandgate_webhook_gw::describe_metrics();
+    sandgate_edge::describe_metrics();
     sandgate_runtime_api::describe_metrics();
     sandgate_model_gw::describe_metrics();
     let upkeep = handle.clone();

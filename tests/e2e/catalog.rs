@@ -420,7 +420,7 @@ async fn the_openapi_document_describes_routed_paths_and_methods() {
             .replace("{profile_name}", "p")
             .replace("{name}", "custom");
         // Every method: a documented one is routed; any other answers 405 (and every
-        // routed path is in the document: webhook-gw's `every_route_is_documented`).
+        // routed path is in the document: the edge routes only what it documents).
         for method in ["get", "post", "put", "patch", "delete"] {
             let response = server
                 .client

@@ -118,6 +118,21 @@ async fn the_hooks_coerce_scalars_as_pydantic_does() {
     driver_output(checks, String::new).await;
 }
 
+/// What `/model/new` refuses is what its document says it refuses: the document's
+/// `api_base` pattern is the gateway's check (which writes `[\s\S]` as `(?s:.)`).
+#[test]
+fn the_api_base_pattern_is_the_documents() {
+    let document = sandgate_edge::openapi_document(&serde_json::json!({}));
+    let documented = document["components"]["schemas"]["NewModel"]["properties"]["gateway_params"]
+        ["properties"]["api_base"]["pattern"]
+        .as_str()
+        .expect("a pattern");
+    assert_eq!(
+        documented.replace("[\\s\\S]", "(?s:.)"),
+        sandgate_model_gw::config::API_BASE_PATTERN
+    );
+}
+
 /// Sets `pointer` in `body` to `value`, adding the last key to its object if need be.
 fn set(body: &mut serde_json::Value, pointer: &str, value: serde_json::Value) {
     let (parent, key) = pointer.rsplit_once('/').expect("a pointer");

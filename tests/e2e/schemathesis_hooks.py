@@ -21,7 +21,7 @@ case whose body changed after `filter_case` saw it):
 
 The rules mirror `conversation/src/scalars.rs` and `conversation/src/hooks/`; keep them
 in step. (What the models' before-validators coerce, `str(working_dir)` and the like, the
-document itself takes: `widen_coerced_fields` in `webhook-gw/src/openapi.rs`.)
+document itself takes: `widen_coerced_fields` in `edge/src/openapi/conversation/`.)
 
 One more failure is not one, for the model gateway's operations: a 502 or 504 saying the
 upstream could not be reached, for a model `POST /model/new` pointed at a made-up host

@@ -30,9 +30,9 @@ pub fn check_api_key(api_key: &str) -> Result<(), String> {
 
 /// The `api_base`s the gateway calls: http(s), a host that is a DNS name (its last label
 /// starting with a letter) or a dotted IPv4 address, a port up to 65535, then any path,
-/// query or fragment. The OpenAPI document states the same pattern (a test holds them
-/// equal; the document writes `(?s:.)` as `[\s\S]`): what `/model/new` refuses is what
-/// its document says it refuses.
+/// query or fragment. The OpenAPI document states the same pattern (the e2e test
+/// `the_api_base_pattern_is_the_documents` holds them equal; the document writes `(?s:.)`
+/// as `[\s\S]`): what `/model/new` refuses is what its document says it refuses.
 pub const API_BASE_PATTERN: &str = concat!(
     "^[Hh][Tt][Tt][Pp][Ss]?://",
     "(([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\\.)*[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?\\.?",

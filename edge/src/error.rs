@@ -5,7 +5,49 @@ use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use sandgate_proto::error::{ErrorCode, ErrorDetail, ValidationError, loc_item};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// `{"detail": "..."}`: what went wrong, in words.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ErrorDetail)]
+pub(crate) struct DetailBody {
+    pub(crate) detail: String,
+}
+
+/// FastAPI's 422 body: each thing wrong with the request.
+#[derive(Serialize, ToSchema)]
+#[schema(as = HTTPValidationError)]
+pub(crate) struct ValidationBody {
+    detail: Vec<ValidationItem>,
+}
+
+/// One thing wrong with a request, as pydantic reports it.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = ValidationError)]
+pub struct ValidationItem {
+    /// The error's kind (`missing`, `int_parsing`, …).
+    #[serde(rename = "type")]
+    kind: String,
+    /// Where: the request's part (`body`, `query`, `path`), then keys and indexes.
+    loc: Vec<LocItem>,
+    msg: String,
+    /// The value refused.
+    input: Value,
+    /// The rule's parameters (`{"limit_value": 3}`), when it has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
+    ctx: Option<Value>,
+}
+
+/// A step of a validation error's location: a key or an index.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum LocItem {
+    Key(String),
+    Index(u64),
+}
 
 /// An error answered to a REST caller.
 #[derive(Debug)]
@@ -13,17 +55,21 @@ pub enum ApiError {
     /// What a service answered.
     Service(ErrorDetail),
     /// A 422 raised by the edge while translating the request, as FastAPI items.
-    Unprocessable(Vec<Value>),
+    Unprocessable(Vec<ValidationItem>),
     /// Any other failure of the edge itself.
     Edge(StatusCode, String),
 }
 
 impl ApiError {
     /// A 422 at `loc` (the full path, e.g. `["query", "tag"]`).
-    pub fn invalid(error_type: &str, loc: Value, msg: impl Into<String>, input: Value) -> Self {
-        Self::Unprocessable(vec![
-            json!({ "type": error_type, "loc": loc, "msg": msg.into(), "input": input }),
-        ])
+    pub fn invalid(error_type: &str, loc: [&str; 2], msg: impl Into<String>, input: Value) -> Self {
+        Self::Unprocessable(vec![ValidationItem {
+            kind: error_type.to_owned(),
+            loc: loc.map(|key| LocItem::Key(key.to_owned())).into(),
+            msg: msg.into(),
+            input,
+            ctx: None,
+        }])
     }
 }
 
@@ -72,7 +118,7 @@ const REQUEST_PARTS: &[&str] = &["path", "query"];
 
 /// A service's validation error as FastAPI renders it: `loc[0]` says which part of the
 /// request (`body` unless the service rooted it at `path` or `query`).
-fn fastapi_item(error: &ValidationError) -> Value {
+fn fastapi_item(error: &ValidationError) -> ValidationItem {
     let rooted = matches!(
         error.loc.first().and_then(|item| item.item.as_ref()),
         Some(loc_item::Item::Key(part)) if REQUEST_PARTS.contains(&part.as_str())
@@ -80,23 +126,20 @@ fn fastapi_item(error: &ValidationError) -> Value {
     let mut loc = if rooted {
         vec![]
     } else {
-        vec![Value::from("body")]
+        vec![LocItem::Key("body".into())]
     };
     loc.extend(error.loc.iter().filter_map(|item| match &item.item {
-        Some(loc_item::Item::Key(key)) => Some(Value::from(key.as_str())),
-        Some(loc_item::Item::Index(index)) => Some(Value::from(*index)),
+        Some(loc_item::Item::Key(key)) => Some(LocItem::Key(key.clone())),
+        Some(loc_item::Item::Index(index)) => Some(LocItem::Index(*index)),
         None => None,
     }));
-    let mut item = json!({
-        "type": error.r#type,
-        "loc": loc,
-        "msg": error.msg,
-        "input": json_or(&error.input_json).unwrap_or(Value::Null),
-    });
-    if let Some(ctx) = json_or(&error.ctx_json) {
-        item["ctx"] = ctx;
+    ValidationItem {
+        kind: error.r#type.clone(),
+        loc,
+        msg: error.msg.clone(),
+        input: json_or(&error.input_json).unwrap_or(Value::Null),
+        ctx: json_or(&error.ctx_json),
     }
-    item
 }
 
 impl IntoResponse for ApiError {
@@ -107,21 +150,27 @@ impl IntoResponse for ApiError {
             }
             _ => None,
         };
-        let (status, body) = match self {
-            Self::Service(detail) if detail.code() == ErrorCode::ValidationFailed => (
+        let unprocessable = |detail| {
+            (
                 StatusCode::UNPROCESSABLE_ENTITY,
-                json!({ "detail": detail.validation_errors.iter().map(fastapi_item).collect::<Vec<_>>() }),
-            ),
+                Json(ValidationBody { detail }),
+            )
+                .into_response()
+        };
+        let mut response = match self {
+            Self::Service(detail) if detail.code() == ErrorCode::ValidationFailed => {
+                unprocessable(detail.validation_errors.iter().map(fastapi_item).collect())
+            }
             Self::Service(detail) => (
                 detail.code().http_status(),
-                json!({ "detail": detail.detail }),
-            ),
-            Self::Unprocessable(items) => {
-                (StatusCode::UNPROCESSABLE_ENTITY, json!({ "detail": items }))
-            }
-            Self::Edge(status, detail) => (status, json!({ "detail": detail })),
+                Json(DetailBody {
+                    detail: detail.detail,
+                }),
+            )
+                .into_response(),
+            Self::Unprocessable(items) => unprocessable(items),
+            Self::Edge(status, detail) => (status, Json(DetailBody { detail })).into_response(),
         };
-        let mut response = (status, Json(body)).into_response();
         if let Some(seconds) = retry_after {
             response
                 .headers_mut()

@@ -11,7 +11,7 @@ use http::HeaderMap;
 use http::request::Parts;
 use ipnet::IpNet;
 
-use crate::AppState;
+use crate::state::AppState;
 
 /// The client's address; `None` when the edge is driven without a socket (tests that call
 /// the router directly), and the services then know the caller as `unknown`.

@@ -1,0 +1,482 @@
+//! The built-in model gateway (spec 4.2) → the ModelGateway service: the model list, added
+//! entries, model info and the spend log (the LLM APIs themselves are `llm.rs`). Errors use
+//! OpenAI's shape, `{"error":{"message","type","param","code"}}`, as OpenAI clients expect,
+//! and Anthropic's, `{"type":"error","error":{"type","message"}}`, on the Messages API's
+//! routes.
+
+use axum::Json;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_proto::models::v1::{
+    AddModelRequest, Api, GatewayParams, GetModelInfoRequest, GetModelRequest, ListModelsRequest,
+    ListSpendLogsRequest, ModelInfo,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::error::after_caller;
+use crate::gateway_types::{
+    AddedModel, AddedParams, AnthropicError, AnthropicErrorBody, ErrorTag, ListTag, Model,
+    ModelGroupList, ModelInfoEntry, ModelInfoList, ModelList, ModelTag, NewModel, OpenAIError,
+    SpendLogEntry,
+};
+use crate::metadata;
+use crate::model_gw::ModelGw;
+use crate::state::AppState;
+
+/// An error answered in OpenAI's shape.
+pub struct GatewayError(ErrorDetail);
+
+impl From<tonic::Status> for GatewayError {
+    fn from(status: tonic::Status) -> Self {
+        let detail = ErrorDetail::from_status(&status);
+        if detail.code() == ErrorCode::Internal {
+            tracing::error!(code = ?status.code(), message = status.message(), "gRPC call failed");
+        }
+        Self(detail)
+    }
+}
+
+impl GatewayError {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self(ErrorDetail::new(code, message))
+    }
+
+    /// The error in Anthropic's shape, as the Messages API's clients expect it.
+    fn anthropic(self) -> Response {
+        let status = self.0.code().http_status();
+        let kind = match self.0.reason.as_str() {
+            "" => sandgate_proto::models::anthropic_error_type(status.as_u16()),
+            reason => reason,
+        };
+        let body = AnthropicError {
+            kind: ErrorTag::Error,
+            error: AnthropicErrorBody {
+                kind: kind.to_owned(),
+                message: self.0.detail,
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+
+    /// The error in the shape the clients of `api` expect.
+    pub(crate) fn for_api(self, api: Api) -> Response {
+        if is_anthropic(api) {
+            self.anthropic()
+        } else {
+            self.into_response()
+        }
+    }
+}
+
+pub(crate) fn is_anthropic(api: Api) -> bool {
+    matches!(api, Api::Messages | Api::MessagesCountTokens)
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        let code = self.0.code();
+        let status = code.http_status();
+        let reason = self.0.reason.as_str();
+        let param =
+            (code == ErrorCode::NotFound || reason == "key_model_access_denied").then_some("model");
+        let kind = match reason {
+            "" => sandgate_proto::models::openai_error_type(status.as_u16()),
+            reason => reason,
+        };
+        let body = sandgate_proto::models::openai_error_of_type(
+            status.as_u16(),
+            kind,
+            &self.0.detail,
+            param,
+        );
+        (
+            status,
+            [(http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    }
+}
+
+pub(crate) fn client(state: &AppState) -> Result<&ModelGw, GatewayError> {
+    state.models.as_ref().ok_or_else(|| {
+        GatewayError::new(
+            ErrorCode::Unavailable,
+            "the model gateway is not configured on this edge",
+        )
+    })
+}
+
+pub(crate) fn body(payload: Result<Bytes, BytesRejection>) -> Result<Bytes, GatewayError> {
+    payload.map_err(|rejection| {
+        let code = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ErrorCode::PayloadTooLarge
+        } else {
+            ErrorCode::BadRequest
+        };
+        GatewayError::new(code, rejection.body_text())
+    })
+}
+
+fn model(model: sandgate_proto::models::v1::Model) -> Model {
+    Model {
+        id: model.id,
+        object: ModelTag::Model,
+        created: model.created,
+        owned_by: model.owned_by,
+    }
+}
+
+const LIST_MODELS: &str = "Every model a client may ask for: configured entries first, in order, then added ones; with a wildcard entry also `*` and the bundled OpenAI registry (200 or more entries); a virtual key sees its own models only";
+
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    operation_id = "list_models",
+    tag = "Model gateway",
+    summary = LIST_MODELS,
+    security(("MasterKey" = [])),
+    responses(
+        (status = 200, description = "The models", body = ModelList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<ModelList>, GatewayError> {
+    let models = client(&state)?
+        .list_models(metadata::request(&headers, ListModelsRequest {}))
+        .await?
+        .models;
+    Ok(Json(ModelList {
+        data: models.into_iter().map(model).collect(),
+        object: ListTag::List,
+    }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/models",
+    operation_id = "list_models_unversioned",
+    tag = "Model gateway",
+    summary = LIST_MODELS,
+    security(("MasterKey" = [])),
+    responses(
+        (status = 200, description = "The models", body = ModelList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn list_unversioned(
+    state: State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<ModelList>, GatewayError> {
+    list(state, headers).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models/{*id}",
+    operation_id = "get_model",
+    tag = "Model gateway",
+    summary = "One model of the list",
+    security(("MasterKey" = [])),
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, description = "The model", body = Model),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 404, description = "Not in the list", body = OpenAIError),
+    ),
+)]
+pub async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Model>, GatewayError> {
+    let found = client(&state)?
+        .get_model(metadata::request(&headers, GetModelRequest { id }))
+        .await?
+        .model
+        .unwrap_or_default();
+    Ok(Json(model(found)))
+}
+
+#[utoipa::path(
+    post,
+    path = "/model/new",
+    operation_id = "add_model",
+    tag = "Model gateway",
+    summary = "Adds a model entry, effective at once on every replica, until the gateway's configuration changes",
+    security(("MasterKey" = [])),
+    request_body(content = NewModel),
+    responses(
+        (status = 200, description = "The stored entry, without its key", body = AddedModel),
+        (status = 400, description = "A malformed body, a model without a routing prefix, or an api_base that is not an http(s) URL", body = OpenAIError),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 403, description = "A virtual key, or an api_base that added models may not reach (loopback, private, link-local, a cloud metadata service) unless the operator allows its host", body = OpenAIError),
+        (status = 409, description = "A name the configuration file routes, by its own entry or (without `replace_configured`) its wildcard", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn add(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    payload: Result<Bytes, BytesRejection>,
+) -> Result<Json<AddedModel>, GatewayError> {
+    let client = client(&state)?;
+    let payload = body(payload)?;
+    let new: NewModel = match sandgate_proto::json::from_slice(&payload) {
+        Ok(new) => new,
+        Err(err) => {
+            let error = GatewayError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "expected {{model_name, gateway_params: {{model, api_base, api_key}}}}: {err}"
+                ),
+            );
+            let probe = metadata::request(&headers, AddModelRequest::default());
+            return Err(after_caller(error, client.add_model(probe)).await);
+        }
+    };
+    let added = client
+        .add_model(metadata::request(
+            &headers,
+            AddModelRequest {
+                model_name: new.model_name,
+                gateway_params: Some(GatewayParams {
+                    model: new.gateway_params.model,
+                    api_base: new.gateway_params.api_base,
+                    api_key: new.gateway_params.api_key,
+                }),
+                replace_configured: new.replace_configured,
+                model_info_json: new
+                    .model_info
+                    .filter(|info| !info.is_null())
+                    .map(|info| Bytes::from(info.to_string()))
+                    .unwrap_or_default(),
+            },
+        ))
+        .await?;
+    let params = added.gateway_params.unwrap_or_default();
+    Ok(Json(AddedModel {
+        model_name: added.model_name,
+        gateway_params: AddedParams {
+            model: params.model,
+            api_base: params.api_base,
+        },
+        added_at_ms: added.added_at_ms,
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct ModelInfoQuery {
+    /// One model name; without it, every entry.
+    litellm_model_id: Option<String>,
+    model: Option<String>,
+}
+
+async fn model_infos(
+    state: &AppState,
+    headers: &HeaderMap,
+    model_name: String,
+) -> Result<Vec<ModelInfo>, GatewayError> {
+    Ok(client(state)?
+        .get_model_info(metadata::request(
+            headers,
+            GetModelInfoRequest { model_name },
+        ))
+        .await?
+        .models)
+}
+
+fn info_object(info: &ModelInfo) -> Map<String, Value> {
+    serde_json::from_slice(&info.model_info_json).unwrap_or_default()
+}
+
+const MODEL_INFO: &str = "Every model entry as LiteLLM's proxy lists it, `model_info` from the configuration; never the key; a virtual key sees its own models only";
+
+/// `/v1/model/info`, `/model/info`: every entry (or the one `model` names) as LiteLLM's
+/// proxy lists it, its key left out.
+#[utoipa::path(
+    get,
+    path = "/v1/model/info",
+    operation_id = "model_info",
+    tag = "Model gateway",
+    summary = MODEL_INFO,
+    security(("MasterKey" = [])),
+    params(
+        ("model" = Option<String>, Query, description = "One model name"),
+        ("litellm_model_id" = Option<String>, Query, description = "The same, under LiteLLM's name"),
+    ),
+    responses(
+        (status = 200, description = "The entries", body = ModelInfoList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn model_info(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ModelInfoQuery>, QueryRejection>,
+) -> Result<Json<ModelInfoList>, GatewayError> {
+    let Query(query) = query
+        .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
+    let wanted = query.model.or(query.litellm_model_id).unwrap_or_default();
+    let infos = model_infos(&state, &headers, wanted).await?;
+    let data = infos
+        .iter()
+        .map(|info| ModelInfoEntry {
+            model_name: info.model_name.clone(),
+            litellm_params: AddedParams {
+                model: info.model.clone(),
+                api_base: info.api_base.clone(),
+            },
+            model_info: info_object(info),
+        })
+        .collect();
+    Ok(Json(ModelInfoList { data }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/model/info",
+    operation_id = "model_info_unversioned",
+    tag = "Model gateway",
+    summary = MODEL_INFO,
+    security(("MasterKey" = [])),
+    params(
+        ("model" = Option<String>, Query, description = "One model name"),
+        ("litellm_model_id" = Option<String>, Query, description = "The same, under LiteLLM's name"),
+    ),
+    responses(
+        (status = 200, description = "The entries", body = ModelInfoList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn model_info_unversioned(
+    state: State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<ModelInfoQuery>, QueryRejection>,
+) -> Result<Json<ModelInfoList>, GatewayError> {
+    model_info(state, headers, query).await
+}
+
+/// `/model_group/info`: one group per model name, its `model_info` keys at the top, as
+/// LiteLLM's proxy answers.
+#[utoipa::path(
+    get,
+    path = "/model_group/info",
+    operation_id = "model_group_info",
+    tag = "Model gateway",
+    summary = "One group per model name, its `model_info` keys at the top, with `providers`, as LiteLLM's proxy answers; a virtual key sees its own models only",
+    security(("MasterKey" = [])),
+    responses(
+        (status = 200, description = "The groups", body = ModelGroupList),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+    ),
+)]
+pub async fn model_group_info(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<ModelGroupList>, GatewayError> {
+    let infos = model_infos(&state, &headers, String::new()).await?;
+    let mut groups: Vec<Map<String, Value>> = Vec::new();
+    for info in &infos {
+        let provider = if info.model.starts_with("gateway_proxy/") {
+            "litellm_proxy"
+        } else {
+            "openai"
+        };
+        match groups
+            .iter_mut()
+            .find(|group| group["model_group"] == info.model_name.as_str())
+        {
+            Some(group) => {
+                if let Some(Value::Array(providers)) = group.get_mut("providers")
+                    && !providers.iter().any(|known| known == provider)
+                {
+                    providers.push(provider.into());
+                }
+            }
+            None => {
+                let mut group = info_object(info);
+                group.insert("model_group".into(), info.model_name.clone().into());
+                group.insert("providers".into(), Value::from(vec![provider]));
+                groups.push(group);
+            }
+        }
+    }
+    Ok(Json(ModelGroupList { data: groups }))
+}
+
+#[derive(Deserialize)]
+pub struct SpendLogsQuery {
+    /// At most this many entries (default 100).
+    limit: Option<u32>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/spend/logs",
+    operation_id = "spend_logs",
+    tag = "Model gateway",
+    summary = "The spend log, newest first: metadata only, never prompt or response content",
+    security(("MasterKey" = [])),
+    params(("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "At most this many entries")),
+    responses(
+        (status = 200, description = "Entries", body = Vec<SpendLogEntry>),
+        (status = 400, description = "`limit` is not a number", body = OpenAIError),
+        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
+        (status = 403, description = "A virtual key: the spend log across keys is the master key's (a key's own spend is at /key/info)", body = OpenAIError),
+    ),
+)]
+pub async fn spend_logs(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<SpendLogsQuery>, QueryRejection>,
+) -> Result<Json<Vec<SpendLogEntry>>, GatewayError> {
+    let Query(query) = query
+        .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
+    let limit = query.limit.unwrap_or(0);
+    let entries = client(&state)?
+        .list_spend_logs(metadata::request(&headers, ListSpendLogsRequest { limit }))
+        .await?
+        .entries;
+    Ok(Json(
+        entries
+            .into_iter()
+            .map(|entry| {
+                let metadata = (!entry.metadata_json.is_empty())
+                    .then(|| serde_json::from_slice::<Value>(&entry.metadata_json).ok())
+                    .flatten();
+                SpendLogEntry {
+                    request_id: entry.request_id,
+                    started_at_ms: entry.started_at_ms,
+                    model: entry.model,
+                    upstream_model: entry.upstream_model,
+                    prompt_tokens: entry.prompt_tokens,
+                    completion_tokens: entry.completion_tokens,
+                    total_tokens: entry.total_tokens,
+                    latency_ms: entry.latency_ms,
+                    status: entry.status,
+                    user: entry.user,
+                    session_id: entry.session_id,
+                    call_type: (!entry.call_type.is_empty()).then_some(entry.call_type),
+                    metadata,
+                    spend: entry.spend,
+                    api_key: (!entry.api_key_hash.is_empty()).then_some(entry.api_key_hash),
+                    key_alias: (!entry.key_alias.is_empty()).then_some(entry.key_alias),
+                }
+            })
+            .collect(),
+    ))
+}
