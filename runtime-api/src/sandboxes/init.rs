@@ -135,7 +135,8 @@ fn merge(target: &mut Value, patch: Value) {
 }
 
 /// Posts `body` to the dormant agent-server at `url`; why not, when it did not become
-/// ready. The reason names the status and the start of the answer, never the body sent.
+/// ready. The reason names the status and what of the answer [`quoted`] allows, never the
+/// body sent.
 pub async fn deliver(
     client: &reqwest::Client,
     url: &str,
@@ -159,8 +160,30 @@ pub async fn deliver(
     if status.is_success() && ready {
         return Ok(());
     }
-    let quoted: String = answer.chars().take(QUOTED).collect();
-    Err(format!("POST {endpoint} answered {status}: {quoted}"))
+    Err(format!(
+        "POST {endpoint} answered {status}: {}",
+        quoted(&answer)
+    ))
+}
+
+/// What of an answer a failure's reason may quote: a validation error's locations and
+/// messages, never its `input`s (FastAPI echoes them, and the body sent holds the keys);
+/// of any other answer, its start.
+fn quoted(answer: &str) -> String {
+    let quoted = match serde_json::from_str::<Value>(answer) {
+        Ok(Value::Object(object)) => match object.get("detail") {
+            Some(Value::Array(errors)) => errors
+                .iter()
+                .map(|error| format!("{} {}", error["loc"], error["msg"]))
+                .collect::<Vec<_>>()
+                .join("; "),
+            Some(Value::String(detail)) => detail.clone(),
+            _ => String::new(),
+        },
+        Ok(_) => String::new(),
+        Err(_) => answer.to_owned(),
+    };
+    quoted.chars().take(QUOTED).collect()
 }
 
 /// The error, without the URL reqwest appends (it is in the reason already).
@@ -177,6 +200,21 @@ fn without_url(err: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_s_reason_never_quotes_the_inputs_it_echoes() {
+        let echoed = r#"{"detail": [{"type": "string_type", "loc": ["body", "session_api_keys", 0], "msg": "Input should be a valid string", "input": "sk-the-session-key"}]}"#;
+        let reason = quoted(echoed);
+        assert!(!reason.contains("sk-the-session-key"), "{reason}");
+        assert!(reason.contains("session_api_keys"), "{reason}");
+        assert!(
+            reason.contains("Input should be a valid string"),
+            "{reason}"
+        );
+        assert_eq!(quoted(r#"{"detail": "Not Found"}"#), "Not Found");
+        assert_eq!(quoted(r#"{"input": "sk-the-session-key"}"#), "");
+        assert_eq!(quoted("Bad Gateway"), "Bad Gateway");
+    }
 
     fn keys() -> SandboxKeys {
         SandboxKeys {
