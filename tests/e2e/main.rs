@@ -8,6 +8,7 @@ mod common;
 
 mod admin;
 mod agent_server;
+mod app_server;
 
 mod catalog;
 mod chart;

@@ -300,3 +300,46 @@ async fn a_sandbox_s_memory_and_process_limits_scale_with_its_resource_factor() 
     }
     sandgate.terminate().await;
 }
+
+/// Each sandbox works at the absolute path its spec names (the app server's agent-server
+/// creates `/workspace/project`) and sees its own directory there: not the machine's
+/// `/workspace`, not another sandbox's. Each has a temporary directory of its own too
+/// (agent-servers name theirs after their pid, the same in every PID namespace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sandbox_sees_its_own_directory_at_the_working_directory_its_spec_names() {
+    if !is_root() {
+        // The mount is made as root; unprivileged, a sandbox works in its own directory
+        // under the relative path, which the other tests of this driver cover.
+        return;
+    }
+    let data = data_dir(None);
+    let mut sandgate = serve_as(None, data.path(), "8000", &[]).await;
+    let mut runtimes = Vec::new();
+    for name in ["first-tenant", "second-tenant"] {
+        let script = format!(
+            "echo {name} > /workspace/mine.txt && mkdir -p /workspace/project && ls /workspace > /workspace/project/listing.txt"
+        );
+        runtimes.push((name, started(&sandgate, sandbox(name, &script)).await));
+    }
+    for (name, runtime_id) in &runtimes {
+        let dir = data.path().join("sandboxes").join(runtime_id);
+        let read = |path: &str| std::fs::read_to_string(dir.join(path)).unwrap_or_default();
+        assert_eq!(read("workspace/mine.txt"), format!("{name}\n"));
+        // Its own files only, whatever the other wrote at the same path.
+        assert_eq!(
+            read("workspace/project/listing.txt"),
+            "environment.txt\nmine.txt\nproject\n"
+        );
+        let tmp = format!("TMPDIR={}\n", dir.join("tmp").display());
+        assert!(
+            read("workspace/environment.txt").contains(&tmp),
+            "{}",
+            read("workspace/environment.txt")
+        );
+    }
+    assert!(
+        !std::path::Path::new("/workspace/mine.txt").exists(),
+        "a sandbox wrote the machine's /workspace"
+    );
+    sandgate.terminate().await;
+}

@@ -7,11 +7,13 @@
 //!   lacks, such as an image's `/usr/local/bin/openhands-agent-server`, runs by its file
 //!   name from the sandbox's `PATH`) in a directory of its own, `{root}/{runtime_id}/`: its
 //!   working directory is the spec's, under that one (`/workspace` runs in
-//!   `{root}/{runtime_id}/workspace`, and so does a spec without one), `HOME` is
-//!   `{root}/{runtime_id}/home`, and its output goes to `{root}/{runtime_id}/sandbox.log`.
-//! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT` and `HOME`, and of
-//!   Sandgate's own only `PATH`, the locale and the time zone: Sandgate's secrets never
-//!   reach a sandbox. It runs in PID and user namespaces of its own, as a uid of its own
+//!   `{root}/{runtime_id}/workspace`, and so does a spec without one; when Sandgate is
+//!   root, the sandbox also sees it at `/workspace` itself: `process/mounts.rs`), `HOME` is
+//!   `{root}/{runtime_id}/home`, `TMPDIR` `{root}/{runtime_id}/tmp`, and its output goes
+//!   to `{root}/{runtime_id}/sandbox.log`.
+//! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT`, `HOME` and
+//!   `TMPDIR`, and of Sandgate's own only `PATH`, the locale and the time zone: Sandgate's
+//!   secrets never reach a sandbox. It runs in PID and user namespaces of its own, as a uid of its own
 //!   when Sandgate is root, under rlimits (`process_isolation.rs` says what this machine
 //!   allows): it cannot read Sandgate's `/proc` nor another sandbox's.
 //! - Sandboxes of one image all name the agent-server's port (`SANDBOX_PORT`). Each gets a
@@ -32,6 +34,7 @@
 //! processes in memory.
 
 mod command_line;
+mod mounts;
 mod stopping;
 
 use std::collections::HashMap;
@@ -185,18 +188,31 @@ impl ProcessDriver {
             .unwrap_or_else(|| PathBuf::from("workspace"));
         let workdir = dir.join(&relative_workdir);
         let home = dir.join("home");
-        for path in [&workdir, &home] {
-            std::fs::create_dir_all(path)
-                .map_err(|err| failed(&format!("create {}", path.display()), err))?;
-        }
         let identity = self.isolation.identity(
             &sandbox.runtime_id,
             sandbox.spec.run_as_user,
             sandbox.spec.run_as_group,
         );
+        // Its working directory at the path its spec names, in a mount namespace of its
+        // own (root only: the mount is made before the uid drops).
+        let mounts = self
+            .isolation
+            .mounts
+            .as_ref()
+            .zip(identity)
+            .and_then(|(tools, identity)| {
+                Some((tools, identity, mounts::bind(&dir, &relative_workdir)?))
+            });
+        // Its own temporary directory (TMPDIR): agent-servers name theirs after their pid,
+        // which is the same in every sandbox's PID namespace.
+        let tmp = dir.join("tmp");
+        for path in [&workdir, &home, &tmp] {
+            std::fs::create_dir_all(path)
+                .map_err(|err| failed(&format!("create {}", path.display()), err))?;
+        }
         if let Some(identity) = identity {
             // The sandbox's own directories are its uid's; the rest of `dir` stays root's.
-            let mut owned = vec![home.clone()];
+            let mut owned = vec![home.clone(), tmp.clone()];
             let mut path = dir.clone();
             for part in relative_workdir.components() {
                 path.push(part);
@@ -236,12 +252,24 @@ impl ProcessDriver {
             identity
                 .is_some_and(|identity| identity.uid >= super::process_isolation::SANDBOX_UID_BASE),
         );
-        let mut command = Command::new(program_path);
-        if let Some(identity) = identity {
-            command.uid(identity.uid).gid(identity.gid);
-        }
+        let mut command = match mounts {
+            Some((tools, identity, bound)) => {
+                let (unshare, args) =
+                    mounts::command_line(tools, &bound, identity, &program_path, args);
+                let mut command = Command::new(unshare);
+                command.args(args);
+                command
+            }
+            None => {
+                let mut command = Command::new(program_path);
+                if let Some(identity) = identity {
+                    command.uid(identity.uid).gid(identity.gid);
+                }
+                command.args(args);
+                command
+            }
+        };
         command
-            .args(args)
             .current_dir(&workdir)
             .env_clear()
             .envs(
@@ -250,6 +278,7 @@ impl ProcessDriver {
                 }),
             )
             .env("HOME", &home)
+            .env("TMPDIR", &tmp)
             .envs(&sandbox.spec.environment)
             .env("PORT", port.to_string())
             // Sandgate's keys over any the spec names, as on Kubernetes.

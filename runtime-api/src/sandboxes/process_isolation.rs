@@ -54,6 +54,18 @@ pub struct Isolation {
     /// `unshare` of a user and PID namespace works here (for a sandbox's uid).
     pub unshare: Option<PathBuf>,
     pub prlimit: Option<PathBuf>,
+    /// What binds a sandbox's working directory at the path its spec names
+    /// (`process/working_dir.rs`): found when Sandgate is root and can make a mount
+    /// namespace.
+    pub mounts: Option<MountTools>,
+}
+
+/// The programs that bind a sandbox's working directory, found on this machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountTools {
+    pub unshare: PathBuf,
+    pub shell: PathBuf,
+    pub setpriv: PathBuf,
 }
 
 /// The uid and gid a sandbox runs as, when Sandgate can choose them.
@@ -82,10 +94,12 @@ impl Isolation {
             }
             probe.status().is_ok_and(|status| status.success())
         });
+        let mounts = root.then(mount_tools).flatten();
         Self {
             root,
             unshare,
             prlimit: find_program("prlimit"),
+            mounts,
         }
     }
 
@@ -95,6 +109,7 @@ impl Isolation {
             root: false,
             unshare: None,
             prlimit: None,
+            mounts: None,
         }
     }
 
@@ -115,6 +130,14 @@ impl Isolation {
                 "no user and PID namespaces (unshare --user --pid): a sandbox sees every \
                  process of this machine in /proc, and a process it detaches (setsid) can \
                  outlive it"
+                    .to_owned(),
+            );
+        }
+        if self.mounts.is_none() {
+            gaps.push(
+                "no mount namespace of a sandbox's own (Sandgate is not root, or unshare \
+                 --mount, sh or setpriv is missing): a sandbox works in its own directory, \
+                 not at the absolute path its spec names (/workspace)"
                     .to_owned(),
             );
         }
@@ -178,6 +201,24 @@ impl Isolation {
         let program = PathBuf::from(line.remove(0));
         (program, line)
     }
+}
+
+/// The mount tools, when a mount namespace can be made here (Sandgate is root).
+fn mount_tools() -> Option<MountTools> {
+    let unshare = find_program("unshare")?;
+    let made = std::process::Command::new(&unshare)
+        .args(["--mount", "--propagation", "private", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    find_program("mount")?;
+    made.then_some(MountTools {
+        unshare,
+        shell: find_program("sh")?,
+        setpriv: find_program("setpriv")?,
+    })
 }
 
 /// A uid of the range for `runtime_id`: the same across Sandgate's restarts, with nothing
@@ -289,6 +330,7 @@ mod tests {
             root: true,
             unshare: None,
             prlimit: None,
+            mounts: None,
         };
         let own = isolation.identity("abc", None, None).expect("root chooses");
         assert!(own.uid >= SANDBOX_UID_BASE && own.gid == own.uid);
@@ -311,6 +353,7 @@ mod tests {
             root: true,
             unshare: Some("/usr/bin/unshare".into()),
             prlimit: Some("/usr/bin/prlimit".into()),
+            mounts: None,
         };
         let (program, args) = isolation.command_line(
             Path::new("/bin/sh"),
