@@ -150,6 +150,67 @@ pub(crate) struct Runtime {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = bool)]
     pub(crate) warm: Option<bool>,
+    /// Where the seconds of the start that claimed or created it went; absent for a
+    /// sandbox started before timelines were kept
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub(crate) timeline: Option<StartTimeline>,
+}
+
+/// A start's phases, milliseconds since the epoch, each as Sandgate first saw it; a phase
+/// not seen yet is absent. A resume keeps the timeline of the start.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct StartTimeline {
+    /// warm: a warm sandbox was claimed; cold: one was created
+    pub(crate) launch: Launch,
+    /// Why the start was cold: no_pool, pool_empty, init_failed, or the first field that
+    /// differed from the nearest pool
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub(crate) cold_reason: Option<String>,
+    /// The claim of the warm sandbox, or the cold create
+    pub(crate) started_at_ms: i64,
+    /// First seen running (a warm claim of a running sandbox: the claim)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = i64)]
+    pub(crate) running_at_ms: Option<i64>,
+    /// Its agent-server answered: /api/init of a personalised claim, else GET /alive
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = i64)]
+    pub(crate) alive_at_ms: Option<i64>,
+    /// The first conversation webhook or event batch it sent
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = i64)]
+    pub(crate) first_webhook_at_ms: Option<i64>,
+    /// The first model gateway call carrying its session
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = i64)]
+    pub(crate) first_llm_call_at_ms: Option<i64>,
+}
+
+/// Whether a start claimed a warm sandbox or created one.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Launch {
+    Warm,
+    Cold,
+}
+
+impl From<pb::StartTimeline> for StartTimeline {
+    fn from(timeline: pb::StartTimeline) -> Self {
+        Self {
+            launch: match timeline.launch() {
+                pb::Launch::Warm => Launch::Warm,
+                pb::Launch::Cold | pb::Launch::Unspecified => Launch::Cold,
+            },
+            cold_reason: optional(timeline.cold_reason),
+            started_at_ms: timeline.started_at_ms,
+            running_at_ms: timeline.running_at_ms,
+            alive_at_ms: timeline.alive_at_ms,
+            first_webhook_at_ms: timeline.first_webhook_at_ms,
+            first_llm_call_at_ms: timeline.first_llm_call_at_ms,
+        }
+    }
 }
 
 /// A sandbox's state.
@@ -225,6 +286,7 @@ impl From<pb::Sandbox> for Runtime {
             pool: optional(sandbox.pool),
             created_at_ms: sandbox.created_at_ms,
             warm: None,
+            timeline: sandbox.timeline.map(StartTimeline::from),
         }
     }
 }

@@ -49,6 +49,7 @@ fn install() -> PrometheusHandle {
     sandgate_edge::describe_metrics();
     sandgate_runtime_api::describe_metrics();
     sandgate_model_gw::describe_metrics();
+    sandgate_store::timeline::describe_metrics();
     let upkeep = handle.clone();
     let spawned = std::thread::Builder::new()
         .name("metrics-upkeep".into())

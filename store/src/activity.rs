@@ -9,6 +9,13 @@
 //! skips the write when the record already says so (another replica marked it). A call in
 //! progress (a long LLM call, a stream) is held: marked at its start, every `every` while
 //! it lasts, and at its end.
+//!
+//! The same jobs record the first webhook and the first LLM call on the timeline of the
+//! sandbox's start (`first.rs`), whether idle pause is on or not.
+
+mod first;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -36,6 +43,8 @@ pub struct Activity {
     every: Option<Duration>,
     /// What this process last marked (`sandbox:<id>` or `session:<id>`), and when.
     recent: Mutex<HashMap<String, i64>>,
+    /// The timeline phases this process knows are recorded (`first.rs`).
+    firsts: first::Memo,
 }
 
 fn now_ms() -> i64 {
@@ -52,6 +61,7 @@ impl Activity {
             conversations: store.conversations.clone(),
             every: (!idle.is_zero()).then(|| (idle / 4).max(Duration::from_millis(100))),
             recent: Mutex::default(),
+            firsts: first::Memo::default(),
         })
     }
 
@@ -73,6 +83,7 @@ impl Activity {
 
     /// The sandbox `runtime_id` showed activity (a webhook, an event batch it sent).
     pub async fn sandbox(&self, runtime_id: &str) {
+        self.first_webhook(runtime_id).await;
         let Some(every) = self.every else { return };
         if self.throttled(format!("sandbox:{runtime_id}"), every) {
             return;

@@ -22,6 +22,7 @@ pub mod models;
 mod records;
 mod redis;
 pub mod sandboxes;
+pub mod timeline;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub use records::{
 pub use sandboxes::{
     Fence, Restarts, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex,
 };
+pub use timeline::{Launch, Phase, Timeline};
 
 /// Why the store could not serve a call.
 #[derive(Debug, thiserror::Error)]

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::StoreResult;
+use crate::timeline::Timeline;
 
 /// What a sandbox runs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -102,6 +103,10 @@ pub struct StoredSandbox {
     /// `RUNTIME_IDLE_SECONDS` behind. 0: none since it was claimed.
     #[serde(default, skip_serializing_if = "is_zero_ms")]
     pub active_at_ms: i64,
+    /// The timeline of the start that claimed or created it (`timeline.rs`); `None` for a
+    /// warm sandbox not yet claimed, and for records written before timelines were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 fn is_zero_ms(ms: &i64) -> bool {

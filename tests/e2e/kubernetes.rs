@@ -83,6 +83,7 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         slot_failures: 0,
         personalised: false,
         active_at_ms: 0,
+        timeline: None,
     }
 }
 

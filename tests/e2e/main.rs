@@ -50,6 +50,7 @@ mod runtime_clients;
 mod sandbox_api;
 mod schemathesis;
 mod slow_clients;
+mod start_timeline;
 mod store_conformance;
 mod support_bundle;
 mod tenancy;

@@ -81,6 +81,18 @@ async fn a_dormant_warm_agent_server_takes_the_start_s_configuration_at_claim() 
     let (status, started) = call(&sandgate, "/start", Some(start)).await;
     assert_eq!(status, 200, "{started}");
     assert_eq!(started["warm"], true, "{started}\n{}", sandgate.log());
+    // Its start's timeline: claimed running, alive once `/api/init` answered.
+    let timeline = &started["timeline"];
+    assert_eq!(timeline["launch"], "warm", "{started}");
+    assert_eq!(
+        timeline["running_at_ms"], timeline["started_at_ms"],
+        "{started}"
+    );
+    assert!(
+        timeline["alive_at_ms"].as_i64() >= timeline["running_at_ms"].as_i64()
+            && timeline["alive_at_ms"].is_i64(),
+        "{started}"
+    );
     let url = started["url"].as_str().expect("url").to_owned();
     let key = started["session_api_key"].as_str().expect("key").to_owned();
     let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{
-    IndexKey, KeySpend, PutWarmConfig, Restarts, SandboxSpec, SandboxState, SpendLogEntry, Store,
-    StoredChallenge, StoredConversation, StoredKey, StoredModel, StoredProfile, StoredSandbox,
-    StoredWarmConfig, SweepIndex,
+    IndexKey, KeySpend, Launch, PutWarmConfig, Restarts, SandboxSpec, SandboxState, SpendLogEntry,
+    Store, StoredChallenge, StoredConversation, StoredKey, StoredModel, StoredProfile,
+    StoredSandbox, StoredWarmConfig, SweepIndex, Timeline,
 };
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -738,6 +738,15 @@ fn sandbox(id: &str, session: Option<&str>, state: SandboxState) -> StoredSandbo
         slot_failures: 3,
         personalised: true,
         active_at_ms: 50,
+        timeline: session.map(|_| Timeline {
+            launch: Launch::Cold,
+            cold_reason: Some("pool_empty".into()),
+            started_at_ms: 60,
+            running_at_ms: Some(70),
+            alive_at_ms: Some(80),
+            first_webhook_at_ms: Some(90),
+            first_llm_call_at_ms: None,
+        }),
     }
 }
 
@@ -779,6 +788,16 @@ async fn sweep_indexes_follow_each_record(backend: Backend) {
     let busy = sandbox("busy", Some("session-1"), SandboxState::Running);
     put(&store, None, &warm).await;
     put(&store, None, &busy).await;
+    // Read back as written, its start's timeline with it.
+    assert_eq!(
+        store
+            .sandboxes
+            .sandbox("busy")
+            .await
+            .expect("read")
+            .as_ref(),
+        Some(&busy)
+    );
     assert_eq!(
         swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,
         ["warm"]

@@ -160,7 +160,11 @@ impl Forwarder {
         charge: Option<Charge>,
     ) -> Result<CallStream, Status> {
         let session_id = first_header(&headers, &SESSION_ID).map(bounded);
-        // A call in progress, however long it streams, is its sandbox's activity.
+        // A call in progress, however long it streams, is its sandbox's activity; the
+        // first of its start is on its timeline.
+        if let Some(session) = &session_id {
+            self.activity.llm_call(session);
+        }
         let active = session_id
             .clone()
             .and_then(|session| self.activity.hold(session));

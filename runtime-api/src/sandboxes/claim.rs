@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use super::init::{deliver, init_body};
 use super::matching::{ColdReason, cold_reason, is_deferred, shape_key};
 use super::spec::{exact_key, pool_spec};
-use super::{CAS_ATTEMPTS, CLAIM_CANDIDATES, SandboxResult, Sandboxes};
-use sandgate_store::{SandboxSpec, SandboxState, StoredSandbox};
+use super::{CAS_ATTEMPTS, CLAIM_CANDIDATES, SandboxResult, Sandboxes, timeline};
+use sandgate_store::{Launch, Phase, SandboxSpec, SandboxState, StoredSandbox, Timeline};
 
 /// The cold starts of one pool (or of none: starts whose image no pool runs), by reason,
 /// since this process started.
@@ -73,7 +73,8 @@ impl Sandboxes {
                 return Ok(Ok(claimed));
             }
             let Err(why) = self.personalise(&claimed, spec).await else {
-                return Ok(Ok(claimed));
+                // Its agent-server answered `/api/init`: alive.
+                return Ok(Ok(self.answered(claimed).await));
             };
             // A dormant sandbox that cannot take the start's configuration (an
             // agent-server without deferred init, one that failed) would serve the pool's:
@@ -154,7 +155,11 @@ impl Sandboxes {
             for (candidate, mut next) in claims {
                 next.session_id = Some(session_id.to_owned());
                 // Its idle time counts from the claim, not from when it started warm.
-                next.active_at_ms = self.now_ms();
+                let now = self.now_ms();
+                next.active_at_ms = now;
+                // The start's timeline begins at the claim; running already, it ran then.
+                next.timeline = Some(Timeline::new(Launch::Warm, None, now));
+                let running = timeline::seen_running(&mut next, now);
                 next.version += 1;
                 if is_deferred(&candidate.spec) {
                     next.spec = spec.clone();
@@ -167,6 +172,9 @@ impl Sandboxes {
                     .put_sandbox(Some(&candidate), &next, None)
                     .await?
                 {
+                    if running {
+                        timeline::observe(&next, Phase::Running);
+                    }
                     return Ok(Some(next));
                 }
             }

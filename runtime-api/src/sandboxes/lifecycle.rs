@@ -7,11 +7,15 @@ use super::spec::claim_key;
 use super::{CAS_ATTEMPTS, SandboxError, SandboxResult, Sandboxes, state_name};
 use crate::ambient::random_hex;
 use crate::auth::session_key_digest;
-use sandgate_store::{Fence, Restarts, SandboxSpec, SandboxState, StoredSandbox, SweepIndex};
+use sandgate_store::{
+    Fence, Launch, Restarts, SandboxSpec, SandboxState, StoredSandbox, SweepIndex, Timeline,
+};
 
 impl Sandboxes {
     /// Claims a warm sandbox matching `spec`, else cold-starts one; answers the session's
-    /// sandbox when it has one, started again when it failed. `true`: claimed.
+    /// sandbox when it has one, started again when it failed. `true`: claimed. A claim or
+    /// a cold start begins the sandbox's timeline (`timeline.rs`); starting a failed one
+    /// again, like a resume, keeps the timeline of the start that made it.
     pub async fn start(
         &self,
         spec: SandboxSpec,
@@ -51,16 +55,35 @@ impl Sandboxes {
             }
             Err(reason) => {
                 self.cold_start(&reason);
-                (
-                    self.launch(spec, None, Some(session_id), None).await?,
-                    false,
-                )
+                (self.launch(spec, session_id, reason.reason).await?, false)
             }
         };
         if let Some(admitted) = admitted {
             admitted.started();
         }
+        self.probe_alive(&started.0);
         Ok(started)
+    }
+
+    /// Cold-starts a sandbox for `session`, for `reason` (no warm sandbox matched): a
+    /// new record, its key, and the platform asked for it; its timeline starts now. A
+    /// platform failure leaves the record in error, saying why.
+    pub(super) async fn launch(
+        &self,
+        spec: SandboxSpec,
+        session: String,
+        reason: &str,
+    ) -> SandboxResult<StoredSandbox> {
+        let mut record = self.record(spec, None, Some(session));
+        record.timeline = Some(Timeline::new(
+            Launch::Cold,
+            Some(reason.to_owned()),
+            record.created_at_ms,
+        ));
+        match self.launch_record(record, None).await? {
+            Ok(record) => Ok(record),
+            Err((_, err)) => Err(err.into()),
+        }
     }
 
     pub async fn pause(&self, runtime_id: &str) -> SandboxResult<StoredSandbox> {

@@ -16,6 +16,7 @@ pub mod quota;
 pub mod reconciler;
 mod service;
 pub mod spec;
+mod timeline;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,7 @@ pub use error::SandboxError;
 pub use pools::{PoolCounts, pool_counts, pool_status};
 pub use reconciler::Reconciler;
 use sandgate_store::{
-    Fence, Restarts, SandboxSpec, SandboxState, Store, StoredSandbox, SweepIndex,
+    Fence, Phase, Restarts, SandboxSpec, SandboxState, Store, StoredSandbox, SweepIndex,
 };
 pub use service::SandboxesService;
 use spec::{SessionKeys, claim_key};
@@ -212,28 +213,13 @@ impl Sandboxes {
             slot_failures: 0,
             personalised: false,
             active_at_ms: 0,
+            timeline: None,
         }
     }
 
-    /// Records a new sandbox, issues its key and asks the platform for it. A platform
-    /// failure leaves the record in error, saying why. `fence`: the reconciler's lease,
-    /// for the writes of a pass (none for a caller's start).
-    pub async fn launch(
-        &self,
-        spec: SandboxSpec,
-        pool: Option<String>,
-        session: Option<String>,
-        fence: Option<&Fence>,
-    ) -> SandboxResult<StoredSandbox> {
-        match self.launch_slot(spec, pool, session, 0, fence).await? {
-            Ok(record) => Ok(record),
-            Err((_, err)) => Err(err.into()),
-        }
-    }
-
-    /// [`Self::launch`], for a warm pool's slot whose sandboxes failed `slot_failures`
-    /// times in a row before; a platform failure answers the record as it was left (in
-    /// error; `None` if gone since), with the platform's error.
+    /// A sandbox for a warm pool's slot whose sandboxes failed `slot_failures` times in
+    /// a row before, launched as [`Self::launch_record`] does. `fence`: the reconciler's
+    /// lease, for the writes of a pass.
     pub(crate) async fn launch_slot(
         &self,
         spec: SandboxSpec,
@@ -242,11 +228,22 @@ impl Sandboxes {
         slot_failures: u32,
         fence: Option<&Fence>,
     ) -> SandboxResult<Launched> {
-        self.admit(&spec).map_err(SandboxError::Refused)?;
         let record = StoredSandbox {
             slot_failures,
             ..self.record(spec, pool, session)
         };
+        self.launch_record(record, fence).await
+    }
+
+    /// Records the new sandbox `record`, issues its key and asks the platform for it; a
+    /// platform failure answers the record as it was left (in error, saying why; `None`
+    /// if gone since), with the platform's error. `fence`: see [`Self::launch_slot`].
+    pub(super) async fn launch_record(
+        &self,
+        record: StoredSandbox,
+        fence: Option<&Fence>,
+    ) -> SandboxResult<Launched> {
+        self.admit(&record.spec).map_err(SandboxError::Refused)?;
         self.store
             .session_keys
             .put_session_key(&record.key_sha256, &record.runtime_id)
@@ -278,7 +275,8 @@ impl Sandboxes {
     }
 
     /// Writes `change` applied to `record`, re-reading and re-applying it when another
-    /// writer got there first. `None`: the sandbox is gone. `fence`: see [`Self::launch`].
+    /// writer got there first. `None`: the sandbox is gone. `fence`: see
+    /// [`Self::launch_slot`].
     pub(super) async fn update(
         &self,
         mut record: StoredSandbox,
@@ -308,8 +306,9 @@ impl Sandboxes {
         Err(SandboxError::Contention)
     }
 
-    /// `records` with what the platform says of the live ones written back. `fence`: see
-    /// [`Self::launch`].
+    /// `records` with what the platform says of the live ones written back (and, on a
+    /// start's timeline, when it was first seen running). `fence`: see
+    /// [`Self::launch_slot`].
     pub async fn refresh(
         &self,
         records: Vec<StoredSandbox>,
@@ -336,10 +335,12 @@ impl Sandboxes {
             };
             let seen = self.timed_out(&record, seen, now);
             let running = seen.state == SandboxState::Running;
+            let timed = timeline::runs_untimed(&record, seen.state);
             if seen.state == record.state
                 && seen.detail == record.status_detail
                 && seen.restarts == record.restarts
                 && !(running && record.slot_failures > 0)
+                && !timed
             {
                 refreshed.push(record);
                 continue;
@@ -355,11 +356,18 @@ impl Sandboxes {
                             // Its slot works again: a later failure starts a new backoff.
                             record.slot_failures = 0;
                         }
+                        timeline::seen_running(record, now);
                     },
                     fence,
                 )
                 .await?
             {
+                if timed
+                    && updated.timeline.as_ref().and_then(|t| t.running_at_ms)
+                        == updated.timeline.as_ref().map(|t| now.max(t.started_at_ms))
+                {
+                    timeline::observe(&updated, Phase::Running);
+                }
                 refreshed.push(updated);
             }
         }

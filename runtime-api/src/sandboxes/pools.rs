@@ -154,6 +154,7 @@ mod tests {
             slot_failures,
             personalised: false,
             active_at_ms: 0,
+            timeline: None,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::ambient::random_hex;
 use crate::auth::Authenticator;
 use crate::validation;
 use sandgate_conversation::ValidationError;
-use sandgate_store::{SandboxSpec, SandboxState, StoredWarmConfig};
+use sandgate_store::{Launch, SandboxSpec, SandboxState, StoredWarmConfig, Timeline};
 
 /// Session ids and runtime ids longer than this are refused unread.
 const MAX_ID_LEN: usize = 128;
@@ -67,6 +67,7 @@ impl SandboxesService {
             created_at_ms: record.created_at_ms,
             restart_count: record.restarts.count,
             restart_reasons: record.restarts.reasons,
+            timeline: record.timeline.map(timeline),
             session_api_key: if with_key {
                 view.session_api_key
             } else {
@@ -89,6 +90,22 @@ fn status(state: SandboxState) -> pb::SandboxStatus {
         SandboxState::Paused => pb::SandboxStatus::Paused,
         SandboxState::Stopped => pb::SandboxStatus::Stopped,
         SandboxState::Error => pb::SandboxStatus::Error,
+    }
+}
+
+fn timeline(timeline: Timeline) -> pb::StartTimeline {
+    pb::StartTimeline {
+        launch: match timeline.launch {
+            Launch::Warm => pb::Launch::Warm,
+            Launch::Cold => pb::Launch::Cold,
+        }
+        .into(),
+        cold_reason: timeline.cold_reason.unwrap_or_default(),
+        started_at_ms: timeline.started_at_ms,
+        running_at_ms: timeline.running_at_ms,
+        alive_at_ms: timeline.alive_at_ms,
+        first_webhook_at_ms: timeline.first_webhook_at_ms,
+        first_llm_call_at_ms: timeline.first_llm_call_at_ms,
     }
 }
 

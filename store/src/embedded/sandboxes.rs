@@ -389,6 +389,7 @@ mod tests {
             slot_failures: 0,
             personalised: false,
             active_at_ms: 0,
+            timeline: None,
         };
         {
             let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");
