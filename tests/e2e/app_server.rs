@@ -5,7 +5,8 @@
 //! through the app server's REST API, as its web UI does
 //! (`tests/real_clients/app_server_drive.py`): a cold conversation, a warm one on a pool
 //! whose environment differs from the start's, a second message, a pause, a message
-//! refused while paused, a resume and a message answered after it, the deletes.
+//! refused while paused, a resume and a message answered after it, what Sandgate joined
+//! (the conversations in its catalog, each sandbox's start timeline), the deletes.
 
 use std::path::Path;
 use std::time::Duration;
@@ -161,6 +162,28 @@ async fn the_real_app_server_runs_cold_warm_paused_and_resumed_conversations_on_
         resumed["record"]["session_api_key"], warm["record"]["session_api_key"],
         "the resume rotates the session key"
     );
+
+    // What Sandgate joined: each conversation in its catalog (the sandboxes post to it
+    // as their second webhook), and each sandbox's start in order, to its first webhook
+    // and its first LLM call (the gateway knew the conversation's sandbox from them).
+    let joined = steps.get("joined");
+    for (launch, reason) in [("cold", Some("pool_empty")), ("warm", None)] {
+        let view = &joined[launch];
+        assert_eq!(view["catalog_status"], 200, "{view}");
+        let timeline = &view["sandbox"]["timeline"];
+        assert_eq!(timeline["launch"], launch, "{timeline}");
+        assert_eq!(timeline["cold_reason"].as_str(), reason, "{timeline}");
+        let at = |phase: &str| {
+            timeline[phase]
+                .as_i64()
+                .unwrap_or_else(|| panic!("no {phase}: {timeline}"))
+        };
+        let started = at("started_at_ms");
+        assert!(started <= at("running_at_ms"), "{timeline}");
+        assert!(at("running_at_ms") <= at("alive_at_ms"), "{timeline}");
+        assert!(started <= at("first_webhook_at_ms"), "{timeline}");
+        assert!(started <= at("first_llm_call_at_ms"), "{timeline}");
+    }
 
     let deleted = steps.get("deleted");
     for conversation in [&cold["conversation"], &warm["conversation"]] {

@@ -17,7 +17,10 @@ key; filling the pool, by rewriting the warm runtimes file Sandgate reloads) and
 3. a second message on it; pause its sandbox; a message refused while paused; resume;
    a message answered after the resume (its secrets, the LLM key among them, decrypted
    with the same `OH_SECRET_KEY`);
-4. delete both conversations; stop the app server.
+4. what Sandgate joined: each conversation in its catalog (the sandboxes post to Sandgate
+   too, as a second webhook), each sandbox's start timeline with its first webhook and
+   first LLM call;
+5. delete both conversations; stop the app server.
 
 Prints one JSON object per step on stdout: {"step": ..., ...}; the Rust test
 (tests/e2e/app_server.rs) asserts them. Exits non-zero when a step raises.
@@ -158,6 +161,8 @@ def main() -> None:
     virtual_key = generated.json()["key"]
 
     state = tempfile.mkdtemp(prefix="app-server-")
+    operator = Session(None, sandgate, args)
+    operator.webhooks_to_sandgate(args.url)
     app = AppServer(args.url, args.api_key, args.pool, state)
     try:
         until("the app server to answer", app.ready)
@@ -178,8 +183,8 @@ def main() -> None:
 class Session:
     """The app server's user, and the operator's view of Sandgate, over one run."""
 
-    def __init__(self, app: AppServer, sandgate: httpx.Client, args):
-        self.client = app.client
+    def __init__(self, app: AppServer | None, sandgate: httpx.Client, args):
+        self.client = app.client if app else None
         self.sandgate = sandgate
         self.runtime = {"x-api-key": args.api_key}
         self.warm_runtimes_file = args.warm_runtimes_file
@@ -244,17 +249,58 @@ class Session:
     def pool_size(self, count: int) -> None:
         """The operator sets the pool's size (Sandgate reloads the file), and waits until
         the pool is that size."""
-        with open(self.warm_runtimes_file) as file:
-            warm_runtimes = json.load(file)
-        warm_runtimes["count"] = count
-        with open(self.warm_runtimes_file, "w") as file:
-            json.dump(warm_runtimes, file)
+        self.edit_pool(lambda warm_runtimes: warm_runtimes.update(count=count))
 
         def sized():
             pool = self.pools()["pools"][0]
             return pool["ready"] == count and pool["starting"] == 0
 
         until(f"the pool to hold {count}", sized)
+
+    def webhooks_to_sandgate(self, url: str) -> None:
+        """The operator has the pool's sandboxes post their conversations to Sandgate too,
+        beside the app server (`OH_WEBHOOKS_1_*`; the app server sets `_0_` to itself),
+        and waits until Sandgate serves the configuration so."""
+        receiver = f"{url}/api/v1/webhooks"
+
+        def edit(warm_runtimes):
+            warm_runtimes["configs"][0]["environment"]["OH_WEBHOOKS_1_BASE_URL"] = receiver
+
+        self.edit_pool(edit)
+
+        def served():
+            configs = self.sandgate.get(
+                "/api/warm-runtime-configs", headers=self.runtime
+            ).json()["configs"]
+            return configs[0]["environment"].get("OH_WEBHOOKS_1_BASE_URL") == receiver
+
+        until("Sandgate to serve the pool's webhooks", served)
+
+    def edit_pool(self, edit) -> None:
+        with open(self.warm_runtimes_file) as file:
+            warm_runtimes = json.load(file)
+        edit(warm_runtimes)
+        with open(self.warm_runtimes_file, "w") as file:
+            json.dump(warm_runtimes, file)
+
+    def joined(self, started: dict) -> dict:
+        """What Sandgate holds of a conversation: its record in the catalog (from the
+        sandbox's webhooks), and its sandbox's record, once the sandbox's timeline has its
+        first webhook and first LLM call."""
+
+        def timed():
+            record = self.session(started["sandbox"])
+            timeline = record.get("timeline") or {}
+            if "first_webhook_at_ms" in timeline and "first_llm_call_at_ms" in timeline:
+                return record
+            return None
+
+        record = until("the sandbox's timeline", timed)
+        catalog = self.sandgate.get(
+            f"/api/v1/conversations/{started['conversation']}", headers=self.runtime
+        )
+        return {"sandbox": record, "catalog_status": catalog.status_code,
+                "catalog": catalog.json() if catalog.status_code == 200 else None}
 
     def delete(self, started: dict) -> tuple[int, bool]:
         """Deletes a conversation: the app server's answer, and whether Sandgate stopped
@@ -326,6 +372,8 @@ def scenario(session: Session) -> None:
     emit("resumed", status=resumed.status_code, message=after_resume.status_code,
          answers=session.agent_messages(conversation),
          execution_status=info.get("execution_status"), record=session.session(sandbox))
+
+    emit("joined", cold=session.joined(cold), warm=session.joined(warm))
 
     deleted = {}
     stopped = {}
