@@ -22,6 +22,7 @@ use crate::catalog::{
     EventStub, LifecycleEntry, TagFilter,
 };
 use crate::error::{ApiError, DetailBody, ValidationBody, after_caller};
+use crate::params::{ConversationsLimit, EventsLimit};
 use crate::state::AppState;
 use crate::{body, metadata};
 
@@ -157,9 +158,7 @@ fn list_request(query: Option<&str>) -> Result<ListConversationsRequest, ApiErro
     params(
         ("parent_id" = Option<String>, Query, description = "Only the children of this conversation (empty: absent)", pattern = r"^([0-9a-fA-F]{32}|(urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|\{[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\})?$"),
         ("tag" = inline(Option<Vec<TagFilter>>), Query, style = Form, explode, description = "key:value; repeat for several (all must match)"),
-        // Read as a u32; documented as an int64 up to u32's largest (an int32 would call
-        // the upper half wrong).
-        ("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "Page size; 0 or absent means 100; more than 1000 means 1000"),
+        ConversationsLimit,
         ("page_id" = Option<String>, Query, description = "next_page_id of the previous page (empty: absent)", pattern = r"^([0-9a-fA-F]{32}|(urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|\{[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\})?$"),
     ),
     responses(
@@ -261,7 +260,7 @@ fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, 
     security(("APIKeyHeader" = []), ("RuntimeAPIKey" = [])),
     params(
         ("id" = uuid::Uuid, Path),
-        ("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "Page size; 0 or absent means 100; at most 1000"),
+        EventsLimit,
         ("page_id" = Option<String>, Query, description = "next_page_id of the previous page", pattern = "^([0-9a-f]{32})?$"),
         ("order" = inline(Option<EventOrder>), Query),
         ("kind" = inline(Option<Vec<EventKind>>), Query, style = Form, explode, description = "Only events of these kinds"),

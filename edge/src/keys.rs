@@ -18,6 +18,7 @@ use crate::key_types::{
 };
 use crate::metadata;
 use crate::models::{GatewayError, body, client};
+use crate::params::KeysPageSize;
 use crate::state::AppState;
 
 async fn manage(
@@ -162,7 +163,7 @@ pub async fn info(
     security(("MasterKey" = [])),
     params(
         ("page" = Option<u64>, Query, minimum = 1, description = "Page number, from 1"),
-        ("size" = Option<u64>, Query, minimum = 1, description = "Keys a page (at most 1000; default 10)"),
+        KeysPageSize,
         ("return_full_object" = Option<bool>, Query),
         ("key_alias" = Option<String>, Query),
         ("user_id" = Option<String>, Query),

@@ -19,6 +19,7 @@ mod model_gw;
 mod models;
 mod observe;
 mod openapi;
+mod params;
 mod routes;
 mod runtimes;
 mod sandboxes;

@@ -26,6 +26,7 @@ use crate::gateway_types::{
 };
 use crate::metadata;
 use crate::model_gw::ModelGw;
+use crate::params::SpendLogsQuery;
 use crate::state::AppState;
 
 /// An error answered in OpenAI's shape.
@@ -418,12 +419,6 @@ pub async fn model_group_info(
     Ok(Json(ModelGroupList { data: groups }))
 }
 
-#[derive(Deserialize)]
-pub struct SpendLogsQuery {
-    /// At most this many entries (default 100).
-    limit: Option<u32>,
-}
-
 #[utoipa::path(
     get,
     path = "/spend/logs",
@@ -431,7 +426,7 @@ pub struct SpendLogsQuery {
     tag = "Model gateway",
     summary = "The spend log, newest first: metadata only, never prompt or response content",
     security(("MasterKey" = [])),
-    params(("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "At most this many entries")),
+    params(SpendLogsQuery),
     responses(
         (status = 200, description = "Entries", body = Vec<SpendLogEntry>),
         (status = 400, description = "`limit` is not a number", body = OpenAIError),

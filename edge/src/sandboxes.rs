@@ -13,6 +13,7 @@ use sandgate_proto::sandboxes::v1::{
 use serde_json::Value;
 
 use crate::error::{ApiError, DetailBody, ValidationBody, after_caller};
+use crate::params::ShowAll;
 use crate::runtimes::{
     ColdStartsWithoutPool, Command, PoolList, Runtime, RuntimeBody, RuntimeList, StartBody,
     WarmPool,
@@ -212,7 +213,7 @@ fn show_all(query: Option<&str>) -> Result<bool, ApiError> {
     tag = "Sandboxes",
     summary = "The caller's starting and running sandboxes, newest first; with show_all, paused, stopped (for an hour) and failed ones too",
     security(("RuntimeAPIKey" = [])),
-    params(("show_all" = Option<bool>, Query, description = "Also list paused, recently stopped and failed sandboxes")),
+    params(ShowAll),
     responses(
         (status = 200, description = "The sandboxes", body = RuntimeList),
         (status = 401, description = "`provide a valid API key`", body = DetailBody),

@@ -29,7 +29,9 @@ use sandgate_store::{Activity, EventPage, EventRetention, Store, StoredConversat
 
 /// How often a write retries when concurrent writers keep winning the compare-and-swap.
 const MAX_WRITE_ATTEMPTS: usize = 64;
-const DEFAULT_PAGE_SIZE: usize = 100;
+/// A list's page size when the request names none (0): the REST document's default for
+/// `limit`.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_PAGE_SIZE: usize = 1000;
 /// The most a list page's records weigh together, past its first: well under the 64 MiB
 /// a gRPC message may take, so that large records shorten a page and never fail it.
