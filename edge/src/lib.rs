@@ -16,6 +16,7 @@ mod keys;
 mod llm;
 mod metadata;
 mod model_gw;
+mod model_info;
 mod models;
 mod observe;
 mod openapi;
@@ -25,6 +26,7 @@ mod runtimes;
 mod sandboxes;
 mod settings;
 mod state;
+mod warm_configs;
 mod webhook;
 
 use axum::Router;

@@ -12,7 +12,8 @@ use utoipa_axum::routes;
 
 use crate::state::AppState;
 use crate::{
-    admin, conversations, health, keys, llm, models, openapi, sandboxes, settings, webhook,
+    admin, conversations, health, keys, llm, model_info, models, openapi, sandboxes, settings,
+    warm_configs, webhook,
 };
 
 /// The edge's router while it is built: a route enters it only with its operation
@@ -52,8 +53,11 @@ pub(crate) fn api(gateway_body_limit: usize) -> Documented {
         .routes(routes!(admin::challenge))
         .routes(routes!(admin::login))
         .routes(routes!(admin::api_keys))
-        .routes(routes!(admin::list_configs))
-        .routes(routes!(admin::put_config, admin::delete_config))
+        .routes(routes!(warm_configs::list_configs))
+        .routes(routes!(
+            warm_configs::put_config,
+            warm_configs::delete_config
+        ))
         .routes(routes!(sandboxes::pools))
         .routes(routes!(sandboxes::start))
         .routes(routes!(sandboxes::batch))
@@ -66,9 +70,9 @@ pub(crate) fn api(gateway_body_limit: usize) -> Documented {
         .routes(routes!(models::list_unversioned))
         .routes(routes!(models::get))
         .routes(routes!(models::add))
-        .routes(routes!(models::model_info))
-        .routes(routes!(models::model_info_unversioned))
-        .routes(routes!(models::model_group_info))
+        .routes(routes!(model_info::model_info))
+        .routes(routes!(model_info::model_info_unversioned))
+        .routes(routes!(model_info::model_group_info))
         .routes(routes!(models::spend_logs))
         .routes(routes!(keys::generate))
         .routes(routes!(keys::info))
