@@ -88,6 +88,22 @@ fn conversation(
         })
 }
 
+/// The answers a call on one conversation may give besides its own: no valid key, a
+/// conversation unknown or not readable with the key, a malformed id, query or body.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "describes the answers, for the document")]
+enum ConversationErrors {
+    /// No valid key
+    #[response(status = 401)]
+    Unauthorized(DetailBody),
+    /// Unknown, or not readable with this key
+    #[response(status = 404)]
+    NotFound(DetailBody),
+    /// Validation error
+    #[response(status = 422)]
+    Invalid(ValidationBody),
+}
+
 #[utoipa::path(
     get,
     path = "/api/v1/conversations/{id}",
@@ -98,9 +114,7 @@ fn conversation(
     params(("id" = uuid::Uuid, Path)),
     responses(
         (status = 200, description = "The stored record (secrets redacted) with its canonical id, current tags and derived sub_conversation_ids, and the catalog's facts under `sandgate`", body = CatalogConversation),
-        (status = 401, description = "No valid key", body = DetailBody),
-        (status = 404, description = "Unknown, or not readable with this key", body = DetailBody),
-        (status = 422, description = "Validation error", body = ValidationBody),
+        ConversationErrors,
     ),
 )]
 pub async fn get(
@@ -267,9 +281,7 @@ fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, 
     ),
     responses(
         (status = 200, description = "One page", body = EventPage),
-        (status = 401, description = "No valid key", body = DetailBody),
-        (status = 404, description = "Unknown, or not readable with this key", body = DetailBody),
-        (status = 422, description = "Validation error", body = ValidationBody),
+        ConversationErrors,
         (status = 503, description = "The store is unavailable; retry", body = DetailBody),
     ),
 )]
@@ -345,9 +357,7 @@ fn tags() -> ObjectBuilder {
     request_body(content = inline(TagsBody)),
     responses(
         (status = 200, description = "The stored record (secrets redacted) with its canonical id, current tags and derived sub_conversation_ids, and the catalog's facts under `sandgate`", body = CatalogConversation),
-        (status = 401, description = "No valid key", body = DetailBody),
-        (status = 404, description = "Unknown, or not readable with this key", body = DetailBody),
-        (status = 422, description = "Validation error", body = ValidationBody),
+        ConversationErrors,
     ),
 )]
 pub async fn update_tags(

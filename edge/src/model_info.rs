@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::gateway_types::{
-    AddedParams, ModelGroupList, ModelInfoEntry, ModelInfoList, OpenAIError,
+    AddedParams, MasterKeyErrors, ModelGroupList, ModelInfoEntry, ModelInfoList,
 };
 use crate::metadata;
 use crate::models::{GatewayError, client};
@@ -60,8 +60,7 @@ const MODEL_INFO: &str = "Every model entry as LiteLLM's proxy lists it, `model_
     ),
     responses(
         (status = 200, description = "The entries", body = ModelInfoList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        MasterKeyErrors,
     ),
 )]
 pub async fn model_info(
@@ -100,8 +99,7 @@ pub async fn model_info(
     ),
     responses(
         (status = 200, description = "The entries", body = ModelInfoList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        MasterKeyErrors,
     ),
 )]
 pub async fn model_info_unversioned(
@@ -123,8 +121,7 @@ pub async fn model_info_unversioned(
     security(("MasterKey" = [])),
     responses(
         (status = 200, description = "The groups", body = ModelGroupList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        MasterKeyErrors,
     ),
 )]
 pub async fn model_group_info(

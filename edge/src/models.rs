@@ -19,8 +19,8 @@ use serde_json::Value;
 
 use crate::error::after_caller;
 use crate::gateway_types::{
-    AddedModel, AddedParams, AnthropicError, AnthropicErrorBody, ErrorTag, ListTag, Model,
-    ModelList, ModelTag, NewModel, OpenAIError, SpendLogEntry,
+    AddedModel, AddedParams, AnthropicError, AnthropicErrorBody, ErrorTag, ListTag,
+    MasterKeyErrors, Model, ModelList, ModelTag, NewModel, OpenAIError, SpendLogEntry,
 };
 use crate::metadata;
 use crate::model_gw::ModelGw;
@@ -142,8 +142,7 @@ const LIST_MODELS: &str = "Every model a client may ask for: configured entries 
     security(("MasterKey" = [])),
     responses(
         (status = 200, description = "The models", body = ModelList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        MasterKeyErrors,
     ),
 )]
 pub async fn list(
@@ -169,8 +168,7 @@ pub async fn list(
     security(("MasterKey" = [])),
     responses(
         (status = 200, description = "The models", body = ModelList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        MasterKeyErrors,
     ),
 )]
 pub async fn list_unversioned(
