@@ -314,6 +314,6 @@ pub(crate) fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> Edg
         body_limit: limits.body_limit,
         gateway_body_limit: limits.gateway_body_limit,
         trusted_proxies: limits.trusted_proxies.clone(),
-        conversation_schema: sandgate_conversation::documented_schema().clone(),
+        conversation_schemas: sandgate_conversation::openapi_schemas(),
     }
 }

@@ -21,6 +21,7 @@ mod errors;
 mod fast;
 mod hooks;
 mod merge;
+mod openapi;
 mod parse;
 mod pending;
 mod pyjson;
@@ -36,6 +37,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 pub use errors::{LocItem, ValidationError};
+pub use openapi::openapi_schemas;
 pub use redact::REDACTED;
 pub use summary::{ConversationSummary, ExecutionStatus};
 

@@ -22,6 +22,7 @@ use crate::catalog::{
     EventStub, LifecycleEntry, TagFilter,
 };
 use crate::error::{ApiError, DetailBody, ValidationBody, after_caller};
+use crate::params::{ConversationsLimit, EventsLimit};
 use crate::state::AppState;
 use crate::{body, metadata};
 
@@ -87,6 +88,22 @@ fn conversation(
         })
 }
 
+/// The answers a call on one conversation may give besides its own: no valid key, a
+/// conversation unknown or not readable with the key, a malformed id, query or body.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "describes the answers, for the document")]
+enum ConversationErrors {
+    /// No valid key
+    #[response(status = 401)]
+    Unauthorized(DetailBody),
+    /// Unknown, or not readable with this key
+    #[response(status = 404)]
+    NotFound(DetailBody),
+    /// Validation error
+    #[response(status = 422)]
+    Invalid(ValidationBody),
+}
+
 #[utoipa::path(
     get,
     path = "/api/v1/conversations/{id}",
@@ -97,9 +114,7 @@ fn conversation(
     params(("id" = uuid::Uuid, Path)),
     responses(
         (status = 200, description = "The stored record (secrets redacted) with its canonical id, current tags and derived sub_conversation_ids, and the catalog's facts under `sandgate`", body = CatalogConversation),
-        (status = 401, description = "No valid key", body = DetailBody),
-        (status = 404, description = "Unknown, or not readable with this key", body = DetailBody),
-        (status = 422, description = "Validation error", body = ValidationBody),
+        ConversationErrors,
     ),
 )]
 pub async fn get(
@@ -157,9 +172,7 @@ fn list_request(query: Option<&str>) -> Result<ListConversationsRequest, ApiErro
     params(
         ("parent_id" = Option<String>, Query, description = "Only the children of this conversation (empty: absent)", pattern = r"^([0-9a-fA-F]{32}|(urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|\{[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\})?$"),
         ("tag" = inline(Option<Vec<TagFilter>>), Query, style = Form, explode, description = "key:value; repeat for several (all must match)"),
-        // Read as a u32; documented as an int64 up to u32's largest (an int32 would call
-        // the upper half wrong).
-        ("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "Page size; 0 or absent means 100; more than 1000 means 1000"),
+        ConversationsLimit,
         ("page_id" = Option<String>, Query, description = "next_page_id of the previous page (empty: absent)", pattern = r"^([0-9a-fA-F]{32}|(urn:uuid:)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|\{[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\})?$"),
     ),
     responses(
@@ -261,16 +274,14 @@ fn events_request(id: String, query: Option<&str>) -> Result<ListEventsRequest, 
     security(("APIKeyHeader" = []), ("RuntimeAPIKey" = [])),
     params(
         ("id" = uuid::Uuid, Path),
-        ("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "Page size; 0 or absent means 100; at most 1000"),
+        EventsLimit,
         ("page_id" = Option<String>, Query, description = "next_page_id of the previous page", pattern = "^([0-9a-f]{32})?$"),
         ("order" = inline(Option<EventOrder>), Query),
         ("kind" = inline(Option<Vec<EventKind>>), Query, style = Form, explode, description = "Only events of these kinds"),
     ),
     responses(
         (status = 200, description = "One page", body = EventPage),
-        (status = 401, description = "No valid key", body = DetailBody),
-        (status = 404, description = "Unknown, or not readable with this key", body = DetailBody),
-        (status = 422, description = "Validation error", body = ValidationBody),
+        ConversationErrors,
         (status = 503, description = "The store is unavailable; retry", body = DetailBody),
     ),
 )]
@@ -346,9 +357,7 @@ fn tags() -> ObjectBuilder {
     request_body(content = inline(TagsBody)),
     responses(
         (status = 200, description = "The stored record (secrets redacted) with its canonical id, current tags and derived sub_conversation_ids, and the catalog's facts under `sandgate`", body = CatalogConversation),
-        (status = 401, description = "No valid key", body = DetailBody),
-        (status = 404, description = "Unknown, or not readable with this key", body = DetailBody),
-        (status = 422, description = "Validation error", body = ValidationBody),
+        ConversationErrors,
     ),
 )]
 pub async fn update_tags(

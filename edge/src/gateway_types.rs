@@ -18,6 +18,32 @@ pub const API_BASE_PATTERN: &str = concat!(
     "([/?#][\\s\\S]*)?$",
 );
 
+/// The answers a master-key read of the gateway's store may give besides its own: a
+/// missing or wrong key, and the store unavailable.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "describes the answers, for the document")]
+pub(crate) enum MasterKeyErrors {
+    /// Missing or wrong master key
+    #[response(status = 401)]
+    Unauthorized(OpenAIError),
+    /// The store is unavailable; retry later
+    #[response(status = 503)]
+    Unavailable(OpenAIError),
+}
+
+/// The answers a key's management call may give besides its own: a missing, wrong or
+/// expired key, and the store unavailable.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "describes the answers, for the document")]
+pub(crate) enum KeyErrors {
+    /// Missing or wrong key, or an expired virtual key
+    #[response(status = 401)]
+    Unauthorized(OpenAIError),
+    /// The store is unavailable; retry later
+    #[response(status = 503)]
+    Unavailable(OpenAIError),
+}
+
 /// OpenAI's error shape, on the gateway's routes but the Messages API's.
 #[derive(ToSchema)]
 #[expect(

@@ -12,12 +12,13 @@ use http::{HeaderMap, header};
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
 
-use crate::gateway_types::OpenAIError;
+use crate::gateway_types::{KeyErrors, OpenAIError};
 use crate::key_types::{
     DeleteKeys, DeletedKeys, GenerateKey, GeneratedKey, KeyInfo, KeyInfoAnswer, KeyPage, UpdateKey,
 };
 use crate::metadata;
 use crate::models::{GatewayError, body, client};
+use crate::params::KeysPageSize;
 use crate::state::AppState;
 
 async fn manage(
@@ -59,8 +60,7 @@ fn query_object(
     responses(
         (status = 200, description = "The key, shown once, and what is kept of it", body = GeneratedKey),
         (status = 400, description = "A field of the wrong type or out of bounds, or a limit this gateway does not enforce", body = OpenAIError),
-        (status = 401, description = "Missing or wrong key, or an expired virtual key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        KeyErrors,
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
         (status = 409, description = "The key alias, or the chosen key, is another key's", body = OpenAIError),
     ),
@@ -85,8 +85,7 @@ pub async fn generate(
     responses(
         (status = 200, description = "The key as it is now", body = KeyInfo),
         (status = 400, description = "No `key`, or a field of the wrong type or out of bounds", body = OpenAIError),
-        (status = 401, description = "Missing or wrong key, or an expired virtual key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        KeyErrors,
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
         (status = 404, description = "No such key", body = OpenAIError),
         (status = 409, description = "The key alias is another key's", body = OpenAIError),
@@ -112,8 +111,7 @@ pub async fn update(
     responses(
         (status = 200, description = "What was deleted, as named", body = DeletedKeys),
         (status = 400, description = "Neither `keys` nor `key_aliases`", body = OpenAIError),
-        (status = 401, description = "Missing or wrong key, or an expired virtual key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        KeyErrors,
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
         (status = 404, description = "A named key does not exist: none was deleted", body = OpenAIError),
     ),
@@ -138,8 +136,7 @@ pub async fn delete(
     responses(
         (status = 200, description = "The key", body = KeyInfoAnswer),
         (status = 400, description = "The master key named no key", body = OpenAIError),
-        (status = 401, description = "Missing or wrong key, or an expired virtual key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        KeyErrors,
         (status = 403, description = "A virtual key asking for another key's info", body = OpenAIError),
         (status = 404, description = "No such key", body = OpenAIError),
     ),
@@ -162,7 +159,7 @@ pub async fn info(
     security(("MasterKey" = [])),
     params(
         ("page" = Option<u64>, Query, minimum = 1, description = "Page number, from 1"),
-        ("size" = Option<u64>, Query, minimum = 1, description = "Keys a page (at most 1000; default 10)"),
+        KeysPageSize,
         ("return_full_object" = Option<bool>, Query),
         ("key_alias" = Option<String>, Query),
         ("user_id" = Option<String>, Query),
@@ -171,8 +168,7 @@ pub async fn info(
     responses(
         (status = 200, description = "A page", body = KeyPage),
         (status = 400, description = "`page` or `size` not a positive whole number", body = OpenAIError),
-        (status = 401, description = "Missing or wrong key, or an expired virtual key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        KeyErrors,
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
     ),
 )]

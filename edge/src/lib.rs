@@ -16,21 +16,24 @@ mod keys;
 mod llm;
 mod metadata;
 mod model_gw;
+mod model_info;
 mod models;
 mod observe;
 mod openapi;
+mod params;
 mod routes;
 mod runtimes;
 mod sandboxes;
 mod settings;
 mod state;
+mod warm_configs;
 mod webhook;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
 use http::StatusCode;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::state::AppState;
 
@@ -53,9 +56,10 @@ pub struct EdgeConfig {
     pub body_limit: usize,
     /// The same, on the model gateway's LLM routes (chat completions, responses, …).
     pub gateway_body_limit: usize,
-    /// The ConversationInfo schema of the models the runtime API validates with, which
-    /// the document served at `/openapi.json` shows.
-    pub conversation_schema: Value,
+    /// The ConversationInfo schemas of the models the runtime API validates with, as the
+    /// components of the document served at `/openapi.json`
+    /// (`sandgate_conversation::openapi_schemas`).
+    pub conversation_schemas: Map<String, Value>,
     /// The model gateway; without it the gateway's routes answer 503.
     pub model_gw: Option<ModelGw>,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxies`); from any
@@ -66,7 +70,7 @@ pub struct EdgeConfig {
 /// The edge's routes, calling the runtime API over `runtime_api`.
 pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
     let (router, generated) = routes::api(config.gateway_body_limit).split_for_parts();
-    let document = openapi::document(generated, &config.conversation_schema);
+    let document = openapi::document(generated, &config.conversation_schemas);
     let openapi = serde_json::to_vec(&document).unwrap_or_default().into();
     let state = AppState::new(
         runtime_api,
@@ -83,11 +87,11 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         .with_state(state)
 }
 
-/// The OpenAPI document `/openapi.json` serves, with `conversation_schema` (the models'
-/// ConversationInfo schema) as its ConversationInfo.
-pub fn openapi_document(conversation_schema: &Value) -> Value {
+/// The OpenAPI document `/openapi.json` serves, with `conversation_schemas` (the models'
+/// ConversationInfo schemas, as components) as its ConversationInfo.
+pub fn openapi_document(conversation_schemas: &Map<String, Value>) -> Value {
     let (_, generated) = routes::api(DEFAULT_GATEWAY_BODY_LIMIT).split_for_parts();
-    openapi::document(generated, conversation_schema)
+    openapi::document(generated, conversation_schemas)
 }
 
 /// 404, except that a path with a trailing slash is redirected (307, method and body

@@ -1,5 +1,6 @@
 //! The built-in model gateway (spec 4.2) → the ModelGateway service: the model list, added
-//! entries, model info and the spend log (the LLM APIs themselves are `llm.rs`). Errors use
+//! entries and the spend log (the models' info is `model_info.rs`, the LLM APIs themselves
+//! `llm.rs`). Errors use
 //! OpenAI's shape, `{"error":{"message","type","param","code"}}`, as OpenAI clients expect,
 //! and Anthropic's, `{"type":"error","error":{"type","message"}}`, on the Messages API's
 //! routes.
@@ -12,20 +13,18 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{
-    AddModelRequest, Api, GatewayParams, GetModelInfoRequest, GetModelRequest, ListModelsRequest,
-    ListSpendLogsRequest, ModelInfo,
+    AddModelRequest, Api, GatewayParams, GetModelRequest, ListModelsRequest, ListSpendLogsRequest,
 };
-use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::after_caller;
 use crate::gateway_types::{
-    AddedModel, AddedParams, AnthropicError, AnthropicErrorBody, ErrorTag, ListTag, Model,
-    ModelGroupList, ModelInfoEntry, ModelInfoList, ModelList, ModelTag, NewModel, OpenAIError,
-    SpendLogEntry,
+    AddedModel, AddedParams, AnthropicError, AnthropicErrorBody, ErrorTag, ListTag,
+    MasterKeyErrors, Model, ModelList, ModelTag, NewModel, OpenAIError, SpendLogEntry,
 };
 use crate::metadata;
 use crate::model_gw::ModelGw;
+use crate::params::SpendLogsQuery;
 use crate::state::AppState;
 
 /// An error answered in OpenAI's shape.
@@ -143,8 +142,7 @@ const LIST_MODELS: &str = "Every model a client may ask for: configured entries 
     security(("MasterKey" = [])),
     responses(
         (status = 200, description = "The models", body = ModelList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        MasterKeyErrors,
     ),
 )]
 pub async fn list(
@@ -170,8 +168,7 @@ pub async fn list(
     security(("MasterKey" = [])),
     responses(
         (status = 200, description = "The models", body = ModelList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
+        MasterKeyErrors,
     ),
 )]
 pub async fn list_unversioned(
@@ -275,155 +272,6 @@ pub async fn add(
     }))
 }
 
-#[derive(Deserialize)]
-pub struct ModelInfoQuery {
-    /// One model name; without it, every entry.
-    litellm_model_id: Option<String>,
-    model: Option<String>,
-}
-
-async fn model_infos(
-    state: &AppState,
-    headers: &HeaderMap,
-    model_name: String,
-) -> Result<Vec<ModelInfo>, GatewayError> {
-    Ok(client(state)?
-        .get_model_info(metadata::request(
-            headers,
-            GetModelInfoRequest { model_name },
-        ))
-        .await?
-        .models)
-}
-
-fn info_object(info: &ModelInfo) -> Map<String, Value> {
-    serde_json::from_slice(&info.model_info_json).unwrap_or_default()
-}
-
-const MODEL_INFO: &str = "Every model entry as LiteLLM's proxy lists it, `model_info` from the configuration; never the key; a virtual key sees its own models only";
-
-/// `/v1/model/info`, `/model/info`: every entry (or the one `model` names) as LiteLLM's
-/// proxy lists it, its key left out.
-#[utoipa::path(
-    get,
-    path = "/v1/model/info",
-    operation_id = "model_info",
-    tag = "Model gateway",
-    summary = MODEL_INFO,
-    security(("MasterKey" = [])),
-    params(
-        ("model" = Option<String>, Query, description = "One model name"),
-        ("litellm_model_id" = Option<String>, Query, description = "The same, under LiteLLM's name"),
-    ),
-    responses(
-        (status = 200, description = "The entries", body = ModelInfoList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
-    ),
-)]
-pub async fn model_info(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    query: Result<Query<ModelInfoQuery>, QueryRejection>,
-) -> Result<Json<ModelInfoList>, GatewayError> {
-    let Query(query) = query
-        .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
-    let wanted = query.model.or(query.litellm_model_id).unwrap_or_default();
-    let infos = model_infos(&state, &headers, wanted).await?;
-    let data = infos
-        .iter()
-        .map(|info| ModelInfoEntry {
-            model_name: info.model_name.clone(),
-            litellm_params: AddedParams {
-                model: info.model.clone(),
-                api_base: info.api_base.clone(),
-            },
-            model_info: info_object(info),
-        })
-        .collect();
-    Ok(Json(ModelInfoList { data }))
-}
-
-#[utoipa::path(
-    get,
-    path = "/model/info",
-    operation_id = "model_info_unversioned",
-    tag = "Model gateway",
-    summary = MODEL_INFO,
-    security(("MasterKey" = [])),
-    params(
-        ("model" = Option<String>, Query, description = "One model name"),
-        ("litellm_model_id" = Option<String>, Query, description = "The same, under LiteLLM's name"),
-    ),
-    responses(
-        (status = 200, description = "The entries", body = ModelInfoList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
-    ),
-)]
-pub async fn model_info_unversioned(
-    state: State<AppState>,
-    headers: HeaderMap,
-    query: Result<Query<ModelInfoQuery>, QueryRejection>,
-) -> Result<Json<ModelInfoList>, GatewayError> {
-    model_info(state, headers, query).await
-}
-
-/// `/model_group/info`: one group per model name, its `model_info` keys at the top, as
-/// LiteLLM's proxy answers.
-#[utoipa::path(
-    get,
-    path = "/model_group/info",
-    operation_id = "model_group_info",
-    tag = "Model gateway",
-    summary = "One group per model name, its `model_info` keys at the top, with `providers`, as LiteLLM's proxy answers; a virtual key sees its own models only",
-    security(("MasterKey" = [])),
-    responses(
-        (status = 200, description = "The groups", body = ModelGroupList),
-        (status = 401, description = "Missing or wrong master key", body = OpenAIError),
-        (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
-    ),
-)]
-pub async fn model_group_info(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<ModelGroupList>, GatewayError> {
-    let infos = model_infos(&state, &headers, String::new()).await?;
-    let mut groups: Vec<Map<String, Value>> = Vec::new();
-    for info in &infos {
-        let provider = if info.model.starts_with("gateway_proxy/") {
-            "litellm_proxy"
-        } else {
-            "openai"
-        };
-        match groups
-            .iter_mut()
-            .find(|group| group["model_group"] == info.model_name.as_str())
-        {
-            Some(group) => {
-                if let Some(Value::Array(providers)) = group.get_mut("providers")
-                    && !providers.iter().any(|known| known == provider)
-                {
-                    providers.push(provider.into());
-                }
-            }
-            None => {
-                let mut group = info_object(info);
-                group.insert("model_group".into(), info.model_name.clone().into());
-                group.insert("providers".into(), Value::from(vec![provider]));
-                groups.push(group);
-            }
-        }
-    }
-    Ok(Json(ModelGroupList { data: groups }))
-}
-
-#[derive(Deserialize)]
-pub struct SpendLogsQuery {
-    /// At most this many entries (default 100).
-    limit: Option<u32>,
-}
-
 #[utoipa::path(
     get,
     path = "/spend/logs",
@@ -431,7 +279,7 @@ pub struct SpendLogsQuery {
     tag = "Model gateway",
     summary = "The spend log, newest first: metadata only, never prompt or response content",
     security(("MasterKey" = [])),
-    params(("limit" = Option<u64>, Query, maximum = 4294967295.0, description = "At most this many entries")),
+    params(SpendLogsQuery),
     responses(
         (status = 200, description = "Entries", body = Vec<SpendLogEntry>),
         (status = 400, description = "`limit` is not a number", body = OpenAIError),

@@ -12,7 +12,8 @@ use utoipa_axum::routes;
 
 use crate::state::AppState;
 use crate::{
-    admin, conversations, health, keys, llm, models, openapi, sandboxes, settings, webhook,
+    admin, conversations, health, keys, llm, model_info, models, openapi, sandboxes, settings,
+    warm_configs, webhook,
 };
 
 /// The edge's router while it is built: a route enters it only with its operation
@@ -52,8 +53,11 @@ pub(crate) fn api(gateway_body_limit: usize) -> Documented {
         .routes(routes!(admin::challenge))
         .routes(routes!(admin::login))
         .routes(routes!(admin::api_keys))
-        .routes(routes!(admin::list_configs))
-        .routes(routes!(admin::put_config, admin::delete_config))
+        .routes(routes!(warm_configs::list_configs))
+        .routes(routes!(
+            warm_configs::put_config,
+            warm_configs::delete_config
+        ))
         .routes(routes!(sandboxes::pools))
         .routes(routes!(sandboxes::start))
         .routes(routes!(sandboxes::batch))
@@ -66,9 +70,9 @@ pub(crate) fn api(gateway_body_limit: usize) -> Documented {
         .routes(routes!(models::list_unversioned))
         .routes(routes!(models::get))
         .routes(routes!(models::add))
-        .routes(routes!(models::model_info))
-        .routes(routes!(models::model_info_unversioned))
-        .routes(routes!(models::model_group_info))
+        .routes(routes!(model_info::model_info))
+        .routes(routes!(model_info::model_info_unversioned))
+        .routes(routes!(model_info::model_group_info))
         .routes(routes!(models::spend_logs))
         .routes(routes!(keys::generate))
         .routes(routes!(keys::info))
@@ -106,12 +110,12 @@ pub(crate) fn undescribed(document: &serde_json::Value) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Value, json};
+    use serde_json::{Map, Value};
 
     /// The document of the edge's routes with no ConversationInfo.
     fn document() -> Value {
         let (_, generated) = super::api(1).split_for_parts();
-        crate::openapi::document(generated, &json!({}))
+        crate::openapi::document(generated, &Map::new())
     }
 
     /// Every operation says what it does and what it answers. A route registered with an
@@ -138,7 +142,7 @@ mod tests {
         async fn undescribed() {}
         let router = super::api(1).routes(utoipa_axum::routes!(undescribed));
         let (_, generated) = router.split_for_parts();
-        let document = crate::openapi::document(generated, &json!({}));
+        let document = crate::openapi::document(generated, &Map::new());
         assert_eq!(super::undescribed(&document), ["GET /undescribed"]);
     }
 

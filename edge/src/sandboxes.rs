@@ -13,6 +13,7 @@ use sandgate_proto::sandboxes::v1::{
 use serde_json::Value;
 
 use crate::error::{ApiError, DetailBody, ValidationBody, after_caller};
+use crate::params::ShowAll;
 use crate::runtimes::{
     ColdStartsWithoutPool, Command, PoolList, Runtime, RuntimeBody, RuntimeList, StartBody,
     WarmPool,
@@ -212,7 +213,7 @@ fn show_all(query: Option<&str>) -> Result<bool, ApiError> {
     tag = "Sandboxes",
     summary = "The caller's starting and running sandboxes, newest first; with show_all, paused, stopped (for an hour) and failed ones too",
     security(("RuntimeAPIKey" = [])),
-    params(("show_all" = Option<bool>, Query, description = "Also list paused, recently stopped and failed sandboxes")),
+    params(ShowAll),
     responses(
         (status = 200, description = "The sandboxes", body = RuntimeList),
         (status = 401, description = "`provide a valid API key`", body = DetailBody),
@@ -306,6 +307,25 @@ async fn transition(
     Ok(Json(sandbox.unwrap_or_default().into()))
 }
 
+/// The answers a change of one sandbox's state may give besides its own: no valid key,
+/// no such sandbox, a wrong field, the platform failing.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "describes the answers, for the document")]
+enum TransitionErrors {
+    /// `provide a valid API key`
+    #[response(status = 401)]
+    Unauthorized(DetailBody),
+    /// `Runtime <id> not found`
+    #[response(status = 404)]
+    NotFound(DetailBody),
+    /// A field is wrong
+    #[response(status = 422)]
+    Invalid(ValidationBody),
+    /// The sandbox platform failed
+    #[response(status = 502)]
+    PlatformFailed(DetailBody),
+}
+
 #[utoipa::path(
     post,
     path = "/pause",
@@ -316,10 +336,7 @@ async fn transition(
     request_body(content = RuntimeBody),
     responses(
         (status = 200, description = "The sandbox", body = Runtime),
-        (status = 401, description = "`provide a valid API key`", body = DetailBody),
-        (status = 404, description = "`Runtime <id> not found`", body = DetailBody),
-        (status = 422, description = "A field is wrong", body = ValidationBody),
-        (status = 502, description = "The sandbox platform failed", body = DetailBody),
+        TransitionErrors,
         (status = 409, description = "The sandbox is stopped", body = DetailBody),
     ),
 )]
@@ -341,10 +358,7 @@ pub async fn pause(
     request_body(content = RuntimeBody),
     responses(
         (status = 200, description = "The sandbox", body = Runtime),
-        (status = 401, description = "`provide a valid API key`", body = DetailBody),
-        (status = 404, description = "`Runtime <id> not found`", body = DetailBody),
-        (status = 422, description = "A field is wrong", body = ValidationBody),
-        (status = 502, description = "The sandbox platform failed", body = DetailBody),
+        TransitionErrors,
         (status = 409, description = "The sandbox is not paused or in error", body = DetailBody),
     ),
 )]
@@ -366,10 +380,7 @@ pub async fn resume(
     request_body(content = RuntimeBody),
     responses(
         (status = 200, description = "The sandbox", body = Runtime),
-        (status = 401, description = "`provide a valid API key`", body = DetailBody),
-        (status = 404, description = "`Runtime <id> not found`", body = DetailBody),
-        (status = 422, description = "A field is wrong", body = ValidationBody),
-        (status = 502, description = "The sandbox platform failed", body = DetailBody),
+        TransitionErrors,
     ),
 )]
 pub async fn stop(

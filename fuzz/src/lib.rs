@@ -5,7 +5,6 @@
 //! under test crashes or breaks one of the invariants it checks.
 
 pub mod config;
-pub mod conversation;
 pub mod gateway;
 pub mod messages;
 pub mod responses;
@@ -17,7 +16,6 @@ pub type Entry = fn(&[u8]);
 /// Every target, by the name of its `fuzz_targets/` file and its `regressions/`, `seeds/`
 /// and `corpus/` folders.
 pub const TARGETS: &[(&str, Entry)] = &[
-    ("conversation_webhook", conversation::webhook_body),
     ("gateway_request", gateway::chat_request),
     ("gateway_answer", gateway::upstream_answer),
     ("messages_request", messages::messages_request),

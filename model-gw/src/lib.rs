@@ -39,12 +39,14 @@ pub use config::{
 };
 pub use egress::HOP_HEADER;
 pub use forward::AnswerLimits;
+/// What a listing applies when the caller names no size: the REST document's defaults.
+pub use manage::DEFAULT_PAGE_SIZE as DEFAULT_KEY_PAGE_SIZE;
 pub use metrics::describe_metrics;
 /// The body rewriting, for the fuzz targets (`fuzz/`) and their regression test; not an
 /// API of the crate.
 #[doc(hidden)]
 pub use rewrite::{ChatRequest, Usage, rename_model};
-pub use service::{GatewayOptions, ModelGatewayService};
+pub use service::{DEFAULT_SPEND_LOG_LIMIT, GatewayOptions, ModelGatewayService};
 #[doc(hidden)]
 pub use sse::SseRenamer;
 

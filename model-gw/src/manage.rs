@@ -13,7 +13,7 @@ use crate::keys::{self, Caller};
 use crate::support::now_ms;
 
 /// Keys listed on one page when the caller names no size, and at most.
-const DEFAULT_PAGE_SIZE: usize = 10;
+pub const DEFAULT_PAGE_SIZE: usize = 10;
 const MAX_PAGE_SIZE: usize = 1_000;
 
 fn bad(message: impl Into<String>) -> ErrorDetail {

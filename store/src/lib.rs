@@ -1,7 +1,7 @@
 //! Sandgate's storage, shared by the runtime API and the model gateway: small traits, one
 //! per concern, each with two backends: Redis (production, shared by replicas) and an
 //! embedded redb database in a local data directory (the default; a restart loses
-//! nothing). `tests/e2e/store_conformance.rs` at the repository root runs one suite
+//! nothing). `tests/e2e/store_conformance/` at the repository root runs one suite
 //! against both, over every Redis topology.
 //!
 //! Rules every backend keeps:

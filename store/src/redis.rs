@@ -22,6 +22,7 @@ mod events;
 mod keys;
 mod models;
 mod nodes;
+mod primary;
 mod sandboxes;
 pub(super) mod sentinel;
 
@@ -30,11 +31,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, FromRedisValue, Script};
 
 use self::cluster::Layout;
+use self::primary::{Connection, Primary};
 use super::{
     ProfileStore, RedisTls, SessionKeyStore, StoreError, StoreHealth, StoreResult, StoredProfile,
     redact_url, redis_url_problem,
@@ -55,107 +55,6 @@ const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(1500);
 /// With replica acknowledgements, the connections writes take turns on (see
 /// [`RedisStore::write_connection`]).
 const WRITE_LANES: usize = 8;
-
-/// A connection to one Redis (the primary), or to a whole cluster, which routes each
-/// command to the master of its key's slot. Both multiplex: every call shares it.
-#[derive(Clone)]
-pub(super) enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl redis::aio::ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
-            Self::Single(connection) => connection.req_packed_command(cmd),
-            Self::Cluster(connection) => connection.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(connection) => connection.get_db(),
-            Self::Cluster(connection) => connection.get_db(),
-        }
-    }
-}
-
-/// The primary's connection (or the cluster's), its write lanes, and clients of its
-/// server(s) for the connections opened later (the Pub/Sub one): fixed for one Redis or a
-/// cluster, replaced when the sentinels name another primary.
-#[derive(Clone)]
-pub(super) struct Primary {
-    connection: Connection,
-    /// With `--redis-min-replicas-ack`: connections of their own for the writes that
-    /// `WAIT` for replicas (a `WAIT` blocks its connection until the replicas answer; on
-    /// a cluster, each lane is a cluster connection of its own). Empty without.
-    lanes: Vec<Connection>,
-    /// Where Pub/Sub subscribes: the server, or each seed node of a cluster (tried in
-    /// turn: a message published on any node reaches every node's subscribers).
-    subscribers: Vec<redis::Client>,
-}
-
-impl Primary {
-    /// Connects to `client`'s server, with `lanes` write lanes, failing fast when it
-    /// cannot be reached. Later outages make calls fail with [`StoreError::Unavailable`]
-    /// until the connection manager reconnects.
-    async fn open(client: redis::Client, lanes: usize) -> redis::RedisResult<Self> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
-        let lanes = futures::future::try_join_all(
-            (0..lanes).map(|_| ConnectionManager::new_with_config(client.clone(), config.clone())),
-        )
-        .await?;
-        Ok(Self {
-            connection: Connection::Single(connection),
-            lanes: lanes.into_iter().map(Connection::Single).collect(),
-            subscribers: vec![client],
-        })
-    }
-
-    /// Connects to the cluster `url` names, with `lanes` write lanes, failing fast when no
-    /// seed node answers.
-    async fn open_cluster(
-        url: &cluster::ClusterUrl,
-        tls: &RedisTls,
-        lanes: usize,
-    ) -> redis::RedisResult<Self> {
-        let client = url.client(tls)?;
-        let connection = client.get_async_connection().await?;
-        let lanes =
-            futures::future::try_join_all((0..lanes).map(|_| client.get_async_connection()))
-                .await?;
-        Ok(Self {
-            connection: Connection::Cluster(connection),
-            lanes: lanes.into_iter().map(Connection::Cluster).collect(),
-            subscribers: url.node_clients(tls)?,
-        })
-    }
-
-    /// The server's address, for the log (never credentials).
-    fn address(&self) -> String {
-        self.subscribers
-            .first()
-            .map(|client| client.get_connection_info().addr().to_string())
-            .unwrap_or_default()
-    }
-}
 
 pub struct RedisStore {
     primary: Arc<RwLock<Primary>>,

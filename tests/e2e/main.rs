@@ -37,6 +37,7 @@ mod login_rate;
 mod model_gateway;
 mod noisy_tenants;
 mod observability;
+mod openapi_defaults;
 mod ordering;
 mod personalised_pools;
 mod process;

@@ -123,7 +123,7 @@ async fn the_hooks_coerce_scalars_as_pydantic_does() {
 /// `api_base` pattern is the gateway's check (which writes `[\s\S]` as `(?s:.)`).
 #[test]
 fn the_api_base_pattern_is_the_documents() {
-    let document = sandgate_edge::openapi_document(&serde_json::json!({}));
+    let document = sandgate_edge::openapi_document(&serde_json::Map::new());
     let documented = document["components"]["schemas"]["NewModel"]["properties"]["gateway_params"]
         ["properties"]["api_base"]["pattern"]
         .as_str()

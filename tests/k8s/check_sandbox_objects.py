@@ -1,7 +1,7 @@
 """Checks the objects the `kubernetes` sandbox driver sends, as a real API server and the
 `restricted` Pod Security Standard would.
 
-Reads a JSON list of objects (what tests/e2e/kubernetes.rs collected from its fake API
+Reads a JSON list of objects (what tests/e2e/kubernetes/ collected from its fake API
 server) and checks:
 - each one strictly against the Kubernetes schemas of the oldest and newest supported
   releases (kubernetes-validate: unknown fields fail, an object without a schema fails);

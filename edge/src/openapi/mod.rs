@@ -1,10 +1,10 @@
 //! The OpenAPI document of the REST surface, served at `/openapi.json`. Generated: each
 //! route is registered with its operation (`#[utoipa::path]` on the handler, see
 //! `routes.rs`), the requests and answers are the handlers' own types (`ToSchema`), and
-//! the ConversationInfo schemas are the real models' (`conversation.rs`). The routes the
-//! binary serves beside the edge's are described in `served_elsewhere.rs`.
+//! the ConversationInfo schemas are the real models', as the conversation crate gives them
+//! (`sandgate_conversation::openapi_schemas`). The routes the binary serves beside the
+//! edge's are described in `served_elsewhere.rs`.
 
-mod conversation;
 mod served_elsewhere;
 
 use served_elsewhere::ServedElsewhere;
@@ -99,9 +99,9 @@ impl utoipa::PartialSchema for ConversationInfo {
 
 impl utoipa::ToSchema for ConversationInfo {}
 
-/// The document served: `generated` (the routes' operations and their types) with the
-/// ConversationInfo schemas built from `conversation_schema`.
-pub(crate) fn document(generated: OpenApi, conversation_schema: &Value) -> Value {
+/// The document served: `generated` (the routes' operations and their types) with
+/// `conversation_schemas`, the ConversationInfo components.
+pub(crate) fn document(generated: OpenApi, conversation_schemas: &Map<String, Value>) -> Value {
     let mut document = match serde_json::to_value(generated) {
         Ok(Value::Object(document)) => document,
         _ => Map::new(),
@@ -119,7 +119,7 @@ pub(crate) fn document(generated: OpenApi, conversation_schema: &Value) -> Value
         .and_then(|components| object_at(components, "schemas"))
     {
         // The models' own, in place of the name the operations refer to them by.
-        schemas.extend(conversation::schemas(conversation_schema));
+        schemas.extend(conversation_schemas.clone());
     }
     Value::Object(document)
 }

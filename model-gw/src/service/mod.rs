@@ -88,7 +88,7 @@ pub struct Gateway {
 }
 
 /// Spend log entries listed when the caller names no limit.
-const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
+pub const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
 
 impl ModelGatewayService {
     pub fn new(store: Store, options: GatewayOptions) -> Result<Self, String> {

@@ -13,9 +13,9 @@
 //!   to `{root}/{runtime_id}/sandbox.log`.
 //! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT`, `HOME` and
 //!   `TMPDIR`, and of Sandgate's own only `PATH`, the locale and the time zone: Sandgate's
-//!   secrets never reach a sandbox. It runs in PID and user namespaces of its own, as a uid of its own
-//!   when Sandgate is root, under rlimits (`process_isolation.rs` says what this machine
-//!   allows): it cannot read Sandgate's `/proc` nor another sandbox's.
+//!   secrets never reach a sandbox. It runs in PID and user namespaces of its own, as a
+//!   uid of its own when Sandgate is root, under rlimits (`process_isolation.rs` says what
+//!   this machine allows): it cannot read Sandgate's `/proc` nor another sandbox's.
 //! - Sandboxes of one image all name the agent-server's port (`SANDBOX_PORT`). Each gets a
 //!   free port of its own: every argument of its command that is that port, or ends in
 //!   `=port` or `:port`, is rewritten to it, `PORT` holds it too, and its URL is
@@ -35,12 +35,12 @@
 
 mod command_line;
 mod mounts;
+mod starting;
 mod stopping;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -48,19 +48,13 @@ use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-use super::driver::{DriverError, Observed, SECRET_KEY_ENV, SandboxDriver, SandboxKeys};
-use super::process_isolation::{Isolation, only_deaf_init, signal_namespace, start_time};
+use super::driver::{DriverError, Observed, SandboxDriver, SandboxKeys};
+use super::process_isolation::Isolation;
 use crate::ambient::Clock;
-use command_line::{arguments, relative, resolve};
 use sandgate_store::{SandboxState, StoredSandbox};
-use stopping::{EXIT_POLL, stop_leftover, terminate};
-
-/// The environment variable that carries the session key, as in a Kubernetes sandbox.
-const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
-/// Of Sandgate's own environment, what a sandbox's process inherits.
-const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
+use stopping::{stop_leftover, terminate};
 /// How long a readiness probe waits for the port to accept a connection.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 const PORT_FILE: &str = "port";
@@ -167,142 +161,6 @@ impl ProcessDriver {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts `sandbox`'s command on `port` with its keys; its process.
-    fn spawn(
-        &self,
-        sandbox: &StoredSandbox,
-        port: u16,
-        keys: &SandboxKeys,
-    ) -> Result<Child, DriverError> {
-        let dir = self.dir(&sandbox.runtime_id);
-        let failed = |what: &str, err: std::io::Error| {
-            DriverError(format!(
-                "cannot {what} for sandbox {}: {err}",
-                sandbox.runtime_id
-            ))
-        };
-        // Without a working directory of its own, `workspace`: the sandbox's directory
-        // itself holds Sandgate's files (its pid among them) and stays root's.
-        let relative_workdir = Some(relative(&sandbox.spec.working_dir))
-            .filter(|path| !path.as_os_str().is_empty())
-            .unwrap_or_else(|| PathBuf::from("workspace"));
-        let workdir = dir.join(&relative_workdir);
-        let home = dir.join("home");
-        let identity = self.isolation.identity(
-            &sandbox.runtime_id,
-            sandbox.spec.run_as_user,
-            sandbox.spec.run_as_group,
-        );
-        // Its working directory at the path its spec names, in a mount namespace of its
-        // own (root only: the mount is made before the uid drops).
-        let mounts = self
-            .isolation
-            .mounts
-            .as_ref()
-            .zip(identity)
-            .and_then(|(tools, identity)| {
-                Some((tools, identity, mounts::bind(&dir, &relative_workdir)?))
-            });
-        // Its own temporary directory (TMPDIR): agent-servers name theirs after their pid,
-        // which is the same in every sandbox's PID namespace.
-        let tmp = dir.join("tmp");
-        for path in [&workdir, &home, &tmp] {
-            std::fs::create_dir_all(path)
-                .map_err(|err| failed(&format!("create {}", path.display()), err))?;
-        }
-        if let Some(identity) = identity {
-            // The sandbox's own directories are its uid's; the rest of `dir` stays root's.
-            let mut owned = vec![home.clone(), tmp.clone()];
-            let mut path = dir.clone();
-            for part in relative_workdir.components() {
-                path.push(part);
-                owned.push(path.clone());
-            }
-            for path in owned {
-                std::os::unix::fs::chown(&path, Some(identity.uid), Some(identity.gid))
-                    .map_err(|err| failed(&format!("give {} to its uid", path.display()), err))?;
-                // Its own to read: not a neighbour's of another uid.
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-                    .map_err(|err| failed(&format!("close {}", path.display()), err))?;
-            }
-        }
-        std::fs::write(dir.join(PORT_FILE), port.to_string())
-            .map_err(|err| failed("record the port", err))?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(LOG_FILE))
-            .map_err(|err| failed("open the log", err))?;
-        let output = log.try_clone().map_err(|err| failed("open the log", err))?;
-        let argv = arguments(&sandbox.spec, self.options.port, port);
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| DriverError("the sandbox has neither a command nor an image".into()))?;
-        let path = sandbox
-            .spec
-            .environment
-            .get("PATH")
-            .cloned()
-            .or_else(|| std::env::var("PATH").ok())
-            .unwrap_or_default();
-        let (program_path, args) = self.isolation.command_line(
-            &resolve(program, &path),
-            args,
-            sandbox.spec.resource_factor,
-            identity
-                .is_some_and(|identity| identity.uid >= super::process_isolation::SANDBOX_UID_BASE),
-        );
-        let mut command = match mounts {
-            Some((tools, identity, bound)) => {
-                let (unshare, args) =
-                    mounts::command_line(tools, &bound, identity, &program_path, args);
-                let mut command = Command::new(unshare);
-                command.args(args);
-                command
-            }
-            None => {
-                let mut command = Command::new(program_path);
-                if let Some(identity) = identity {
-                    command.uid(identity.uid).gid(identity.gid);
-                }
-                command.args(args);
-                command
-            }
-        };
-        command
-            .current_dir(&workdir)
-            .env_clear()
-            .envs(
-                INHERITED_ENV.iter().filter_map(|name| {
-                    std::env::var_os(name).map(|value| (name.to_string(), value))
-                }),
-            )
-            .env("HOME", &home)
-            .env("TMPDIR", &tmp)
-            .envs(&sandbox.spec.environment)
-            .env("PORT", port.to_string())
-            // Sandgate's keys over any the spec names, as on Kubernetes.
-            .env(SESSION_KEY_ENV, &keys.session)
-            .env(SECRET_KEY_ENV, &keys.secret)
-            .stdin(Stdio::null())
-            .stdout(output)
-            .stderr(log)
-            // Its own process group, so that stopping it stops what it started too.
-            .process_group(0)
-            .kill_on_drop(true);
-        let child = command
-            .spawn()
-            .map_err(|err| failed(&format!("run {program:?}"), err))?;
-        if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
-            // For the next run to stop it, should this one end without doing so; its start
-            // time tells it from a process that takes its pid later.
-            let started = start_time(pid).unwrap_or_default();
-            let _ = std::fs::write(dir.join(PID_FILE), format!("{pid} {started}"));
-        }
-        tracing::debug!(runtime_id = %sandbox.runtime_id, port, "sandbox process started");
-        Ok(child)
-    }
-
     /// The sandbox's port: its own when it has one, else a free one.
     fn port(&self, runtime_id: &str) -> Result<u16, DriverError> {
         if let Some(sandbox) = self.sandboxes().get(runtime_id) {
@@ -344,47 +202,6 @@ impl ProcessDriver {
         };
         terminate(child, self.options.stop_grace).await;
         let _ = std::fs::remove_file(self.dir(runtime_id).join(PID_FILE));
-    }
-}
-
-impl Drop for ProcessDriver {
-    /// Sandgate is stopping: its sandboxes go with it, as a stop ends them (SIGTERM to
-    /// every process, the grace period, then SIGKILL of each namespace or group), all at
-    /// once. It blocks, once, at shutdown: there is no runtime left to wait on. The next
-    /// run reports them in error.
-    fn drop(&mut self) {
-        let grace = self.options.stop_grace;
-        let mut sandboxes = self.sandboxes();
-        let mut running: Vec<(i32, &mut Child)> = sandboxes
-            .values_mut()
-            .filter_map(|sandbox| match &mut sandbox.process {
-                Process::Running(child) => {
-                    let pid = child.id().and_then(|pid| i32::try_from(pid).ok())?;
-                    Some((pid, child))
-                }
-                _ => None,
-            })
-            .collect();
-        for (pid, _) in &running {
-            if !signal_namespace(*pid, Signal::SIGTERM) {
-                let _ = killpg(Pid::from_raw(*pid), Signal::SIGTERM);
-            }
-        }
-        let deadline = std::time::Instant::now() + grace;
-        while std::time::Instant::now() < deadline
-            && running.iter_mut().any(|(pid, child)| {
-                if only_deaf_init(*pid) {
-                    let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
-                }
-                matches!(child.try_wait(), Ok(None))
-            })
-        {
-            std::thread::sleep(EXIT_POLL);
-        }
-        for (pid, _) in &running {
-            // Those that exited too: what they started may not have.
-            let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
-        }
     }
 }
 

@@ -1,9 +1,9 @@
 //! The warm-pool reconciler: for each configuration in effect it keeps `count` unclaimed
 //! sandboxes on the configuration's current spec, replaces those on an old one, culls
-//! pools whose configuration is gone, pauses claimed sandboxes idle for `RUNTIME_IDLE_SECONDS`
-//! (`idle.rs`) and deletes those paused for longer than `RUNTIME_DEAD_SECONDS`. Claimed
-//! sandboxes are otherwise never touched. One reconciler
-//! acts at a time across replicas: each pass holds a lease in the store.
+//! pools whose configuration is gone, pauses claimed sandboxes idle for
+//! `RUNTIME_IDLE_SECONDS` (`idle.rs`) and deletes those paused for longer than
+//! `RUNTIME_DEAD_SECONDS` (`retention.rs`). Claimed sandboxes are otherwise never touched.
+//! One reconciler acts at a time across replicas: each pass holds a lease in the store.
 //!
 //! A pass reads what it may act on, from the store's sweep indexes: the unclaimed
 //! sandboxes, and the claimed ones paused or stopped for longer than they are kept. Its
@@ -18,13 +18,16 @@
 //! creates keep failing retries ever more slowly and says why in its status.
 //!
 //! Each pass that acts records its duration, its actions and the pools' counts as
-//! metrics; a replica that does not hold the lease reports its pools at 0, so that only
-//! the acting reconciler's counts add up.
+//! metrics (`report.rs`); a replica that does not hold the lease reports its pools at 0,
+//! so that only the acting reconciler's counts add up.
 
 mod idle;
 mod orphans;
+mod report;
+mod retention;
 
 pub use orphans::{ORPHAN_GRACE_MS, ORPHAN_SWEEP_GUARD};
+pub use report::describe_metrics;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,7 +41,7 @@ use super::spec::pool_spec;
 use super::{PoolCounts, SandboxResult, Sandboxes, pool_status};
 use crate::admin::source::Generation;
 use crate::ambient::random_hex;
-use sandgate_store::{Fence, SandboxState, StoredSandbox, SweepIndex};
+use sandgate_store::{Fence, SandboxState, StoredSandbox};
 
 /// How long a claim's wake-up waits for more claims before the refilling pass.
 const CLAIM_COALESCE: Duration = Duration::from_millis(20);
@@ -101,35 +104,9 @@ pub struct Reconciler {
     warned: Mutex<HashMap<String, String>>,
 }
 
-/// The states a warm pool's gauge is labelled with.
-const POOL_STATES: [&str; 3] = ["ready", "starting", "failed"];
-
-/// Registers the reconciler's metrics with their help text (after the recorder is
-/// installed).
-pub fn describe_metrics() {
-    metrics::describe_histogram!(
-        "sandgate_reconcile_duration_seconds",
-        metrics::Unit::Seconds,
-        "duration of the warm-pool reconciler's passes (those that held the lease)"
-    );
-    metrics::describe_counter!(
-        "sandgate_reconcile_actions_total",
-        "sandboxes the reconciler created, culled (warm, off spec or surplus), replaced (warm, failed), paused (claimed, idle) or retired (claimed, dead)"
-    );
-    metrics::describe_gauge!(
-        "sandgate_warm_pool_sandboxes",
-        "warm sandboxes of each pool by state after the last pass (0 on replicas without the lease)"
-    );
-}
-
 impl Reconciler {
     pub fn new(sandboxes: Arc<Sandboxes>) -> Self {
-        // The action counters exist from the start, at 0.
-        for action in [
-            "created", "culled", "retired", "orphans", "replaced", "paused",
-        ] {
-            metrics::counter!("sandgate_reconcile_actions_total", "action" => action).increment(0);
-        }
+        report::zero_counters();
         Self {
             sandboxes,
             holder: random_hex(8),
@@ -219,58 +196,15 @@ impl Reconciler {
     pub async fn pass(&self) -> SandboxResult<Pass> {
         let started = Instant::now();
         let result = self.reconcile().await;
-        match &result {
-            Ok((pass, _)) if !pass.acted => self.report_pools(&HashMap::new()),
-            Ok((pass, pools)) => {
-                for (action, count) in [
-                    ("created", pass.created),
-                    ("culled", pass.culled),
-                    ("retired", pass.retired),
-                    ("orphans", pass.orphans),
-                    ("replaced", pass.replaced),
-                    ("paused", pass.paused),
-                ] {
-                    metrics::counter!("sandgate_reconcile_actions_total", "action" => action)
-                        .increment(count as u64);
-                }
-                self.report_pools(pools);
-                metrics::histogram!("sandgate_reconcile_duration_seconds")
-                    .record(started.elapsed());
-            }
-            Err(_) => {
-                metrics::histogram!("sandgate_reconcile_duration_seconds")
-                    .record(started.elapsed());
-            }
-        }
+        self.record(started, &result);
         result.map(|(pass, _)| pass)
-    }
-
-    /// Sets each pool's gauges, and those of pools no longer reported to 0.
-    fn report_pools(&self, pools: &HashMap<String, PoolCounts>) {
-        let mut reported = self.reported.lock().unwrap_or_else(PoisonError::into_inner);
-        for gone in reported.iter().filter(|pool| !pools.contains_key(*pool)) {
-            for state in POOL_STATES {
-                metrics::gauge!("sandgate_warm_pool_sandboxes", "pool" => gone.clone(), "state" => state)
-                    .set(0.0);
-            }
-        }
-        for (pool, counts) in pools {
-            for (state, count) in
-                POOL_STATES
-                    .into_iter()
-                    .zip([counts.ready, counts.starting, counts.failed])
-            {
-                metrics::gauge!("sandgate_warm_pool_sandboxes", "pool" => pool.clone(), "state" => state)
-                    .set(count as f64);
-            }
-        }
-        *reported = pools.keys().cloned().collect();
     }
 
     /// The pass itself, and each configured pool's counts after it.
     async fn reconcile(&self) -> SandboxResult<(Pass, HashMap<String, PoolCounts>)> {
-        let store = &self.sandboxes.store;
-        let Some(token) = store
+        let Some(token) = self
+            .sandboxes
+            .store
             .sandboxes
             .acquire_lease(LEASE, &self.holder, self.lease_ttl())
             .await?
@@ -291,28 +225,8 @@ impl Reconciler {
             ..Pass::default()
         };
         let now = self.sandboxes.now_ms();
-        let options = self.sandboxes.options();
         pass.paused = self.pause_idle(now, fence).await?;
-        let dead_since = now.saturating_sub(options.dead_after.as_millis() as i64);
-        for record in self
-            .sandboxes
-            .swept(SweepIndex::Paused, dead_since, SWEEP_BATCH)
-            .await?
-        {
-            tracing::info!(runtime_id = %record.runtime_id, "deleting a sandbox paused for too long");
-            self.sandboxes.retire(record, fence).await?;
-            pass.retired += 1;
-        }
-        let kept_since = now.saturating_sub(options.stopped_retention.as_millis() as i64);
-        for record in self
-            .sandboxes
-            .swept(SweepIndex::Stopped, kept_since, SWEEP_BATCH)
-            .await?
-        {
-            if store.sandboxes.delete_sandbox(&record, fence).await? {
-                pass.retired += 1;
-            }
-        }
+        pass.retired = self.retire_expired(now, fence).await?;
 
         let (configs, generation) = self.sandboxes.configs.effective().await?;
         let limits = self.sandboxes.configs.limits();

@@ -5,7 +5,8 @@
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 use uuid::Uuid;
 
-use super::{CONVERSATIONS, INDEX, decode_conversation, index_entry, unavailable};
+use super::conversations::{CONVERSATIONS, INDEX, decode_conversation, index_entry};
+use super::unavailable;
 use crate::{ConversationHead, StoreError, StoreResult, StoredConversation};
 
 /// id → the record's [`ConversationHead`] as JSON.
@@ -117,7 +118,7 @@ mod tests {
             let txn = db.begin_write().expect("write");
             {
                 let mut table = txn.open_table(CONVERSATIONS).expect("table");
-                let bytes = super::super::encode_conversation(&old).expect("encode");
+                let bytes = super::super::conversations::encode_conversation(&old).expect("encode");
                 table
                     .insert(old.id.to_string().as_str(), bytes.as_slice())
                     .expect("insert");

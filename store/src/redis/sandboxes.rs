@@ -19,6 +19,11 @@
 //!   each time the lease passes to a holder (no TTL: it must never go back). On one Redis
 //!   it is also the bucket's; on a cluster a holder raises every bucket's to it before it
 //!   writes, so that no write of an earlier holder lands from then on.
+//!
+//! The lease's scripts are in [`leases`], the sweep indexes' reads and repair in [`sweep`].
+
+mod leases;
+mod sweep;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -34,14 +39,6 @@ use crate::{StoreError, StoreResult};
 
 /// The hash tag's kind, and the lease's keys' tag.
 const KIND: &str = "sandboxes";
-
-fn lease_key(name: &str) -> String {
-    format!("sandgate:{{{KIND}}}:lease:{name}")
-}
-
-fn lease_token_key(name: &str) -> String {
-    format!("sandgate:{{{KIND}}}:lease-token:{name}")
-}
 
 /// One bucket's keys.
 struct Keys(String);
@@ -152,68 +149,6 @@ return 1
     )
 });
 
-/// KEYS: versions, then the pooled, paused and stopped sweep indexes. ARGV: id, version,
-/// the index it belongs to (1 to 3, 0: none), its position there. Puts the record in its
-/// index alone, when it is still at that version. Returns the entries added or dropped.
-static REINDEX: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
-local changed = 0
-for index = 1, 4 do
-  if index == tonumber(ARGV[3]) then
-    changed = changed + redis.call('ZADD', KEYS[index + 1], 'CH', ARGV[4], ARGV[1])
-  else
-    changed = changed + redis.call('ZREM', KEYS[index + 1], ARGV[1])
-  end
-end
-return changed
-",
-    )
-});
-
-/// Records a reindex reads at a time.
-const REINDEX_PAGE: usize = 256;
-
-/// KEYS: the lease, its token. ARGV: holder, TTL in milliseconds. Returns the token when
-/// `holder` has the lease (a new one when it just took it), 0 when another holder has it.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if holder == ARGV[1] then
-  local token = redis.call('GET', KEYS[2])
-  if token then return tonumber(token) end
-end
-return redis.call('INCR', KEYS[2])
-",
-    )
-});
-
-/// KEYS: a bucket's token of a lease. ARGV: the lease's token. Raises the bucket's to it.
-static RAISE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then
-  redis.call('SET', KEYS[1], ARGV[1])
-end
-return 1
-",
-    )
-});
-
-/// KEYS: the lease. ARGV: holder.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1
-",
-    )
-});
-
 fn decode(data: &[u8]) -> StoreResult<StoredSandbox> {
     serde_json::from_slice(data).map_err(corrupt)
 }
@@ -231,56 +166,6 @@ impl RedisStore {
     /// Every bucket's keys.
     fn every_bucket(&self) -> impl Iterator<Item = Keys> {
         self.layout.buckets().map(Keys::of)
-    }
-
-    /// Puts `records`, all of one bucket, in their sweep indexes (see
-    /// `reindex_sandboxes`): where each stands is read in one round trip, and only a
-    /// misplaced one costs a version-checked fix.
-    async fn reindex(&self, keys: &Keys, records: &[StoredSandbox]) -> StoreResult<usize> {
-        if records.is_empty() {
-            return Ok(0);
-        }
-        let mut connection = self.connection();
-        let indexes = SweepIndex::ALL.map(|index| keys.sweep(index));
-        let mut positions = redis::pipe();
-        for record in records {
-            for key in &indexes {
-                positions.zscore(key, &record.runtime_id);
-            }
-        }
-        let positions: Vec<Option<i64>> = positions
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        let mut changed = 0;
-        for (record, found) in records.iter().zip(positions.chunks(indexes.len())) {
-            let place = record.sweep_index();
-            let expected = SweepIndex::ALL.map(|index| {
-                place.and_then(|(belongs, position)| (belongs == index).then_some(position))
-            });
-            if found == expected.as_slice() {
-                continue;
-            }
-            // The script numbers the indexes from 1, 0 for none.
-            let (number, position) = place.map_or((0, 0), |(belongs, position)| {
-                (belongs.ordinal() + 1, position)
-            });
-            let fixed: usize = REINDEX
-                .key(keys.versions())
-                .key(&indexes[0])
-                .key(&indexes[1])
-                .key(&indexes[2])
-                .key(&indexes[3])
-                .arg(&record.runtime_id)
-                .arg(record.version)
-                .arg(number)
-                .arg(position)
-                .invoke_async(&mut connection)
-                .await
-                .map_err(unavailable)?;
-            changed += fixed;
-        }
-        Ok(changed)
     }
 
     /// The records of `ids` that exist, each read from its bucket (one `HMGET` per
@@ -308,79 +193,6 @@ impl RedisStore {
             .flatten()
             .map(|data| decode(data))
             .collect()
-    }
-
-    /// One bucket's sandboxes in `index` up to `until_ms`, at most `limit` of them.
-    async fn swept_in_bucket(
-        &self,
-        keys: Keys,
-        index: SweepIndex,
-        until_ms: i64,
-        limit: usize,
-    ) -> StoreResult<Vec<StoredSandbox>> {
-        let key = keys.sweep(index);
-        let mut connection = self.connection();
-        let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(&key)
-            .arg("-inf")
-            .arg(until_ms)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(i64::try_from(limit).unwrap_or(-1))
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let records: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(keys.records())
-            .arg(&ids)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        // A member without a record was deleted by a writer that did not know the
-        // index; runtime ids are never reused, so it can go without a check.
-        let gone: Vec<&String> = ids
-            .iter()
-            .zip(&records)
-            .filter_map(|(id, record)| record.is_none().then_some(id))
-            .collect();
-        if !gone.is_empty() {
-            redis::cmd("ZREM")
-                .arg(&key)
-                .arg(gone)
-                .query_async::<i64>(&mut connection)
-                .await
-                .map_err(unavailable)?;
-        }
-        records.iter().flatten().map(|data| decode(data)).collect()
-    }
-
-    /// One bucket's sweep indexes repaired (see `reindex_sandboxes`).
-    async fn reindex_bucket(&self, keys: Keys) -> StoreResult<usize> {
-        let mut connection = self.connection();
-        let mut cursor = 0_u64;
-        let mut changed = 0;
-        loop {
-            let (next, page): (u64, Vec<(String, Vec<u8>)>) = redis::cmd("HSCAN")
-                .arg(keys.records())
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(REINDEX_PAGE)
-                .query_async(&mut connection)
-                .await
-                .map_err(unavailable)?;
-            let records = page
-                .iter()
-                .map(|(_, data)| decode(data))
-                .collect::<StoreResult<Vec<_>>>()?;
-            changed += self.reindex(&keys, &records).await?;
-            if next == 0 {
-                return Ok(changed);
-            }
-            cursor = next;
-        }
     }
 }
 
@@ -568,49 +380,10 @@ impl SandboxStore for RedisStore {
         holder: &str,
         ttl: Duration,
     ) -> StoreResult<Option<u64>> {
-        let mut connection = self.write_connection();
-        let token: u64 = ACQUIRE
-            .key(lease_key(name))
-            .key(lease_token_key(name))
-            .arg(holder)
-            .arg(ttl.as_millis().max(1) as u64)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        if token == 0 {
-            return Ok(None);
-        }
-        if self.layout.is_cluster() {
-            // Every bucket learns the token before the holder writes: from then on no
-            // earlier holder's write lands anywhere.
-            futures::future::try_join_all(self.every_bucket().map(|keys| {
-                let mut connection = connection.clone();
-                async move {
-                    RAISE
-                        .key(keys.lease_token(name))
-                        .arg(token)
-                        .invoke_async::<i64>(&mut connection)
-                        .await
-                }
-            }))
-            .await
-            .map_err(unavailable)?;
-        }
-        // A token lost with a primary that died before its replicas had it could be
-        // handed out again: the lease is the holder's once they have it (and, on a
-        // cluster, every bucket's copy of it).
-        self.replicated(&mut connection).await?;
-        Ok(Some(token))
+        self.acquire(name, holder, ttl).await
     }
 
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {
-        let mut connection = self.connection();
-        RELEASE
-            .key(lease_key(name))
-            .arg(holder)
-            .invoke_async::<i64>(&mut connection)
-            .await
-            .map(drop)
-            .map_err(unavailable)
+        self.release(name, holder).await
     }
 }

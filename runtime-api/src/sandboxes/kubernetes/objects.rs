@@ -5,17 +5,18 @@
 //! it deletes them too (the cluster's garbage collector).
 //!
 //! The pods meet the `restricted` Pod Security Standard unless the installation says that
-//! its sandboxes need more ([`PodSecurity`]).
+//! its sandboxes need more ([`PodSecurity`], `security.rs`).
+
+mod security;
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
-    Volume, VolumeMount, VolumeResourceRequirements,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec,
+    TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -25,9 +26,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{KubernetesOptions, PodSecurity};
-use crate::sandboxes::driver::{Refusal, SECRET_KEY_ENV, SandboxKeys};
-use sandgate_store::{SandboxSpec, StoredSandbox};
+use super::KubernetesOptions;
+use crate::sandboxes::driver::{SECRET_KEY_ENV, SandboxKeys};
+use sandgate_store::StoredSandbox;
+pub use security::refusal;
+use security::{container_security_context, pod_security_context};
 
 /// Label on every object Sandgate creates: the one selector `observe` lists pods by.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
@@ -218,67 +221,6 @@ pub fn secret(
         type_: Some("Opaque".to_owned()),
         string_data: Some(secret_data(keys)),
         ..Secret::default()
-    }
-}
-
-/// Why the installation's pod security refuses `spec`: the field, and what to change.
-pub fn refusal(spec: &SandboxSpec, level: PodSecurity) -> Option<Refusal> {
-    if spec.fuse_s3_mount == Some(true) && level != PodSecurity::Privileged {
-        return Some(Refusal {
-            field: "fuse_s3_mount",
-            input: true.into(),
-            message:
-                "a FUSE S3 mount needs /dev/fuse and CAP_SYS_ADMIN, which only a privileged pod \
-             has: the installation must allow it (SANDBOX_POD_SECURITY=privileged)"
-                    .to_owned(),
-        });
-    }
-    if spec.run_as_user == Some(0) && level == PodSecurity::Restricted {
-        return Some(Refusal {
-            field: "run_as_user",
-            input: 0.into(),
-            message:
-                "sandboxes run under the restricted Pod Security Standard, which refuses user 0 \
-             (root): use another user, or an installation that allows root \
-             (SANDBOX_POD_SECURITY=baseline)"
-                    .to_owned(),
-        });
-    }
-    None
-}
-
-/// The pod's security context: the spec's user and groups, the runtime's default seccomp
-/// profile, and under `restricted` no root.
-fn pod_security_context(spec: &SandboxSpec, level: PodSecurity) -> PodSecurityContext {
-    PodSecurityContext {
-        run_as_user: spec.run_as_user,
-        run_as_group: spec.run_as_group,
-        fs_group: spec.fs_group,
-        run_as_non_root: (level == PodSecurity::Restricted).then_some(true),
-        seccomp_profile: Some(SeccompProfile {
-            type_: "RuntimeDefault".to_owned(),
-            ..SeccompProfile::default()
-        }),
-        ..PodSecurityContext::default()
-    }
-}
-
-/// The container's: no privilege escalation, and under `restricted` no capabilities; a
-/// FUSE mount (allowed only by `privileged`) runs privileged, which gives it `/dev/fuse`.
-fn container_security_context(spec: &SandboxSpec, level: PodSecurity) -> SecurityContext {
-    if spec.fuse_s3_mount == Some(true) && level == PodSecurity::Privileged {
-        return SecurityContext {
-            privileged: Some(true),
-            ..SecurityContext::default()
-        };
-    }
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: (level == PodSecurity::Restricted).then(|| Capabilities {
-            drop: Some(vec!["ALL".to_owned()]),
-            ..Capabilities::default()
-        }),
-        ..SecurityContext::default()
     }
 }
 

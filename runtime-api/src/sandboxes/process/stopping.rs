@@ -1,5 +1,6 @@
 //! Stopping a `process` sandbox: every process of its namespace (or group) asked to end,
-//! then killed past a grace period; and what a previous run of Sandgate left running.
+//! then killed past a grace period; all of them at once when Sandgate stops; and what a
+//! previous run of Sandgate left running.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::Child;
 
-use super::PID_FILE;
+use super::{PID_FILE, Process, ProcessDriver};
 use crate::sandboxes::process_isolation::{only_deaf_init, signal_namespace, start_time};
 
 /// How often a stop looks whether the sandbox's processes have gone.
@@ -64,4 +65,45 @@ pub(super) fn stop_leftover(dir: &Path) {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
     let _ = std::fs::remove_file(dir.join(PID_FILE));
+}
+
+impl Drop for ProcessDriver {
+    /// Sandgate is stopping: its sandboxes go with it, as a stop ends them (SIGTERM to
+    /// every process, the grace period, then SIGKILL of each namespace or group), all at
+    /// once. It blocks, once, at shutdown: there is no runtime left to wait on. The next
+    /// run reports them in error.
+    fn drop(&mut self) {
+        let grace = self.options.stop_grace;
+        let mut sandboxes = self.sandboxes();
+        let mut running: Vec<(i32, &mut Child)> = sandboxes
+            .values_mut()
+            .filter_map(|sandbox| match &mut sandbox.process {
+                Process::Running(child) => {
+                    let pid = child.id().and_then(|pid| i32::try_from(pid).ok())?;
+                    Some((pid, child))
+                }
+                _ => None,
+            })
+            .collect();
+        for (pid, _) in &running {
+            if !signal_namespace(*pid, Signal::SIGTERM) {
+                let _ = killpg(Pid::from_raw(*pid), Signal::SIGTERM);
+            }
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline
+            && running.iter_mut().any(|(pid, child)| {
+                if only_deaf_init(*pid) {
+                    let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+                }
+                matches!(child.try_wait(), Ok(None))
+            })
+        {
+            std::thread::sleep(EXIT_POLL);
+        }
+        for (pid, _) in &running {
+            // Those that exited too: what they started may not have.
+            let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+    }
 }

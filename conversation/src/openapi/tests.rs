@@ -17,7 +17,7 @@ fn validators_the_schema_can_say_are_in_the_document() {
             "LLM": llm, "LLM_1_34": llm, "MCPServer": server, "MCPServer_1_34": server,
         },
     });
-    let schemas = &Value::Object(super::schemas(&schema));
+    let schemas = &Value::Object(super::components(&schema));
     assert_eq!(
         schemas["ConfirmRisky"]["properties"]["threshold"]["enum"],
         json!(["LOW", "MEDIUM", "HIGH"])
@@ -82,7 +82,7 @@ fn union_variants_require_their_kind() {
             }
         }
     });
-    let schemas = &Value::Object(super::schemas(&schema));
+    let schemas = &Value::Object(super::components(&schema));
     assert_eq!(
         schemas["BaseWorkspace"]["discriminator"]["mapping"],
         json!({"LocalWorkspace": "#/components/schemas/LocalWorkspace"})
@@ -105,7 +105,7 @@ fn secrets_are_not_write_only() {
         "properties": {"key": secret},
         "$defs": {"LLM": {"properties": {"api_key": {"anyOf": [secret, {"type": "null"}]}}}},
     });
-    let text = Value::Object(super::schemas(&schema)).to_string();
+    let text = Value::Object(super::components(&schema)).to_string();
     assert!(!text.contains("writeOnly"));
     assert!(text.contains(r#""format":"password""#));
 }
@@ -114,7 +114,7 @@ fn secrets_are_not_write_only() {
 /// character up to U+FFFF (all of Unicode's whitespace is below U+3001).
 #[test]
 fn a_non_blank_name_is_one_python_does_not_strip_away() {
-    let pattern = fancy_regex::Regex::new(super::PYTHON_NON_SPACE).unwrap();
+    let pattern = fancy_regex::Regex::new(super::validators::PYTHON_NON_SPACE).unwrap();
     let python_space = |c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c);
     for c in (0..=0xffff).filter_map(char::from_u32) {
         let text = c.to_string();
@@ -129,7 +129,7 @@ fn a_non_blank_name_is_one_python_does_not_strip_away() {
 
 #[test]
 fn coerced_fields_widen_to_json_schemas() {
-    for (model, field, also) in super::COERCED_FIELDS {
+    for (model, field, also) in super::coerced::COERCED_FIELDS {
         for text in also.unwrap_or_default() {
             let schema: Value = serde_json::from_str(text)
                 .unwrap_or_else(|err| panic!("{model}.{field}: {text}: {err}"));
@@ -149,7 +149,7 @@ fn analyzer_patterns_are_regexes() {
         "PatternSecurityAnalyzer": analyzer,
         "PatternSecurityAnalyzer_1_34": analyzer,
     }});
-    let schemas = Value::Object(super::schemas(&schema));
+    let schemas = Value::Object(super::components(&schema));
     for name in ["PatternSecurityAnalyzer", "PatternSecurityAnalyzer_1_34"] {
         let properties = &schemas[name]["properties"];
         for field in ["high_patterns", "injection_medium_patterns"] {

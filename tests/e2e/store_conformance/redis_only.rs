@@ -1,0 +1,147 @@
+//! What only a Redis deployment has: a cluster's records spread over every master, and
+//! writes that survive a flushed script cache.
+
+use sandgate_store::{IndexKey, SandboxState, StoredSandbox, SweepIndex};
+use uuid::Uuid;
+
+use crate::common::Backend;
+
+use super::*;
+
+/// On a cluster, conversations' indexes and sandboxes are spread over every master (in
+/// buckets), and read back whole and in order across them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_spreads_indexes_and_sandboxes_over_every_master() {
+    let backend = Backend::redis_cluster().await;
+    let store = open(&backend).await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let mut ids: Vec<Uuid> = (0..64).map(|_| Uuid::new_v4()).collect();
+    for id in &ids {
+        let written = store
+            .conversations
+            .compare_and_swap(0, &record(*id, 1, None, &[("team", "a")]))
+            .await;
+        assert!(written.expect("cas"));
+    }
+    for number in 0..64 {
+        let warm = StoredSandbox {
+            created_at_ms: 1_000 + number,
+            ..sandbox(&format!("warm-{number}"), None, SandboxState::Running)
+        };
+        put(&store, None, &warm).await;
+    }
+    for mut connection in redis.node_connections().await {
+        for pattern in [
+            // (Where an index's buckets land depends on its name: the index of all
+            // conversations, the hottest, has some on every master of this cluster.)
+            "sandgate:idx:{*:all}",
+            "sandgate:{sandboxes:*}:records",
+            "sandgate:{sandboxes:*}:warm:claim",
+            "sandgate:{sandboxes:*}:sweep:pooled",
+        ] {
+            let keys: Vec<String> = ::redis::cmd("KEYS")
+                .arg(pattern)
+                .query_async(&mut connection)
+                .await
+                .expect("keys");
+            assert!(!keys.is_empty(), "a master without {pattern}");
+        }
+    }
+
+    ids.sort();
+    for index in [IndexKey::All, IndexKey::Tag("team".into(), "a".into())] {
+        let mut listed = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store
+                .conversations
+                .scan(&index, after, 10)
+                .await
+                .expect("scan");
+            let Some(last) = page.last() else { break };
+            assert!(page.len() <= 10);
+            after = Some(last.id);
+            listed.extend(page.iter().map(|record| record.id));
+        }
+        assert_eq!(listed, ids, "{index:?}");
+    }
+
+    assert_eq!(store.sandboxes.sandboxes().await.expect("all").len(), 64);
+    assert_eq!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 4).await,
+        ["warm-0", "warm-1", "warm-2", "warm-3"],
+        "the oldest of every bucket first"
+    );
+    let candidates = store
+        .sandboxes
+        .warm_sandboxes("claim", 8)
+        .await
+        .expect("warm");
+    let mut distinct: Vec<&str> = candidates.iter().map(|r| r.runtime_id.as_str()).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 8, "{distinct:?}");
+
+    let claimed = &candidates[0];
+    let running = next(claimed, |record| {
+        record.session_id = Some("session-x".into())
+    });
+    put(&store, Some(claimed), &running).await;
+    let found = store
+        .sandboxes
+        .sandbox_for_session("session-x")
+        .await
+        .expect("by session");
+    assert_eq!(
+        found.map(|record| record.runtime_id),
+        Some(running.runtime_id)
+    );
+}
+
+/// A Redis that forgot its scripts (restarted, failed over, `SCRIPT FLUSH`) still takes
+/// every scripted write: the store loads the script again instead of failing until it
+/// restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_writes_survive_a_flushed_script_cache() {
+    let backend = Backend::redis().await;
+    let store = open(&backend).await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let id = Uuid::new_v4();
+    let flush = || async {
+        let mut connection = redis.connection().await;
+        ::redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("SCRIPT FLUSH");
+    };
+    flush().await;
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(0, &record(id, 1, None, &[("team", "a")]))
+            .await
+            .expect("the swap after a flush")
+    );
+    flush().await;
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(1, &record(id, 2, None, &[]))
+            .await
+            .expect("the swap after another flush")
+    );
+    assert_eq!(
+        store
+            .conversations
+            .get(id)
+            .await
+            .expect("get")
+            .map(|record| record.version),
+        Some(2)
+    );
+}

@@ -1,0 +1,331 @@
+//! Sandboxes in every store: the sweep indexes following each record (and repaired from
+//! the records older writers left), and the reconciler's lease, whose holder past it
+//! writes nothing.
+
+use std::time::Duration;
+
+use sandgate_store::{SandboxState, StoredSandbox, SweepIndex};
+
+use crate::common::Backend;
+
+use super::*;
+
+async fn sweep_indexes_follow_each_record(backend: Backend) {
+    let store = open(&backend).await;
+    let warm = sandbox("warm", None, SandboxState::Starting);
+    let busy = sandbox("busy", Some("session-1"), SandboxState::Running);
+    put(&store, None, &warm).await;
+    put(&store, None, &busy).await;
+    // Read back as written, its start's timeline with it.
+    assert_eq!(
+        store
+            .sandboxes
+            .sandbox("busy")
+            .await
+            .expect("read")
+            .as_ref(),
+        Some(&busy)
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,
+        ["warm"]
+    );
+    assert!(
+        swept(&store, SweepIndex::Paused, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+    assert!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+
+    // A claimed, running sandbox waits in the running index by its last activity, or
+    // by when it started running when it has shown none since.
+    assert_eq!(swept(&store, SweepIndex::Running, 100, 10).await, ["busy"]);
+    let active = next(&busy, |record| record.active_at_ms = 150);
+    put(&store, Some(&busy), &active).await;
+    assert!(
+        swept(&store, SweepIndex::Running, 149, 10).await.is_empty(),
+        "activity moves it later"
+    );
+    assert_eq!(swept(&store, SweepIndex::Running, 150, 10).await, ["busy"]);
+    let busy = active;
+
+    let paused = next(&busy, |record| {
+        record.state = SandboxState::Paused;
+        record.changed_at_ms = 200;
+    });
+    put(&store, Some(&busy), &paused).await;
+    assert!(
+        swept(&store, SweepIndex::Running, i64::MAX, 10)
+            .await
+            .is_empty(),
+        "paused, it leaves the running index"
+    );
+    assert!(
+        swept(&store, SweepIndex::Paused, 199, 10).await.is_empty(),
+        "listed only once paused for long enough"
+    );
+    assert_eq!(swept(&store, SweepIndex::Paused, 200, 10).await, ["busy"]);
+
+    let stopped = next(&paused, |record| {
+        record.state = SandboxState::Stopped;
+        record.changed_at_ms = 300;
+    });
+    put(&store, Some(&paused), &stopped).await;
+    assert!(
+        swept(&store, SweepIndex::Paused, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+    assert_eq!(swept(&store, SweepIndex::Stopped, 300, 10).await, ["busy"]);
+
+    let claimed = next(&warm, |record| {
+        record.session_id = Some("session-2".into());
+        record.state = SandboxState::Running;
+    });
+    put(&store, Some(&warm), &claimed).await;
+    assert!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10)
+            .await
+            .is_empty(),
+        "a claim leaves the pool"
+    );
+
+    // Oldest first, at most the limit.
+    for (id, at) in [("c", 600), ("a", 400), ("b", 500)] {
+        let record = sandbox(id, Some(id), SandboxState::Stopped);
+        put(
+            &store,
+            None,
+            &StoredSandbox {
+                changed_at_ms: at,
+                ..record
+            },
+        )
+        .await;
+    }
+    assert_eq!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 3).await,
+        ["busy", "a", "b"]
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Stopped, 500, 10).await,
+        ["busy", "a", "b"]
+    );
+
+    assert!(
+        store
+            .sandboxes
+            .delete_sandbox(&stopped, None)
+            .await
+            .expect("delete")
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 10).await,
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        store.sandboxes.reindex_sandboxes().await.expect("reindex"),
+        0,
+        "nothing to repair where every write kept the indexes"
+    );
+}
+
+/// A lease's writes carry its fencing token: a holder that was paused past its lease,
+/// while another took it over, writes nothing once it wakes; the token stays while a
+/// holder renews and grows each time the lease passes on.
+async fn a_holder_past_its_lease_writes_nothing(backend: Backend) {
+    use sandgate_store::{Fence, StoreError};
+
+    let store = open(&backend).await;
+    let ttl = Duration::from_secs(60);
+    let lease = "reconcile";
+    let first = store
+        .sandboxes
+        .acquire_lease(lease, "paused-holder", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert_eq!(
+        store
+            .sandboxes
+            .acquire_lease(lease, "paused-holder", ttl)
+            .await
+            .expect("renew"),
+        Some(first),
+        "a renewal keeps the token"
+    );
+    assert_eq!(
+        store
+            .sandboxes
+            .acquire_lease(lease, "other", ttl)
+            .await
+            .expect("acquire"),
+        None,
+        "held"
+    );
+    let stale = Fence {
+        lease: lease.to_owned(),
+        token: first,
+    };
+    let record = sandbox("fenced", Some("fenced"), SandboxState::Running);
+    assert!(
+        store
+            .sandboxes
+            .put_sandbox(None, &record, Some(&stale))
+            .await
+            .expect("a write under the lease")
+    );
+
+    // The holder stops renewing (paused); the lease lapses and passes on.
+    store
+        .sandboxes
+        .release_lease(lease, "paused-holder")
+        .await
+        .expect("release");
+    let second = store
+        .sandboxes
+        .acquire_lease(lease, "new-holder", ttl)
+        .await
+        .expect("acquire")
+        .expect("free again");
+    assert!(second > first, "{second} after {first}");
+
+    let stopped = next(&record, |record| record.state = SandboxState::Stopped);
+    for refused in [
+        store
+            .sandboxes
+            .put_sandbox(Some(&record), &stopped, Some(&stale))
+            .await,
+        store.sandboxes.delete_sandbox(&record, Some(&stale)).await,
+    ] {
+        assert!(
+            matches!(refused, Err(StoreError::Fenced(ref name)) if name == lease),
+            "{refused:?}"
+        );
+    }
+    // Nor anywhere else: sandboxes the new holder has not written yet (on a cluster, in
+    // every bucket, each of which learnt the new token when the lease passed).
+    for number in 0..64 {
+        let elsewhere = sandbox(&format!("elsewhere-{number}"), None, SandboxState::Starting);
+        let refused = store
+            .sandboxes
+            .put_sandbox(None, &elsewhere, Some(&stale))
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Fenced(_))),
+            "{number}: {refused:?}"
+        );
+    }
+    let current = Fence {
+        lease: lease.to_owned(),
+        token: second,
+    };
+    assert!(
+        store
+            .sandboxes
+            .put_sandbox(Some(&record), &stopped, Some(&current))
+            .await
+            .expect("the new holder writes")
+    );
+    // The old holder back: a new token, larger again.
+    store
+        .sandboxes
+        .release_lease(lease, "new-holder")
+        .await
+        .expect("release");
+    let third = store
+        .sandboxes
+        .acquire_lease(lease, "paused-holder", ttl)
+        .await
+        .expect("acquire")
+        .expect("free");
+    assert!(third > second);
+}
+
+/// Records written by a release without the sweep indexes (during a rolling upgrade, its
+/// replicas beside this one's) are put in place by a reindex, and members left behind by
+/// such writers are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_reindex_repairs_what_older_writers_left() {
+    let backend = Backend::redis().await;
+    let store = open(&backend).await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let mut connection = redis.connection().await;
+    // As a writer without the indexes leaves them: a warm sandbox and a paused one in no
+    // index, a claimed one still in the pool's, and a deleted one still listed.
+    let unindexed = [
+        sandbox("warm", None, SandboxState::Running),
+        StoredSandbox {
+            changed_at_ms: 700,
+            ..sandbox("paused", Some("session-1"), SandboxState::Paused)
+        },
+        sandbox("claimed", Some("session-2"), SandboxState::Running),
+    ];
+    for record in &unindexed {
+        ::redis::pipe()
+            .hset(
+                "sandgate:{sandboxes}:records",
+                &record.runtime_id,
+                serde_json::to_vec(record).expect("json"),
+            )
+            .hset("sandgate:{sandboxes}:versions", &record.runtime_id, 1)
+            .query_async::<()>(&mut connection)
+            .await
+            .expect("raw write");
+    }
+    ::redis::pipe()
+        .zadd("sandgate:{sandboxes}:sweep:pooled", "claimed", 100)
+        .zadd("sandgate:{sandboxes}:sweep:stopped", "deleted", 100)
+        .query_async::<()>(&mut connection)
+        .await
+        .expect("raw write");
+
+    assert_eq!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,
+        ["claimed"],
+        "a stale member, which its reader skips"
+    );
+    assert_eq!(
+        store.sandboxes.reindex_sandboxes().await.expect("reindex"),
+        4,
+        "three added (the claimed one to the running index), one dropped"
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Running, i64::MAX, 10).await,
+        ["claimed"]
+    );
+    assert_eq!(
+        swept(&store, SweepIndex::Pooled, i64::MAX, 10).await,
+        ["warm"]
+    );
+    assert_eq!(swept(&store, SweepIndex::Paused, 700, 10).await, ["paused"]);
+    assert!(
+        swept(&store, SweepIndex::Stopped, i64::MAX, 10)
+            .await
+            .is_empty()
+    );
+    let left: usize = ::redis::cmd("ZCARD")
+        .arg("sandgate:{sandboxes}:sweep:stopped")
+        .query_async(&mut connection)
+        .await
+        .expect("ZCARD");
+    assert_eq!(
+        left, 0,
+        "a member whose record is gone is dropped by its reader"
+    );
+    assert_eq!(
+        store.sandboxes.reindex_sandboxes().await.expect("reindex"),
+        0
+    );
+}
+
+crate::on_both_backends!(
+    a_holder_past_its_lease_writes_nothing,
+    sweep_indexes_follow_each_record,
+);
