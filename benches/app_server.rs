@@ -27,29 +27,6 @@ const API_KEY: &str = "bench-runtime-api-key-0123456789abcdef";
 const MASTER_KEY: &str = "sk-bench-master-key-0123456789abcdef";
 const POOL: &str = "v1_current";
 
-/// The pool of the end-to-end test: dormant agent-servers whose environment is not the
-/// start's.
-fn warm_runtimes(python: &Path) -> Value {
-    json!({"count": 0, "configs": [{
-        "name": POOL,
-        "image": "local/agent-server",
-        "working_dir": "/workspace",
-        "run_as_user": 10001,
-        "run_as_group": 10001,
-        "command": [python, "-m", "openhands.agent_server", "--host", "127.0.0.1", "--port", "60000"],
-        "environment": {
-            "OH_DEFERRED_INIT": "true",
-            "OH_ENABLE_VSCODE": "false",
-            "OH_ENABLE_VNC": "false",
-            "OPENHANDS_SUPPRESS_BANNER": "1",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "ONLY_IN_THE_POOL": "yes",
-        },
-    }]})
-}
-
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let middle = values.len() / 2;
@@ -72,7 +49,8 @@ async fn main() {
     );
     let data = tempfile::tempdir().expect("data dir");
     let warm_file = data.path().join("warm-runtimes.json");
-    std::fs::write(&warm_file, warm_runtimes(&python).to_string()).expect("write");
+    // Empty: the driver, as the operator, defines the pool (Sandgate reloads the file).
+    std::fs::write(&warm_file, json!({"count": 0, "configs": []}).to_string()).expect("write");
     let args: Vec<String> = [
         "--data-dir",
         &data.path().display().to_string(),

@@ -19,31 +19,6 @@ use crate::process_sandboxes::serve_with;
 const MASTER_KEY: &str = "sk-app-server-test-master-key-0123456789";
 const POOL: &str = "v1_current";
 
-/// The pool the app server's specs come from: its agent-server starts dormant, and its
-/// environment is not the start's (the app server adds `WORKER_*` and its webhooks; the
-/// pool has a variable of its own). It matches the start on what shapes the process, as
-/// the chart's default pool does.
-fn warm_runtimes(python: &Path) -> Value {
-    json!({"count": 0, "configs": [{
-        "name": POOL,
-        "image": "local/agent-server",
-        "working_dir": "/workspace",
-        "run_as_user": 10001,
-        "run_as_group": 10001,
-        "command": [python, "-m", "openhands.agent_server", "--host", "127.0.0.1", "--port", "60000"],
-        "environment": {
-            "OH_DEFERRED_INIT": "true",
-            "OH_ENABLE_VSCODE": "false",
-            "OH_ENABLE_VNC": "false",
-            "OPENHANDS_SUPPRESS_BANNER": "1",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "ONLY_IN_THE_POOL": "yes",
-        },
-    }]})
-}
-
 /// The processes of `data`'s sandboxes: those whose `HOME` is a sandbox's.
 fn sandbox_processes(data: &Path) -> Vec<String> {
     let home = format!("HOME={}/sandboxes/", data.display());
@@ -91,7 +66,8 @@ async fn the_real_app_server_runs_cold_warm_paused_and_resumed_conversations_on_
     let python = tool("app-server/bin/python", REAL_CLIENTS);
     let data = tempfile::tempdir().expect("data dir");
     let warm_file = data.path().join("warm-runtimes.json");
-    std::fs::write(&warm_file, warm_runtimes(&python).to_string()).expect("write");
+    // Empty: the driver, as the operator, defines the pool (Sandgate reloads the file).
+    std::fs::write(&warm_file, json!({"count": 0, "configs": []}).to_string()).expect("write");
     let warm_path = warm_file.display().to_string();
     let mut sandgate = serve_with(
         data.path(),

@@ -11,29 +11,7 @@ use serde_json::{Value, json};
 
 use crate::common::{Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, Steps, serve_args, tool};
 use crate::observability::{sample, scrape};
-use crate::process_sandboxes::{act, call, serve_with, until_session};
-
-/// The pools' listing.
-async fn pools(sandgate: &SandgateProcess) -> Value {
-    call(sandgate, "/api/warm-runtime-pools", None).await.1
-}
-
-/// Polls the listing until the first pool has a ready sandbox.
-async fn pool_ready(sandgate: &SandgateProcess, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let listed = pools(sandgate).await;
-        if listed["pools"][0]["ready"] == 1 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pool never filled: {listed}\n{}",
-            sandgate.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use crate::process_sandboxes::{act, call, pool_ready, pools, serve_with, until_session};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dormant_warm_agent_server_takes_the_start_s_configuration_at_claim() {

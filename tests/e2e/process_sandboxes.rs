@@ -74,6 +74,28 @@ pub(crate) async fn call(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// The pools' listing.
+pub(crate) async fn pools(sandgate: &SandgateProcess) -> Value {
+    call(sandgate, "/api/warm-runtime-pools", None).await.1
+}
+
+/// Polls the listing until the first pool has a ready sandbox.
+pub(crate) async fn pool_ready(sandgate: &SandgateProcess, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let listed = pools(sandgate).await;
+        if listed["pools"][0]["ready"] == 1 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pool never filled: {listed}\n{}",
+            sandgate.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `POST /{verb}` (pause, resume, stop) of the sandbox `runtime_id`; the status.
 pub(crate) async fn act(sandgate: &SandgateProcess, verb: &str, runtime_id: &str) -> u16 {
     let body = json!({ "runtime_id": runtime_id });

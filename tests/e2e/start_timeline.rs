@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::common::scripted_upstream::ScriptedUpstream;
 use crate::common::{SandgateProcess, conversation, file_with, new_id};
 use crate::observability::{sample, scrape};
-use crate::process_sandboxes::{call, serve_with};
+use crate::process_sandboxes::{call, pool_ready, serve_with};
 
 const MASTER_KEY: &str = "sk-master-key-for-timeline-tests";
 /// The longest any wait may take before the test fails (a process starts in seconds).
@@ -85,23 +85,6 @@ async fn chat(sandgate: &SandgateProcess, session: &str) {
     assert_eq!(response.status(), 200);
 }
 
-/// Polls the pools' listing until the first pool has a ready sandbox.
-async fn pool_ready(sandgate: &SandgateProcess) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let (_, listed) = call(sandgate, "/api/warm-runtime-pools", None).await;
-        if listed["pools"][0]["ready"] == 1 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pool never filled: {listed}\n{}",
-            sandgate.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Starts `body`; the answer.
 async fn start(sandgate: &SandgateProcess, body: Value) -> Value {
     let (status, started) = call(sandgate, "/start", Some(body)).await;
@@ -162,7 +145,7 @@ async fn a_start_s_phases_are_timed_in_order_warm_and_cold() {
     assert_eq!(cold["timeline"]["launch"], "cold", "{cold}");
     assert_eq!(cold["timeline"]["cold_reason"], "no_pool", "{cold}");
     assert!(cold["timeline"]["first_webhook_at_ms"].is_null(), "{cold}");
-    pool_ready(&sandgate).await;
+    pool_ready(&sandgate, PATIENCE).await;
     let warm = start(&sandgate, sandbox("local/timed", "timeline-warm")).await;
     assert_eq!(warm["warm"], true, "{warm}");
     assert_eq!(warm["timeline"]["launch"], "warm", "{warm}");

@@ -8,7 +8,8 @@ behind Sandgate's model gateway with a virtual key. Sandgate runs each sandbox o
 events to the app server (`OH_WEBHOOKS_0_BASE_URL`, set by the app server).
 
 This script plays the operator (the gateway's model and a virtual key, with the master
-key; filling the pool, by rewriting the warm runtimes file Sandgate reloads) and the user:
+key; the pool, defined and then filled by rewriting the warm runtimes file Sandgate
+reloads, which starts empty) and the user:
 
 1. a conversation while the pool is empty (count 0): a cold start;
 2. the pool filled (count 1), a second conversation: a warm claim of a sandbox whose
@@ -48,6 +49,7 @@ from http.server import ThreadingHTTPServer
 import httpx
 
 from agent_server_drive import FakeLlm
+from sandbox_env import OFFLINE_AGENT_SERVER
 
 DEADLINE = 180.0
 MODEL = "app-server-model"
@@ -162,7 +164,7 @@ def main() -> None:
 
     state = tempfile.mkdtemp(prefix="app-server-")
     operator = Session(None, sandgate, args)
-    operator.webhooks_to_sandgate(args.url)
+    operator.define_pool(args.pool, args.url)
     app = AppServer(args.url, args.api_key, args.pool, state)
     try:
         until("the app server to answer", app.ready)
@@ -257,28 +259,46 @@ class Session:
 
         until(f"the pool to hold {count}", sized)
 
-    def webhooks_to_sandgate(self, url: str) -> None:
-        """The operator has the pool's sandboxes post their conversations to Sandgate too,
-        beside the app server (`OH_WEBHOOKS_1_*`; the app server sets `_0_` to itself),
-        and waits until Sandgate serves the configuration so."""
+    def define_pool(self, name: str, url: str) -> None:
+        """The operator defines the pool the app server's specs come from (Sandgate reloads
+        the file), empty for now, and waits until Sandgate serves it: dormant
+        agent-servers of this app server's release, whose environment is not the start's
+        (the app server adds `WORKER_*` and its own webhook; the pool has a variable of its
+        own), matching the start on what shapes the process, as the chart's default pool
+        does. Its sandboxes post their conversations to Sandgate too, beside the app
+        server (`OH_WEBHOOKS_1_*`; the app server sets `_0_` to itself)."""
         receiver = f"{url}/api/v1/webhooks"
-
-        def edit(warm_runtimes):
-            warm_runtimes["configs"][0]["environment"]["OH_WEBHOOKS_1_BASE_URL"] = receiver
-
-        self.edit_pool(edit)
+        pool = {
+            "name": name,
+            "image": "local/agent-server",
+            "working_dir": "/workspace",
+            "run_as_user": 10001,
+            "run_as_group": 10001,
+            "command": [sys.executable, "-m", "openhands.agent_server",
+                        "--host", "127.0.0.1", "--port", "60000"],
+            "environment": {
+                **OFFLINE_AGENT_SERVER,
+                "OH_DEFERRED_INIT": "true",
+                "ONLY_IN_THE_POOL": "yes",
+                "OH_WEBHOOKS_1_BASE_URL": receiver,
+            },
+        }
+        self.edit_pool(lambda warm_runtimes: warm_runtimes.update(count=0, configs=[pool]))
 
         def served():
             configs = self.sandgate.get(
                 "/api/warm-runtime-configs", headers=self.runtime
             ).json()["configs"]
-            return configs[0]["environment"].get("OH_WEBHOOKS_1_BASE_URL") == receiver
+            return [config["name"] for config in configs] == [name]
 
-        until("Sandgate to serve the pool's webhooks", served)
+        until("Sandgate to serve the pool", served)
 
     def edit_pool(self, edit) -> None:
-        with open(self.warm_runtimes_file) as file:
-            warm_runtimes = json.load(file)
+        try:
+            with open(self.warm_runtimes_file) as file:
+                warm_runtimes = json.load(file)
+        except (FileNotFoundError, json.JSONDecodeError):
+            warm_runtimes = {}
         edit(warm_runtimes)
         with open(self.warm_runtimes_file, "w") as file:
             json.dump(warm_runtimes, file)
