@@ -4,6 +4,7 @@
 //! stop, Sandgate's shutdown and a restart after a SIGKILL, no process of the sandbox is
 //! left, `setsid`, double forks, tmux servers and a changed working directory included.
 
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -340,6 +341,64 @@ async fn each_sandbox_sees_its_own_directory_at_the_working_directory_its_spec_n
     assert!(
         !std::path::Path::new("/workspace/mine.txt").exists(),
         "a sandbox wrote the machine's /workspace"
+    );
+    sandgate.terminate().await;
+}
+
+/// The spec's environment reaches every program of a sandbox's command line, the ones
+/// that make its mount namespace included: none of them may run as Sandgate's uid. A
+/// library the spec preloads (`LD_PRELOAD`) makes, from each process it is loaded in, a
+/// file named after its pid; every one is the sandbox's uid's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_the_spec_preloads_never_runs_as_sandgate_s_uid() {
+    if !is_root() {
+        return;
+    }
+    let work = tempfile::tempdir().expect("dir");
+    let marks = work.path().join("marks");
+    std::fs::create_dir(&marks).expect("mkdir");
+    std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let source = work.path().join("mark.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n#include <unistd.h>\n\
+             __attribute__((constructor)) static void mark(void) {{\n\
+             char path[512]; snprintf(path, sizeof path, \"{}/%d\", (int)getpid());\n\
+             FILE *file = fopen(path, \"w\"); if (file) fclose(file); }}\n",
+            marks.display()
+        ),
+    )
+    .expect("write");
+    let library = work.path().join("mark.so");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("cc");
+    assert!(built.success());
+
+    let data = data_dir(None);
+    let mut sandgate = serve_as(None, data.path(), "8000", &[]).await;
+    let mut body = sandbox("preloads", "true");
+    body["environment"]["LD_PRELOAD"] = json!(library.display().to_string());
+    let runtime_id = started(&sandgate, body).await;
+    let dir = data.path().join("sandboxes").join(&runtime_id);
+    let sandbox_uid = std::fs::metadata(dir.join("home")).expect("home").uid();
+    assert_ne!(sandbox_uid, 0);
+    let owners: Vec<u32> = std::fs::read_dir(&marks)
+        .expect("marks")
+        .map(|entry| entry.expect("entry").metadata().expect("metadata").uid())
+        .collect();
+    // A file a process: the one Sandgate holds (unshare, sh, prlimit and unshare, each
+    // exec'ing the next: the first to run made it, and its owner stays), mount, and the
+    // sandbox's own in its PID namespace.
+    assert!(owners.len() >= 3, "{owners:?}");
+    assert!(
+        owners.iter().all(|owner| *owner == sandbox_uid),
+        "a process of the chain ran as another uid than the sandbox's {sandbox_uid}: {owners:?}"
     );
     sandgate.terminate().await;
 }

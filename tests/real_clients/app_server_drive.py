@@ -162,24 +162,24 @@ def main() -> None:
     generated.raise_for_status()
     virtual_key = generated.json()["key"]
 
-    state = tempfile.mkdtemp(prefix="app-server-")
     operator = Session(None, sandgate, args)
     operator.define_pool(args.pool, args.url)
-    app = AppServer(args.url, args.api_key, args.pool, state)
-    try:
-        until("the app server to answer", app.ready)
-        emit("app_server", url=app.url)
-        session = Session(app, sandgate, args)
-        save_settings(session, args.url, virtual_key)
-        if args.bench:
-            bench(session, args.bench)
-        else:
-            scenario(session)
-    except BaseException:
-        print(app.tail(), file=sys.stderr)
-        raise
-    finally:
-        emit("app_server_stopped", exit_code=app.stop())
+    with tempfile.TemporaryDirectory(prefix="app-server-") as state:
+        app = AppServer(args.url, args.api_key, args.pool, state)
+        try:
+            until("the app server to answer", app.ready)
+            emit("app_server", url=app.url)
+            session = Session(app, sandgate, args)
+            save_settings(session, args.url, virtual_key)
+            if args.bench:
+                bench(session, args.bench)
+            else:
+                scenario(session)
+        except BaseException:
+            print(app.tail(), file=sys.stderr)
+            raise
+        finally:
+            emit("app_server_stopped", exit_code=app.stop())
 
 
 class Session:

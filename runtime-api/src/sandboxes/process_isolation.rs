@@ -55,8 +55,8 @@ pub struct Isolation {
     pub unshare: Option<PathBuf>,
     pub prlimit: Option<PathBuf>,
     /// What binds a sandbox's working directory at the path its spec names
-    /// (`process/working_dir.rs`): found when Sandgate is root and can make a mount
-    /// namespace.
+    /// (`process/mounts.rs`): found when Sandgate is root (it makes the mount point) and
+    /// a sandbox's uid can make a user and mount namespace.
     pub mounts: Option<MountTools>,
 }
 
@@ -65,7 +65,7 @@ pub struct Isolation {
 pub struct MountTools {
     pub unshare: PathBuf,
     pub shell: PathBuf,
-    pub setpriv: PathBuf,
+    pub mount: PathBuf,
 }
 
 /// The uid and gid a sandbox runs as, when Sandgate can choose them.
@@ -135,9 +135,10 @@ impl Isolation {
         }
         if self.mounts.is_none() {
             gaps.push(
-                "no mount namespace of a sandbox's own (Sandgate is not root, or unshare \
-                 --mount, sh or setpriv is missing): a sandbox works in its own directory, \
-                 not at the absolute path its spec names (/workspace)"
+                "no mount namespace of a sandbox's own (Sandgate is not root, a sandbox's uid \
+                 cannot make a user and mount namespace and bind in it, or sh or mount is \
+                 missing): a sandbox works in its own directory, not at the absolute path \
+                 its spec names (/workspace)"
                     .to_owned(),
             );
         }
@@ -170,12 +171,15 @@ impl Isolation {
 
     /// The command line running `program args` isolated: prlimit's, unshare's, then the
     /// sandbox's. `own_uid`: the sandbox's uid is its alone, so a process limit holds.
+    /// `nested`: it runs as root of a user namespace of the sandbox's (the mount's), so
+    /// its own maps `nested`'s uid and gid back rather than its current ones.
     pub fn command_line(
         &self,
         program: &Path,
         args: &[String],
         factor: Option<f64>,
         own_uid: bool,
+        nested: Option<Identity>,
     ) -> (PathBuf, Vec<String>) {
         let mut line: Vec<String> = Vec::new();
         let factor = factor
@@ -194,7 +198,15 @@ impl Isolation {
         }
         if let Some(unshare) = &self.unshare {
             line.push(unshare.display().to_string());
-            line.extend(UNSHARE_ARGS.iter().map(|arg| (*arg).to_owned()));
+            for arg in UNSHARE_ARGS {
+                match (*arg, nested) {
+                    ("--map-current-user", Some(identity)) => {
+                        line.push(format!("--map-user={}", identity.uid));
+                        line.push(format!("--map-group={}", identity.gid));
+                    }
+                    _ => line.push((*arg).to_owned()),
+                }
+            }
         }
         line.push(program.display().to_string());
         line.extend(args.iter().cloned());
@@ -203,22 +215,37 @@ impl Isolation {
     }
 }
 
-/// The mount tools, when a mount namespace can be made here (Sandgate is root).
+/// The mount tools, when a sandbox's uid can make a user and mount namespace here and
+/// bind in it (Sandgate is root, which makes the mount points).
 fn mount_tools() -> Option<MountTools> {
-    let unshare = find_program("unshare")?;
-    let made = std::process::Command::new(&unshare)
-        .args(["--mount", "--propagation", "private", "--", "true"])
+    use std::os::unix::process::CommandExt;
+    let tools = MountTools {
+        unshare: find_program("unshare")?,
+        shell: find_program("sh")?,
+        mount: find_program("mount")?,
+    };
+    // A bind of the temporary directory on itself, in the probe's namespace only.
+    let probe = std::env::temp_dir();
+    let made = std::process::Command::new(&tools.unshare)
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+        ])
+        .arg(&tools.mount)
+        .args(["--bind", "--"])
+        .args([&probe, &probe])
+        .uid(SANDBOX_UID_BASE)
+        .gid(SANDBOX_UID_BASE)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success());
-    find_program("mount")?;
-    made.then_some(MountTools {
-        unshare,
-        shell: find_program("sh")?,
-        setpriv: find_program("setpriv")?,
-    })
+    made.then_some(tools)
 }
 
 /// A uid of the range for `runtime_id`: the same across Sandgate's restarts, with nothing
@@ -360,14 +387,24 @@ mod tests {
             &["-c".into(), "x".into()],
             Some(2.0),
             true,
+            None,
         );
         assert_eq!(program, Path::new("/usr/bin/prlimit"));
         assert_eq!(args[0], format!("--as={}", 32u64 << 30));
         assert_eq!(args[1], "--nproc=2048");
         assert_eq!(args[3], "/usr/bin/unshare");
         assert_eq!(args[args.len() - 3..], ["/bin/sh", "-c", "x"]);
+        // Nested in the mount's user namespace, its own maps the sandbox's uid back.
+        let nested = Identity {
+            uid: 200_001,
+            gid: 200_002,
+        };
+        let (_, args) = isolation.command_line(Path::new("/bin/sh"), &[], None, true, Some(nested));
+        assert!(!args.contains(&"--map-current-user".to_owned()));
+        assert!(args.contains(&"--map-user=200001".to_owned()));
+        assert!(args.contains(&"--map-group=200002".to_owned()));
         let (program, args) =
-            Isolation::none().command_line(Path::new("/bin/sh"), &[], None, false);
+            Isolation::none().command_line(Path::new("/bin/sh"), &[], None, false, None);
         assert_eq!((program.as_path(), args.len()), (Path::new("/bin/sh"), 0));
     }
 }

@@ -5,11 +5,16 @@
 //! it sees it at `/workspace` too, so that it writes neither the machine's `/workspace`
 //! nor another sandbox's.
 //!
-//! Sandgate, as root, runs the sandbox's command line behind
-//! `unshare --mount --propagation private -- sh -c 'mount --bind …; cd …; exec …'`, which
-//! binds the directory and enters the working directory, then `setpriv` to drop to the
-//! sandbox's uid before the rest of its isolation (`process_isolation.rs`). Every program
-//! execs the next: the process Sandgate holds is still the last `unshare`, as without.
+//! The sandbox's command line runs behind
+//! `unshare --user --map-root-user --mount -- sh -c 'mount --bind …; cd …; exec …'`, as
+//! the sandbox's uid from its first program on: root only inside a user namespace of its
+//! own, which is all a bind mount needs, and nothing on the machine (the spec's
+//! environment, `LD_PRELOAD` and `PATH` included, never reaches a process of Sandgate's
+//! uid). The rest of its isolation (`process_isolation.rs`) follows, its user namespace
+//! nested in that one and mapping the sandbox's uid back, so that its programs run as
+//! that uid, not as root. Every program execs the next: the process Sandgate holds is
+//! still the last `unshare`, as without.
+//!
 //!
 //! The mount point is the path's first directory: made empty (root's, 0755) when the
 //! machine lacks it, and never one that holds anything, which the sandbox would hide from
@@ -20,11 +25,12 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::super::process_isolation::{Identity, MountTools};
+use super::super::process_isolation::MountTools;
 
-/// Binds `$1` at `$2`, enters `$3`, and runs the rest of its arguments. Paths come as
-/// arguments, never inside the script: nothing in them is read as shell.
-const SCRIPT: &str = r#"mount --bind -- "$1" "$2" && cd -- "$3" && shift 3 && exec "$@""#;
+/// Runs `$1` (`mount`, by its absolute path) to bind `$2` at `$3`, enters `$4`, and runs
+/// the rest of its arguments. Paths come as arguments, never inside the script: nothing
+/// in them is read as shell.
+const SCRIPT: &str = r#""$1" --bind -- "$2" "$3" && cd -- "$4" && shift 4 && exec "$@""#;
 
 /// A sandbox's directory bound at the top of its working directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,16 +78,17 @@ fn mount_point(target: &Path) -> bool {
     empty_dir(target)
 }
 
-/// `program args` (the sandbox's isolated command line) behind the mount, run as
-/// `identity` once it is made.
+/// `program args` (the sandbox's isolated command line, its user namespace mapping the
+/// sandbox's uid) behind the mount.
 pub(super) fn command_line(
     tools: &MountTools,
     bound: &Bound,
-    identity: Identity,
     program: &Path,
     args: Vec<String>,
 ) -> (PathBuf, Vec<String>) {
     let mut line: Vec<String> = [
+        "--user",
+        "--map-root-user",
         "--mount",
         "--propagation",
         "private",
@@ -90,14 +97,10 @@ pub(super) fn command_line(
         "-c",
         SCRIPT,
         "sh",
+        &tools.mount.display().to_string(),
         &bound.source.display().to_string(),
         &bound.target.display().to_string(),
         &bound.cwd.display().to_string(),
-        &tools.setpriv.display().to_string(),
-        &format!("--reuid={}", identity.uid),
-        &format!("--regid={}", identity.gid),
-        "--clear-groups",
-        "--",
         &program.display().to_string(),
     ]
     .map(str::to_owned)
@@ -148,43 +151,38 @@ mod tests {
     }
 
     #[test]
-    fn the_command_line_binds_enters_and_drops_to_the_sandbox_s_uid() {
+    fn the_command_line_binds_and_enters_in_a_user_namespace_of_its_own() {
         let tools = MountTools {
             unshare: "/usr/bin/unshare".into(),
             shell: "/bin/sh".into(),
-            setpriv: "/usr/bin/setpriv".into(),
+            mount: "/usr/bin/mount".into(),
         };
         let bound = Bound {
             source: "/srv/abc/workspace".into(),
             target: "/workspace".into(),
             cwd: "/workspace/project".into(),
         };
-        let identity = Identity {
-            uid: 200_001,
-            gid: 200_002,
-        };
         let (program, args) = command_line(
             &tools,
             &bound,
-            identity,
             Path::new("/usr/bin/prlimit"),
             vec!["--as=1".into(), "--".into(), "agent-server".into()],
         );
         assert_eq!(program, Path::new("/usr/bin/unshare"));
+        assert_eq!(args[..2], ["--user", "--map-root-user"]);
         let script = args.iter().position(|arg| arg == SCRIPT).expect("script");
         assert_eq!(
-            args[script + 1..script + 5],
+            args[script + 1..script + 6],
             [
                 "sh",
+                "/usr/bin/mount",
                 "/srv/abc/workspace",
                 "/workspace",
                 "/workspace/project"
             ]
         );
-        assert!(args.contains(&"--reuid=200001".to_owned()));
-        assert!(args.contains(&"--regid=200002".to_owned()));
         assert_eq!(
-            args[args.len() - 4..],
+            args[script + 6..],
             ["/usr/bin/prlimit", "--as=1", "--", "agent-server"]
         );
     }

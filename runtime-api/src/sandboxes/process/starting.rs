@@ -106,24 +106,21 @@ impl ProcessDriver {
             args,
             sandbox.spec.resource_factor,
             identity.is_some_and(|identity| identity.uid >= SANDBOX_UID_BASE),
+            // Behind the mount, its namespaces nest in the one that made the mount, where
+            // its uid is named again.
+            mounts.as_ref().map(|(_, identity, _)| *identity),
         );
-        let mut command = match mounts {
-            Some((tools, identity, bound)) => {
-                let (unshare, args) =
-                    mounts::command_line(tools, &bound, identity, &program_path, args);
-                let mut command = Command::new(unshare);
-                command.args(args);
-                command
-            }
-            None => {
-                let mut command = Command::new(program_path);
-                if let Some(identity) = identity {
-                    command.uid(identity.uid).gid(identity.gid);
-                }
-                command.args(args);
-                command
-            }
+        let (program_path, args) = match &mounts {
+            Some((tools, _, bound)) => mounts::command_line(tools, bound, &program_path, args),
+            None => (program_path, args),
         };
+        // Everything runs as the sandbox's uid from the first program on: the spec's
+        // environment (LD_PRELOAD, PATH) never reaches a process of Sandgate's uid.
+        let mut command = Command::new(program_path);
+        if let Some(identity) = identity {
+            command.uid(identity.uid).gid(identity.gid);
+        }
+        command.args(args);
         command
             .current_dir(&workdir)
             .env_clear()
