@@ -1,0 +1,103 @@
+//! A Redis Cluster of servers on free ports: masters with their slots, replicas, and
+//! the wait until every node sees the cluster formed.
+
+use std::sync::Arc;
+
+use super::{RedisServer, Tls};
+use crate::common::cluster_formation;
+
+impl RedisServer {
+    /// A Redis Cluster of `masters` masters (no replicas) on free ports, its 16384 slots
+    /// split evenly; returns once every node sees the cluster as ok. The first master
+    /// stands for the cluster: its URL is the cluster's.
+    pub async fn start_cluster(masters: u16) -> Self {
+        Self::start_cluster_with_replicas(masters, 0).await
+    }
+
+    /// As [`Self::start_cluster`], every node speaking TLS only (clients, the cluster bus),
+    /// with certificates of one CA: its URL is `rediss+cluster://…`.
+    pub async fn start_tls_cluster(masters: u16) -> Self {
+        Self::form_cluster(masters, 0, Some(Arc::new(Tls::issue(false)))).await
+    }
+
+    /// As [`Self::start_cluster`], with `replicas` replicas of each master, synchronised
+    /// before it returns (a failover needs them).
+    pub async fn start_cluster_with_replicas(masters: u16, replicas: u16) -> Self {
+        Self::form_cluster(masters, replicas, None).await
+    }
+
+    async fn form_cluster(masters: u16, replicas: u16, tls: Option<Arc<Tls>>) -> Self {
+        let mut nodes = Vec::new();
+        for _ in 0..masters {
+            nodes.push(Self::start_node(false, None, tls.clone(), true).await);
+        }
+        let mut connections = Vec::new();
+        for (index, node) in (0_u16..).zip(&nodes) {
+            let mut connection = node.connection().await;
+            cluster_formation::assign_slots(&mut connection, index, masters).await;
+            connections.push(connection);
+        }
+        for node in &nodes[1..] {
+            let bus = node.cluster_port.expect("a cluster node");
+            cluster_formation::meet(&mut connections[0], node.port, bus).await;
+        }
+        let mut replica_servers = Vec::new();
+        let mut replica_connections = Vec::new();
+        for (index, master) in nodes.iter().enumerate() {
+            let master_id: String = redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query_async(&mut connections[index])
+                .await
+                .expect("CLUSTER MYID");
+            for _ in 0..replicas {
+                let replica = Self::start_node(false, None, tls.clone(), true).await;
+                let mut connection = replica.connection().await;
+                let bus = master.cluster_port.expect("a cluster node");
+                cluster_formation::meet(&mut connection, master.port, bus).await;
+                // Polled: REPLICATE needs the master known to the replica.
+                for attempt in 0.. {
+                    let replicated: redis::RedisResult<()> = redis::cmd("CLUSTER")
+                        .arg("REPLICATE")
+                        .arg(&master_id)
+                        .query_async(&mut connection)
+                        .await;
+                    match replicated {
+                        Ok(()) => break,
+                        Err(err) if attempt >= 200 => panic!("CLUSTER REPLICATE: {err}"),
+                        Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+                    }
+                }
+                replica_servers.push(replica);
+                replica_connections.push(connection);
+            }
+        }
+        let total = masters * (1 + replicas);
+        // Polled: the nodes learn each other and the slot map over their bus, and the
+        // replicas synchronise.
+        for _ in 0..400 {
+            let mut ready = true;
+            for connection in connections.iter_mut().chain(&mut replica_connections) {
+                if !cluster_formation::sees_cluster_formed(connection, total).await {
+                    ready = false;
+                    break;
+                }
+            }
+            // As for CLUSTER INFO, a reply that times out is "not yet".
+            for connection in &mut replica_connections {
+                let info: Result<String, _> = redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async(connection)
+                    .await;
+                ready &= info.is_ok_and(|info| info.contains("master_link_status:up"));
+            }
+            if ready {
+                let mut first = nodes.remove(0);
+                first.others = nodes;
+                first.cluster_replicas = replica_servers;
+                return first;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the cluster did not form");
+    }
+}
