@@ -191,3 +191,30 @@ pub(crate) fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_text_is_cut_at_its_bound_and_at_a_character_boundary() {
+        assert_eq!(bounded(""), "");
+        assert_eq!(bounded("alice"), "alice");
+        // At the bound it is kept whole; one character past it is cut to the bound.
+        let at = "u".repeat(MAX_KEPT_TEXT);
+        assert_eq!(bounded(&at), at);
+        assert_eq!(bounded(&format!("{at}v")), at);
+        assert_eq!(bounded(&"u".repeat(1 << 20)), at);
+        // Characters, not bytes: 256 of a four-byte character are kept, never half of one.
+        let wide = "🦀".repeat(MAX_KEPT_TEXT + 1);
+        let kept = bounded(&wide);
+        assert_eq!(kept.chars().count(), MAX_KEPT_TEXT);
+        assert_eq!(kept.len(), 4 * MAX_KEPT_TEXT);
+        assert!(wide.starts_with(&kept));
+        let mixed = format!("{}é{}", "a".repeat(MAX_KEPT_TEXT - 1), "b".repeat(10));
+        assert_eq!(
+            bounded(&mixed),
+            format!("{}é", "a".repeat(MAX_KEPT_TEXT - 1))
+        );
+    }
+}

@@ -344,8 +344,28 @@ async fn each_waiting_state_is_the_detail_then_an_error_past_the_start_timeout()
             "{session}: {detail}"
         );
     }
-    // None of them was left for a claim either: each is its session's.
-    assert_eq!(ids.len(), cases.len());
+    // None of them was left for a claim either: each is still its session's, and a start
+    // of the same spec for another session gets a sandbox of its own.
+    for ((session, _, _), id) in cases.iter().zip(&ids) {
+        let seen = replica
+            .sandboxes
+            .session(session)
+            .await
+            .expect("read")
+            .expect("sandbox");
+        assert_eq!(&seen.runtime_id, id, "{session}");
+    }
+    let (started, claimed) = replica
+        .sandboxes
+        .start(sandbox("unused", None).spec, "after-the-errors".into())
+        .await
+        .expect("start");
+    assert!(!claimed, "a sandbox in error was claimed");
+    assert!(
+        !ids.contains(&started.runtime_id),
+        "a sandbox in error was given to another session: {}",
+        started.runtime_id
+    );
 }
 
 /// The SDK's `APIRemoteWorkspace` starts in `/` (its image's WORKDIR): the workspace is

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::SandgateProcess;
+use crate::common::{SandgateProcess, require_root};
 use crate::process_sandboxes::{
     SANDGATE_SECRET, act, call, serve_as, until_session, written_environment,
 };
@@ -36,9 +36,11 @@ fn sandbox(session: &str, script: &str) -> Value {
 }
 
 /// What a hostile sandbox tries: every process's environment it can see, its parent's
-/// first (where Sandgate's used to be), into `seen.txt`; and which processes it sees.
+/// first (where Sandgate's used to be), into `seen.txt`; and which processes it sees (by
+/// the shell's own glob: no process is started to look), and what its pid 1 runs.
 const READ_EVERY_ENVIRONMENT: &str = "cat /proc/$PPID/environ /proc/[0-9]*/environ > seen.txt 2>/dev/null; \
-     ls /proc | grep -c '^[0-9]' > processes.txt; id -u > uid.txt";
+     for p in /proc/[0-9]*; do echo \"${p#/proc/}\"; done > processes.txt; \
+     tr '\\0' ' ' < /proc/1/cmdline > init.txt; id -u > uid.txt";
 
 /// Processes that detach from the sandbox's command in every way a shell can: a new
 /// session, a double fork, a tmux server, and one that leaves the sandbox's directory.
@@ -95,10 +97,6 @@ async fn started(sandgate: &SandgateProcess, body: Value) -> String {
     started["runtime_id"].as_str().expect("id").to_owned()
 }
 
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
 /// A data directory Sandgate can use when it runs as `uid`.
 fn data_dir(uid: Option<u32>) -> tempfile::TempDir {
     let data = tempfile::tempdir().expect("data dir");
@@ -127,11 +125,13 @@ async fn neither_sandgate_nor_a_neighbour_is_readable(uid: Option<u32>) {
     );
     assert!(!seen.contains(SANDGATE_SECRET), "Sandgate's secret leaked");
     assert!(!seen.contains(&neighbour_key), "the neighbour's key leaked");
-    let processes = std::fs::read_to_string(workspace.join("processes.txt")).expect("count");
-    let processes: usize = processes.trim().parse().expect("a count");
+    // Its own PID namespace: the one process it sees is its own command, as pid 1.
+    let processes = std::fs::read_to_string(workspace.join("processes.txt")).expect("pids");
+    assert_eq!(processes, "1\n", "it sees only its own process");
+    let init = std::fs::read_to_string(workspace.join("init.txt")).expect("pid 1");
     assert!(
-        processes < 10,
-        "it sees only its own processes, not {processes}"
+        init.starts_with("/bin/sh -c env > environment.txt; cat /proc/$PPID/environ"),
+        "its pid 1 is its own command: {init}"
     );
     let sandbox_uid = std::fs::read_to_string(workspace.join("uid.txt")).expect("uid");
     let sandbox_uid: u32 = sandbox_uid.trim().parse().expect("a uid");
@@ -161,8 +161,7 @@ async fn a_sandbox_reads_neither_sandgate_s_environment_nor_another_sandbox_s() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_an_unprivileged_sandgate_a_sandbox_reads_neither_environment_either() {
-    if !is_root() {
-        // This test runs unprivileged already: the one above is this one.
+    if !require_root("Sandgate started as another user") {
         return;
     }
     neither_sandgate_nor_a_neighbour_is_readable(Some(UNPRIVILEGED)).await;
@@ -214,7 +213,7 @@ async fn no_process_of_a_sandbox_outlives_a_pause_a_stop_a_shutdown_or_a_restart
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_an_unprivileged_sandgate_no_process_outlives_its_sandbox_either() {
-    if !is_root() {
+    if !require_root("Sandgate started as another user") {
         return;
     }
     nothing_of_a_sandbox_outlives_it(Some(UNPRIVILEGED), 7_200_000).await;
@@ -278,7 +277,7 @@ async fn a_sandbox_s_memory_and_process_limits_scale_with_its_resource_factor() 
             (16.0 * 1024.0 * 1024.0 * 1024.0 * factor) as u64,
             "{session}: RLIMIT_AS"
         );
-        if is_root() {
+        if require_root("a sandbox's process limit, on its own uid") {
             let processes: u64 = read("processes.txt").trim().parse().expect("a count");
             assert_eq!(
                 processes,
@@ -308,9 +307,7 @@ async fn a_sandbox_s_memory_and_process_limits_scale_with_its_resource_factor() 
 /// (agent-servers name theirs after their pid, the same in every PID namespace).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_sandbox_sees_its_own_directory_at_the_working_directory_its_spec_names() {
-    if !is_root() {
-        // The mount is made as root; unprivileged, a sandbox works in its own directory
-        // under the relative path, which the other tests of this driver cover.
+    if !require_root("the mount of a sandbox's working directory") {
         return;
     }
     let data = data_dir(None);
@@ -351,7 +348,7 @@ async fn each_sandbox_sees_its_own_directory_at_the_working_directory_its_spec_n
 /// file named after its pid; every one is the sandbox's uid's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_the_spec_preloads_never_runs_as_sandgate_s_uid() {
-    if !is_root() {
+    if !require_root("a sandbox's own uid") {
         return;
     }
     let work = tempfile::tempdir().expect("dir");

@@ -274,6 +274,10 @@ async fn a_restart_reports_the_sandboxes_it_did_not_start_and_resume_brings_them
     let dir = data.path().join("sandboxes").join(&runtime_id);
     let secret_key = written_environment(&dir).get("OH_SECRET_KEY").cloned();
     assert!(secret_key.is_some());
+    assert!(
+        answers(&url).await,
+        "the sandbox's process serves before the kill"
+    );
 
     sandgate.kill().await;
     let mut sandgate = serve(data.path(), "8000").await;
@@ -395,13 +399,26 @@ async fn a_sandbox_whose_process_exits_is_in_error_and_what_it_started_goes_with
     let sandgate = serve(data.path(), "8000").await;
     let body = json!({
         "image": "local/quitter",
-        "command": ["/bin/sh", "-c", "setsid sleep 7300001 & echo started > child.txt; exit 3"],
+        // It exits once told to (a file of the test's), so that its child is seen running
+        // before it is checked gone.
+        "command": ["/bin/sh", "-c", "setsid sleep 7300001 & echo started > child.txt; \
+            while [ ! -e exit-now ]; do sleep 0.05; done; exit 3"],
         "working_dir": "/workspace",
         "session_id": "quits",
     });
     let (status, started) = call(&sandgate, "/start", Some(body)).await;
     assert_eq!(status, 200, "{started}");
     let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
+    let dir = data.path().join("sandboxes").join(&runtime_id);
+    let deadline = tokio::time::Instant::now() + START_WITHIN;
+    while !sleeping("7300001") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sandbox's child never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::write(dir.join("workspace/exit-now"), "").expect("tell it to exit");
     let failed = until_session(&sandgate, "quits", "error").await;
     let detail = failed["status_detail"].as_str().unwrap_or_default();
     assert!(
@@ -409,7 +426,6 @@ async fn a_sandbox_whose_process_exits_is_in_error_and_what_it_started_goes_with
         "{failed}"
     );
     assert_eq!(failed["pod_status"], "failed");
-    let dir = data.path().join("sandboxes").join(&runtime_id);
     assert!(
         dir.join("workspace/child.txt").exists(),
         "the child was started"

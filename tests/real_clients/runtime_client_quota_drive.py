@@ -25,7 +25,6 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from openhands.app_server.errors import SandboxError
 from openhands.app_server.sandbox.preset_sandbox_spec_service import PresetSandboxSpecService
-from openhands.app_server.sandbox.sandbox_models import SandboxStatus
 from openhands.app_server.sandbox.sandbox_spec_models import SandboxSpecInfo
 from openhands.app_server.utils.sql_utils import Base
 
@@ -85,7 +84,7 @@ async def main() -> None:
         emit("delete_third", ok=await held.delete_sandbox(third.id))
         emit("resume_after_delete", ok=await held.resume_sandbox(first.id))
         resumed = await held.get_sandbox(first.id)
-        emit("resumed", running=resumed is not None and resumed.status != SandboxStatus.PAUSED)
+        emit("resumed", status=resumed.status.value if resumed else None)
 
         rated = service_on(args.rate_url)
         for _ in range(2):

@@ -46,6 +46,25 @@ pub fn tool(path: &str, installer: &str) -> PathBuf {
     tool
 }
 
+/// The variable that lets the suite run unprivileged on purpose: the tests that need root
+/// then say they did not run (and scripts/test says so loudly), rather than fail.
+pub const UNPRIVILEGED: &str = "SANDGATE_TESTS_UNPRIVILEGED";
+
+/// Whether this test runs as root, which `what` needs. Not root: the test fails, unless
+/// `SANDGATE_TESTS_UNPRIVILEGED=1` leaves the root-only tests out of this run: then `false`
+/// (the caller returns), said on stderr. CI runs as root.
+pub fn require_root(what: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os(UNPRIVILEGED).is_some_and(|value| value == "1"),
+        "{what} needs root: run the tests as root (CI does), or set {UNPRIVILEGED}=1 to leave it out"
+    );
+    eprintln!("NOT RUN, not root ({UNPRIVILEGED}=1): {what}");
+    false
+}
+
 /// Runs `command` (a real client's driver, or a checker script) to its end, with nothing
 /// on its stdin; its stdout. Panics, showing what it wrote and `context()` (a server's
 /// log), when it fails.

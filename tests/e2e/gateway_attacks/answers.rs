@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::healthy;
+use super::{health_baseline, healthy};
 use crate::common::{Backend, Sandgate, SandgateProcess, file_with, serve_args};
 use crate::gateway_keys::post;
 use crate::model_gateway::{FakeUpstream, MASTER_KEY};
@@ -207,6 +207,7 @@ async fn endless_and_oversized_answers_are_cut_and_memory_returns() {
             .status();
         assert_eq!(status, 200);
     }
+    let baseline = health_baseline(&server.url("")).await;
     let before = rss(pid);
     // Sampled while the calls run: the peak.
     let peak = Arc::new(AtomicU64::new(before));
@@ -249,7 +250,7 @@ async fn endless_and_oversized_answers_are_cut_and_memory_returns() {
                 "{name}: {text}"
             );
         }
-        healthy(&server.url("")).await;
+        healthy(&server.url(""), baseline).await;
     }
     sampling.store(false, Ordering::SeqCst);
     sampler.await.expect("sampler");

@@ -31,19 +31,6 @@ async fn bookkeeping_a_client_can_inflate_is_bounded() {
         ],
     )
     .await;
-    // A 1 MB `user` and session id are kept cut.
-    let long = "u".repeat(1 << 20);
-    let (status, _) = send(
-        post(
-            &sandgate,
-            "/v1/chat/completions",
-            MASTER_KEY,
-            &json!({"model": "gpt", "user": long, "messages": []}),
-        )
-        .header("x-gateway-session-id", "s".repeat(4096)),
-    )
-    .await;
-    assert_eq!(status, 200);
     // Models added at runtime share one metrics label, however many.
     for index in 0..20 {
         let (status, body) = add(
@@ -65,7 +52,27 @@ async fn bookkeeping_a_client_can_inflate_is_bounded() {
     )
     .await;
     assert_eq!(status, 400);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The last two calls, so that the log's bound keeps their entries: a short `user` and
+    // session id, kept whole (the control: the entry carries them), and 1 MB of each,
+    // kept cut to 256 characters.
+    let long = "u".repeat(1 << 20);
+    for (user, session) in [
+        ("alice", "conversation-1".to_owned()),
+        (long.as_str(), "s".repeat(4096)),
+    ] {
+        let (status, _) = send(
+            post(
+                &sandgate,
+                "/v1/chat/completions",
+                MASTER_KEY,
+                &json!({"model": "gpt", "user": user, "messages": []}),
+            )
+            .header("x-gateway-session-id", session),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let logs = loop {
         let (_, logs) = send(
             sandgate
@@ -75,21 +82,45 @@ async fn bookkeeping_a_client_can_inflate_is_bounded() {
         )
         .await;
         let logs = logs.as_array().cloned().unwrap_or_default();
-        if logs.iter().any(|entry| entry["model"] == "added-19")
-            || tokio::time::Instant::now() > deadline
-        {
+        let written = |user: &str| {
+            logs.iter().any(|entry| {
+                entry["user"]
+                    .as_str()
+                    .is_some_and(|kept| kept.starts_with(user))
+            })
+        };
+        if written("alice") && written("u") {
             break logs;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the last calls' entries were never logged: {logs:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    assert!(
-        logs.len() <= 5,
-        "the spend log keeps {} entries",
-        logs.len()
-    );
+    assert_eq!(logs.len(), 5, "the spend log keeps its bound: {logs:?}");
     for entry in &logs {
         assert!(entry.to_string().len() < 4096, "{entry}");
     }
+    let entry_of = |user: &str| {
+        logs.iter()
+            .find(|entry| {
+                entry["user"]
+                    .as_str()
+                    .is_some_and(|kept| kept.starts_with(user))
+            })
+            .expect("logged")
+    };
+    let short = entry_of("alice");
+    assert_eq!(short["user"], "alice", "{short}");
+    assert_eq!(short["session_id"], "conversation-1", "{short}");
+    let cut = entry_of("u");
+    assert_eq!(cut["user"], "u".repeat(256), "the 1 MB user is kept cut");
+    assert_eq!(
+        cut["session_id"],
+        "s".repeat(256),
+        "the long session id is kept cut"
+    );
 
     // `/metrics` asks for its key, and counts the added models under one label.
     let open = sandgate
@@ -132,10 +163,16 @@ async fn an_unknown_model_costs_one_lookup_not_a_read_of_every_added_entry() {
         .await;
         assert_eq!(status, 200, "{body}");
     }
-    // The added entries are read once and kept.
+    // The added entries are read once and kept. The control: that read is counted, so a
+    // lookup that read them again would be.
+    let before = crate::model_gateway::hgetall_calls(&backend).await;
     let (status, _) = chat(&sandgate, MASTER_KEY, "added-0", None).await;
     assert_eq!(status, 200);
     let reads = crate::model_gateway::hgetall_calls(&backend).await;
+    assert!(
+        reads > before,
+        "the first call's read of the added entries was not counted ({before} then {reads})"
+    );
     for _ in 0..20 {
         let (status, _) = chat(&sandgate, MASTER_KEY, "nobody-routes-this", None).await;
         assert_eq!(status, 404);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{add, allowing_loopback, healthy, model};
+use super::{add, allowing_loopback, health_baseline, healthy, model};
 use crate::common::{Backend, Sandgate, file_with};
 use crate::gateway_keys::chat;
 use crate::model_gateway::{FakeUpstream, MASTER_KEY};
@@ -15,6 +15,7 @@ async fn an_entry_pointing_at_the_gateway_itself_ends_in_an_error_not_a_loop() {
     let backend = Backend::embedded();
     // An operator who allows loopback (a local upstream) still cannot make a loop.
     let sandgate = allowing_loopback(&backend, &[]).await;
+    let baseline = health_baseline(&sandgate.url("")).await;
     let own = sandgate.url("/v1");
     let (status, body) = add(&sandgate, &model("itself", &own)).await;
     assert_eq!(status, 200, "{body}");
@@ -22,7 +23,7 @@ async fn an_entry_pointing_at_the_gateway_itself_ends_in_an_error_not_a_loop() {
     assert_eq!(status, 502, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("came back to the gateway"), "{body}");
-    healthy(&sandgate.url("")).await;
+    healthy(&sandgate.url(""), baseline).await;
 
     // The same from the configuration file, with the master key as the entry's key: a
     // gateway_proxy entry at the gateway's own port (the file is read again once
@@ -35,6 +36,7 @@ async fn an_entry_pointing_at_the_gateway_itself_ends_in_an_error_not_a_loop() {
         &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
     )
     .await;
+    let baseline = health_baseline(&server.url("")).await;
     std::fs::write(
         config.path(),
         format!(
@@ -59,7 +61,31 @@ async fn an_entry_pointing_at_the_gateway_itself_ends_in_an_error_not_a_loop() {
             .contains("came back"),
         "{body}"
     );
-    healthy(&server.url("")).await;
+    healthy(&server.url(""), baseline).await;
+}
+
+/// A name this machine resolves to loopback whose text no rule refuses: one that
+/// `/etc/hosts` gives a loopback address, other than `localhost` (Debian's
+/// `ip6-localhost`, a machine's own name), whatever the machine's name resolves to (a
+/// container's, to its network address).
+fn loopback_name() -> String {
+    let hosts = std::fs::read_to_string("/etc/hosts").expect("/etc/hosts");
+    hosts
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or_default())
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let address: std::net::IpAddr = fields.next()?.parse().ok()?;
+            address.is_loopback().then_some(fields)
+        })
+        .flatten()
+        .map(str::to_ascii_lowercase)
+        .find(|name| {
+            name != "localhost" && !name.ends_with(".localhost") && !name.starts_with("localhost.")
+        })
+        .unwrap_or_else(|| {
+            panic!("/etc/hosts names nothing but localhost on a loopback address:\n{hosts}")
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,16 +112,16 @@ async fn added_models_may_not_reach_this_machine_or_the_cloud_metadata_service()
         );
     }
     // A name that resolves to loopback passes the check of its text, and is refused
-    // where it is connected to: this machine's own name resolves so (/etc/hosts).
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
-    let hostname = hostname.trim();
+    // where it is connected to.
+    let hostname = loopback_name();
+    let hostname = hostname.as_str();
     let resolved: Vec<std::net::SocketAddr> = tokio::net::lookup_host((hostname, 80))
         .await
         .map(Iterator::collect)
         .unwrap_or_default();
     assert!(
         resolved.iter().any(|address| address.ip().is_loopback()),
-        "this machine's name ({hostname}) should resolve to loopback for this test: {resolved:?}"
+        "{hostname} does not resolve to loopback: {resolved:?}"
     );
     let upstream = FakeUpstream::start().await;
     let port = upstream

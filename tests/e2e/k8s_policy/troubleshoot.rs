@@ -3,9 +3,11 @@
 //! checks what the install needs (every secret it reads, the storage and ingress classes,
 //! the sandbox namespace, ephemeral storage for every warm sandbox), and a SupportBundle
 //! with a Redactor that collects bounded logs, both namespaces and `sandgate
-//! support-bundle` (the preflight's own rules are in troubleshoot_preflight.rs). Where troubleshoot.sh's published v1beta2 schemas are vendored
-//! (scripts/vendor-troubleshoot-schemas), each spec is validated against them by the
-//! jsonschema CLI of `.tools/k8s-venv`.
+//! support-bundle` (the preflight's own rules are in troubleshoot_preflight.rs). Each spec
+//! is validated against troubleshoot.sh's published v1beta2 schemas, vendored by
+//! scripts/vendor-troubleshoot-schemas (which scripts/check-k8s runs before the tests), by
+//! the jsonschema CLI of `.tools/k8s-venv`: a schema that is not there is a failure, never
+//! a skipped check.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -112,7 +114,8 @@ pub(super) fn each_entry_mut(
     }
 }
 
-/// `doc` against troubleshoot.sh's published schema of its kind (v1beta2), when vendored.
+/// `doc` against troubleshoot.sh's published schema of its kind (v1beta2); a problem when
+/// that schema is not vendored.
 fn schema_problems(doc: &Value, at: &str) -> Vec<String> {
     let file = match (doc["apiVersion"].as_str(), doc["kind"].as_str()) {
         (Some("troubleshoot.sh/v1beta2"), Some("Preflight")) => {
@@ -129,10 +132,17 @@ fn schema_problems(doc: &Value, at: &str) -> Vec<String> {
         }
     };
     let schema = repository(SCHEMAS).join(file);
-    if !schema.exists() {
-        return vec![]; // not to be had on this machine: see scripts/vendor-troubleshoot-schemas
+    if !schema.is_file() {
+        return vec![missing_schema(&schema, at)];
     }
     json_schema_problems(doc, &schema, at)
+}
+
+fn missing_schema(schema: &std::path::Path, at: &str) -> String {
+    format!(
+        "{at}: no schema {} to validate it against (scripts/vendor-troubleshoot-schemas --verify puts it there)",
+        schema.display()
+    )
 }
 
 /// `doc` validated against a JSON schema by the jsonschema CLI: one line per error.
@@ -243,21 +253,19 @@ fn troubleshoot_specs_are_labelled_and_valid() {
     });
 }
 
-/// The schema's own mutation, where the schemas are there to judge it.
+/// The schema's own mutation: the schemas judge the specs.
 #[test]
 fn troubleshoot_schema_refuses_a_log_limit_that_is_not_a_number() {
-    if !repository(SCHEMAS).exists() {
-        return; // not vendored on this machine: scripts/vendor-troubleshoot-schemas
-    }
     let mut broken = install(Profile::Prod).clone();
     edit_spec(&mut broken, SUPPORT_BUNDLE, "support-bundle-spec", |doc| {
         each_entry_mut(doc, "collectors", "logs", |logs| {
             logs["limits"]["maxLines"] = "lots".into()
         });
     });
+    let problems = troubleshoot_specs(&broken);
     assert!(
-        !troubleshoot_specs(&broken).is_empty(),
-        "the support bundle's log limit is not a number, and the schema took it"
+        problems.iter().any(|p| p.contains("maxLines")),
+        "the support bundle's log limit is not a number, and the schema took it: {problems:?}"
     );
 }
 

@@ -255,10 +255,93 @@ async fn idle_paused_sandboxes_are_deleted_and_stopped_ones_forgotten(backend: B
     );
 }
 
+/// The idle sweep's boundary, on the clock the test moves: a claimed sandbox that runs is
+/// left alone a millisecond short of its idle period since it was last active, and paused
+/// once the period is over; one active a second later is not paused with it.
+async fn the_idle_sweep_pauses_a_sandbox_once_its_idle_period_is_over(backend: Backend) {
+    use sandgate_runtime_api::ambient::Clock as _;
+
+    let fixture = Fixture::new(backend, 0);
+    let replica = fixture.replica().await;
+    let idle_ms =
+        i64::try_from(replica.sandboxes.options().idle_after.as_millis()).expect("an idle period");
+    assert!(
+        idle_ms > 2_000,
+        "idle pause is on, longer than the steps below"
+    );
+    let running = |session: &'static str| {
+        let sandboxes = replica.sandboxes.clone();
+        let clock = fixture.clock.clone();
+        async move {
+            let (started, _) = sandboxes
+                .start(default_spec(), session.into())
+                .await
+                .expect("start");
+            // The local driver's start takes two seconds of the clock.
+            let record = loop {
+                let record = sandboxes
+                    .session(session)
+                    .await
+                    .expect("read")
+                    .expect("sandbox");
+                if record.state == SandboxState::Running {
+                    break record;
+                }
+                assert_eq!(record.state, SandboxState::Starting, "{session}");
+                clock.advance(1_000);
+            };
+            assert_eq!(record.runtime_id, started.runtime_id);
+            record
+        }
+    };
+    let quiet = running("quiet").await;
+    fixture.clock.advance(1_000);
+    let later = running("later").await;
+    let last_active =
+        |record: &sandgate_store::StoredSandbox| record.changed_at_ms.max(record.active_at_ms);
+    assert!(last_active(&later) > last_active(&quiet));
+    let state = |session: &'static str| {
+        let sandboxes = replica.sandboxes.clone();
+        async move {
+            sandboxes
+                .session(session)
+                .await
+                .expect("read")
+                .expect("sandbox")
+                .state
+        }
+    };
+
+    fixture
+        .clock
+        .advance(last_active(&quiet) + idle_ms - 1 - fixture.clock.now_ms());
+    assert_eq!(
+        replica.pass().await.paused,
+        0,
+        "a millisecond short of the idle period"
+    );
+    assert_eq!(state("quiet").await, SandboxState::Running);
+    fixture.clock.advance(1);
+    assert_eq!(replica.pass().await.paused, 1, "the idle period is over");
+    assert_eq!(state("quiet").await, SandboxState::Paused);
+    assert_eq!(
+        state("later").await,
+        SandboxState::Running,
+        "active later: not idle yet"
+    );
+
+    fixture
+        .clock
+        .advance(last_active(&later) + idle_ms - fixture.clock.now_ms());
+    assert_eq!(replica.pass().await.paused, 1);
+    assert_eq!(state("later").await, SandboxState::Paused);
+}
+
 crate::on_both_backends!(
     an_exhausted_pool_cold_starts_and_refills,
     a_claim_needs_an_exact_match_less_the_per_deployment_keys,
     pause_resume_and_the_session_key,
     a_paused_conversation_resumes_on_its_original_image,
     idle_paused_sandboxes_are_deleted_and_stopped_ones_forgotten,
+    the_idle_sweep_pauses_a_sandbox_once_its_idle_period_is_over,
 );
