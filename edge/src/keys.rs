@@ -62,7 +62,7 @@ fn query_object(
         (status = 400, description = "A field of the wrong type or out of bounds, or a limit this gateway does not enforce", body = OpenAIError),
         KeyErrors,
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
-        (status = 409, description = "The key alias, or the chosen key, is another key's", body = OpenAIError),
+        (status = 409, description = "The key alias, or the chosen key, is another key's (the master key's included)", body = OpenAIError),
     ),
 )]
 pub async fn generate(

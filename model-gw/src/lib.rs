@@ -13,6 +13,7 @@ mod egress;
 mod forward;
 mod headers;
 mod keys;
+mod loops;
 mod manage;
 #[doc(hidden)]
 pub mod messages;
@@ -37,6 +38,7 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 pub use config::{
     CallParams, ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };
+pub use added::DEFAULT_MAX_ADDED_MODELS;
 pub use egress::HOP_HEADER;
 pub use forward::AnswerLimits;
 /// What a listing applies when the caller names no size: the REST document's defaults.

@@ -45,6 +45,7 @@ mod process_isolation;
 mod process_real_clients;
 mod process_sandboxes;
 mod quotas;
+mod round_four;
 mod redaction;
 mod redis_tls;
 mod runtime_clients;
