@@ -17,8 +17,8 @@ use sandgate_proto::sandboxes::v1::sandboxes_server::SandboxesServer;
 use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::admin::configs::WarmLimits;
 use sandgate_runtime_api::admin::rate_limit::LoginRate;
-use sandgate_runtime_api::conversations::creation_rate::CreationRate;
 use sandgate_runtime_api::ambient::SystemClock;
+use sandgate_runtime_api::conversations::creation_rate::CreationRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
@@ -308,8 +308,7 @@ pub(crate) fn model_gateway(
                 max_age_ms: i64::try_from(args.spend_log_max_age.as_millis()).unwrap_or(i64::MAX),
             },
             idle_after,
-            max_added_models: usize::try_from(args.gateway_max_added_models)
-                .unwrap_or(usize::MAX),
+            max_added_models: usize::try_from(args.gateway_max_added_models).unwrap_or(usize::MAX),
         },
     )
     .map_err(|err| anyhow::anyhow!("model gateway: {err}"))

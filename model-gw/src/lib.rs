@@ -35,10 +35,10 @@ mod support;
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 
+pub use added::DEFAULT_MAX_ADDED_MODELS;
 pub use config::{
     CallParams, ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };
-pub use added::DEFAULT_MAX_ADDED_MODELS;
 pub use egress::HOP_HEADER;
 pub use forward::AnswerLimits;
 /// What a listing applies when the caller names no size: the REST document's defaults.

@@ -129,13 +129,15 @@ pub fn grpc_routes(
         sandbox.options,
         configs.clone(),
     ));
-    let conversations = ConversationsServer::new(ConversationsService::new(
-        store.clone(),
-        authenticator.clone(),
-        catalog.event_retention,
-        activity,
+    let conversations = ConversationsServer::new(
+        ConversationsService::new(
+            store.clone(),
+            authenticator.clone(),
+            catalog.event_retention,
+            activity,
+        )
+        .with_creation_rate(catalog.creation_rate),
     )
-    .with_creation_rate(catalog.creation_rate))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // One message-size limit on every service, the edge's clients' own: a body the edge

@@ -133,12 +133,18 @@ mod tests {
                 "\"https://user:planted@host:8080/p?token=planted#frag\"",
                 "\"https://[redacted]@host:8080/p?token=[redacted]#frag\"",
             ),
-            ("redis://:pass@redis:6379/0", "redis://[redacted]@redis:6379/0"),
+            (
+                "redis://:pass@redis:6379/0",
+                "redis://[redacted]@redis:6379/0",
+            ),
             ("http://h/?planted", "http://h/?[redacted]"),
             ("http://h/path", "http://h/path"),
             ("no url here: a://", "no url here: a://"),
             ("://planted?x=1", "://planted?x=1"),
-            ("two: http://a?k=1 and ws://u@b/", "two: http://a?k=[redacted] and ws://[redacted]@b/"),
+            (
+                "two: http://a?k=1 and ws://u@b/",
+                "two: http://a?k=[redacted] and ws://[redacted]@b/",
+            ),
             ("é http://h?k=é é", "é http://h?k=[redacted] é"),
         ] {
             assert_eq!(redact_urls(text), expected, "{text}");

@@ -271,9 +271,17 @@ async fn a_guesser_cannot_lock_the_admin_out() {
     while began.elapsed() < Duration::from_secs(3 * WINDOW) {
         tick.tick().await;
         let issued = challenge(&admin, &sandgate).await;
-        assert_eq!(issued.status, 200, "admin challenge {logins}: {}", issued.body);
+        assert_eq!(
+            issued.status, 200,
+            "admin challenge {logins}: {}",
+            issued.body
+        );
         let logged_in = login(&admin, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await;
-        assert_eq!(logged_in.status, 200, "admin login {logins}: {}", logged_in.body);
+        assert_eq!(
+            logged_in.status, 200,
+            "admin login {logins}: {}",
+            logged_in.body
+        );
         logins += 1;
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -229,7 +229,10 @@ fn limits_it_does_not_enforce_and_unbounded_retries_are_refused() {
         ("num_retries: 9", "num_retries 9 is more than 5"),
         ("timeout: -1", "timeout -1 is not a number of seconds"),
         ("messages_api: sometimes", "messages_api"),
-        ("max_parallel_requests: 0", "max_parallel_requests must be at least 1"),
+        (
+            "max_parallel_requests: 0",
+            "max_parallel_requests must be at least 1",
+        ),
     ] {
         let text = format!(
             "model_list: [{{model_name: a, litellm_params: {{model: openai/a/b, api_base: 'http://g/v1', {params}}}}}]"

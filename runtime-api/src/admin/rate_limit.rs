@@ -194,7 +194,16 @@ fn network_of(client: &str) -> String {
     match client.parse::<IpAddr>() {
         Ok(IpAddr::V6(address)) => {
             let segments = address.segments();
-            let network = Ipv6Addr::new(segments[0], segments[1], segments[2], segments[3], 0, 0, 0, 0);
+            let network = Ipv6Addr::new(
+                segments[0],
+                segments[1],
+                segments[2],
+                segments[3],
+                0,
+                0,
+                0,
+                0,
+            );
             format!("{network}/64")
         }
         _ => client.to_owned(),

@@ -74,9 +74,17 @@ pub(super) async fn admit_start(
     let mut script = ADMIT.key(key_of(quota.key, "pending"));
     script
         .key(key_of(quota.key, "starts"))
-        .arg(quota.max_runtimes.map_or(-1, |max| i64::try_from(max).unwrap_or(i64::MAX)))
+        .arg(
+            quota
+                .max_runtimes
+                .map_or(-1, |max| i64::try_from(max).unwrap_or(i64::MAX)),
+        )
         .arg(quota.start_rate.map_or(-1, |(rate, _)| i64::from(rate)))
-        .arg(quota.start_rate.map_or(1, |(_, window)| window.as_millis().max(1) as u64))
+        .arg(
+            quota
+                .start_rate
+                .map_or(1, |(_, window)| window.as_millis().max(1) as u64),
+        )
         .arg(quota.pending_for.as_millis().max(1) as u64)
         .arg(quota.session)
         .arg(uuid::Uuid::new_v4().to_string());

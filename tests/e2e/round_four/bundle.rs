@@ -69,7 +69,12 @@ async fn the_bundle_quotes_no_value_a_client_or_a_file_chose() {
     )
     .await
     .expect("add");
-    assert_eq!(added.status(), 200, "{}", added.text().await.unwrap_or_default());
+    assert_eq!(
+        added.status(),
+        200,
+        "{}",
+        added.text().await.unwrap_or_default()
+    );
     // A call for a model no entry has: a failing call whose name the client chose.
     let refused = post(
         "/v1/chat/completions",
@@ -92,7 +97,10 @@ async fn the_bundle_quotes_no_value_a_client_or_a_file_chose() {
         if logs.to_string().contains(CLIENT_MODEL) {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no spend log entry: {logs}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no spend log entry: {logs}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The file broken, with a value where a number belongs; the next read of it logs why.
@@ -105,7 +113,10 @@ async fn the_bundle_quotes_no_value_a_client_or_a_file_chose() {
     .expect("break the file");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !server.log().contains("keeping the last good one") {
-        assert!(tokio::time::Instant::now() < deadline, "the reload failure is logged");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reload failure is logged"
+        );
         let _ = client
             .get(server.url("/v1/models"))
             .bearer_auth(MASTER_KEY)
@@ -113,7 +124,10 @@ async fn the_bundle_quotes_no_value_a_client_or_a_file_chose() {
             .await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(server.log().contains(FILE_VALUE), "the log line quotes the value");
+    assert!(
+        server.log().contains(FILE_VALUE),
+        "the log line quotes the value"
+    );
 
     let run = run_sandgate(
         &[
@@ -128,14 +142,24 @@ async fn the_bundle_quotes_no_value_a_client_or_a_file_chose() {
         &[("JWT_SECRET", JWT_SECRET)],
     )
     .await;
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let files: std::collections::BTreeMap<String, String> =
         serde_json::from_slice(&run.stdout).expect("the files as one JSON object");
     // What the bundle still says: where each entry goes, that a call failed, that the
     // file is broken.
     let gateway_json = &files["sandgate-support-bundle/gateway.json"];
-    assert!(gateway_json.contains("/v1beta/openai/v1?key=[redacted]"), "{gateway_json}");
-    assert!(gateway_json.contains("?code=[redacted]&token=[redacted]"), "{gateway_json}");
+    assert!(
+        gateway_json.contains("/v1beta/openai/v1?key=[redacted]"),
+        "{gateway_json}"
+    );
+    assert!(
+        gateway_json.contains("?code=[redacted]&token=[redacted]"),
+        "{gateway_json}"
+    );
     let errors = &files["sandgate-support-bundle/upstream-errors.json"];
     assert!(errors.contains("404"), "{errors}");
     let findings = &files["sandgate-support-bundle/check-config.json"];

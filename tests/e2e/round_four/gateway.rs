@@ -89,7 +89,11 @@ async fn added_models_never_go_through_the_environments_proxy() {
     let status = answer.status();
     assert_eq!(status, 200, "{}", answer.text().await.unwrap_or_default());
     assert_eq!(upstream.count(), 1, "the upstream got the call itself");
-    assert_eq!(connections.load(Ordering::SeqCst), 0, "nothing went to the proxy");
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "nothing went to the proxy"
+    );
 }
 
 /// IANA's IPv4 special-purpose blocks are refused as loopback and private addresses are,
@@ -155,13 +159,34 @@ async fn added_models_are_bounded() {
     .await;
     let base = format!("{}/v1", upstream.base());
     for name in ["m1", "m2", "m3"] {
-        let (status, body) = send(post(&sandgate, "/model/new", MASTER_KEY, &model(name, &base))).await;
+        let (status, body) = send(post(
+            &sandgate,
+            "/model/new",
+            MASTER_KEY,
+            &model(name, &base),
+        ))
+        .await;
         assert_eq!(status, 200, "{name}: {body}");
     }
-    let (status, body) = send(post(&sandgate, "/model/new", MASTER_KEY, &model("m4", &base))).await;
+    let (status, body) = send(post(
+        &sandgate,
+        "/model/new",
+        MASTER_KEY,
+        &model("m4", &base),
+    ))
+    .await;
     assert_eq!(status, 409, "{body}");
-    assert!(body.to_string().contains("--gateway-max-added-models"), "{body}");
-    let (status, body) = send(post(&sandgate, "/model/new", MASTER_KEY, &model("m2", &base))).await;
+    assert!(
+        body.to_string().contains("--gateway-max-added-models"),
+        "{body}"
+    );
+    let (status, body) = send(post(
+        &sandgate,
+        "/model/new",
+        MASTER_KEY,
+        &model("m2", &base),
+    ))
+    .await;
     assert_eq!(status, 200, "an added name is replaced: {body}");
     let (_, models) = send(
         sandgate

@@ -85,7 +85,9 @@ async fn a_loop_through_a_hop_that_drops_the_header_stops_within_a_few_calls() {
         .await
         .expect("bind");
     let hop_address = listener.local_addr().expect("address");
-    let app = axum::Router::new().fallback(forward).with_state(hop.clone());
+    let app = axum::Router::new()
+        .fallback(forward)
+        .with_state(hop.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let config = file_with(&format!(
         "model_list:\n  - model_name: looped\n    litellm_params: {{model: openai/looped, api_base: \"http://{hop_address}/v1\", api_key: k}}\n"
@@ -153,13 +155,18 @@ async fn an_entry_takes_its_max_parallel_requests_at_once() {
         .collect();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while upstream.count() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "the upstream got {} calls", upstream.count());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the upstream got {} calls",
+            upstream.count()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (status, body) = chat("slow", "a third".to_owned()).await;
     assert_eq!(status, 429, "{body}");
     assert!(
-        body.to_string().contains("Max parallel request limit reached"),
+        body.to_string()
+            .contains("Max parallel request limit reached"),
         "{body}"
     );
     assert_eq!(upstream.count(), 2, "the third never went upstream");

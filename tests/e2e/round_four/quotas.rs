@@ -85,13 +85,24 @@ async fn a_webhook_key_creates_a_bounded_number_of_conversations() {
             let response = sandgate.deliver(key, body).await;
             let status = response.status().as_u16();
             let retry_after = response.headers().get("retry-after").cloned();
-            (status, retry_after, response.text().await.unwrap_or_default())
+            (
+                status,
+                retry_after,
+                response.text().await.unwrap_or_default(),
+            )
         }
     };
-    let (status, _, body) = deliver(0, WEBHOOK_KEY, first.clone(), "2026-03-01T12:00:00Z".to_owned()).await;
+    let (status, _, body) = deliver(
+        0,
+        WEBHOOK_KEY,
+        first.clone(),
+        "2026-03-01T12:00:00Z".to_owned(),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     for n in 1..3 {
-        let (status, _, body) = deliver(n, WEBHOOK_KEY, new_id(), "2026-03-01T12:00:00Z".to_owned()).await;
+        let (status, _, body) =
+            deliver(n, WEBHOOK_KEY, new_id(), "2026-03-01T12:00:00Z".to_owned()).await;
         assert_eq!(status, 200, "{n}: {body}");
     }
     let (status, retry_after, body) =
@@ -105,6 +116,12 @@ async fn a_webhook_key_creates_a_bounded_number_of_conversations() {
         assert_eq!(status, 200, "an update: {body}");
     }
     // Another key has a count of its own.
-    let (status, _, body) = deliver(1, OTHER_WEBHOOK_KEY, new_id(), "2026-03-01T12:00:00Z".to_owned()).await;
+    let (status, _, body) = deliver(
+        1,
+        OTHER_WEBHOOK_KEY,
+        new_id(),
+        "2026-03-01T12:00:00Z".to_owned(),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
 }
