@@ -268,7 +268,9 @@ async fn a_guesser_cannot_lock_the_admin_out() {
     let began = std::time::Instant::now();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut logins = 0;
-    while began.elapsed() < Duration::from_secs(3 * WINDOW) {
+    // One a second for three windows: a count, not a clock, so a slow machine makes the
+    // run longer, never the test wrong.
+    while logins < 3 * WINDOW {
         tick.tick().await;
         let issued = challenge(&admin, &sandgate).await;
         assert_eq!(
@@ -290,7 +292,6 @@ async fn a_guesser_cannot_lock_the_admin_out() {
         let (j, r) = guesser.await.expect("guesser");
         (judged, refused) = (judged + j, refused + r);
     }
-    assert!(logins >= 3 * WINDOW, "{logins} admin logins");
     assert!(refused > 0, "the guesser was never refused");
     // Windows open with a first hit: the run spans at most this many of the account's.
     let windows = u32::try_from(began.elapsed().as_secs() / WINDOW + 2).expect("windows");
