@@ -18,6 +18,7 @@ use sandgate_proto::settings::v1::settings_server::SettingsServer;
 use sandgate_runtime_api::admin::configs::WarmLimits;
 use sandgate_runtime_api::admin::rate_limit::LoginRate;
 use sandgate_runtime_api::ambient::SystemClock;
+use sandgate_runtime_api::conversations::creation_rate::CreationRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
@@ -219,6 +220,10 @@ pub(crate) async fn runtime_api_services(
             max_per_conversation: catalog.events_per_conversation as usize,
             max_age_seconds: catalog.events_max_age_seconds,
         },
+        creation_rate: (catalog.webhook_new_conversations_rate > 0).then_some(CreationRate {
+            conversations: catalog.webhook_new_conversations_rate,
+            window: catalog.webhook_new_conversations_window,
+        }),
     };
     sandgate_runtime_api::grpc_routes(store, &auth_config(auth), catalog, admin, sandboxes)
         .map_err(|err| anyhow::anyhow!("invalid --warm-runtimes-file: {err}"))
@@ -303,6 +308,7 @@ pub(crate) fn model_gateway(
                 max_age_ms: i64::try_from(args.spend_log_max_age.as_millis()).unwrap_or(i64::MAX),
             },
             idle_after,
+            max_added_models: usize::try_from(args.gateway_max_added_models).unwrap_or(usize::MAX),
         },
     )
     .map_err(|err| anyhow::anyhow!("model gateway: {err}"))

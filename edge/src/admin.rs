@@ -103,9 +103,10 @@ pub async fn challenge(
         (status = 401, description = "`Invalid or expired challenge` or `Invalid admin password`", body = DetailBody),
         (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
         (status = 422, description = "Validation error", body = ValidationBody),
+        (status = 413, description = "Body larger than the configured limit", body = DetailBody),
         (
             status = 429,
-            description = "Too many attempts from this client address in the current window (`ADMIN_LOGIN_RATE`): `Too many login attempts; retry in N seconds`",
+            description = "Too many attempts from this client address in the current window (`ADMIN_LOGIN_RATE`), or, once the account is past `ADMIN_LOGIN_ACCOUNT_RATE`, a client that gave a wrong proof in the window: `Too many login attempts; retry in N seconds`",
             body = DetailBody,
             headers(("Retry-After" = i64, description = "Seconds until the client's window ends")),
         ),

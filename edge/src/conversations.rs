@@ -358,6 +358,7 @@ fn tags() -> ObjectBuilder {
     responses(
         (status = 200, description = "The stored record (secrets redacted) with its canonical id, current tags and derived sub_conversation_ids, and the catalog's facts under `sandgate`", body = CatalogConversation),
         ConversationErrors,
+        (status = 413, description = "Body larger than the configured limit", body = DetailBody),
     ),
 )]
 pub async fn update_tags(

@@ -62,7 +62,8 @@ fn query_object(
         (status = 400, description = "A field of the wrong type or out of bounds, or a limit this gateway does not enforce", body = OpenAIError),
         KeyErrors,
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
-        (status = 409, description = "The key alias, or the chosen key, is another key's", body = OpenAIError),
+        (status = 409, description = "The key alias, or the chosen key, is another key's (the master key's included)", body = OpenAIError),
+        (status = 413, description = "Body larger than the configured limit", body = OpenAIError),
     ),
 )]
 pub async fn generate(
@@ -89,6 +90,7 @@ pub async fn generate(
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
         (status = 404, description = "No such key", body = OpenAIError),
         (status = 409, description = "The key alias is another key's", body = OpenAIError),
+        (status = 413, description = "Body larger than the configured limit", body = OpenAIError),
     ),
 )]
 pub async fn update(
@@ -114,6 +116,7 @@ pub async fn update(
         KeyErrors,
         (status = 403, description = "A virtual key: key management is the master key's", body = OpenAIError),
         (status = 404, description = "A named key does not exist: none was deleted", body = OpenAIError),
+        (status = 413, description = "Body larger than the configured limit", body = OpenAIError),
     ),
 )]
 pub async fn delete(

@@ -218,7 +218,8 @@ pub async fn get(
         (status = 400, description = "A malformed body, a model without a routing prefix, or an api_base that is not an http(s) URL", body = OpenAIError),
         (status = 401, description = "Missing or wrong master key", body = OpenAIError),
         (status = 403, description = "A virtual key, or an api_base that added models may not reach (loopback, private, link-local, a cloud metadata service) unless the operator allows its host", body = OpenAIError),
-        (status = 409, description = "A name the configuration file routes, by its own entry or (without `replace_configured`) its wildcard", body = OpenAIError),
+        (status = 409, description = "A name the configuration file routes, by its own entry or (without `replace_configured`) its wildcard; or a new name past `--gateway-max-added-models`", body = OpenAIError),
+        (status = 413, description = "Body larger than the configured limit", body = OpenAIError),
         (status = 503, description = "The store is unavailable; retry later", body = OpenAIError),
     ),
 )]
@@ -292,8 +293,23 @@ pub async fn spend_logs(
     headers: HeaderMap,
     query: Result<Query<SpendLogsQuery>, QueryRejection>,
 ) -> Result<Json<Vec<SpendLogEntry>>, GatewayError> {
-    let Query(query) = query
-        .map_err(|rejection| GatewayError::new(ErrorCode::BadRequest, rejection.body_text()))?;
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => {
+            // The caller is judged before its query: without a valid master key, a bad
+            // `limit` is 401/403 like any other call, not 400.
+            client(&state)?
+                .list_spend_logs(metadata::request(
+                    &headers,
+                    ListSpendLogsRequest { limit: 1 },
+                ))
+                .await?;
+            return Err(GatewayError::new(
+                ErrorCode::BadRequest,
+                rejection.body_text(),
+            ));
+        }
+    };
     let limit = query.limit.unwrap_or(0);
     let entries = client(&state)?
         .list_spend_logs(metadata::request(&headers, ListSpendLogsRequest { limit }))

@@ -146,6 +146,29 @@ mod tests {
         assert_eq!(super::undescribed(&document), ["GET /undescribed"]);
     }
 
+    /// Every operation that takes a body says it answers 413 past the body limit (the
+    /// edge's, or the gateway's on the LLM routes): a client generated from the document
+    /// knows the answer exists.
+    #[test]
+    fn every_body_operation_documents_its_413() {
+        let document = document();
+        let mut bodies = 0;
+        let mut undocumented = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().into_iter().flatten() {
+                if operation.get("requestBody").is_none() {
+                    continue;
+                }
+                bodies += 1;
+                if operation["responses"].get("413").is_none() {
+                    undocumented.push(format!("{} {path}", method.to_uppercase()));
+                }
+            }
+        }
+        assert!(bodies >= 26, "{bodies} operations take a body");
+        assert_eq!(undocumented, Vec::<String>::new());
+    }
+
     /// A profile's name is refused when `str::trim` leaves nothing of it (the Settings
     /// service's rule): the document's pattern accepts exactly the names with a
     /// character that is not Rust's whitespace, on every character up to U+FFFF.

@@ -52,6 +52,7 @@ impl Command {
         (status = 200, description = "The sandbox, with its session key; `warm` says whether it was claimed", body = Runtime),
         (status = 401, description = "`provide a valid API key`", body = DetailBody),
         (status = 422, description = "A field is wrong", body = ValidationBody),
+        (status = 413, description = "Body larger than the configured limit", body = DetailBody),
         (status = 502, description = "The sandbox platform failed", body = DetailBody),
         (status = 503, description = "The store is unavailable; retry later", body = DetailBody),
     ),
@@ -324,6 +325,9 @@ enum TransitionErrors {
     /// The sandbox platform failed
     #[response(status = 502)]
     PlatformFailed(DetailBody),
+    /// Body larger than the configured limit
+    #[response(status = 413)]
+    TooLarge(DetailBody),
 }
 
 #[utoipa::path(

@@ -77,6 +77,7 @@ fn rest(
         (status = 200, description = "The saved profile", body = Profile),
         (status = 401, description = "No valid key", body = DetailBody),
         (status = 422, description = "Validation error", body = ValidationBody),
+        (status = 413, description = "Body larger than the configured limit", body = DetailBody),
     ),
 )]
 pub async fn save(

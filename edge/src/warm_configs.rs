@@ -228,6 +228,7 @@ struct ConfigBody {
         (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
         (status = 409, description = "Another configuration uses the image; the detail names it", body = DetailBody),
         (status = 422, description = "Validation error", body = ValidationBody),
+        (status = 413, description = "Body larger than the configured limit", body = DetailBody),
     ),
 )]
 pub async fn put_config(

@@ -51,6 +51,12 @@ pub(crate) struct EventBatchResult {
         (status = 401, description = "Missing or invalid X-Session-API-Key, or the conversation belongs to another sandbox", body = DetailBody),
         (status = 413, description = "Body larger than the configured limit", body = DetailBody),
         (status = 422, description = "Validation error", body = ValidationBody),
+        (
+            status = 429,
+            description = "The key created `WEBHOOK_NEW_CONVERSATIONS_RATE` new conversations in its window; its existing ones still take deliveries",
+            headers(("Retry-After" = u32, description = "Seconds until the key's window ends")),
+            body = DetailBody,
+        ),
         (status = 503, description = "The store is unavailable; retry", body = DetailBody),
     ),
 )]

@@ -2,9 +2,9 @@
 //! (see `egress`), with prices that are prices, in bounded fields, and never a name the
 //! configuration file routes unless the operator says it means to take it over.
 
-use sandgate_proto::error::ErrorCode;
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::AddModelRequest;
-use sandgate_store::StoredModel;
+use sandgate_store::{Store, StoredModel};
 use tonic::Status;
 
 use crate::budget::Prices;
@@ -90,6 +90,37 @@ pub(crate) fn addition(
     })
 }
 
+/// `GATEWAY_MAX_ADDED_MODELS`'s default. With each entry's fields bounded, the added
+/// models add at most about 256 × 22 KiB to `/model/info` and 256 × 150 bytes to
+/// `/v1/models`, and their entries held in memory stay as small.
+pub const DEFAULT_MAX_ADDED_MODELS: usize = 256;
+
+/// Refuses a new name once `max` models are added in `scope` (409); a name added already
+/// may be added again (replaced). Counted before the write, so replicas adding at the same
+/// moment may pass it by as many as add together.
+pub(crate) async fn check_room(
+    store: &Store,
+    scope: &str,
+    name: &str,
+    max: usize,
+) -> Result<(), Status> {
+    let added = store
+        .models
+        .added_models(scope)
+        .await
+        .map_err(ErrorDetail::from)?;
+    if added.len() >= max && !added.iter().any(|model| model.model_name == name) {
+        return Err(error(
+            ErrorCode::Conflict,
+            format!(
+                "{} models are added already, the most the gateway takes (--gateway-max-added-models)",
+                added.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses an added name the configuration file routes: its own entries always (the file
 /// is changed where it lives), a name its wildcard routes unless `replace` says the
 /// addition means to take it over (and that is logged).
@@ -122,7 +153,6 @@ fn check_takeover(config: &GatewayConfig, name: &str, replace: bool) -> Result<(
 mod tests {
     use super::*;
     use crate::config::ModelEntry;
-    use sandgate_proto::error::ErrorDetail;
 
     fn config() -> GatewayConfig {
         GatewayConfig {

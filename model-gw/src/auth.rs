@@ -187,6 +187,15 @@ impl Authenticator {
         }
     }
 
+    /// Whether `key` is the master key (compared in constant time): a virtual key may
+    /// never be given its value.
+    pub(crate) fn is_master(&self, key: &str) -> bool {
+        self.master_key.as_ref().is_some_and(|master| {
+            let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+            bool::from(digest.ct_eq(master))
+        })
+    }
+
     /// The caller of a request: the master key, or a virtual key that has not expired,
     /// with its spend as stored now.
     pub(crate) async fn authenticate(

@@ -6,7 +6,10 @@
 //! The host is checked when the model is added (an address, or a name that is known to
 //! be internal) and again at every connection: the guarded client's resolver drops the
 //! addresses a name resolves to that are not allowed, so a name that resolves to
-//! loopback (or is made to, later) is refused too.
+//! loopback (or is made to, later) is refused too. Added models never go through a proxy
+//! (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` are ignored by their client): a proxy would
+//! resolve the name itself, past this check. An added model that must go through one is
+//! the configuration file's to add.
 //!
 //! And no call comes back through the gateway that sent it, however its entry came: each
 //! call carries [`HOP_HEADER`] with the gateways it passed, and a gateway that finds
@@ -44,40 +47,120 @@ pub fn forbidden_address(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
+/// IANA's IPv4 special-purpose blocks (and multicast), none of them an upstream on the
+/// internet: `(network, prefix length, what it is)`. Checked in order.
+const SPECIAL_V4: [(Ipv4Addr, u8, &str); 19] = [
+    (Ipv4Addr::new(127, 0, 0, 0), 8, "a loopback address"),
+    (
+        Ipv4Addr::new(0, 0, 0, 0),
+        8,
+        "an unspecified address (\"this network\")",
+    ),
+    (
+        Ipv4Addr::new(169, 254, 0, 0),
+        16,
+        "a link-local address (the cloud metadata service's)",
+    ),
+    (Ipv4Addr::new(10, 0, 0, 0), 8, "a private address"),
+    (Ipv4Addr::new(172, 16, 0, 0), 12, "a private address"),
+    (Ipv4Addr::new(192, 168, 0, 0), 16, "a private address"),
+    (
+        Ipv4Addr::new(100, 64, 0, 0),
+        10,
+        "a private address (shared address space)",
+    ),
+    (
+        Ipv4Addr::new(192, 0, 0, 0),
+        24,
+        "a special-purpose address (IETF protocol assignments)",
+    ),
+    (Ipv4Addr::new(192, 0, 2, 0), 24, "a documentation address"),
+    (
+        Ipv4Addr::new(198, 51, 100, 0),
+        24,
+        "a documentation address",
+    ),
+    (Ipv4Addr::new(203, 0, 113, 0), 24, "a documentation address"),
+    (Ipv4Addr::new(198, 18, 0, 0), 15, "a benchmarking address"),
+    (
+        Ipv4Addr::new(192, 31, 196, 0),
+        24,
+        "a special-purpose address (AS112)",
+    ),
+    (
+        Ipv4Addr::new(192, 175, 48, 0),
+        24,
+        "a special-purpose address (AS112)",
+    ),
+    (
+        Ipv4Addr::new(192, 52, 193, 0),
+        24,
+        "a special-purpose address (AMT)",
+    ),
+    (
+        Ipv4Addr::new(192, 88, 99, 0),
+        24,
+        "a special-purpose address (6to4 relay anycast)",
+    ),
+    (
+        Ipv4Addr::new(224, 0, 0, 0),
+        4,
+        "a broadcast or multicast address",
+    ),
+    (
+        Ipv4Addr::new(255, 255, 255, 255),
+        32,
+        "a broadcast or multicast address",
+    ),
+    (Ipv4Addr::new(240, 0, 0, 0), 4, "a reserved address"),
+];
+
 fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [first, second, ..] = ip.octets();
-    if ip.is_loopback() {
-        Some("a loopback address")
-    } else if ip.is_unspecified() || first == 0 {
-        Some("an unspecified address")
-    } else if ip.is_link_local() {
-        Some("a link-local address (the cloud metadata service's)")
-    } else if ip.is_private() || (first == 100 && (64..128).contains(&second)) {
-        Some("a private address")
-    } else if ip.is_broadcast() || ip.is_multicast() {
-        Some("a broadcast or multicast address")
-    } else {
-        None
-    }
+    SPECIAL_V4
+        .iter()
+        .find(|(network, length, _)| {
+            let mask = u32::MAX.checked_shl(32 - u32::from(*length)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(*network)
+        })
+        .map(|(_, _, why)| *why)
 }
 
+/// The IPv4 address in the low 32 bits of `ip`.
+fn low_v4(ip: Ipv6Addr) -> Ipv4Addr {
+    let segments = ip.segments();
+    Ipv4Addr::from((u32::from(segments[6]) << 16) | u32::from(segments[7]))
+}
+
+/// IPv6: only global unicast (2000::/3) may be reached, less IANA's special-purpose
+/// blocks in it; an address that stands for an IPv4 one (mapped, compatible, NAT64's
+/// 64:ff9b::/96) is judged as that address.
 fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
-    let first = ip.segments()[0];
+    let segments = ip.segments();
+    let first = segments[0];
     if ip.is_loopback() {
         Some("a loopback address")
     } else if ip.is_unspecified() {
         Some("an unspecified address")
+    } else if segments[..6] == [0, 0, 0, 0, 0, 0] {
+        // IPv4-compatible (deprecated), `::127.0.0.1` and the like.
+        forbidden_v4(low_v4(ip))
+    } else if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        // NAT64's well-known prefix reaches the IPv4 address it embeds.
+        forbidden_v4(low_v4(ip))
     } else if first & 0xffc0 == 0xfe80 {
         Some("a link-local address")
     } else if first & 0xfe00 == 0xfc00 {
         Some("a private (unique local) address")
     } else if ip.is_multicast() {
         Some("a multicast address")
-    } else if ip.segments()[..6] == [0, 0, 0, 0, 0, 0] {
-        // IPv4-compatible (deprecated), `::127.0.0.1` and the like.
-        forbidden_v4(Ipv4Addr::from(
-            (u32::from(ip.segments()[6]) << 16) | u32::from(ip.segments()[7]),
-        ))
+    } else if first & 0xe000 != 0x2000 {
+        Some("a special-purpose address (not global unicast)")
+    } else if first == 0x2001 && segments[1] < 0x0200 {
+        Some("a special-purpose address (IETF protocol assignments, Teredo, benchmarking)")
+    } else if first == 0x2001 && segments[1] == 0x0db8 || first & 0xfff0 == 0x3ff0 {
+        Some("a documentation address")
+    } else if first == 0x2002 {
+        Some("a special-purpose address (6to4)")
     } else {
         None
     }
@@ -208,6 +291,33 @@ mod tests {
             "fe80::1",
             "fd00:ec2::254",
             "::",
+            // IANA's special-purpose blocks.
+            "240.0.0.1",
+            "255.255.255.255",
+            "198.18.0.1",
+            "198.19.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "100.127.255.255",
+            "0.1.2.3",
+            "224.0.0.1",
+            "239.255.255.250",
+            "192.88.99.1",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::1",
+            "::ffff:198.18.0.1",
+            "100::1",
+            "2001:db8::1",
+            "2001::1",
+            "2001:2::1",
+            "2002:7f00:1::1",
+            "3fff::1",
+            "fec0::1",
+            "ff02::1",
+            "5f00::1",
         ] {
             assert!(allowed.refusal(refused).is_some(), "{refused}");
         }
@@ -217,6 +327,13 @@ mod tests {
             "litellm.internal",
             "10.0.0.7",
             "2606:4700::1",
+            "1.1.1.1",
+            "100.128.0.1",
+            "198.20.0.1",
+            "223.255.255.255",
+            "64:ff9b::808:808",
+            "2001:4860:4860::8888",
+            "2a00:1450::1",
         ] {
             assert_eq!(allowed.refusal(accepted), None, "{accepted}");
         }

@@ -13,6 +13,7 @@ mod egress;
 mod forward;
 mod headers;
 mod keys;
+mod loops;
 mod manage;
 #[doc(hidden)]
 pub mod messages;
@@ -34,6 +35,7 @@ mod support;
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
 
+pub use added::DEFAULT_MAX_ADDED_MODELS;
 pub use config::{
     CallParams, ConfigFile, EnvironmentReference, GatewayConfig, ModelEntry, environment_references,
 };

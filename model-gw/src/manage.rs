@@ -95,14 +95,29 @@ async fn check_alias(store: &Store, key: &StoredKey) -> Result<(), ErrorDetail> 
     Ok(())
 }
 
+/// The value a `/key/generate` call chooses for its key (`"key"`), if any: the service
+/// refuses the master key's, as the store refuses an existing virtual key's.
+pub fn chosen_key(request: &ManageKeysRequest) -> Option<String> {
+    if KeyOperation::try_from(request.operation).ok()? != KeyOperation::Generate {
+        return None;
+    }
+    object(&request.body)
+        .ok()?
+        .get("key")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// A chosen key that is already a key: the master key or a virtual key.
+pub fn key_exists() -> ErrorDetail {
+    ErrorDetail::new(ErrorCode::Conflict, "that key exists already")
+}
+
 async fn generate(store: &Store, body: &Map<String, Value>) -> Result<Bytes, ErrorDetail> {
     let (secret, key) = keys::generate(body, now_ms())?;
     check_alias(store, &key).await?;
     if !store.keys.put_key(&key, true).await? {
-        return Err(ErrorDetail::new(
-            ErrorCode::Conflict,
-            "that key exists already",
-        ));
+        return Err(key_exists());
     }
     tracing::info!(token = %key.token, key_alias = ?key.key_alias, "virtual key generated");
     let mut answer_body = keys::describe(&key, 0.0, now_ms());

@@ -172,6 +172,11 @@ pub struct ChatRequest<'a> {
 }
 
 impl<'a> ChatRequest<'a> {
+    /// The raw text of the member `name`, as the client sent it.
+    pub fn member(&self, name: &str) -> Option<&str> {
+        self.members.get(name).map(RawValue::get)
+    }
+
     /// Reads the body; the error says, for the client, what is wrong with it.
     pub fn parse(body: &'a [u8]) -> Result<Self, String> {
         // The members are kept raw and sent on as they came, so nothing here would stop a

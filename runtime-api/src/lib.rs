@@ -48,6 +48,8 @@ pub struct AuthConfig {
 pub struct CatalogConfig {
     /// How many agent-server events, and for how long, each conversation keeps.
     pub event_retention: sandgate_store::EventRetention,
+    /// New conversations each sender may create per window; `None`, unbounded.
+    pub creation_rate: Option<conversations::creation_rate::CreationRate>,
 }
 
 /// How sandboxes are run: the driver, and what the Sandboxes service needs beside it.
@@ -127,12 +129,15 @@ pub fn grpc_routes(
         sandbox.options,
         configs.clone(),
     ));
-    let conversations = ConversationsServer::new(ConversationsService::new(
-        store.clone(),
-        authenticator.clone(),
-        catalog.event_retention,
-        activity,
-    ))
+    let conversations = ConversationsServer::new(
+        ConversationsService::new(
+            store.clone(),
+            authenticator.clone(),
+            catalog.event_retention,
+            activity,
+        )
+        .with_creation_rate(catalog.creation_rate),
+    )
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // One message-size limit on every service, the edge's clients' own: a body the edge

@@ -171,6 +171,12 @@ pub struct GatewayArgs {
     /// cloud metadata service; the configuration file's entries go anywhere.
     #[arg(long, env = "GATEWAY_ALLOWED_UPSTREAM_HOSTS", value_delimiter = ',')]
     pub gateway_allowed_upstream_hosts: Vec<String>,
+    /// Models `/model/new` may add, at most (then 409): each is held in memory and listed
+    /// by `/v1/models` and `/model/info` (about 22 KiB there at most).
+    #[arg(long, env = "GATEWAY_MAX_ADDED_MODELS",
+          default_value_t = sandgate_model_gw::DEFAULT_MAX_ADDED_MODELS as u64,
+          value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub gateway_max_added_models: u64,
     /// The largest whole (not streamed) upstream answer read, in bytes (then 502).
     #[arg(long, env = "GATEWAY_MAX_ANSWER_BYTES", default_value_t = 32 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1024..))]

@@ -70,6 +70,17 @@ pub struct CatalogArgs {
     #[arg(long, env = "SANDGATE_EVENTS_MAX_AGE_SECONDS", default_value_t = 30 * 24 * 3600,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub events_max_age_seconds: u64,
+    /// New conversations each sender (a webhook key, a sandbox's session key) may create
+    /// per window, counted across every replica; past it, 429 with `Retry-After` for a
+    /// conversation it has not created yet, while its existing ones take deliveries. 0
+    /// turns the bound off.
+    #[arg(long, env = "WEBHOOK_NEW_CONVERSATIONS_RATE",
+          default_value_t = sandgate_runtime_api::conversations::creation_rate::DEFAULT_CREATION_RATE.conversations)]
+    pub webhook_new_conversations_rate: u32,
+    /// Seconds of that window, which opens with a sender's first new conversation.
+    #[arg(long, env = "WEBHOOK_NEW_CONVERSATIONS_WINDOW", default_value = "60",
+          value_parser = seconds)]
+    pub webhook_new_conversations_window: Duration,
 }
 
 /// Runtime management: admin login and warm runtime configurations.
@@ -116,8 +127,10 @@ pub struct AdminArgs {
     pub admin_login_rate_window: Duration,
     /// Judged admin logins (a live challenge answered, the hash checked) of the account
     /// per window of `ADMIN_LOGIN_RATE_WINDOW`, whatever their source: many addresses do
-    /// not multiply the guesses. Past it, 429 for every client until the window ends. 0
-    /// turns the bound off.
+    /// not multiply the guesses. Past it, a client (an address, an IPv6 /64) that has
+    /// given a wrong proof in the window gets 429 unjudged until the window ends; one that
+    /// has not is still judged, so strangers cannot lock the admin out. 0 turns the bound
+    /// off.
     #[arg(long, env = "ADMIN_LOGIN_ACCOUNT_RATE",
           default_value_t = sandgate_runtime_api::admin::rate_limit::DEFAULT_ACCOUNT_LOGIN_ATTEMPTS)]
     pub admin_login_account_rate: u32,

@@ -4,7 +4,8 @@
 //! log lines are. The admin downloads it (`GET /api/admin/support-bundle`, `http.rs`);
 //! `sandgate support-bundle` is the client that saves it (`client.rs`).
 //!
-//! Nothing secret leaves (`redaction.rs`), and it is bounded: each file is cut at
+//! Nothing secret leaves (`redaction.rs`), nor a value a client or a file chose
+//! (`values.rs`: URLs' query values and userinfo, quoted values), and it is bounded: each file is cut at
 //! [`MAX_FILE_BYTES`], lists at [`MAX_RECORDS`] entries, so the archive stays a few MiB
 //! whatever the install holds.
 
@@ -12,6 +13,7 @@ pub mod client;
 pub mod http;
 pub mod redaction;
 mod sections;
+mod values;
 
 use std::sync::Arc;
 
@@ -198,7 +200,15 @@ pub async fn build(sources: &Sources) -> std::io::Result<Vec<u8>> {
         json_file("gateway.json", &secrets, gateway),
         json_file("upstream-errors.json", &secrets, upstream_errors),
         text_file("metrics.txt", &secrets, metrics),
-        text_file("logs.txt", &secrets, crate::telemetry::recent::lines()),
+        text_file(
+            "logs.txt",
+            &secrets,
+            // A line quotes what clients and files chose (a model's name, a file's value).
+            crate::telemetry::recent::lines()
+                .iter()
+                .map(|line| values::hide_quoted(line))
+                .collect(),
+        ),
     ];
     archive(&files, now_ms)
 }

@@ -7,7 +7,8 @@
 //!   (`OPENAI_API_KEY`, `*_PASSWORD`, …), which is where `os.environ/` keys come from.
 //!   Each is replaced wherever it appears, in any file;
 //! - anything credential-shaped, as the catalog redacts agent-server events: a value under
-//!   a credential-named key, a credential header, a URL's password.
+//!   a credential-named key, a credential header, a URL's userinfo and query values
+//!   (`values.rs`).
 
 use serde_json::Value;
 
@@ -73,9 +74,10 @@ impl Secrets {
         }
     }
 
-    /// `text` with every known secret replaced.
+    /// `text` with every URL's userinfo and query values redacted, and every known secret
+    /// replaced.
     pub fn scrub(&self, text: &str) -> String {
-        let mut text = text.to_owned();
+        let mut text = super::values::redact_urls(text);
         for secret in &self.values {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), REDACTED);

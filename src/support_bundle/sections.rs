@@ -87,7 +87,8 @@ pub fn findings(settings: &Settings) -> Value {
             json!({
                 "severity": format!("{:?}", finding.severity).to_lowercase(),
                 "setting": finding.setting,
-                "message": finding.message,
+                // A broken file's error quotes its values: the message says where, not what.
+                "message": super::values::hide_quoted(&finding.message),
             })
         })
         .collect();
@@ -232,9 +233,15 @@ pub async fn pools_and_sandboxes(sources: &Sources) -> (Value, Value) {
 /// calls that ended in a non-2xx status.
 pub async fn gateway(sources: &Sources) -> (Value, Value) {
     let mut entries = Vec::new();
+    // The names the entries route: a failing call's model is shown only when it is one of
+    // them, never as a client wrote it.
+    let mut known = std::collections::HashSet::new();
     if let Some(config) = &sources.gateway {
         let current = config.current();
         for entry in &current.models {
+            if entry.model_name != "*" {
+                known.insert(entry.model_name.clone());
+            }
             entries.push(json!({
                 "model_name": entry.model_name,
                 "model": entry.model,
@@ -245,6 +252,7 @@ pub async fn gateway(sources: &Sources) -> (Value, Value) {
         if let Some(store) = &sources.store {
             match store.models.added_models(&current.scope).await {
                 Ok(added) => entries.extend(added.iter().map(|model| {
+                    known.insert(model.model_name.clone());
                     json!({
                         "model_name": model.model_name,
                         "model": model.model,
@@ -265,11 +273,12 @@ pub async fn gateway(sources: &Sources) -> (Value, Value) {
                     .filter(|entry| !(200..300).contains(&entry.status))
                     .take(MAX_RECORDS)
                     .map(|entry| {
+                        let named = known.contains(&entry.model);
                         json!({
                             "request_id": entry.request_id,
                             "started_at_ms": entry.started_at_ms,
-                            "model": entry.model,
-                            "upstream_model": entry.upstream_model,
+                            "model": if named { entry.model.as_str() } else { "[a name no entry has]" },
+                            "upstream_model": named.then_some(&entry.upstream_model),
                             "call_type": entry.call_type,
                             "status": entry.status,
                             "latency_ms": entry.latency_ms,

@@ -120,11 +120,56 @@ pub struct RateCount {
     pub resets_in: Duration,
 }
 
+/// A start asked of a runtime API key's quotas ([`RateLimitStore::admit_start`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StartQuota<'a> {
+    /// Whose quotas: the key's name.
+    pub key: &'a str,
+    /// The session the start is for.
+    pub session: &'a str,
+    /// The sessions the sandbox records show held (starting or running), read just before.
+    pub held: &'a [String],
+    /// `MAX_RUNTIMES`: sessions held at once, at most.
+    pub max_runtimes: Option<u64>,
+    /// `SANDBOX_START_RATE`: starts admitted in any window of this length, at most.
+    pub start_rate: Option<(u32, Duration)>,
+    /// How long an admitted start counts as held whatever the records show: longer than a
+    /// start takes to be stored.
+    pub pending_for: Duration,
+}
+
+/// What [`RateLimitStore::admit_start`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAdmission {
+    /// Admitted: it counts as held (and as a start in the rate's window).
+    Admitted,
+    /// Refused: the key holds this many sessions, its `max_runtimes`.
+    MaxRuntimes { holding: u64 },
+    /// Refused: the key made its `start_rate` starts in the window.
+    StartRate,
+}
+
 /// Counters of attempts per key (e.g. a client's logins) in fixed windows that open with
-/// a key's first hit. Kept in the store so that every replica counts together.
+/// a key's first hit. Kept in the store so that every replica counts together. And the
+/// runtime API key's quotas, admitted atomically in the store so that they are exact
+/// across replicas.
 #[async_trait]
 pub trait RateLimitStore: Send + Sync + 'static {
     /// Counts one hit on `key`. The first hit opens a window of `window`; once it has
     /// passed, the next hit opens a new one.
     async fn hit(&self, key: &str, window: Duration) -> StoreResult<RateCount>;
+
+    /// The hits on `key` in its current window, without counting one: 0 when its window
+    /// has passed or it was never hit.
+    async fn count(&self, key: &str) -> StoreResult<u64>;
+
+    /// Admits a start under a key's quotas, atomically against every other replica's:
+    /// the sessions held are those `quota.held` names and the starts admitted in the last
+    /// `pending_for` that it does not; the rate counts the starts admitted in the last
+    /// window (a refused start counts for nothing).
+    async fn admit_start(&self, quota: &StartQuota<'_>) -> StoreResult<StartAdmission>;
+
+    /// `session`'s admitted start holds nothing (it failed, or its sandbox was paused or
+    /// stopped); the starts it counts in the rate's window stay.
+    async fn release_start(&self, key: &str, session: &str) -> StoreResult<()>;
 }

@@ -12,6 +12,7 @@ mod conversations;
 mod events;
 mod keys;
 mod models;
+mod quota;
 mod sandboxes;
 
 use std::collections::HashMap;
@@ -55,6 +56,8 @@ pub struct EmbeddedStore {
     key_spend_memory: keys::SpendMemory,
     /// Moved on by every change of a key or of its spend (`KeyStore::key_changes`).
     key_changes: tokio::sync::watch::Sender<Option<u64>>,
+    /// The runtime API key's admitted starts, in memory as the rate limits are.
+    quotas: quota::Quotas,
 }
 
 /// A write run inside a batch's transaction. It returns what to answer its caller once the
@@ -132,6 +135,7 @@ impl EmbeddedStore {
             model_changes: tokio::sync::watch::Sender::new(Some(0)),
             key_spend_memory: keys::SpendMemory::default(),
             key_changes: tokio::sync::watch::Sender::new(Some(0)),
+            quotas: quota::Quotas::default(),
         })
     }
 

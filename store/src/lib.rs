@@ -33,8 +33,8 @@ use uuid::Uuid;
 pub use self::redis::RedisStore;
 pub use activity::Activity;
 pub use admin::{
-    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
-    WarmConfigSnapshot, WarmConfigStore,
+    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StartAdmission, StartQuota,
+    StoredChallenge, StoredWarmConfig, WarmConfigSnapshot, WarmConfigStore,
 };
 pub use embedded::EmbeddedStore;
 pub use events::{

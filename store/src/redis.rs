@@ -23,6 +23,7 @@ mod keys;
 mod models;
 mod nodes;
 mod primary;
+mod quota;
 mod sandboxes;
 pub(super) mod sentinel;
 

@@ -165,8 +165,9 @@ crate::on_both_backends!(
 const ACCOUNT_RATE: u32 = 12;
 
 /// Addresses are cheap: the account's bound holds whatever their number. Four addresses,
-/// each under its own limit, make the account's twelve judged guesses; the next login,
-/// from a fifth address and with the right password, gets 429 until the window ends.
+/// each under its own limit, make the account's twelve judged guesses; past the bound
+/// each of them is refused unjudged, even with the right password, and a fifth address
+/// gets one judged guess; the admin, who guessed nothing, is judged and logs in.
 async fn many_addresses_do_not_multiply_the_guesses(backend: Backend) {
     let account_rate = ACCOUNT_RATE.to_string();
     let sandgate = start(&backend, &["--admin-login-account-rate", &account_rate]).await;
@@ -180,18 +181,124 @@ async fn many_addresses_do_not_multiply_the_guesses(backend: Backend) {
         let refused = login(guesser, &sandgate, &answered(&issued.body, "guess")).await;
         assert_eq!(refused.status, 401, "guess {attempt}: {}", refused.body);
     }
-    let admin = client_from("127.0.0.24");
-    let issued = challenge(&admin, &sandgate).await;
-    assert_eq!(issued.status, 200, "a challenge is not a guess");
-    let wait = assert_limited(
-        &login(&admin, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await,
-        "past the account's bound",
+    for (n, guesser) in guessers.iter().enumerate() {
+        let issued = challenge(guesser, &sandgate).await;
+        assert_eq!(issued.status, 200, "a challenge is not a guess");
+        assert_limited(
+            &login(guesser, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await,
+            &format!("guesser {n} past the account's bound, even with the password"),
+        );
+    }
+    let fresh = client_from("127.0.0.25");
+    let issued = challenge(&fresh, &sandgate).await;
+    let refused = login(&fresh, &sandgate, &answered(&issued.body, "guess")).await;
+    assert_eq!(refused.status, 401, "one judged guess: {}", refused.body);
+    let issued = challenge(&fresh, &sandgate).await;
+    assert_limited(
+        &login(&fresh, &sandgate, &answered(&issued.body, "guess")).await,
+        "its second guess",
     );
-    // Once the account's window has passed, the admin logs in.
-    tokio::time::sleep(Duration::from_secs(wait)).await;
-    let issued = challenge(&admin, &sandgate).await;
-    let logged_in = login(&admin, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await;
-    assert_eq!(logged_in.status, 200, "{}", logged_in.body);
+    let admin = client_from("127.0.0.24");
+    for n in 0..3 {
+        let issued = challenge(&admin, &sandgate).await;
+        let logged_in = login(&admin, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await;
+        assert_eq!(logged_in.status, 200, "admin login {n}: {}", logged_in.body);
+    }
+}
+
+/// A stranger with no credential cannot lock the admin out: a guesser on three addresses
+/// tries as fast as it can for three windows while the admin logs in every second, and
+/// every one of the admin's logins succeeds. The guesser is still held to the bound: its
+/// judged guesses stay within the account's bound and one per address a window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_guesser_cannot_lock_the_admin_out() {
+    const WINDOW: u64 = 2;
+    let backend = Backend::embedded();
+    let account_rate = ACCOUNT_RATE.to_string();
+    let window = WINDOW.to_string();
+    let rate = RATE.to_string();
+    let sandgate = std::sync::Arc::new(
+        Sandgate::start_with(
+            &backend,
+            &[
+                "--admin-password",
+                ADMIN_PASSWORD,
+                "--jwt-secret",
+                JWT_SECRET,
+                "--pbkdf2-iterations",
+                "1000",
+                "--admin-login-rate",
+                &rate,
+                "--admin-login-rate-window",
+                &window,
+                "--admin-login-account-rate",
+                &account_rate,
+            ],
+        )
+        .await,
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let guessers: Vec<_> = (30..33)
+        .map(|host| {
+            let (sandgate, done) = (sandgate.clone(), done.clone());
+            tokio::spawn(async move {
+                let guesser = client_from(&format!("127.0.0.{host}"));
+                let (mut judged, mut refused) = (0u32, 0u32);
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let issued = challenge(&guesser, &sandgate).await;
+                    if issued.status != 200 {
+                        assert_eq!(issued.status, 429, "{}", issued.body);
+                        refused += 1;
+                        // Pacing, not waiting for anything: spare the loaded machine.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    let answer = login(&guesser, &sandgate, &answered(&issued.body, "guess")).await;
+                    match answer.status.as_u16() {
+                        401 => judged += 1,
+                        429 => refused += 1,
+                        other => panic!("a guess answered {other}: {}", answer.body),
+                    }
+                }
+                (judged, refused)
+            })
+        })
+        .collect();
+    let admin = client_from("127.0.0.33");
+    let began = std::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut logins = 0;
+    // One a second for three windows: a count, not a clock, so a slow machine makes the
+    // run longer, never the test wrong.
+    while logins < 3 * WINDOW {
+        tick.tick().await;
+        let issued = challenge(&admin, &sandgate).await;
+        assert_eq!(
+            issued.status, 200,
+            "admin challenge {logins}: {}",
+            issued.body
+        );
+        let logged_in = login(&admin, &sandgate, &answered(&issued.body, ADMIN_PASSWORD)).await;
+        assert_eq!(
+            logged_in.status, 200,
+            "admin login {logins}: {}",
+            logged_in.body
+        );
+        logins += 1;
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut judged, mut refused) = (0, 0);
+    for guesser in guessers {
+        let (j, r) = guesser.await.expect("guesser");
+        (judged, refused) = (judged + j, refused + r);
+    }
+    assert!(refused > 0, "the guesser was never refused");
+    // Windows open with a first hit: the run spans at most this many of the account's.
+    let windows = u32::try_from(began.elapsed().as_secs() / WINDOW + 2).expect("windows");
+    assert!(
+        judged <= windows * (ACCOUNT_RATE + 3),
+        "{judged} judged guesses in {windows} windows"
+    );
 }
 
 /// Attempts against two replicas on one Redis count together.

@@ -47,6 +47,7 @@ mod process_sandboxes;
 mod quotas;
 mod redaction;
 mod redis_tls;
+mod round_four;
 mod runtime_clients;
 mod sandbox_api;
 mod schemathesis;

@@ -59,6 +59,8 @@ struct FileParams {
     #[serde(default)]
     num_retries: Option<u32>,
     #[serde(default)]
+    max_parallel_requests: Option<u32>,
+    #[serde(default)]
     messages_api: Option<MessagesApi>,
     #[serde(default)]
     responses_api: Option<ResponsesApi>,
@@ -276,6 +278,10 @@ fn call_params(params: &FileParams, model: &str, what: &str) -> Result<CallParam
     Ok(CallParams {
         timeout,
         num_retries: params.num_retries,
+        max_parallel_requests: match params.max_parallel_requests {
+            Some(0) => return Err(format!("{what}: max_parallel_requests must be at least 1")),
+            limit => limit,
+        },
         native_messages,
         takes_reasoning: false,
         responses_via_chat,

@@ -15,8 +15,9 @@
 //!
 //! A LiteLLM proxy's `config.yaml` of that shape loads unchanged: `litellm_params` is
 //! another name for `gateway_params`; an entry's `model_info` is what `/model/info`
-//! answers; `timeout` and `num_retries` in its params apply to its calls; `messages_api:
-//! native` sends `/v1/messages` to an `openai/` upstream untranslated. `rpm` and `tpm` are
+//! answers; `timeout`, `num_retries` and `max_parallel_requests` in its params apply to its
+//! calls; `messages_api: native` sends `/v1/messages` to an `openai/` upstream
+//! untranslated. `rpm` and `tpm` are
 //! refused (this gateway does not enforce them: the external gateway does). Keys the
 //! gateway does not use (`litellm_settings`, `router_settings`, a param such as
 //! `temperature`) are warned about, never fatal.

@@ -58,6 +58,9 @@ pub struct CallParams {
     /// The upstream has no `/responses` (`responses_api: chat`): Responses API calls are
     /// bridged to chat completions.
     pub responses_via_chat: bool,
+    /// Calls of the entry in flight at once on a replica, at most (LiteLLM's
+    /// `max_parallel_requests`); then 429.
+    pub max_parallel_requests: Option<u32>,
 }
 
 /// Whether `model_info` says the model takes `reasoning_effort`.

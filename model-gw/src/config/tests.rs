@@ -176,6 +176,7 @@ model_list:
       api_key: os.environ/GATEWAY_KEY
       timeout: 30
       num_retries: 2
+      max_parallel_requests: 8
       temperature: 0.2
     model_info:
       max_input_tokens: 200000
@@ -201,6 +202,7 @@ general_settings:
             native_messages: false,
             takes_reasoning: false,
             responses_via_chat: false,
+            max_parallel_requests: Some(8),
         }
     );
     assert_eq!(
@@ -227,6 +229,10 @@ fn limits_it_does_not_enforce_and_unbounded_retries_are_refused() {
         ("num_retries: 9", "num_retries 9 is more than 5"),
         ("timeout: -1", "timeout -1 is not a number of seconds"),
         ("messages_api: sometimes", "messages_api"),
+        (
+            "max_parallel_requests: 0",
+            "max_parallel_requests must be at least 1",
+        ),
     ] {
         let text = format!(
             "model_list: [{{model_name: a, litellm_params: {{model: openai/a/b, api_base: 'http://g/v1', {params}}}}}]"

@@ -115,6 +115,8 @@ impl Forwarder {
             .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
         let allowed_hosts = AllowedHosts::new(options.allowed_upstream_hosts);
         let guarded_client = builder()
+            // No proxy: it would resolve the name past the guarded resolver (`egress`).
+            .no_proxy()
             .dns_resolver(Arc::new(GuardedResolver {
                 allowed: allowed_hosts.clone(),
             }))

@@ -28,13 +28,14 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use self::entries::{Entries, model_list};
 use crate::access::refused;
-use crate::added::addition;
+use crate::added::{addition, check_room};
 use crate::auth::{Authenticator, Charge, check_budget};
 use crate::call::Prepared;
 use crate::config::{ConfigFile, GatewayConfig};
 use crate::egress::{HOP_HEADER, looped};
 use crate::forward::{AnswerLimits, Forwarder, ForwarderOptions};
 use crate::keys::{Caller, model_refused};
+use crate::loops::{Held, InFlight};
 use crate::metrics::metric_label;
 use crate::prepare::prepare;
 use crate::rewrite::ChatRequest;
@@ -64,6 +65,8 @@ pub struct GatewayOptions {
     /// `RUNTIME_IDLE_SECONDS`: a call carrying a sandbox's session marks it active, so
     /// that idle pause leaves it running; zero, idle pause is off and nothing is marked.
     pub idle_after: Duration,
+    /// `GATEWAY_MAX_ADDED_MODELS`: models `/model/new` may add, at most.
+    pub max_added_models: usize,
 }
 
 /// The service; clones share one gateway.
@@ -85,6 +88,9 @@ pub struct Gateway {
     /// The forwarding core: every call that passed routing goes upstream through it.
     forwarder: Forwarder,
     spend: Arc<SpendLog>,
+    max_added_models: usize,
+    /// Calls in flight, per entry and per prompt (see `loops`).
+    in_flight: Arc<InFlight>,
 }
 
 /// Spend log entries listed when the caller names no limit.
@@ -111,6 +117,8 @@ impl ModelGatewayService {
             store,
             forwarder,
             spend,
+            max_added_models: options.max_added_models,
+            in_flight: Arc::default(),
         })))
     }
 
@@ -176,6 +184,13 @@ impl ModelGateway for ModelGatewayService {
             &self.config.current(),
         )?;
         let config = self.config.current();
+        check_room(
+            &self.store,
+            &config.scope,
+            &stored.model_name,
+            self.max_added_models,
+        )
+        .await?;
         self.store
             .models
             .add_model(&config.scope, &stored)
@@ -202,7 +217,7 @@ impl ModelGateway for ModelGatewayService {
             bytes_in: message.body.len(),
             ..crate::access::Seen::default()
         };
-        let (config, call, upstream, charge) =
+        let (config, call, upstream, charge, held) =
             match self.route_call(&metadata, message, &mut seen).await {
                 Ok(routed) => routed,
                 Err(status) => {
@@ -222,7 +237,7 @@ impl ModelGateway for ModelGatewayService {
             .forward(metadata.into_headers(), &config, call, upstream, charge)
             .instrument(span)
             .await
-            .map(Response::new)
+            .map(|stream| Response::new(crate::loops::holding(stream, held)))
     }
 
     type ChatCompletionStream = ChatCompletionStream;
@@ -304,7 +319,14 @@ impl ModelGateway for ModelGatewayService {
         request: Request<ManageKeysRequest>,
     ) -> Result<Response<ManageKeysResponse>, Status> {
         let caller = self.auth.authenticate(request.metadata()).await?;
-        let body = crate::manage::manage(&self.store, &caller, request.into_inner())
+        let request = request.into_inner();
+        // Only the master may generate: anyone else learns nothing of the master key here.
+        if matches!(caller, crate::keys::Caller::Master)
+            && crate::manage::chosen_key(&request).is_some_and(|key| self.auth.is_master(&key))
+        {
+            return Err(crate::manage::key_exists().into_status());
+        }
+        let body = crate::manage::manage(&self.store, &caller, request)
             .await
             .map_err(ErrorDetail::into_status)?;
         Ok(Response::new(ManageKeysResponse { body }))
@@ -332,7 +354,7 @@ impl ModelGatewayService {
         metadata: &tonic::metadata::MetadataMap,
         message: CallRequest,
         seen: &mut crate::access::Seen,
-    ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream, Option<Charge>), Status> {
+    ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream, Option<Charge>, Held), Status> {
         // Before anything else: a call that came back is refused whatever key it holds.
         if looped(metadata, self.forwarder.hop_id()) {
             return Err(error(
@@ -392,7 +414,8 @@ impl ModelGatewayService {
             Caller::Master => None,
         };
         let call = prepare(api, &body, &request, &upstream)?;
-        Ok((config, call, upstream, charge))
+        let held = self.in_flight.enter(&request, &upstream)?;
+        Ok((config, call, upstream, charge, held))
     }
 }
 

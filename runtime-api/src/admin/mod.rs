@@ -28,7 +28,7 @@ use tonic::{Request, Response, Status};
 use crate::ambient::{Clock, SystemClock, random_hex};
 use crate::auth::Authenticator;
 use login::{CHALLENGE_LIFETIME, PasswordCheck, TokenError, Tokens};
-use rate_limit::{Attempt, LoginRate};
+use rate_limit::{AccountGate, Attempt, LoginRate};
 use sandgate_store::{Store, StoredChallenge};
 use source::{Generation, WarmConfigSource};
 use wire::entry;
@@ -177,11 +177,7 @@ impl RuntimeAdminService {
 
     /// Counts an attempt of the calling client, refused past the login rate.
     async fn limit<T>(&self, attempt: Attempt, request: &Request<T>) -> Result<(), Status> {
-        let rate = match attempt {
-            Attempt::Judged => self.account_login_rate,
-            Attempt::Challenge | Attempt::Login => self.login_rate,
-        };
-        match rate {
+        match self.login_rate {
             Some(rate) => rate_limit::check(&self.store, rate, attempt, request).await,
             None => Ok(()),
         }
@@ -267,9 +263,8 @@ impl RuntimeAdmin for RuntimeAdminService {
     ) -> Result<Response<LoginResponse>, Status> {
         let admin = self.admin()?;
         self.limit(Attempt::Login, &request).await?;
+        let client = rate_limit::client_of(&request);
         let LoginRequest { challenge, hash } = request.into_inner();
-        // The account's count names no client.
-        let account = Request::new(());
         let invalid_challenge = || unauthenticated("Invalid or expired challenge");
         if challenge.is_empty() || challenge.len() > MAX_CREDENTIAL_LEN {
             return Err(invalid_challenge());
@@ -283,17 +278,18 @@ impl RuntimeAdmin for RuntimeAdminService {
             .map_err(store_failed)?
             .filter(|record| record.expires_at_ms > self.clock.now_ms())
             .ok_or_else(invalid_challenge)?;
+        if hash.len() > MAX_CREDENTIAL_LEN {
+            return Err(unauthenticated("Invalid admin password"));
+        }
         // Counted before the hash is checked, so that concurrent attempts cannot all pass
         // a check made before any of them was counted.
-        if hash.len() <= MAX_CREDENTIAL_LEN {
-            self.limit(Attempt::Judged, &account).await?;
-        }
-        if hash.len() > MAX_CREDENTIAL_LEN
-            || !admin
-                .password
-                .verify(&record.salt, &challenge, record.iterations, &hash)
-                .await
-        {
+        let gate = AccountGate::enter(&self.store, self.account_login_rate, &client).await?;
+        let right = admin
+            .password
+            .verify(&record.salt, &challenge, record.iterations, &hash)
+            .await;
+        gate.judged(right).await?;
+        if !right {
             tracing::warn!("admin login refused: wrong password hash");
             return Err(unauthenticated("Invalid admin password"));
         }

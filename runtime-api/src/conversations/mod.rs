@@ -1,5 +1,6 @@
 //! The Conversations service: the webhook's record store and the catalog reads.
 
+pub mod creation_rate;
 mod event_log;
 pub mod events;
 mod lifecycle;
@@ -57,6 +58,8 @@ pub struct ConversationsService {
     retention: EventRetention,
     /// Marks the sandbox behind a delivery or an event batch active (idle pause).
     activity: Arc<Activity>,
+    /// New conversations each sender may create per window; `None`, unbounded.
+    creation_rate: Option<creation_rate::CreationRate>,
 }
 
 fn now_micros() -> i64 {
@@ -101,7 +104,15 @@ impl ConversationsService {
             auth,
             retention,
             activity,
+            creation_rate: Some(creation_rate::DEFAULT_CREATION_RATE),
         }
+    }
+
+    /// Bounds the conversations each sender may create per window (`None`: unbounded).
+    #[must_use]
+    pub fn with_creation_rate(mut self, rate: Option<creation_rate::CreationRate>) -> Self {
+        self.creation_rate = rate;
+        self
     }
 
     /// Marks the sandbox that sent something active, when a sandbox sent it.

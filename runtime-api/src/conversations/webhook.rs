@@ -74,6 +74,7 @@ impl ConversationsService {
         let (record, summary) = admitted;
         let owner = principal.owner();
         let id = summary.id;
+        let mut creation_counted = false;
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let previous = self
                 .store
@@ -98,6 +99,10 @@ impl ConversationsService {
                         return Ok(());
                     }
                 }
+            }
+            if previous.is_none() && !creation_counted {
+                super::creation_rate::count(&self.store, self.creation_rate, &owner).await?;
+                creation_counted = true;
             }
             let next = lifecycle::next_record(
                 previous.as_ref(),

@@ -111,7 +111,7 @@ impl Sandboxes {
             )
             .await?
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
-        self.quotas.release(session.as_deref());
+        self.quotas.release(session.as_deref()).await;
         Ok(paused)
     }
 
@@ -146,7 +146,7 @@ impl Sandboxes {
                 fence,
             )
             .await?;
-        self.quotas.release(session.as_deref());
+        self.quotas.release(session.as_deref()).await;
         Ok(paused.is_some())
     }
 
@@ -218,7 +218,7 @@ impl Sandboxes {
             .retire(record, None)
             .await?
             .ok_or_else(|| SandboxError::NotFound(format!("Runtime {runtime_id} not found")))?;
-        self.quotas.release(session.as_deref());
+        self.quotas.release(session.as_deref()).await;
         Ok(stopped)
     }
 

@@ -127,12 +127,13 @@ impl Sandboxes {
         options: SandboxOptions,
         configs: Arc<WarmConfigSource>,
     ) -> Self {
+        let quotas = quota::Quotas::new(store.clone(), options.max_runtimes, options.start_rate);
         Self {
             store,
             driver,
             keys: SessionKeys::new(session_key_secret),
             clock,
-            quotas: quota::Quotas::new(options.max_runtimes, options.start_rate),
+            quotas,
             options,
             configs,
             claimed: Notify::new(),
@@ -471,7 +472,10 @@ impl Sandboxes {
             return Ok(None);
         }
         let records = self.store.sandboxes.sandboxes().await?;
-        self.quotas.admit(&quota::held(&records), session).map(Some)
+        self.quotas
+            .admit(&quota::held(&records), session)
+            .await
+            .map(Some)
     }
 
     /// Waits until a claim takes a warm sandbox in this process (or returns at once for a

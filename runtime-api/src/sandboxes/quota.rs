@@ -5,38 +5,31 @@
 //! server's runtime client takes as a failed start (`SandboxError`) or a failed resume.
 //!
 //! Sandgate has one runtime API key (`DEFAULT_API_KEY`), so its quotas are the
-//! deployment's. They are kept per replica: admission counts the sessions the store shows
-//! held plus those this replica admitted that the store did not yet show held when it was
-//! read, so a burst of concurrent starts cannot all pass one count; replicas behind one
-//! store may each admit one over it at the same instant, and each has a start rate of its
-//! own.
+//! deployment's. They are counted in the store, atomically (a Redis script; a mutex in
+//! the embedded store's one process), so that replicas behind one store admit together
+//! exactly `MAX_RUNTIMES`, and `SANDBOX_START_RATE` starts in any minute: a start counts
+//! the sessions the sandbox records show held plus the starts admitted lately that they
+//! do not show yet (a record is stored after its start is admitted).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::time::Duration;
 
 use super::SandboxError;
-use sandgate_store::{SandboxState, StoredSandbox};
+use sandgate_store::{SandboxState, StartAdmission, StartQuota, Store, StoredSandbox};
 
 /// The window `SANDBOX_START_RATE` counts starts over.
 const RATE_WINDOW: Duration = Duration::from_secs(60);
 /// How long an admitted start counts as held whatever the store shows (unless paused or
-/// stopped here): longer than a start takes to be stored.
+/// stopped): longer than a start takes to be stored.
 const PENDING_FOR: Duration = Duration::from_secs(30);
+/// The key the quotas are kept under in the store: the runtime API key's name.
+const KEY: &str = "default";
 
 pub struct Quotas {
+    store: Store,
     max_runtimes: Option<usize>,
-    /// Starts per [`RATE_WINDOW`]; also the burst a quiet key may make at once.
+    /// Starts per [`RATE_WINDOW`].
     start_rate: Option<u32>,
-    state: Mutex<QuotaState>,
-}
-
-struct QuotaState {
-    /// Sessions admitted lately (and when), which a read of the store may predate.
-    pending: HashMap<String, Instant>,
-    /// A token bucket: starts the key may make now, refilled continuously.
-    tokens: f64,
-    refilled: Instant,
 }
 
 /// An admitted start. Dropped before [`Admission::started`], the start failed and holds
@@ -56,8 +49,18 @@ impl Admission<'_> {
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
-        if !self.started {
-            self.quotas.state().pending.remove(&self.session);
+        if self.started {
+            return;
+        }
+        // A failed start gives its place back; left alone it would expire in PENDING_FOR.
+        let store = self.quotas.store.clone();
+        let session = std::mem::take(&mut self.session);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(err) = store.rate_limits.release_start(KEY, &session).await {
+                    tracing::warn!(error = %err, "cannot release a failed start's quota");
+                }
+            });
         }
     }
 }
@@ -73,15 +76,11 @@ pub fn held(records: &[StoredSandbox]) -> HashSet<String> {
 }
 
 impl Quotas {
-    pub fn new(max_runtimes: Option<usize>, start_rate: Option<u32>) -> Self {
+    pub fn new(store: Store, max_runtimes: Option<usize>, start_rate: Option<u32>) -> Self {
         Self {
+            store,
             max_runtimes,
             start_rate: start_rate.filter(|rate| *rate > 0),
-            state: Mutex::new(QuotaState {
-                pending: HashMap::new(),
-                tokens: f64::from(start_rate.unwrap_or(0)),
-                refilled: Instant::now(),
-            }),
         }
     }
 
@@ -94,67 +93,54 @@ impl Quotas {
         self.max_runtimes.is_some() || self.start_rate.is_some()
     }
 
-    fn state(&self) -> MutexGuard<'_, QuotaState> {
-        // Every update leaves the state whole between statements.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// `session` was paused or stopped: it holds nothing, whatever it was admitted as.
-    pub fn release(&self, session: Option<&str>) {
-        if let Some(session) = session {
-            self.state().pending.remove(session);
+    pub async fn release(&self, session: Option<&str>) {
+        if let Some(session) = session
+            && self.any()
+            && let Err(err) = self.store.rate_limits.release_start(KEY, session).await
+        {
+            tracing::warn!(error = %err, "cannot release a sandbox's quota");
         }
     }
 
     /// Admits a start of `session` given the sessions the store showed held (see
-    /// [`held`]), or says which quota refuses it. A refused start takes no token.
-    pub fn admit(
+    /// [`held`]), or says which quota refuses it. A refused start takes no place in the
+    /// rate.
+    pub async fn admit(
         &self,
         held: &HashSet<String>,
         session: &str,
     ) -> Result<Admission<'_>, SandboxError> {
-        let mut state = self.state();
-        state
-            .pending
-            .retain(|_, since| since.elapsed() < PENDING_FOR);
-        // The union: a read that shows an admitted start held counts it once, and a read
-        // older than the start (another call's, finishing later) still counts it.
-        let holding = held.len()
-            + state
-                .pending
-                .keys()
-                .filter(|pending| !held.contains(*pending))
-                .count();
-        if let Some(max) = self.max_runtimes
-            && holding >= max
-        {
-            return Err(SandboxError::Quota(format!(
-                "The runtime API key holds {holding} sandboxes, its max_runtimes ({max}): pause \
-                 or stop one before starting another"
-            )));
+        let held: Vec<String> = held.iter().cloned().collect();
+        let decision = self
+            .store
+            .rate_limits
+            .admit_start(&StartQuota {
+                key: KEY,
+                session,
+                held: &held,
+                max_runtimes: self.max_runtimes.map(|max| max as u64),
+                start_rate: self.start_rate.map(|rate| (rate, RATE_WINDOW)),
+                pending_for: PENDING_FOR,
+            })
+            .await?;
+        match decision {
+            StartAdmission::Admitted => Ok(Admission {
+                quotas: self,
+                session: session.to_owned(),
+                started: false,
+            }),
+            StartAdmission::MaxRuntimes { holding } => Err(SandboxError::Quota(format!(
+                "The runtime API key holds {holding} sandboxes, its max_runtimes ({}): pause \
+                 or stop one before starting another",
+                self.max_runtimes.unwrap_or_default()
+            ))),
+            StartAdmission::StartRate => Err(SandboxError::Quota(format!(
+                "The runtime API key started {} sandboxes in the last minute, its start rate \
+                 (SANDBOX_START_RATE): retry in a few seconds",
+                self.start_rate.unwrap_or_default()
+            ))),
         }
-        if let Some(rate) = self.start_rate {
-            let now = Instant::now();
-            let rate = f64::from(rate);
-            let elapsed = now.duration_since(state.refilled).as_secs_f64();
-            state.tokens = (state.tokens + elapsed * rate / RATE_WINDOW.as_secs_f64()).min(rate);
-            state.refilled = now;
-            if state.tokens < 1.0 {
-                return Err(SandboxError::Quota(format!(
-                    "The runtime API key started {rate} sandboxes in the last minute, its start \
-                     rate (SANDBOX_START_RATE): retry in a few seconds"
-                )));
-            }
-            state.tokens -= 1.0;
-        }
-        state.pending.insert(session.to_owned(), Instant::now());
-        Ok(Admission {
-            quotas: self,
-            session: session.to_owned(),
-            started: false,
-        })
     }
 }
 
@@ -166,49 +152,50 @@ mod tests {
         names.iter().map(|name| (*name).to_owned()).collect()
     }
 
-    #[test]
-    fn max_runtimes_counts_held_sessions_and_admitted_starts() {
-        let quotas = Quotas::new(Some(2), None);
-        let held = sessions(&["a"]);
-        let failed = quotas.admit(&held, "b").expect("one held, one free");
-        assert!(matches!(
-            quotas.admit(&held, "c"),
-            Err(SandboxError::Quota(_))
-        ));
-        drop(failed);
-        quotas
-            .admit(&held, "b")
-            .expect("a failed start holds nothing")
-            .started();
-        // Started, but the store read before it was stored: it still counts.
-        assert!(matches!(
-            quotas.admit(&held, "c"),
-            Err(SandboxError::Quota(_))
-        ));
-        // A read that shows it held counts it once.
-        assert!(matches!(
-            quotas.admit(&sessions(&["a", "b"]), "c"),
-            Err(SandboxError::Quota(_))
-        ));
-        // A read older than its start, finishing later, still counts it.
-        assert!(matches!(
-            quotas.admit(&sessions(&["a"]), "c"),
-            Err(SandboxError::Quota(_))
-        ));
+    async fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&sandgate_store::Backend::Embedded {
+            data_dir: dir.path().to_owned(),
+        })
+        .await
+        .expect("store");
+        (dir, store)
     }
 
-    #[test]
-    fn the_start_rate_refuses_a_burst_past_it() {
-        let quotas = Quotas::new(None, Some(3));
+    fn refused(result: Result<Admission<'_>, SandboxError>) -> bool {
+        matches!(result, Err(SandboxError::Quota(_)))
+    }
+
+    #[tokio::test]
+    async fn max_runtimes_counts_held_sessions_and_admitted_starts() {
+        let (_dir, store) = store().await;
+        let quotas = Quotas::new(store, Some(2), None);
+        let held = sessions(&["a"]);
+        quotas
+            .admit(&held, "b")
+            .await
+            .expect("one held, one free")
+            .started();
+        // Started, but the store read before it was stored: it still counts.
+        assert!(refused(quotas.admit(&held, "c").await));
+        // A read that shows it held counts it once.
+        assert!(refused(quotas.admit(&sessions(&["a", "b"]), "c").await));
+        // Paused: it holds nothing.
+        quotas.release(Some("b")).await;
+        assert!(!refused(quotas.admit(&held, "c").await));
+    }
+
+    #[tokio::test]
+    async fn the_start_rate_refuses_a_burst_past_it() {
+        let (_dir, store) = store().await;
+        let quotas = Quotas::new(store, None, Some(3));
         for session in ["a", "b", "c"] {
             quotas
                 .admit(&HashSet::new(), session)
+                .await
                 .expect("within the rate")
                 .started();
         }
-        assert!(matches!(
-            quotas.admit(&HashSet::new(), "d"),
-            Err(SandboxError::Quota(_))
-        ));
+        assert!(refused(quotas.admit(&HashSet::new(), "d").await));
     }
 }

@@ -9,8 +9,8 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::{EmbeddedStore, unavailable};
 use crate::admin::{
-    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
-    WarmConfigSnapshot, WarmConfigStore,
+    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StartAdmission, StartQuota,
+    StoredChallenge, StoredWarmConfig, WarmConfigSnapshot, WarmConfigStore,
 };
 use crate::{StoreError, StoreResult};
 
@@ -92,6 +92,26 @@ impl RateLimitStore for EmbeddedStore {
             count: *count,
             resets_in: ends_at.saturating_duration_since(now),
         })
+    }
+
+    async fn count(&self, key: &str) -> StoreResult<u64> {
+        let now = Instant::now();
+        let counters = self
+            .rate_limits
+            .lock()
+            .map_err(|_| StoreError::Unavailable("the rate limit table is poisoned".into()))?;
+        Ok(counters
+            .get(key)
+            .filter(|(_, ends_at)| *ends_at > now)
+            .map_or(0, |(count, _)| *count))
+    }
+
+    async fn admit_start(&self, quota: &StartQuota<'_>) -> StoreResult<StartAdmission> {
+        self.quotas.admit(quota)
+    }
+
+    async fn release_start(&self, key: &str, session: &str) -> StoreResult<()> {
+        self.quotas.release(key, session)
     }
 }
 

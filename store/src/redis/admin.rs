@@ -7,6 +7,7 @@
 //!   `sandgate:{warm}:images`: a hash, image → the name using it;
 //!   `sandgate:{warm}:version`: a random number replaced on every change. The three share a
 //!   hash tag, so the scripts that keep them consistent run on one Cluster slot.
+//! - the runtime API key's quotas: see [`super::quota`].
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -17,8 +18,8 @@ use redis::{AsyncCommands, Script};
 use super::{RedisStore, corrupt, unavailable};
 use crate::StoreResult;
 use crate::admin::{
-    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StoredChallenge, StoredWarmConfig,
-    WarmConfigSnapshot, WarmConfigStore,
+    ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StartAdmission, StartQuota,
+    StoredChallenge, StoredWarmConfig, WarmConfigSnapshot, WarmConfigStore,
 };
 
 const CONFIGS: &str = "sandgate:{warm}:configs";
@@ -209,5 +210,23 @@ impl RateLimitStore for RedisStore {
             count,
             resets_in: Duration::from_millis(resets_in_ms.max(0) as u64),
         })
+    }
+
+    async fn count(&self, key: &str) -> StoreResult<u64> {
+        let mut connection = self.connection();
+        let count: Option<u64> = redis::cmd("GET")
+            .arg(format!("sandgate:rate:{key}"))
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(count.unwrap_or(0))
+    }
+
+    async fn admit_start(&self, quota: &StartQuota<'_>) -> StoreResult<StartAdmission> {
+        super::quota::admit_start(self, quota).await
+    }
+
+    async fn release_start(&self, key: &str, session: &str) -> StoreResult<()> {
+        super::quota::release_start(self, key, session).await
     }
 }

@@ -237,14 +237,78 @@ async fn rate_limit_counts_restart_with_each_window(backend: Backend) {
         .await
         .expect("hit");
     assert_eq!(other.count, 1, "each key counts apart");
+    let count = |key: &'static str| {
+        let store = &store;
+        async move { store.rate_limits.count(key).await.expect("count") }
+    };
+    assert_eq!(count("login:10.0.0.1").await, 3, "read without counting");
+    assert_eq!(count("login:10.0.0.1").await, 3);
+    assert_eq!(count("login:never-hit").await, 0);
     // The window is the thing under test: it has to pass.
     tokio::time::sleep(window + Duration::from_millis(100)).await;
+    assert_eq!(count("login:10.0.0.1").await, 0, "its window has passed");
     let hit = store
         .rate_limits
         .hit("login:10.0.0.1", window)
         .await
         .expect("hit");
     assert_eq!(hit.count, 1, "a new window");
+}
+
+/// A start under quotas of at most 3 held and 3 starts a minute, `held` shown held.
+async fn admit_start(
+    store: &sandgate_store::Store,
+    key: &str,
+    session: &str,
+    held: &[String],
+) -> sandgate_store::StartAdmission {
+    store
+        .rate_limits
+        .admit_start(&sandgate_store::StartQuota {
+            key,
+            session,
+            held,
+            max_runtimes: Some(3),
+            start_rate: Some((3, Duration::from_secs(60))),
+            pending_for: Duration::from_secs(30),
+        })
+        .await
+        .expect("admit")
+}
+
+async fn start_quotas_count_held_pending_and_recent_starts(backend: Backend) {
+    use sandgate_store::StartAdmission::{Admitted, MaxRuntimes, StartRate};
+    let store = open(&backend).await;
+    let held = ["a".to_owned()];
+    assert_eq!(admit_start(&store, "default", "b", &held).await, Admitted);
+    assert_eq!(admit_start(&store, "default", "c", &held).await, Admitted);
+    // a held, b and c pending: three.
+    assert_eq!(
+        admit_start(&store, "default", "d", &held).await,
+        MaxRuntimes { holding: 3 }
+    );
+    // b shown held too counts once.
+    let both = ["a".to_owned(), "b".to_owned()];
+    assert_eq!(
+        admit_start(&store, "default", "d", &both).await,
+        MaxRuntimes { holding: 3 }
+    );
+    store
+        .rate_limits
+        .release_start("default", "c")
+        .await
+        .expect("release");
+    // The refused starts took no place in the rate: the third start of the minute passes,
+    // and a fourth, with room held, is past the rate.
+    assert_eq!(admit_start(&store, "default", "d", &held).await, Admitted);
+    store
+        .rate_limits
+        .release_start("default", "d")
+        .await
+        .expect("release");
+    assert_eq!(admit_start(&store, "default", "e", &held).await, StartRate);
+    // Another key counts apart.
+    assert_eq!(admit_start(&store, "other", "e", &[]).await, Admitted);
 }
 
 crate::on_both_backends!(
@@ -254,4 +318,5 @@ crate::on_both_backends!(
     warm_configs_keep_images_distinct,
     concurrent_saves_of_one_image_have_one_winner,
     rate_limit_counts_restart_with_each_window,
+    start_quotas_count_held_pending_and_recent_starts,
 );
