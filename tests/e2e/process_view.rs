@@ -338,7 +338,7 @@ async fn a_program_the_sandbox_cannot_reach_fails_its_start_saying_where_and_che
             "image": "local/agent",
             "command": [program.display().to_string()],
             "working_dir": "/workspace",
-            "session_id": format!("unreachable-{uid:?}"),
+            "session_id": format!("unreachable-{}", uid.unwrap_or(0)),
         });
         let (status, answer) = call(&sandgate, "/start", Some(body)).await;
         assert!(status >= 400, "{status} {answer}");
@@ -360,7 +360,7 @@ async fn a_program_the_sandbox_cannot_reach_fails_its_start_saying_where_and_che
         &["check-config", "--service", "runtime-api"],
         &[
             ("SANDBOX_DRIVER", "process"),
-            ("WARM_RUNTIMES_FILE", &warm_path),
+            ("WARM_RUNTIMES_FILE", warm_path.as_str()),
             ("PATH", "/usr/bin:/bin"),
         ],
     )

@@ -397,41 +397,49 @@ pub(crate) fn probe_view(
     system: &[super::process_isolation::SystemDir],
     host: Option<super::process_isolation::Ids>,
 ) -> bool {
-    use command_fds::CommandFdExt;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos());
     let probe = std::env::temp_dir().join(format!("sandgate-probe-{}-{nanos}", std::process::id()));
-    let ran = (|| {
-        std::fs::create_dir(&probe).ok()?;
-        let root = layout::open_root(&probe).ok()?;
-        layout::prepare_folder(&root, "probe", host).ok()?;
-        let folder = probe.join("probe");
-        let view = view::View {
-            tools,
-            system,
-            host,
-            inside: host,
-            folder: &folder,
-            cwd: Path::new("/workspace"),
-            installs: &[],
-            granted: &[],
-            namespaces: &[],
-        };
-        let line = view.command_line(&tools.shell, &["-c".into(), "exit 0".into()]);
-        let mapping = starting::args_fd(&view::environment_args([])).ok()?;
-        let mut command = std::process::Command::new(&line[0]);
-        command
-            .args(&line[1..])
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        command.fd_mappings(vec![mapping]).ok()?;
-        command.status().ok().map(|status| status.success())
-    })();
+    let ran = run_probe(&probe, tools, system, host);
     let _ = std::fs::remove_dir_all(&probe);
     ran == Some(true)
+}
+
+/// The probe of [`probe_view`] in `probe`: whether the shell exited 0.
+fn run_probe(
+    probe: &Path,
+    tools: &ViewTools,
+    system: &[super::process_isolation::SystemDir],
+    host: Option<super::process_isolation::Ids>,
+) -> Option<bool> {
+    use command_fds::CommandFdExt;
+    std::fs::create_dir(probe).ok()?;
+    let root = layout::open_root(probe).ok()?;
+    layout::prepare_folder(&root, "probe", host).ok()?;
+    let folder = probe.join("probe");
+    let view = view::View {
+        tools,
+        system,
+        host,
+        inside: host,
+        folder: &folder,
+        cwd: Path::new("/workspace"),
+        installs: &[],
+        granted: &[],
+        namespaces: &[],
+    };
+    let line = view.command_line(&tools.shell, &["-c".into(), "exit 0".into()]);
+    let mapping = starting::args_fd(&view::environment_args([])).ok()?;
+    let mut command = std::process::Command::new(&line[0]);
+    command
+        .args(&line[1..])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    command.fd_mappings(vec![mapping]).ok()?;
+    command.status().ok().map(|status| status.success())
 }
 
 /// Whether a sandbox could run `program` (its command's first word, or its image) with

@@ -120,6 +120,19 @@ impl ProcessDriver {
                     self.data_dir(),
                     ids,
                 );
+                // What is missing is left out; without root, Sandgate can grant only
+                // what its own uid reaches.
+                let granted: Vec<PathBuf> = self
+                    .options
+                    .read_only
+                    .iter()
+                    .filter(|dir| {
+                        dir.is_dir()
+                            && (identity.host.is_some()
+                                || check_reach(dir, ids, &[], false).is_ok())
+                    })
+                    .cloned()
+                    .collect();
                 let view = View {
                     tools,
                     system: &self.isolation.system,
@@ -128,7 +141,7 @@ impl ProcessDriver {
                     folder: &folder,
                     cwd: &cwd,
                     installs: &installs,
-                    granted: &self.options.read_only,
+                    granted: &granted,
                     namespaces: &[],
                 };
                 let line = self.isolation.limited(
