@@ -71,6 +71,18 @@ async fn main() {
     ]
     .map(str::to_owned)
     .to_vec();
+    // The interpreter of the venvs (pyenv's, under /root on a new machine): every
+    // sandbox may read it, as an operator would grant (SANDBOX_READ_ONLY_PATHS).
+    let mut args = args;
+    if let Some(prefix) = std::fs::canonicalize(&python)
+        .ok()
+        .and_then(|real| Some(real.parent()?.parent()?.to_path_buf()))
+    {
+        args.extend([
+            "--sandbox-read-only-paths".to_owned(),
+            prefix.display().to_string(),
+        ]);
+    }
     let (mut sandgate, url) = harness::sandgate(env!("CARGO_BIN_EXE_sandgate"), &args, &[]).await;
 
     let output = tokio::process::Command::new(&python)

@@ -143,6 +143,8 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
         SandboxDriverKind::Process => {
             let options = ProcessOptions {
                 root: data_dir.join("sandboxes"),
+                state: data_dir.join("sandbox-state"),
+                read_only: args.sandbox_read_only_paths.clone(),
                 port: args.sandbox_port,
                 stop_grace: PROCESS_STOP_GRACE,
             };

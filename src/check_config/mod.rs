@@ -124,6 +124,8 @@ pub struct RuntimeApiSettings {
     pub sandbox_pod_security: PodSecurity,
     /// `--start-request`: a `/start` body to hold against the warm configurations.
     pub start_request: Option<PathBuf>,
+    /// `SANDBOX_READ_ONLY_PATHS`: what every process sandbox sees besides its own.
+    pub sandbox_read_only_paths: Vec<PathBuf>,
 }
 
 /// The binary's defaults, so tests state only what they change.
@@ -154,6 +156,7 @@ impl Default for RuntimeApiSettings {
             sandbox_nodes: 1,
             sandbox_pod_security: PodSecurity::Restricted,
             start_request: None,
+            sandbox_read_only_paths: Vec::new(),
         }
     }
 }
@@ -193,6 +196,7 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
             }
         };
         findings.extend(sandboxes::node_capacity(runtime, installer.as_ref()));
+        findings.extend(sandboxes::process_programs(runtime, installer.as_ref()));
         findings.extend(kubernetes::warm_pod_security(runtime, installer.as_ref()));
         findings.extend(start_request::start_request(runtime, installer.as_ref()));
         findings.extend(secrets::runtime_api_secrets(runtime));

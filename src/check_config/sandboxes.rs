@@ -2,6 +2,7 @@
 //! runtimes file and whether its pools fit the nodes (spec 2.9, 8).
 
 use sandgate_runtime_api::admin::installer::Installer;
+use sandgate_runtime_api::sandboxes::process::check_program;
 use sandgate_runtime_api::sandboxes::process_isolation::Isolation;
 
 use super::kubernetes::kubernetes;
@@ -25,6 +26,38 @@ pub fn process_isolation(settings: &RuntimeApiSettings) -> Vec<Finding> {
                 "SANDBOX_DRIVER",
                 format!("process: {gap}"),
             )
+        })
+        .collect()
+}
+
+/// With the process driver, whether a sandbox's uid can reach the program of each warm
+/// configuration: a start would fail, naming the same path, mode and uid.
+pub fn process_programs(
+    settings: &RuntimeApiSettings,
+    installer: Option<&Installer>,
+) -> Vec<Finding> {
+    if settings.sandbox_driver != crate::cli::SandboxDriverKind::Process {
+        return Vec::new();
+    }
+    let Some(installer) = installer else {
+        return Vec::new();
+    };
+    let isolation = Isolation::detect();
+    installer
+        .configs
+        .iter()
+        .filter_map(|(name, config)| {
+            let program = config.command.first().unwrap_or(&config.image);
+            let path = config.environment.get("PATH").map(String::as_str);
+            check_program(program, path, &settings.sandbox_read_only_paths, &isolation)
+                .err()
+                .map(|err| {
+                    Finding::new(
+                        Severity::Error,
+                        "WARM_RUNTIMES_FILE",
+                        format!("warm configuration {name:?}: no sandbox can start: {err}"),
+                    )
+                })
         })
         .collect()
 }

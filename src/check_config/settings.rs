@@ -66,6 +66,7 @@ impl RuntimeApiSettings {
             sandbox_nodes: sandboxes.sandbox_nodes,
             sandbox_pod_security: sandboxes.sandbox_pod_security,
             start_request: None,
+            sandbox_read_only_paths: sandboxes.sandbox_read_only_paths.clone(),
         }
     }
 }

@@ -155,6 +155,12 @@ pub struct SandboxArgs {
     /// Ephemeral storage requested per sandbox (`kubernetes`).
     #[arg(long, env = "EPHEMERAL_STORAGE_SIZE", default_value = "25Gi")]
     pub ephemeral_storage_size: String,
+    /// Directories of this machine every sandbox sees read-only at the same path
+    /// (`process`, comma-separated), bound with Sandgate's rights: for an installation a
+    /// sandbox's uid could not reach on its own, such as an interpreter under `/root`.
+    /// What lies inside still answers to the sandbox's uid.
+    #[arg(long, env = "SANDBOX_READ_ONLY_PATHS", value_delimiter = ',')]
+    pub sandbox_read_only_paths: Vec<PathBuf>,
     /// The port the agent server listens on inside a sandbox (`kubernetes`); with
     /// `process`, the port sandbox commands name, rewritten to each sandbox's own.
     #[arg(long, env = "SANDBOX_PORT", default_value_t = 8000)]

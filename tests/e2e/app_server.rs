@@ -8,6 +8,7 @@
 //! refused while paused, a resume and a message answered after it, what Sandgate joined
 //! (the conversations in its catalog, each sandbox's start timeline), the deletes.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -64,7 +65,11 @@ fn hyphenated(hex: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_app_server_runs_cold_warm_paused_and_resumed_conversations_on_sandgate() {
     let python = tool("app-server/bin/python", REAL_CLIENTS);
-    let data = tempfile::tempdir().expect("data dir");
+    // The data directory in a parent only its owner enters, as under /root on a new
+    // machine: sandboxes reach their folders through their own view, not through it.
+    let parent = tempfile::tempdir().expect("parent");
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let data = tempfile::tempdir_in(parent.path()).expect("data dir");
     let warm_file = data.path().join("warm-runtimes.json");
     // Empty: the driver, as the operator, defines the pool (Sandgate reloads the file).
     std::fs::write(&warm_file, json!({"count": 0, "configs": []}).to_string()).expect("write");

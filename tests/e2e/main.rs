@@ -44,6 +44,7 @@ mod process;
 mod process_isolation;
 mod process_real_clients;
 mod process_sandboxes;
+mod process_view;
 mod quotas;
 mod redaction;
 mod redis_tls;

@@ -51,8 +51,21 @@ pub(crate) async fn serve_as(
     ]
     .map(str::to_owned)
     .to_vec();
+    if let Some(interpreter) = interpreter() {
+        args.extend(["--sandbox-read-only-paths".to_owned(), interpreter]);
+    }
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
     SandgateProcess::spawn_as(uid, &args, &[("JWT_SECRET", SANDGATE_SECRET)]).await
+}
+
+/// The installation of the interpreter the real clients' virtual environments run, which
+/// their agent-servers need in every sandbox: on a new machine it is under `/root`
+/// (pyenv's), where no sandbox's uid may enter, so the tests grant it to every sandbox
+/// as an operator would (`SANDBOX_READ_ONLY_PATHS`), rather than open `/root`.
+pub(crate) fn interpreter() -> Option<String> {
+    let python = crate::common::repository(".tools/app-server/bin/python");
+    let real = std::fs::canonicalize(python).ok()?;
+    Some(real.parent()?.parent()?.display().to_string())
 }
 
 pub(crate) async fn call(
@@ -138,7 +151,7 @@ pub(crate) fn plain_sandbox(session: &str) -> Value {
 async fn warm_sandbox_ready(data_dir: &Path) -> String {
     let deadline = tokio::time::Instant::now() + START_WITHIN;
     loop {
-        for entry in std::fs::read_dir(data_dir.join("sandboxes"))
+        for entry in std::fs::read_dir(data_dir.join("sandbox-state"))
             .into_iter()
             .flatten()
             .flatten()
@@ -351,7 +364,9 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
     let root = tempfile::tempdir().expect("root");
     let driver = ProcessDriver::open(
         ProcessOptions {
-            root: root.path().to_path_buf(),
+            root: root.path().join("sandboxes"),
+            state: root.path().join("sandbox-state"),
+            read_only: Vec::new(),
             port: 8000,
             stop_grace: Duration::from_secs(1),
         },

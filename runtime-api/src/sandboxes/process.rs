@@ -5,17 +5,20 @@
 //! - A sandbox runs its command (without one, its image as a program: there is no image
 //!   to take an entrypoint from; a program named by an absolute path that this machine
 //!   lacks, such as an image's `/usr/local/bin/openhands-agent-server`, runs by its file
-//!   name from the sandbox's `PATH`) in a directory of its own, `{root}/{runtime_id}/`: its
-//!   working directory is the spec's, under that one (`/workspace` runs in
-//!   `{root}/{runtime_id}/workspace`, and so does a spec without one; when Sandgate is
-//!   root, the sandbox also sees it at `/workspace` itself: `process/mounts.rs`), `HOME` is
-//!   `{root}/{runtime_id}/home`, `TMPDIR` `{root}/{runtime_id}/tmp`, and its output goes
-//!   to `{root}/{runtime_id}/sandbox.log`.
+//!   name from the sandbox's `PATH`) in a view of the filesystem of its own
+//!   (`process/view.rs`): the system directories read-only, its folder
+//!   `{data_dir}/sandboxes/{runtime_id}/` (its uid's, 0700; `process/layout.rs`), whose
+//!   `workspace/` it sees at the top of its spec's working directory (`/workspace` for
+//!   `/workspace/project`, and without one), `HOME` its `home/`, `TMPDIR` and `/tmp` its
+//!   `tmp/`. Its port, pid and output (`sandbox.log`) are in
+//!   `{data_dir}/sandbox-state/{runtime_id}/`, which no sandbox sees.
 //! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT`, `HOME` and
 //!   `TMPDIR`, and of Sandgate's own only `PATH`, the locale and the time zone: Sandgate's
 //!   secrets never reach a sandbox. It runs in PID and user namespaces of its own, as a
 //!   uid of its own when Sandgate is root, under rlimits (`process_isolation.rs` says what
-//!   this machine allows): it cannot read Sandgate's `/proc` nor another sandbox's.
+//!   this machine allows): it cannot read Sandgate's `/proc` nor another sandbox's. A
+//!   start whose program its uid cannot reach fails, naming the path, its mode and the
+//!   uid.
 //! - Sandboxes of one image all name the agent-server's port (`SANDBOX_PORT`). Each gets a
 //!   free port of its own: every argument of its command that is that port, or ends in
 //!   `=port` or `:port`, is rewritten to it, `PORT` holds it too, and its URL is
@@ -34,9 +37,13 @@
 //! processes in memory.
 
 mod command_line;
-mod mounts;
+mod layout;
 mod starting;
 mod stopping;
+mod view;
+
+pub use layout::{Unreachable, check_reach};
+pub use view::ViewTools;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -64,8 +71,13 @@ const LOG_FILE: &str = "sandbox.log";
 /// Where and how sandboxes run on this machine.
 #[derive(Clone, Debug)]
 pub struct ProcessOptions {
-    /// The sandboxes' directories: `{data_dir}/sandboxes`.
+    /// The sandboxes' folders, and nothing else: `{data_dir}/sandboxes`.
     pub root: PathBuf,
+    /// Sandgate's files of each sandbox (port, pid, log): `{data_dir}/sandbox-state`.
+    pub state: PathBuf,
+    /// Directories every sandbox sees read-only at the same path, bound with Sandgate's
+    /// rights (`SANDBOX_READ_ONLY_PATHS`).
+    pub read_only: Vec<PathBuf>,
     /// `SANDBOX_PORT`: the port sandbox commands name, rewritten to each one's own.
     pub port: u16,
     /// How long a stopped process may take to exit on SIGTERM before it is killed.
@@ -109,17 +121,23 @@ impl ProcessDriver {
         for gap in isolation.gaps() {
             tracing::warn!("sandbox driver: process: {gap}");
         }
-        std::fs::create_dir_all(&options.root).map_err(|err| {
-            DriverError(format!(
-                "cannot create the sandboxes' directory {}: {err}",
-                options.root.display()
-            ))
-        })?;
-        // Sandboxes may pass through to their own directory, not list the others'.
-        let _ = std::fs::set_permissions(&options.root, std::fs::Permissions::from_mode(0o711));
+        for dir in [&options.root, &options.state] {
+            std::fs::create_dir_all(dir)
+                .and_then(|()| {
+                    // Root's alone: a sandbox reaches its folder through its view only.
+                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                })
+                .map_err(|err| {
+                    DriverError(format!(
+                        "cannot prepare the directory {}: {err}",
+                        dir.display()
+                    ))
+                })?;
+        }
         let mut sandboxes = HashMap::new();
-        let entries = std::fs::read_dir(&options.root)
-            .map_err(|err| DriverError(format!("cannot read {}: {err}", options.root.display())))?;
+        let entries = std::fs::read_dir(&options.state).map_err(|err| {
+            DriverError(format!("cannot read {}: {err}", options.state.display()))
+        })?;
         for entry in entries.flatten() {
             let dir = entry.path();
             let Some(runtime_id) = entry.file_name().to_str().map(str::to_owned) else {
@@ -149,8 +167,19 @@ impl ProcessDriver {
         self.isolation.gaps()
     }
 
+    /// The sandbox's folder: its own.
     fn dir(&self, runtime_id: &str) -> PathBuf {
         self.options.root.join(runtime_id)
+    }
+
+    /// Sandgate's directory for the sandbox: its port, pid and log.
+    fn state_dir(&self, runtime_id: &str) -> PathBuf {
+        self.options.state.join(runtime_id)
+    }
+
+    /// The directory that holds the store and both of the above.
+    fn data_dir(&self) -> &Path {
+        self.options.root.parent().unwrap_or(&self.options.root)
     }
 
     fn sandboxes(&self) -> MutexGuard<'_, HashMap<String, Sandbox>> {
@@ -201,7 +230,7 @@ impl ProcessDriver {
             None => return,
         };
         terminate(child, self.options.stop_grace).await;
-        let _ = std::fs::remove_file(self.dir(runtime_id).join(PID_FILE));
+        let _ = std::fs::remove_file(self.state_dir(runtime_id).join(PID_FILE));
     }
 }
 
@@ -223,15 +252,20 @@ impl SandboxDriver for ProcessDriver {
     async fn delete(&self, runtime_id: &str) -> Result<(), DriverError> {
         self.stop(runtime_id).await;
         self.sandboxes().remove(runtime_id);
-        let dir = self.dir(runtime_id);
-        match tokio::fs::remove_dir_all(&dir).await {
-            Ok(()) => Ok(()),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(err) => Err(DriverError(format!(
-                "cannot remove {}: {err}",
-                dir.display()
-            ))),
+        // Neither removal follows a link the sandbox left in its folder.
+        for dir in [self.dir(runtime_id), self.state_dir(runtime_id)] {
+            match tokio::fs::remove_dir_all(&dir).await {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    return Err(DriverError(format!(
+                        "cannot remove {}: {err}",
+                        dir.display()
+                    )));
+                }
+            }
         }
+        Ok(())
     }
 
     async fn observe(
@@ -252,7 +286,7 @@ impl SandboxDriver for ProcessDriver {
                             sandbox.process = Process::Exited {
                                 detail: format!(
                                     "the sandbox's process exited ({status}); its output is in {}",
-                                    self.dir(id).join(LOG_FILE).display()
+                                    self.state_dir(id).join(LOG_FILE).display()
                                 ),
                                 group,
                             };
@@ -296,12 +330,12 @@ impl SandboxDriver for ProcessDriver {
 
     async fn workloads(&self) -> Result<HashMap<String, i64>, DriverError> {
         let mut workloads = HashMap::new();
-        let mut entries = tokio::fs::read_dir(&self.options.root)
+        let mut entries = tokio::fs::read_dir(&self.options.state)
             .await
             .map_err(|err| {
                 DriverError(format!(
                     "cannot read {}: {err}",
-                    self.options.root.display()
+                    self.options.state.display()
                 ))
             })?;
         while let Ok(Some(entry)) = entries.next_entry().await {
@@ -354,4 +388,86 @@ async fn accepts(port: u16) -> bool {
 
 fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Whether a sandbox's view can be made on this machine (`host`: the uid a sandbox runs
+/// as, when Sandgate is root): a shell run in one, in a folder made for the probe.
+pub(crate) fn probe_view(
+    tools: &ViewTools,
+    system: &[super::process_isolation::SystemDir],
+    host: Option<super::process_isolation::Ids>,
+) -> bool {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    let probe = std::env::temp_dir().join(format!("sandgate-probe-{}-{nanos}", std::process::id()));
+    let ran = run_probe(&probe, tools, system, host);
+    let _ = std::fs::remove_dir_all(&probe);
+    ran == Some(true)
+}
+
+/// The probe of [`probe_view`] in `probe`: whether the shell exited 0.
+fn run_probe(
+    probe: &Path,
+    tools: &ViewTools,
+    system: &[super::process_isolation::SystemDir],
+    host: Option<super::process_isolation::Ids>,
+) -> Option<bool> {
+    use command_fds::CommandFdExt;
+    std::fs::create_dir(probe).ok()?;
+    let root = layout::open_root(probe).ok()?;
+    layout::prepare_folder(&root, "probe", host).ok()?;
+    let folder = probe.join("probe");
+    let view = view::View {
+        tools,
+        system,
+        host,
+        inside: host,
+        folder: &folder,
+        cwd: Path::new("/workspace"),
+        installs: &[],
+        granted: &[],
+        namespaces: &[],
+    };
+    let line = view.command_line(&tools.shell, &["-c".into(), "exit 0".into()]);
+    let mapping = starting::args_fd(&view::environment_args([])).ok()?;
+    let mut command = std::process::Command::new(&line[0]);
+    command
+        .args(&line[1..])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    command.fd_mappings(vec![mapping]).ok()?;
+    command.status().ok().map(|status| status.success())
+}
+
+/// Whether a sandbox could run `program` (its command's first word, or its image) with
+/// `path` as its `PATH` on this machine: as any uid of the sandboxes' range when Sandgate
+/// is root, else as Sandgate's own; for `check-config`, before any start.
+pub fn check_program(
+    program: &str,
+    path: Option<&str>,
+    granted: &[PathBuf],
+    isolation: &super::process_isolation::Isolation,
+) -> Result<(), Unreachable> {
+    let path = path
+        .map(str::to_owned)
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    let program = command_line::resolve(program, &path);
+    if !program.is_absolute() {
+        // Looked up on the PATH at the start: nothing to say of it here.
+        return Ok(());
+    }
+    let ids = if isolation.root {
+        let base = super::process_isolation::SANDBOX_UID_BASE;
+        super::process_isolation::Ids {
+            uid: base,
+            gid: base,
+        }
+    } else {
+        starting::own_ids()
+    };
+    check_reach(&program, ids, granted, true)
 }

@@ -1,14 +1,15 @@
-//! How the `process` driver keeps a sandbox from Sandgate and from other sandboxes, with
-//! what this machine allows, said once at start and by `check-config`:
+//! How the `process` driver keeps a sandbox from Sandgate, from other sandboxes and from
+//! this machine, with what this machine allows, said once at start and by `check-config`:
 //!
-//! - Its own PID namespace (`unshare --user --pid --fork --mount-proc --kill-child`): the
-//!   sandbox's `/proc` holds its own processes only, so it reads neither Sandgate's
-//!   environment nor another sandbox's; and when its first process exits or is killed,
-//!   the kernel kills every process of the namespace, `setsid`, double forks and tmux
-//!   servers included. `--kill-child` ends the namespace when the `unshare` process that
-//!   Sandgate holds is killed, which is how a stop, a pause and a shutdown end it.
-//! - When Sandgate runs as root: its own unprivileged uid (the spec's `run_as_user`, else
-//!   one derived from its runtime id in `SANDBOX_UID_BASE..`), owning its directories.
+//! - Its own view of the filesystem, PID namespace and user namespace, made by bubblewrap
+//!   (`process/view.rs`): the system directories read-only, its own folder, a `/proc`
+//!   holding its own processes only; not the data directory, not another sandbox. When
+//!   its first process exits or is killed, the kernel kills every process of the
+//!   namespace, `setsid`, double forks and tmux servers included.
+//! - When Sandgate runs as root: a uid of its own on this machine, one per sandbox
+//!   (derived from its runtime id in `SANDBOX_UID_BASE..`), whatever its spec's
+//!   `run_as_user`, which is the uid it sees itself as inside its user namespace: limits
+//!   counted per uid (processes) and file ownership are per sandbox.
 //! - rlimits by `prlimit`: address space, and processes when the uid is its own (the
 //!   count is per uid), scaled by `resource_factor`.
 //!
@@ -17,14 +18,15 @@
 //! have forked already; memory is bounded by `RLIMIT_AS` instead.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 
-/// First uid of the range sandboxes get when Sandgate runs as root and their spec names
-/// none: far above the uids of a machine's real users and services.
+pub use super::process::ViewTools;
+
+/// First uid of the range sandboxes get when Sandgate runs as root: far above the uids
+/// of a machine's real users and services.
 pub const SANDBOX_UID_BASE: u32 = 200_000;
 /// How many uids the range holds: two sandboxes share one with odds of 1 in this.
 const SANDBOX_UID_COUNT: u32 = 800_000;
@@ -35,15 +37,15 @@ const ADDRESS_SPACE_BYTES: f64 = 16.0 * 1024.0 * 1024.0 * 1024.0;
 /// Processes (and threads) of a sandbox's uid at `resource_factor` 1: a fork bomb stops
 /// here, a build with its compilers and test workers does not.
 const PROCESSES: f64 = 1024.0;
-/// The namespace flags: a user namespace lets an unprivileged uid make the PID one.
-const UNSHARE_ARGS: &[&str] = &[
-    "--user",
-    "--map-current-user",
-    "--pid",
-    "--fork",
-    "--mount-proc",
-    "--kill-child",
-    "--",
+/// The machine's directories every sandbox sees, read-only, when present: its programs,
+/// their libraries and their configuration (`/etc`: resolver, certificates, users).
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+/// Top directories of a sandbox's view that its working directory cannot be.
+pub const RESERVED_TOPS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc",
+    "/dev", "/run",
 ];
 
 /// What this machine lets the driver do.
@@ -51,55 +53,51 @@ const UNSHARE_ARGS: &[&str] = &[
 pub struct Isolation {
     /// Sandgate runs as root: sandboxes get uids of their own.
     pub root: bool,
-    /// `unshare` of a user and PID namespace works here (for a sandbox's uid).
-    pub unshare: Option<PathBuf>,
+    /// bubblewrap, setpriv and sh, when a sandbox's view can be made here.
+    pub view: Option<ViewTools>,
     pub prlimit: Option<PathBuf>,
-    /// What binds a sandbox's working directory at the path its spec names
-    /// (`process/mounts.rs`): found when Sandgate is root (it makes the mount point) and
-    /// a sandbox's uid can make a user and mount namespace.
-    pub mounts: Option<MountTools>,
+    /// The system directories of this machine, as a view shows them.
+    pub system: Vec<SystemDir>,
 }
 
-/// The programs that bind a sandbox's working directory, found on this machine.
+/// A system directory as a sandbox sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MountTools {
-    pub unshare: PathBuf,
-    pub shell: PathBuf,
-    pub mount: PathBuf,
+pub enum SystemDir {
+    /// Bound read-only.
+    Dir(PathBuf),
+    /// A link, as on this machine (`/bin -> usr/bin`).
+    Link { path: PathBuf, target: PathBuf },
 }
 
-/// The uid and gid a sandbox runs as, when Sandgate can choose them.
+/// A uid and a gid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Identity {
+pub struct Ids {
     pub uid: u32,
     pub gid: u32,
 }
 
+/// Who a sandbox is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// On this machine: its own when Sandgate is root; `None`, Sandgate's.
+    pub host: Option<Ids>,
+    /// Inside its user namespace: its spec's `run_as_user` and `run_as_group`, else its
+    /// uid on this machine.
+    pub inside: Option<Ids>,
+}
+
 impl Isolation {
-    /// Probes this machine: whether Sandgate is root, and whether a namespace can be made
-    /// by the uid sandboxes run as.
+    /// Probes this machine: whether Sandgate is root, and whether a sandbox's view can be
+    /// made by the uid sandboxes run as.
     pub fn detect() -> Self {
         let root = rustix::process::geteuid().is_root();
-        let unshare = find_program("unshare").filter(|unshare| {
-            let mut probe = std::process::Command::new(unshare);
-            probe
-                .args(UNSHARE_ARGS)
-                .arg("true")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            if root {
-                use std::os::unix::process::CommandExt;
-                probe.uid(SANDBOX_UID_BASE).gid(SANDBOX_UID_BASE);
-            }
-            probe.status().is_ok_and(|status| status.success())
-        });
-        let mounts = root.then(mount_tools).flatten();
+        let system = system_dirs(Path::new("/"));
+        let view = view_tools().filter(|tools| probe(tools, root, &system));
         Self {
             root,
-            unshare,
+            view,
             prlimit: find_program("prlimit"),
-            mounts,
+            system,
         }
     }
 
@@ -107,9 +105,9 @@ impl Isolation {
     pub fn none() -> Self {
         Self {
             root: false,
-            unshare: None,
+            view: None,
             prlimit: None,
-            mounts: None,
+            system: Vec::new(),
         }
     }
 
@@ -120,25 +118,19 @@ impl Isolation {
         ];
         if !self.root {
             gaps.push(
-                "Sandgate does not run as root: sandboxes run as its own user, so run_as_user \
-                 is ignored and they can read each other's files"
+                "Sandgate does not run as root: sandboxes run as its own user (run_as_user is \
+                 the uid they see inside), share its process limit, and only their view of \
+                 the filesystem keeps them from its files"
                     .to_owned(),
             );
         }
-        if self.unshare.is_none() {
+        if self.view.is_none() {
             gaps.push(
-                "no user and PID namespaces (unshare --user --pid): a sandbox sees every \
-                 process of this machine in /proc, and a process it detaches (setsid) can \
-                 outlive it"
-                    .to_owned(),
-            );
-        }
-        if self.mounts.is_none() {
-            gaps.push(
-                "no mount namespace of a sandbox's own (Sandgate is not root, a sandbox's uid \
-                 cannot make a user and mount namespace and bind in it, or sh or mount is \
-                 missing): a sandbox works in its own directory, not at the absolute path \
-                 its spec names (/workspace)"
+                "no view of its own (bubblewrap, setpriv or sh is missing, or a sandbox's uid \
+                 cannot make a user, mount and PID namespace here): a sandbox sees this \
+                 machine's files and processes as its uid, works in its own directory \
+                 rather than at the absolute path its spec names, and a process it detaches \
+                 (setsid) can outlive it"
                     .to_owned(),
             );
         }
@@ -148,104 +140,87 @@ impl Isolation {
         gaps
     }
 
-    /// The uid and gid of a sandbox with this spec: none when Sandgate is not root (it
-    /// cannot change its uid). A `run_as_user` of 0 is not honoured: root in a sandbox
-    /// would read Sandgate's files.
+    /// Who a sandbox with this spec is. A `run_as_user` of 0 is not honoured.
     pub fn identity(
         &self,
         runtime_id: &str,
         run_as_user: Option<i64>,
         run_as_group: Option<i64>,
-    ) -> Option<Identity> {
-        if !self.root {
-            return None;
-        }
+    ) -> Identity {
         let positive = |id: Option<i64>| {
             id.and_then(|id| u32::try_from(id).ok())
                 .filter(|id| *id > 0)
         };
-        let uid = positive(run_as_user).unwrap_or_else(|| derived_uid(runtime_id));
-        let gid = positive(run_as_group).unwrap_or(uid);
-        Some(Identity { uid, gid })
+        let host = self.root.then(|| {
+            let uid = derived_uid(runtime_id);
+            Ids { uid, gid: uid }
+        });
+        let inside = match positive(run_as_user) {
+            Some(uid) => Some(Ids {
+                uid,
+                gid: positive(run_as_group).unwrap_or(uid),
+            }),
+            None => host,
+        };
+        Identity { host, inside }
     }
 
-    /// The command line running `program args` isolated: prlimit's, unshare's, then the
-    /// sandbox's. `own_uid`: the sandbox's uid is its alone, so a process limit holds.
-    /// `nested`: it runs as root of a user namespace of the sandbox's (the mount's), so
-    /// its own maps `nested`'s uid and gid back rather than its current ones.
-    pub fn command_line(
-        &self,
-        program: &Path,
-        args: &[String],
-        factor: Option<f64>,
-        own_uid: bool,
-        nested: Option<Identity>,
-    ) -> (PathBuf, Vec<String>) {
-        let mut line: Vec<String> = Vec::new();
+    /// The command line running `program args` under its rlimits: prlimit's, then the
+    /// rest. `own_uid`: the sandbox's uid is its alone, so a process limit holds.
+    pub fn limited(&self, line: Vec<String>, factor: Option<f64>, own_uid: bool) -> Vec<String> {
+        let Some(prlimit) = &self.prlimit else {
+            return line;
+        };
         let factor = factor
             .filter(|factor| factor.is_finite() && *factor > 0.0)
             .unwrap_or(1.0);
-        if let Some(prlimit) = &self.prlimit {
-            line.push(prlimit.display().to_string());
-            line.push(format!(
-                "--as={}",
-                (ADDRESS_SPACE_BYTES * factor).round() as u64
-            ));
-            if own_uid {
-                line.push(format!("--nproc={}", (PROCESSES * factor).round() as u64));
-            }
-            line.push("--".to_owned());
+        let mut limited = vec![
+            prlimit.display().to_string(),
+            format!("--as={}", (ADDRESS_SPACE_BYTES * factor).round() as u64),
+        ];
+        if own_uid {
+            limited.push(format!("--nproc={}", (PROCESSES * factor).round() as u64));
         }
-        if let Some(unshare) = &self.unshare {
-            line.push(unshare.display().to_string());
-            for arg in UNSHARE_ARGS {
-                match (*arg, nested) {
-                    ("--map-current-user", Some(identity)) => {
-                        line.push(format!("--map-user={}", identity.uid));
-                        line.push(format!("--map-group={}", identity.gid));
-                    }
-                    _ => line.push((*arg).to_owned()),
-                }
-            }
-        }
-        line.push(program.display().to_string());
-        line.extend(args.iter().cloned());
-        let program = PathBuf::from(line.remove(0));
-        (program, line)
+        limited.push("--".to_owned());
+        limited.extend(line);
+        limited
     }
 }
 
-/// The mount tools, when a sandbox's uid can make a user and mount namespace here and
-/// bind in it (Sandgate is root, which makes the mount points).
-fn mount_tools() -> Option<MountTools> {
-    use std::os::unix::process::CommandExt;
-    let tools = MountTools {
-        unshare: find_program("unshare")?,
+/// The system directories under `root`, as a view shows them.
+fn system_dirs(root: &Path) -> Vec<SystemDir> {
+    SYSTEM_DIRS
+        .iter()
+        .filter_map(|dir| {
+            let path = PathBuf::from(dir);
+            let here = root.join(dir.trim_start_matches('/'));
+            let meta = std::fs::symlink_metadata(&here).ok()?;
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&here).ok()?;
+                Some(SystemDir::Link { path, target })
+            } else {
+                meta.is_dir().then_some(SystemDir::Dir(path))
+            }
+        })
+        .collect()
+}
+
+fn view_tools() -> Option<ViewTools> {
+    Some(ViewTools {
+        bwrap: find_program("bwrap")?,
+        setpriv: find_program("setpriv")?,
         shell: find_program("sh")?,
-        mount: find_program("mount")?,
-    };
-    // A bind of the temporary directory on itself, in the probe's namespace only.
-    let probe = std::env::temp_dir();
-    let made = std::process::Command::new(&tools.unshare)
-        .args([
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-        ])
-        .arg(&tools.mount)
-        .args(["--bind", "--"])
-        .args([&probe, &probe])
-        .uid(SANDBOX_UID_BASE)
-        .gid(SANDBOX_UID_BASE)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    made.then_some(tools)
+    })
+}
+
+/// Whether a view can be made here: `true` run in one, as a sandbox would be (as the
+/// first uid of the sandboxes' range when Sandgate is root).
+fn probe(tools: &ViewTools, root: bool, system: &[SystemDir]) -> bool {
+    let host = root.then_some(Ids {
+        uid: SANDBOX_UID_BASE,
+        gid: SANDBOX_UID_BASE,
+    });
+    super::process::probe_view(tools, system, host)
 }
 
 /// A uid of the range for `runtime_id`: the same across Sandgate's restarts, with nothing
@@ -264,14 +239,38 @@ fn find_program(name: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// The PID namespace `pid` made for its children (`unshare`'s), if it made one.
+/// The PID namespace bubblewrap (`pid`, the process Sandgate holds) made for the
+/// sandbox: that of its child, when the child's is not its own.
 fn child_namespace(pid: i32) -> Option<PathBuf> {
-    let namespace = std::fs::read_link(format!("/proc/{pid}/ns/pid_for_children")).ok()?;
-    let own = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
-    (namespace != own).then_some(namespace)
+    std::fs::read_link(format!("/proc/{}/ns/pid", sandbox_init(pid)?)).ok()
 }
 
-/// The processes (host pids) of the PID namespace `unshare` (`pid`) made; `None`: it
+/// The children of `pid`: from `/proc/{pid}/task/{pid}/children` where the kernel has
+/// it, else by the parent field of every process's `stat`.
+fn children(pid: i32) -> Vec<i32> {
+    if let Ok(listed) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        return listed
+            .split_whitespace()
+            .filter_map(|child| child.parse().ok())
+            .collect();
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|other| {
+            std::fs::read_to_string(format!("/proc/{other}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// The processes (host pids) of the sandbox's PID namespace; `None`: bubblewrap (`pid`)
 /// made none.
 fn namespace_members(pid: i32) -> Option<Vec<i32>> {
     let namespace = child_namespace(pid)?;
@@ -287,8 +286,17 @@ fn namespace_members(pid: i32) -> Option<Vec<i32>> {
     )
 }
 
-/// Sends `signal` to every process of the PID namespace `unshare` (`pid`) made, not to
-/// `unshare` itself (which, signalled, would exit and so SIGKILL the namespace at once).
+/// The host pid of the first process of the sandbox's namespaces (the child of the
+/// bubblewrap Sandgate holds), for what must join them after the start (the network).
+pub fn sandbox_init(pid: i32) -> Option<i32> {
+    let own = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    children(pid).into_iter().find(|child| {
+        std::fs::read_link(format!("/proc/{child}/ns/pid")).is_ok_and(|namespace| namespace != own)
+    })
+}
+
+/// Sends `signal` to every process of the sandbox's PID namespace, not to the bubblewrap
+/// Sandgate holds (`pid`; which, signalled, would exit and so SIGKILL the namespace).
 /// `false`: `pid` made no namespace.
 pub fn signal_namespace(pid: i32, signal: Signal) -> bool {
     let Some(members) = namespace_members(pid) else {
@@ -300,7 +308,7 @@ pub fn signal_namespace(pid: i32, signal: Signal) -> bool {
     true
 }
 
-/// Whether what is left of the namespace `unshare` (`pid`) made is its init alone, with
+/// Whether what is left of the sandbox's namespace (bubblewrap's, `pid`) is its init alone, with
 /// no handler for SIGTERM. As a namespace's init it ignores a SIGTERM that would have
 /// ended it anywhere else (a Python server's default), so a stop need not wait out the
 /// grace period for it.
@@ -352,59 +360,79 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_sandbox_gets_its_spec_s_uid_or_one_of_its_own_but_never_root() {
+    fn a_sandbox_gets_a_uid_of_its_own_and_sees_its_spec_s_inside() {
         let isolation = Isolation {
             root: true,
-            unshare: None,
-            prlimit: None,
-            mounts: None,
+            ..Isolation::none()
         };
-        let own = isolation.identity("abc", None, None).expect("root chooses");
-        assert!(own.uid >= SANDBOX_UID_BASE && own.gid == own.uid);
-        assert_eq!(isolation.identity("abc", None, None), Some(own), "stable");
-        assert_ne!(isolation.identity("abd", None, None), Some(own));
+        let own = isolation.identity("abc", None, None);
+        let host = own.host.expect("root chooses");
+        assert!(host.uid >= SANDBOX_UID_BASE && host.gid == host.uid);
+        assert_eq!(own.inside, Some(host));
+        assert_eq!(isolation.identity("abc", None, None), own, "stable");
+        // Two sandboxes asking the same run_as_user stay two uids on the machine.
+        let first = isolation.identity("abc", Some(10001), Some(10002));
+        let second = isolation.identity("abd", Some(10001), Some(10002));
         assert_eq!(
-            isolation.identity("abc", Some(10001), Some(10002)),
-            Some(Identity {
+            first.inside,
+            Some(Ids {
                 uid: 10001,
                 gid: 10002
             })
         );
-        assert_eq!(isolation.identity("abc", Some(0), Some(0)), Some(own));
-        assert_eq!(Isolation::none().identity("abc", Some(10001), None), None);
+        assert_eq!(first.inside, second.inside);
+        assert_ne!(first.host, second.host);
+        assert_eq!(
+            isolation.identity("abc", Some(0), Some(0)),
+            own,
+            "never root"
+        );
+        let unprivileged = Isolation::none().identity("abc", Some(10001), None);
+        assert_eq!(unprivileged.host, None);
+        assert_eq!(
+            unprivileged.inside,
+            Some(Ids {
+                uid: 10001,
+                gid: 10001
+            })
+        );
     }
 
     #[test]
-    fn the_command_runs_under_prlimit_and_unshare_scaled_by_the_factor() {
+    fn the_command_runs_under_prlimit_scaled_by_the_factor() {
         let isolation = Isolation {
-            root: true,
-            unshare: Some("/usr/bin/unshare".into()),
             prlimit: Some("/usr/bin/prlimit".into()),
-            mounts: None,
+            ..Isolation::none()
         };
-        let (program, args) = isolation.command_line(
-            Path::new("/bin/sh"),
-            &["-c".into(), "x".into()],
-            Some(2.0),
-            true,
-            None,
+        let line = isolation.limited(vec!["/bin/sh".into()], Some(2.0), true);
+        assert_eq!(line[0], "/usr/bin/prlimit");
+        assert_eq!(line[1], format!("--as={}", 32u64 << 30));
+        assert_eq!(line[2], "--nproc=2048");
+        assert_eq!(line[3..], ["--", "/bin/sh"]);
+        let shared = isolation.limited(vec!["/bin/sh".into()], None, false);
+        assert!(!shared.iter().any(|arg| arg.starts_with("--nproc")));
+        assert_eq!(
+            Isolation::none().limited(vec!["x".into()], None, true),
+            ["x"]
         );
-        assert_eq!(program, Path::new("/usr/bin/prlimit"));
-        assert_eq!(args[0], format!("--as={}", 32u64 << 30));
-        assert_eq!(args[1], "--nproc=2048");
-        assert_eq!(args[3], "/usr/bin/unshare");
-        assert_eq!(args[args.len() - 3..], ["/bin/sh", "-c", "x"]);
-        // Nested in the mount's user namespace, its own maps the sandbox's uid back.
-        let nested = Identity {
-            uid: 200_001,
-            gid: 200_002,
-        };
-        let (_, args) = isolation.command_line(Path::new("/bin/sh"), &[], None, true, Some(nested));
-        assert!(!args.contains(&"--map-current-user".to_owned()));
-        assert!(args.contains(&"--map-user=200001".to_owned()));
-        assert!(args.contains(&"--map-group=200002".to_owned()));
-        let (program, args) =
-            Isolation::none().command_line(Path::new("/bin/sh"), &[], None, false, None);
-        assert_eq!((program.as_path(), args.len()), (Path::new("/bin/sh"), 0));
+    }
+
+    #[test]
+    fn system_directories_are_bound_or_linked_as_on_the_machine() {
+        let machine = tempfile::tempdir().expect("dir");
+        std::fs::create_dir(machine.path().join("usr")).expect("mkdir");
+        std::fs::create_dir(machine.path().join("etc")).expect("mkdir");
+        std::os::unix::fs::symlink("usr/bin", machine.path().join("bin")).expect("link");
+        assert_eq!(
+            system_dirs(machine.path()),
+            [
+                SystemDir::Dir("/usr".into()),
+                SystemDir::Link {
+                    path: "/bin".into(),
+                    target: "usr/bin".into()
+                },
+                SystemDir::Dir("/etc".into()),
+            ]
+        );
     }
 }

@@ -16,7 +16,8 @@ use crate::sandboxes::process_isolation::{only_deaf_init, signal_namespace, star
 pub(super) const EXIT_POLL: Duration = Duration::from_millis(20);
 
 /// Stops `child` and everything it started: SIGTERM, then SIGKILL when it has not exited
-/// after `grace`. Killing `unshare` (the group's leader) kills its namespace.
+/// after `grace`. Killing bubblewrap (the group's leader) and the namespace's first
+/// process with it ends the namespace.
 pub(super) async fn terminate(mut child: Child, grace: Duration) {
     let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
         return; // exited and reaped already
