@@ -238,4 +238,7 @@ pub(crate) struct SpendLogEntry {
     /// The virtual key that called, as its sha256 hex; null for the master key
     pub(crate) api_key: Option<String>,
     pub(crate) key_alias: Option<String>,
+    /// The virtual key's user and team (LiteLLM's `user` and `team_id` of a spend log)
+    pub(crate) key_user_id: Option<String>,
+    pub(crate) team_id: Option<String>,
 }

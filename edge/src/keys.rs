@@ -40,7 +40,7 @@ async fn manage(
 }
 
 /// A query's parameters as the JSON object the service reads.
-fn query_object(
+pub(crate) fn query_object(
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Bytes, GatewayError> {
     let Query(query) = query

@@ -20,6 +20,8 @@ mod model_info;
 mod models;
 mod observe;
 mod openapi;
+mod org_types;
+mod orgs;
 mod params;
 mod routes;
 mod runtimes;

@@ -14,8 +14,9 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use crate::client::ClientAddress;
 
 /// Headers that are credentials the services need (`api-key`: Azure OpenAI clients' way
-/// to send the model gateway's key; the others start with `x-`).
-const FORWARDED: &[&str] = &["authorization", "api-key"];
+/// to send the model gateway's key, `ocp-apim-subscription-key` Azure API Management's;
+/// the others start with `x-`).
+const FORWARDED: &[&str] = &["authorization", "api-key", "ocp-apim-subscription-key"];
 
 /// Prefixes of provider headers the model gateway's header policy may forward.
 const PROVIDER_PREFIXES: &[&str] = &["anthropic-"];

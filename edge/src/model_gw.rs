@@ -13,7 +13,8 @@ use sandgate_proto::models::v1::model_gateway_server::ModelGateway;
 use sandgate_proto::models::v1::{
     AddModelRequest, AddModelResponse, CallRequest, GetModelInfoRequest, GetModelInfoResponse,
     GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse, ListSpendLogsRequest,
-    ListSpendLogsResponse, ManageKeysRequest, ManageKeysResponse,
+    ListSpendLogsResponse, ManageKeysRequest, ManageKeysResponse, ManageOrgsRequest,
+    ManageOrgsResponse,
 };
 use sandgate_proto::models::{CallStream, ChatCompletionStream};
 use tonic::{Request, Response, Status};
@@ -61,6 +62,7 @@ impl ModelGw {
         get_model_info(GetModelInfoRequest) -> GetModelInfoResponse;
         list_spend_logs(ListSpendLogsRequest) -> ListSpendLogsResponse;
         manage_keys(ManageKeysRequest) -> ManageKeysResponse;
+        manage_orgs(ManageOrgsRequest) -> ManageOrgsResponse;
     }
 
     /// A call of an LLM API: the answer's messages as the service yields them.

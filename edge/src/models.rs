@@ -283,7 +283,7 @@ pub async fn add(
     params(SpendLogsQuery),
     responses(
         (status = 200, description = "Entries", body = Vec<SpendLogEntry>),
-        (status = 400, description = "`limit` is not a number", body = OpenAIError),
+        (status = 400, description = "`limit` is not a number, or a date is not one", body = OpenAIError),
         (status = 401, description = "Missing or wrong master key", body = OpenAIError),
         (status = 403, description = "A virtual key: the spend log across keys is the master key's (a key's own spend is at /key/info)", body = OpenAIError),
     ),
@@ -301,7 +301,10 @@ pub async fn spend_logs(
             client(&state)?
                 .list_spend_logs(metadata::request(
                     &headers,
-                    ListSpendLogsRequest { limit: 1 },
+                    ListSpendLogsRequest {
+                        limit: 1,
+                        ..ListSpendLogsRequest::default()
+                    },
                 ))
                 .await?;
             return Err(GatewayError::new(
@@ -310,9 +313,17 @@ pub async fn spend_logs(
             ));
         }
     };
-    let limit = query.limit.unwrap_or(0);
+    let request = ListSpendLogsRequest {
+        limit: query.limit.unwrap_or(0),
+        api_key: query.api_key.unwrap_or_default(),
+        user_id: query.user_id.unwrap_or_default(),
+        team_id: query.team_id.unwrap_or_default(),
+        session_id: query.session_id.unwrap_or_default(),
+        start_date: query.start_date.unwrap_or_default(),
+        end_date: query.end_date.unwrap_or_default(),
+    };
     let entries = client(&state)?
-        .list_spend_logs(metadata::request(&headers, ListSpendLogsRequest { limit }))
+        .list_spend_logs(metadata::request(&headers, request))
         .await?
         .entries;
     Ok(Json(
@@ -339,6 +350,8 @@ pub async fn spend_logs(
                     spend: entry.spend,
                     api_key: (!entry.api_key_hash.is_empty()).then_some(entry.api_key_hash),
                     key_alias: (!entry.key_alias.is_empty()).then_some(entry.key_alias),
+                    key_user_id: (!entry.key_user_id.is_empty()).then_some(entry.key_user_id),
+                    team_id: (!entry.team_id.is_empty()).then_some(entry.team_id),
                 }
             })
             .collect(),

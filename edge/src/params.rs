@@ -48,6 +48,18 @@ pub struct SpendLogsQuery {
     /// At most this many entries
     #[param(value_type = Option<u64>, maximum = 4294967295.0, default = 100)]
     pub(crate) limit: Option<u32>,
+    /// Only the calls of this key (the key, or its sha256 hex)
+    pub(crate) api_key: Option<String>,
+    /// Only the calls of the keys of this user
+    pub(crate) user_id: Option<String>,
+    /// Only the calls of the keys of this team
+    pub(crate) team_id: Option<String>,
+    /// Only the calls of this session (conversation)
+    pub(crate) session_id: Option<String>,
+    /// Only the calls started on or after this day (`2026-03-01`) or RFC 3339 time
+    pub(crate) start_date: Option<String>,
+    /// Only the calls started on or before this day (all of it) or time
+    pub(crate) end_date: Option<String>,
 }
 
 /// `GET /key/list`'s page size.

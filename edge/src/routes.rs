@@ -12,8 +12,8 @@ use utoipa_axum::routes;
 
 use crate::state::AppState;
 use crate::{
-    admin, conversations, health, keys, llm, model_info, models, openapi, sandboxes, settings,
-    warm_configs, webhook,
+    admin, conversations, health, keys, llm, model_info, models, openapi, orgs, sandboxes,
+    settings, warm_configs, webhook,
 };
 
 /// The edge's router while it is built: a route enters it only with its operation
@@ -78,7 +78,23 @@ pub(crate) fn api(gateway_body_limit: usize) -> Documented {
         .routes(routes!(keys::info))
         .routes(routes!(keys::update))
         .routes(routes!(keys::delete))
-        .routes(routes!(keys::list));
+        .routes(routes!(keys::list))
+        .routes(routes!(orgs::team_new))
+        .routes(routes!(orgs::team_info))
+        .routes(routes!(orgs::team_update))
+        .routes(routes!(orgs::team_delete))
+        .routes(routes!(orgs::member_add))
+        .routes(routes!(orgs::member_update))
+        .routes(routes!(orgs::member_delete))
+        .routes(routes!(orgs::team_block))
+        .routes(routes!(orgs::team_unblock))
+        .routes(routes!(orgs::user_new))
+        .routes(routes!(orgs::user_info))
+        .routes(routes!(orgs::user_info_v2))
+        .routes(routes!(orgs::user_update))
+        .routes(routes!(orgs::user_delete))
+        .routes(routes!(orgs::budget_info))
+        .routes(routes!(orgs::spend_report));
     for route in llm::routes(gateway_body_limit) {
         router = router.routes(route);
     }

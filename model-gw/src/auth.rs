@@ -31,6 +31,9 @@ use crate::support::now_ms;
 pub struct Charge {
     pub token: String,
     pub key_alias: Option<String>,
+    /// The key's user and team: the spend counters the call adds to.
+    pub user_id: Option<String>,
+    pub team_id: Option<String>,
     window: u64,
     session: Option<String>,
 }
@@ -48,15 +51,22 @@ impl Charge {
 
 /// Every key a caller presents, where LiteLLM's proxy takes one: `Authorization: Bearer`
 /// (OpenAI SDKs), `x-api-key` (the Anthropic SDK, Claude Code), `api-key` (Azure OpenAI
-/// clients), `x-litellm-api-key` (LiteLLM's own, with or without `Bearer `).
+/// clients), `x-litellm-api-key` (LiteLLM's own, with or without `Bearer `),
+/// `x-goog-api-key` (Google AI Studio clients; the OpenHands enterprise app sends the
+/// master key there) and `ocp-apim-subscription-key` (Azure API Management).
 fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item = &str> {
     let text = |name: &str| metadata.get(name).and_then(|value| value.to_str().ok());
     let bearer = text("authorization").and_then(sandgate_proto::bearer_token);
     let litellm = text("x-litellm-api-key")
         .map(|value| sandgate_proto::bearer_token(value).unwrap_or(value.trim()));
-    let raw = ["x-api-key", "api-key"]
-        .into_iter()
-        .filter_map(move |name| text(name).map(str::trim));
+    let raw = [
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "ocp-apim-subscription-key",
+    ]
+    .into_iter()
+    .filter_map(move |name| text(name).map(str::trim));
     bearer.into_iter().chain(litellm).chain(raw)
 }
 
@@ -157,7 +167,7 @@ impl KeyCache {
 fn refused() -> Status {
     ErrorDetail::new(
         ErrorCode::Unauthenticated,
-        "Authentication Error: invalid or missing key (Authorization: Bearer <key>, or x-api-key, api-key, x-litellm-api-key)",
+        "Authentication Error: invalid or missing key (Authorization: Bearer <key>, or x-api-key, api-key, x-litellm-api-key, x-goog-api-key, ocp-apim-subscription-key)",
     )
     .into_status()
 }
@@ -280,6 +290,8 @@ pub(crate) fn check_budget(
     let charge = Charge {
         token: key.token.clone(),
         key_alias: key.key_alias.clone(),
+        user_id: key.user_id.clone(),
+        team_id: key.team_id.clone(),
         window,
         session: session.map(str::to_owned),
     };

@@ -112,9 +112,9 @@ fn new_key() -> String {
 /// The shortest key a caller may choose.
 const MIN_CUSTOM_KEY: usize = 16;
 /// Bounds of what a key carries, so that a key's record stays small.
-const MAX_TEXT: usize = 256;
-const MAX_MODELS: usize = 1_000;
-const MAX_METADATA_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_TEXT: usize = 256;
+pub(crate) const MAX_MODELS: usize = 1_000;
+pub(crate) const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 /// Limits LiteLLM's keys carry that this gateway does not enforce: refused, rather than
 /// accepted and silently not held.
@@ -131,7 +131,7 @@ fn bad(message: impl Into<String>) -> ErrorDetail {
     ErrorDetail::new(ErrorCode::BadRequest, message)
 }
 
-fn text(value: &Value, field: &str) -> Result<Option<String>, ErrorDetail> {
+pub(crate) fn text(value: &Value, field: &str) -> Result<Option<String>, ErrorDetail> {
     match value {
         Value::Null => Ok(None),
         Value::String(text) if text.chars().count() <= MAX_TEXT => Ok(Some(text.clone())),
@@ -142,7 +142,7 @@ fn text(value: &Value, field: &str) -> Result<Option<String>, ErrorDetail> {
     }
 }
 
-fn budget(value: &Value, field: &str) -> Result<Option<f64>, ErrorDetail> {
+pub(crate) fn budget(value: &Value, field: &str) -> Result<Option<f64>, ErrorDetail> {
     match value {
         Value::Null => Ok(None),
         value => value

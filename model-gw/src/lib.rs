@@ -19,6 +19,8 @@ mod manage;
 pub mod messages;
 mod metrics;
 mod openai;
+mod org_budget;
+mod orgs;
 mod prepare;
 mod registry;
 #[doc(hidden)]

@@ -2,13 +2,26 @@
 //! spend, queued and written in batches (one store round trip for many calls, and none on
 //! a call's path), or at once for a failed answer, whose entry is in the log by the time
 //! its client has the answer. Also what an entry keeps of a client's values.
+//!
+//! Each entry's spend is also added to the reporting counters (per key, user, team,
+//! team member, session and model, in all and per day), kept apart from the entries:
+//! summed in memory per counter and day (so their memory grows with the counters
+//! touched, not with the calls), written in one atomic store write per batch, and never
+//! dropped. A write that fails leaves them queued and is tried again (after 100 ms,
+//! doubling to 5 s) until the store takes it: a count is late by the batching delay
+//! (10 ms) plus however long the store is unreachable, never lost while the process
+//! lives; a stop writes what is queued before the process exits. The entries themselves
+//! are bounded: past [`MAX_QUEUED_SPEND_ENTRIES`] waiting, new ones are dropped (their
+//! counts are not), and the log keeps what its retention says.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use http::HeaderMap;
 use sandgate_store::models::SpendLogRetention;
-use sandgate_store::{KeySpend, SpendLogEntry, Store};
+use sandgate_store::{KeySpend, SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 
@@ -37,8 +50,56 @@ struct SpendQueue {
     entries: Vec<SpendLogEntry>,
     /// What the virtual keys' calls add to their spend, written with the entries.
     key_spend: Vec<KeySpend>,
+    /// What the entries add to the reporting counters, by day, scope and id.
+    counts: HashMap<(u32, SpendScope, String), f64>,
     /// A delayed write is scheduled: entries queued for one need not schedule another.
     scheduled: bool,
+}
+
+/// How long a failed write of the counters waits before it is tried again, at first and
+/// at most.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_AT_MOST: Duration = Duration::from_secs(5);
+
+impl SpendQueue {
+    /// Adds what `entry` spent to the counters it counts towards.
+    fn count(&mut self, entry: &SpendLogEntry) {
+        let Some(amount) = entry
+            .spend
+            .filter(|spend| *spend > 0.0 && spend.is_finite())
+        else {
+            return;
+        };
+        let day = day_of(entry.started_at_ms);
+        let member = entry
+            .team_id
+            .as_ref()
+            .zip(entry.key_user_id.as_ref())
+            .map(|(team, user)| member_id(team, user));
+        let counters = [
+            (SpendScope::Key, entry.api_key.clone()),
+            (SpendScope::User, entry.key_user_id.clone()),
+            (SpendScope::Team, entry.team_id.clone()),
+            (SpendScope::Member, member),
+            (SpendScope::Session, entry.session_id.clone()),
+            (SpendScope::Model, Some(entry.model.clone())),
+        ];
+        for (scope, id) in counters {
+            if let Some(id) = id {
+                *self.counts.entry((day, scope, id)).or_default() += amount;
+            }
+        }
+    }
+
+    /// Puts back counts a write could not store.
+    fn requeue(&mut self, counts: Vec<SpendCount>) {
+        for count in counts {
+            *self
+                .counts
+                .entry((count.day, count.scope, count.id))
+                .or_default() += count.amount;
+        }
+    }
 }
 
 /// The spend of many calls as one item per key, window and session: under load a batch
@@ -78,8 +139,10 @@ impl SpendLog {
         let Ok(mut pending) = self.queue.lock() else {
             return false;
         };
-        // A key's spend is queued whatever the log's length: it is what its budget holds to.
+        // A key's spend and the counters are queued whatever the log's length: they are
+        // what budgets and bills hold to.
         pending.key_spend.extend(charge);
+        pending.count(&entry);
         if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
             tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
             return false;
@@ -106,8 +169,16 @@ impl SpendLog {
             let log = Arc::downgrade(self);
             tokio::spawn(async move {
                 tokio::time::sleep(SPEND_LOG_DELAY).await;
-                if let Some(log) = log.upgrade() {
-                    log.write(true).await;
+                let mut wait = RETRY_FIRST;
+                // Until the counters are stored: this write stays the scheduled one, so
+                // that the calls meanwhile schedule no other.
+                while let Some(log) = log.upgrade() {
+                    if log.write(true).await {
+                        return;
+                    }
+                    drop(log);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_AT_MOST);
                 }
             });
         }
@@ -116,28 +187,66 @@ impl SpendLog {
     /// Writes the entries still queued: once the server has stopped, so that a stop loses
     /// none.
     pub(crate) async fn flush(&self) {
-        self.write(false).await;
+        for _ in 0..3 {
+            if self.write(false).await {
+                return;
+            }
+            tokio::time::sleep(RETRY_AT_MOST).await;
+        }
+        let left = self.queue.lock().map_or(0, |pending| pending.counts.len());
+        tracing::error!(
+            counters = left,
+            "the store stayed unreachable: spend counts not stored at stop"
+        );
     }
 
     /// Writes what is queued, in batches, until the queue is empty. One write at a time:
     /// a caller that waited finds its entry written, or writes it. `delayed`: the
-    /// scheduled write, which is over once it finds the queue empty.
-    async fn write(&self, delayed: bool) {
+    /// scheduled write, which is over once it finds the queue empty. `false` when the
+    /// counters could not be stored (they stay queued).
+    async fn write(&self, delayed: bool) -> bool {
         let _writing = self.writer.lock().await;
         loop {
-            let (batch, key_spend) = match self.queue.lock() {
-                Ok(mut pending) if !pending.entries.is_empty() || !pending.key_spend.is_empty() => {
+            let (batch, key_spend, counts) = match self.queue.lock() {
+                Ok(mut pending)
+                    if !pending.entries.is_empty()
+                        || !pending.key_spend.is_empty()
+                        || !pending.counts.is_empty() =>
+                {
                     (
                         std::mem::take(&mut pending.entries),
                         std::mem::take(&mut pending.key_spend),
+                        std::mem::take(&mut pending.counts),
                     )
                 }
                 Ok(mut pending) => {
                     pending.scheduled &= !delayed;
-                    return;
+                    return true;
                 }
-                Err(_) => return,
+                Err(_) => return true,
             };
+            let counts: Vec<SpendCount> = counts
+                .into_iter()
+                .map(|((day, scope, id), amount)| SpendCount {
+                    day,
+                    scope,
+                    id,
+                    amount,
+                })
+                .collect();
+            let counted = counts.is_empty()
+                || {
+                    match self.store.orgs.add_spend(&counts).await {
+                        Ok(()) => true,
+                        Err(err) => {
+                            tracing::warn!(error = %err, counters = counts.len(), "spend counters not stored yet; kept to try again");
+                            if let Ok(mut pending) = self.queue.lock() {
+                                pending.requeue(counts);
+                            }
+                            false
+                        }
+                    }
+                };
             let calls = key_spend.len();
             let key_spend = summed(key_spend);
             if !key_spend.is_empty()
@@ -153,6 +262,9 @@ impl SpendLog {
                     .await
             {
                 tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
+            }
+            if !counted {
+                return false;
             }
         }
     }

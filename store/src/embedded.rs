@@ -12,6 +12,7 @@ mod conversations;
 mod events;
 mod keys;
 mod models;
+mod orgs;
 mod quota;
 mod sandboxes;
 
@@ -109,6 +110,9 @@ impl EmbeddedStore {
             txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
             txn.open_table(keys::KEYS).map_err(unavailable)?;
             txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
+            txn.open_table(orgs::TEAMS).map_err(unavailable)?;
+            txn.open_table(orgs::USERS).map_err(unavailable)?;
+            txn.open_table(orgs::SPEND).map_err(unavailable)?;
             sandboxes::create_tables(&txn)?;
             events::create_tables(&txn)?;
             catalog::upgrade(&txn)?;

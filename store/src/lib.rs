@@ -19,6 +19,7 @@ mod embedded;
 pub mod events;
 pub mod keys;
 pub mod models;
+pub mod orgs;
 mod records;
 mod redis;
 pub mod sandboxes;
@@ -43,6 +44,10 @@ pub use events::{
 };
 pub use keys::{KeySpend, KeyStore, SpendCounters, StoredKey};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
+pub use orgs::{
+    DaySpend, OrgStore, SpendCount, SpendScope, StoredTeam, StoredUser, TeamMember, day_of,
+    member_id,
+};
 pub use records::{
     ConversationHead, IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile,
 };
@@ -264,6 +269,8 @@ pub struct Store {
     pub models: Arc<dyn ModelStore>,
     pub spend_log: Arc<dyn SpendLogStore>,
     pub keys: Arc<dyn KeyStore>,
+    /// Teams, users and the spend counters of everything a call counts towards.
+    pub orgs: Arc<dyn OrgStore>,
     pub sandboxes: Arc<dyn SandboxStore>,
     pub health: Arc<dyn StoreHealth>,
 }
@@ -297,6 +304,7 @@ impl Store {
             + ModelStore
             + SpendLogStore
             + KeyStore
+            + OrgStore
             + SandboxStore
             + StoreHealth,
     {
@@ -311,6 +319,7 @@ impl Store {
             models: backend.clone(),
             spend_log: backend.clone(),
             keys: backend.clone(),
+            orgs: backend.clone(),
             sandboxes: backend.clone(),
             health: backend,
         }

@@ -90,6 +90,12 @@ pub struct SpendLogEntry {
     pub api_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_alias: Option<String>,
+    /// The virtual key's user and team, when it has them (LiteLLM's `user` and `team_id`
+    /// of a spend log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_user_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
 }
 
 /// How many spend log entries a store keeps by default, about: older ones are dropped as

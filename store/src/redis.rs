@@ -11,7 +11,7 @@
 //!   of ids, all with score 0, read in lexical order;
 //! - `sandgate:session-key:<sha256>`: the sandbox a session key was issued to;
 //! - `sandgate:profile:{<owner>}:<name>`: an LLM profile's JSON;
-//! - runtime management's keys: see [`admin`]; the model gateway's: see [`models`];
+//! - runtime management's keys: see [`admin`]; the model gateway's: see [`models`], [`keys`] and [`orgs`];
 //!   sandboxes and the reconciler's lease: see [`sandboxes`].
 
 mod admin;
@@ -22,6 +22,7 @@ mod events;
 mod keys;
 mod models;
 mod nodes;
+mod orgs;
 mod primary;
 mod quota;
 mod sandboxes;

@@ -21,6 +21,7 @@ mod faults;
 mod gateway_accounting;
 mod gateway_attacks;
 mod gateway_keys;
+mod gateway_orgs;
 mod hostile;
 mod http_cases;
 mod idle_pause;

@@ -183,6 +183,8 @@ impl Forwarder {
                 call_type: Some(api_name(call.api).to_owned()),
                 api_key: charge.as_ref().map(|charge| charge.token.clone()),
                 key_alias: charge.as_ref().and_then(|charge| charge.key_alias.clone()),
+                key_user_id: charge.as_ref().and_then(|charge| charge.user_id.clone()),
+                team_id: charge.as_ref().and_then(|charge| charge.team_id.clone()),
                 ..SpendLogEntry::default()
             },
             model_entry: metric_label(&upstream),

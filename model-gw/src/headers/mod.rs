@@ -21,6 +21,7 @@ const CREDENTIALS: &[&str] = &[
     "x-api-key",
     "api-key",
     "x-goog-api-key",
+    "ocp-apim-subscription-key",
     "x-session-api-key",
     "x-amz-security-token",
 ];

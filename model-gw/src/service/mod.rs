@@ -16,8 +16,8 @@ use sandgate_proto::models::v1::{
     AddModelRequest, AddModelResponse, Api, CallRequest, ChatCompletionRequest,
     ChatCompletionResponse, GatewayParams, GetModelInfoRequest, GetModelInfoResponse,
     GetModelRequest, GetModelResponse, ListModelsRequest, ListModelsResponse, ListSpendLogsRequest,
-    ListSpendLogsResponse, ManageKeysRequest, ManageKeysResponse, Model, ModelInfo,
-    SpendLogEntry as ProtoSpendLogEntry,
+    ListSpendLogsResponse, ManageKeysRequest, ManageKeysResponse, ManageOrgsRequest,
+    ManageOrgsResponse, Model, ModelInfo, SpendLogEntry as ProtoSpendLogEntry,
 };
 use sandgate_proto::models::{CallStream, ChatCompletionStream};
 use sandgate_store::models::SpendLogRetention;
@@ -302,15 +302,29 @@ impl ModelGateway for ModelGatewayService {
         let limit = match request.get_ref().limit {
             0 => DEFAULT_SPEND_LOG_LIMIT,
             limit => limit as usize,
+        }
+        .min(sandgate_store::models::SPEND_LOG_RETENTION);
+        let filter =
+            crate::orgs::ListFilter::of(request.get_ref()).map_err(ErrorDetail::into_status)?;
+        // A filter reads the whole log kept (bounded by its retention), newest first.
+        let read = if filter.any() {
+            sandgate_store::models::SPEND_LOG_RETENTION
+        } else {
+            limit
         };
         let entries = self
             .store
             .spend_log
-            .spend_logs(limit.min(sandgate_store::models::SPEND_LOG_RETENTION))
+            .spend_logs(read)
             .await
             .map_err(ErrorDetail::from)?;
         Ok(Response::new(ListSpendLogsResponse {
-            entries: entries.into_iter().map(proto_entry).collect(),
+            entries: entries
+                .into_iter()
+                .filter(|entry| crate::orgs::listed(&filter, entry))
+                .take(limit)
+                .map(proto_entry)
+                .collect(),
         }))
     }
 
@@ -330,6 +344,17 @@ impl ModelGateway for ModelGatewayService {
             .await
             .map_err(ErrorDetail::into_status)?;
         Ok(Response::new(ManageKeysResponse { body }))
+    }
+
+    async fn manage_orgs(
+        &self,
+        request: Request<ManageOrgsRequest>,
+    ) -> Result<Response<ManageOrgsResponse>, Status> {
+        let caller = self.auth.authenticate(request.metadata()).await?;
+        let body = crate::orgs::manage(&self.store, &caller, request.into_inner())
+            .await
+            .map_err(ErrorDetail::into_status)?;
+        Ok(Response::new(ManageOrgsResponse { body }))
     }
 }
 
@@ -410,7 +435,11 @@ impl ModelGatewayService {
                 key,
                 counters,
                 session,
-            } => Some(check_budget(key, counters, session.as_deref())?),
+            } => {
+                let charge = check_budget(key, counters, session.as_deref())?;
+                crate::org_budget::admit_org_budgets(&self.store, key).await?;
+                Some(charge)
+            }
             Caller::Master => None,
         };
         let call = prepare(api, &body, &request, &upstream)?;
@@ -436,6 +465,8 @@ fn proto_entry(entry: SpendLogEntry) -> ProtoSpendLogEntry {
         spend: entry.spend,
         api_key_hash: entry.api_key.unwrap_or_default(),
         key_alias: entry.key_alias.unwrap_or_default(),
+        key_user_id: entry.key_user_id.unwrap_or_default(),
+        team_id: entry.team_id.unwrap_or_default(),
         metadata_json: entry
             .metadata
             .map(|metadata| serde_json::to_vec(&metadata).unwrap_or_default().into())

@@ -7,6 +7,7 @@
 mod admin;
 mod conversations;
 mod gateway;
+mod orgs;
 mod redis_only;
 mod sandboxes;
 
