@@ -7,13 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderMap;
+use sandgate_store::admission::{ScopeSpend, Settlement};
 use sandgate_store::models::SpendLogRetention;
-use sandgate_store::{KeySpend, SpendLogEntry, Store};
+use sandgate_store::{SpendLogEntry, Store};
+
+use crate::admit::Settle;
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 
-/// A finished call: its spend log entry, and what it adds to its key's spend.
-pub(crate) type Finished = (SpendLogEntry, Option<KeySpend>);
+/// A finished call: its spend log entry, and what it settles (its spend, its hold).
+pub(crate) type Finished = (SpendLogEntry, Option<Settle>);
 
 /// How long a spend log entry waits for others to share its write, at most.
 const SPEND_LOG_DELAY: Duration = Duration::from_millis(10);
@@ -35,31 +38,40 @@ pub(crate) struct SpendLog {
 #[derive(Default)]
 struct SpendQueue {
     entries: Vec<SpendLogEntry>,
-    /// What the virtual keys' calls add to their spend, written with the entries.
-    key_spend: Vec<KeySpend>,
+    /// What the virtual keys' calls settle, written with the entries.
+    settles: Vec<Settle>,
     /// A delayed write is scheduled: entries queued for one need not schedule another.
     scheduled: bool,
 }
 
-/// The spend of many calls as one item per key, window and session: under load a batch
-/// holds hundreds of calls of a few keys, and the store then writes a few counters, not
-/// hundreds.
-fn summed(spend: Vec<KeySpend>) -> Vec<KeySpend> {
-    let mut sums: std::collections::HashMap<(String, u64, Option<String>), f64> =
-        std::collections::HashMap::with_capacity(spend.len());
-    for item in spend {
-        *sums
-            .entry((item.token, item.window, item.session))
-            .or_default() += item.amount;
+/// What many calls settle as one settlement, their spend summed per scope and window:
+/// under load a batch holds hundreds of calls of a few keys, and the store then writes a
+/// few counters, not hundreds (each call's hold is still released on its own).
+fn summed(settles: Vec<Settle>) -> Settlement {
+    let mut sums: std::collections::HashMap<_, (f64, u64)> =
+        std::collections::HashMap::with_capacity(settles.len());
+    let mut releases = Vec::new();
+    for settle in settles {
+        for item in settle.spend {
+            let sum = sums.entry((item.scope, item.window)).or_default();
+            sum.0 += item.amount;
+            sum.1 = sum.1.saturating_add(item.tokens);
+        }
+        releases.extend(settle.release);
     }
-    sums.into_iter()
-        .map(|((token, window, session), amount)| KeySpend {
-            token,
-            window,
-            amount,
-            session,
-        })
-        .collect()
+    Settlement {
+        spend: sums
+            .into_iter()
+            .map(|((scope, window), (amount, tokens))| ScopeSpend {
+                scope,
+                window,
+                amount,
+                tokens,
+            })
+            .collect(),
+        releases,
+        now_ms: crate::support::now_ms(),
+    }
 }
 
 impl SpendLog {
@@ -74,12 +86,13 @@ impl SpendLog {
 
     /// Queues `entry` for the spend log; `true` when it is the first to wait for a delayed
     /// write (and `schedule` asks for one), so that its caller schedules it.
-    fn enqueue(&self, entry: SpendLogEntry, charge: Option<KeySpend>, schedule: bool) -> bool {
+    fn enqueue(&self, entry: SpendLogEntry, settle: Option<Settle>, schedule: bool) -> bool {
         let Ok(mut pending) = self.queue.lock() else {
             return false;
         };
-        // A key's spend is queued whatever the log's length: it is what its budget holds to.
-        pending.key_spend.extend(charge);
+        // A call's settlement is queued whatever the log's length: it is what its budgets
+        // hold to.
+        pending.settles.extend(settle);
         if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
             tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
             return false;
@@ -125,24 +138,23 @@ impl SpendLog {
     async fn write(&self, delayed: bool) {
         let _writing = self.writer.lock().await;
         loop {
-            let (batch, key_spend) = match self.queue.lock() {
-                Ok(mut pending) if !pending.entries.is_empty() || !pending.key_spend.is_empty() => {
-                    (
-                        std::mem::take(&mut pending.entries),
-                        std::mem::take(&mut pending.key_spend),
-                    )
-                }
+            let (batch, settles) = match self.queue.lock() {
+                Ok(mut pending) if !pending.entries.is_empty() || !pending.settles.is_empty() => (
+                    std::mem::take(&mut pending.entries),
+                    std::mem::take(&mut pending.settles),
+                ),
                 Ok(mut pending) => {
                     pending.scheduled &= !delayed;
                     return;
                 }
                 Err(_) => return,
             };
-            let calls = key_spend.len();
-            let key_spend = summed(key_spend);
-            if !key_spend.is_empty()
-                && let Err(err) = self.store.keys.add_key_spend(&key_spend).await
+            let calls = settles.len();
+            let settlement = summed(settles);
+            if calls > 0
+                && let Err(err) = self.store.keys.settle(&settlement).await
             {
+                // Their holds end with their leases.
                 tracing::warn!(error = %err, calls, "virtual keys' spend lost");
             }
             if !batch.is_empty()

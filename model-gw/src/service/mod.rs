@@ -29,7 +29,8 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use self::entries::{Entries, model_list};
 use crate::access::refused;
 use crate::added::addition;
-use crate::auth::{Authenticator, Charge, check_budget};
+use crate::admit::{CallScopes, Charge, admit, largest_cost};
+use crate::auth::{Authenticator, check_budget};
 use crate::call::Prepared;
 use crate::config::{ConfigFile, GatewayConfig};
 use crate::egress::{HOP_HEADER, looped};
@@ -85,6 +86,8 @@ pub struct Gateway {
     /// The forwarding core: every call that passed routing goes upstream through it.
     forwarder: Forwarder,
     spend: Arc<SpendLog>,
+    /// The longest a call may last (`--gateway-call-deadline`): what bounds a hold's lease.
+    call_deadline: Duration,
 }
 
 /// Spend log entries listed when the caller names no limit.
@@ -93,6 +96,7 @@ pub const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
 impl ModelGatewayService {
     pub fn new(store: Store, options: GatewayOptions) -> Result<Self, String> {
         let spend = Arc::new(SpendLog::new(store.clone(), options.spend_log));
+        let call_deadline = options.limits.call_deadline;
         let forwarder = Forwarder::new(
             ForwarderOptions {
                 connect_timeout: options.connect_timeout,
@@ -111,6 +115,7 @@ impl ModelGatewayService {
             store,
             forwarder,
             spend,
+            call_deadline,
         })))
     }
 
@@ -382,16 +387,29 @@ impl ModelGatewayService {
             RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
         })?;
         seen.entry = Some((metric_label(&upstream), upstream.model.clone()));
-        // After routing, so that a refusal over budget is labelled with its entry.
+        let call = prepare(api, &body, &request, &upstream)?;
+        // Last, once nothing else can refuse the call: an admitted call holds part of its
+        // budgets until it settles. After routing, so that a refusal over budget is
+        // labelled with its entry.
         let charge = match &caller {
             Caller::Virtual {
                 key,
                 counters,
                 session,
-            } => Some(check_budget(key, counters, session.as_deref())?),
+            } => {
+                check_budget(key, counters, session.as_deref())?;
+                let scopes = CallScopes::of_key(key, session.as_deref(), crate::support::now_ms());
+                let bytes = call
+                    .body
+                    .iter()
+                    .map(Bytes::len)
+                    .sum::<usize>()
+                    .max(body.len());
+                let amount = largest_cost(api, &request, bytes, &upstream.prices);
+                Some(admit(&self.store, key, scopes, amount, self.call_deadline).await?)
+            }
             Caller::Master => None,
         };
-        let call = prepare(api, &body, &request, &upstream)?;
         Ok((config, call, upstream, charge))
     }
 }
