@@ -1,7 +1,9 @@
 //! What virtual keys cost a call: chat completions through `sandgate serve` with the
 //! master key against the same build with a virtual key whose budgets (the key's and the
-//! session's) are enforced, on Redis and on the embedded store, side by side in one run,
-//! rounds interleaved. Reports requests per second at concurrency 64 and p50 at 1, and
+//! session's) and parallel limit are enforced, each call admitted with a hold of its
+//! largest possible cost on both and settled when it ends (one admission round trip per
+//! call on Redis), on Redis and on the embedded store, side by side in one run, rounds
+//! interleaved. Reports requests per second at concurrency 64 and p50 at 1, and
 //! the ratios the issue holds them to (≥ 0.9× the rate, ≤ +0.05 ms at p50).
 //!
 //! `cargo bench --bench gateway_keys` (needs `redis-server`). Environment:
@@ -39,8 +41,8 @@ fn request(body: &Bytes, key: &str) -> http::Request<Full<Bytes>> {
         .expect("request")
 }
 
-/// A virtual key of `base` with budgets it never reaches, so that each call is checked
-/// against them and charged.
+/// A virtual key of `base` with budgets and limits it never reaches, so that each call is
+/// admitted against them (held) and settled.
 async fn virtual_key(base: &str) -> String {
     let generated: serde_json::Value = reqwest::Client::new()
         .post(format!("{base}/key/generate"))
@@ -50,6 +52,7 @@ async fn virtual_key(base: &str) -> String {
             "max_budget": 1e12,
             "budget_duration": "30d",
             "max_budget_per_session": 1e12,
+            "max_parallel_requests": 1_000_000,
         }))
         .send()
         .await

@@ -11,9 +11,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, SchemaType, Type};
 
-/// LiteLLM's key fields; those not named stay as they are on an update. `tpm_limit`,
-/// `rpm_limit`, `max_parallel_requests` and per-model limits are refused: this gateway
-/// does not enforce them
+/// LiteLLM's key fields; those not named stay as they are on an update. Per-model limits
+/// are refused: this gateway does not enforce them
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct KeyFields {
     #[schema(max_length = 256)]
@@ -28,6 +27,15 @@ pub(crate) struct KeyFields {
     budget_duration: Option<String>,
     #[schema(minimum = 0)]
     max_budget_per_session: Option<f64>,
+    /// Calls in flight at most, across replicas; 0 refuses every call
+    #[schema(minimum = 0)]
+    max_parallel_requests: Option<u64>,
+    /// Calls per minute at most
+    #[schema(minimum = 0)]
+    rpm_limit: Option<u64>,
+    /// Tokens per minute at most, counted when calls end
+    #[schema(minimum = 0)]
+    tpm_limit: Option<u64>,
     /// How long the key works from now; null: for ever
     #[schema(pattern = r"^\s*[0-9]+(s|m|h|d|w|mo)\s*$")]
     duration: Option<String>,

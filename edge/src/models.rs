@@ -48,6 +48,7 @@ impl GatewayError {
     /// The error in Anthropic's shape, as the Messages API's clients expect it.
     fn anthropic(self) -> Response {
         let status = self.0.code().http_status();
+        let retry_after = self.0.retry_after_seconds;
         let kind = match self.0.reason.as_str() {
             "" => sandgate_proto::models::anthropic_error_type(status.as_u16()),
             reason => reason,
@@ -59,7 +60,7 @@ impl GatewayError {
                 message: self.0.detail,
             },
         };
-        (status, Json(body)).into_response()
+        with_retry_after((status, Json(body)).into_response(), retry_after)
     }
 
     /// The error in the shape the clients of `api` expect.
@@ -93,13 +94,24 @@ impl IntoResponse for GatewayError {
             &self.0.detail,
             param,
         );
-        (
+        let response = (
             status,
             [(http::header::CONTENT_TYPE, "application/json")],
             body,
         )
-            .into_response()
+            .into_response();
+        with_retry_after(response, self.0.retry_after_seconds)
     }
+}
+
+/// `response` with the `retry-after` a rate limit's refusal names (LiteLLM's, in seconds).
+fn with_retry_after(mut response: Response, seconds: u32) -> Response {
+    if seconds > 0 {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
+    }
+    response
 }
 
 pub(crate) fn client(state: &AppState) -> Result<&ModelGw, GatewayError> {

@@ -1,13 +1,11 @@
 //! Who calls: the master key, compared in constant time, or a virtual key found by its
-//! token; and, before a virtual key's call goes upstream, whether its budgets allow it.
+//! token; and, before a virtual key's call goes upstream, whether the budgets it last read
+//! are spent already (the store's admission, `admit`, decides the rest).
 //!
 //! A virtual key and its spend are read from the store in one read (on Redis one round
 //! trip), and kept until the store says a key or a spend changed (`KeyStore::key_changes`:
 //! on Redis a notification every replica follows, within milliseconds), at most 30 s: a
-//! changed or deleted key holds on every replica within that notification's delay, and
-//! replicas share the budgets. A budget can be overshot by the calls in flight when it is
-//! reached (their cost is counted once they end), and by those that ended within the
-//! spend log's batching delay (10 ms) and the notification's.
+//! changed or deleted key holds on every replica within that notification's delay.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::keys::session_digest;
-use sandgate_store::{KeySpend, SpendCounters, Store, StoredKey};
+use sandgate_store::{SpendCounters, Store, StoredKey};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::watch;
@@ -25,29 +23,6 @@ use crate::budget::key_window;
 use crate::headers::SESSION_ID;
 use crate::keys::{Caller, descriptor, expired, token_of};
 use crate::support::now_ms;
-
-/// What a virtual key's call adds to its counters once its cost is known.
-#[derive(Clone, Debug)]
-pub struct Charge {
-    pub token: String,
-    pub key_alias: Option<String>,
-    /// The key's user and team: the spend counters the call adds to.
-    pub user_id: Option<String>,
-    pub team_id: Option<String>,
-    window: u64,
-    session: Option<String>,
-}
-
-impl Charge {
-    pub fn spend(&self, amount: f64) -> KeySpend {
-        KeySpend {
-            token: self.token.clone(),
-            window: self.window,
-            amount,
-            session: self.session.clone(),
-        }
-    }
-}
 
 /// Every key a caller presents, where LiteLLM's proxy takes one: `Authorization: Bearer`
 /// (OpenAI SDKs), `x-api-key` (the Anthropic SDK, Claude Code), `api-key` (Azure OpenAI
@@ -280,21 +255,14 @@ pub(crate) fn session_id(metadata: &tonic::metadata::MetadataMap) -> Option<&str
 }
 
 /// Whether `key` may make one more call (of `session`, a digest), by what it and the
-/// session spent as `counters` say; what the call will add to their counters.
+/// session spent as `counters` (kept from an earlier read) say: a budget already spent is
+/// refused without a store round trip. The store's admission decides the rest.
 pub(crate) fn check_budget(
     key: &StoredKey,
     counters: &SpendCounters,
     session: Option<&str>,
-) -> Result<Charge, Status> {
+) -> Result<(), Status> {
     let (window, _) = key_window(key, now_ms());
-    let charge = Charge {
-        token: key.token.clone(),
-        key_alias: key.key_alias.clone(),
-        user_id: key.user_id.clone(),
-        team_id: key.team_id.clone(),
-        window,
-        session: session.map(str::to_owned),
-    };
     let spent = counters.in_window(window);
     if let Some(max) = key.max_budget
         && spent >= max
@@ -313,11 +281,11 @@ pub(crate) fn check_budget(
             counters.session
         )));
     }
-    Ok(charge)
+    Ok(())
 }
 
 /// A budget refusal, as LiteLLM's proxy answers it (422, `budget_exceeded`).
-fn over_budget(message: String) -> Status {
+pub(crate) fn over_budget(message: String) -> Status {
     ErrorDetail::new(ErrorCode::ValidationFailed, message)
         .with_reason("budget_exceeded")
         .into_status()

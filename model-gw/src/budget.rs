@@ -15,6 +15,9 @@ pub struct Prices {
     pub output: Option<f64>,
     pub cache_read: Option<f64>,
     pub cache_creation: Option<f64>,
+    /// The most output tokens a call can be billed for (`model_info.max_output_tokens`):
+    /// what bounds a call's hold when it names no `max_tokens` (see `admit`).
+    pub max_output_tokens: Option<u64>,
 }
 
 impl Eq for Prices {}
@@ -50,6 +53,11 @@ impl Prices {
             output: price(output)?,
             cache_read: price(cache_read)?,
             cache_creation: price(cache_creation)?,
+            // Informative elsewhere (LiteLLM lists it): one that is not a whole number is
+            // no bound, not an error.
+            max_output_tokens: info
+                .get("max_output_tokens")
+                .and_then(serde_json::Value::as_u64),
         })
     }
 
@@ -165,6 +173,7 @@ mod tests {
             output: Some(10.0),
             cache_read: Some(0.1),
             cache_creation: Some(2.0),
+            max_output_tokens: None,
         };
         let openai = Usage {
             prompt_tokens: Some(100),

@@ -118,14 +118,7 @@ pub(crate) const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 /// Limits LiteLLM's keys carry that this gateway does not enforce: refused, rather than
 /// accepted and silently not held.
-const NOT_ENFORCED: [&str; 6] = [
-    "tpm_limit",
-    "rpm_limit",
-    "max_parallel_requests",
-    "model_max_budget",
-    "model_rpm_limit",
-    "model_tpm_limit",
-];
+const NOT_ENFORCED: [&str; 3] = ["model_max_budget", "model_rpm_limit", "model_tpm_limit"];
 
 fn bad(message: impl Into<String>) -> ErrorDetail {
     ErrorDetail::new(ErrorCode::BadRequest, message)
@@ -139,6 +132,18 @@ pub(crate) fn text(value: &Value, field: &str) -> Result<Option<String>, ErrorDe
             "`{field}` is longer than {MAX_TEXT} characters"
         ))),
         _ => Err(bad(format!("`{field}` must be a string or null"))),
+    }
+}
+
+/// A count limit: a whole number, or null for none. 0 refuses every call, as LiteLLM's.
+fn count_limit(value: &Value, field: &str) -> Result<Option<u64>, ErrorDetail> {
+    match value {
+        Value::Null => Ok(None),
+        value => value.as_u64().map(Some).ok_or_else(|| {
+            bad(format!(
+                "`{field}` must be a non-negative whole number or null"
+            ))
+        }),
     }
 }
 
@@ -189,6 +194,15 @@ pub fn apply(
     }
     if let Some(value) = body.get("max_budget") {
         key.max_budget = budget(value, "max_budget")?;
+    }
+    if let Some(value) = body.get("max_parallel_requests") {
+        key.max_parallel_requests = count_limit(value, "max_parallel_requests")?;
+    }
+    if let Some(value) = body.get("rpm_limit") {
+        key.rpm_limit = count_limit(value, "rpm_limit")?;
+    }
+    if let Some(value) = body.get("tpm_limit") {
+        key.tpm_limit = count_limit(value, "tpm_limit")?;
     }
     if let Some(value) = body.get("max_budget_per_session") {
         key.max_budget_per_session = budget(value, "max_budget_per_session")?;
@@ -322,6 +336,9 @@ pub fn describe(key: &StoredKey, spend: f64, now_ms: i64) -> Map<String, Value> 
         "budget_duration": key.budget_duration,
         "budget_reset_at": reset_at.map_or(Value::Null, iso_time),
         "max_budget_per_session": key.max_budget_per_session,
+        "max_parallel_requests": key.max_parallel_requests,
+        "rpm_limit": key.rpm_limit,
+        "tpm_limit": key.tpm_limit,
         "models": key.models,
         "user_id": key.user_id,
         "team_id": key.team_id,
@@ -401,8 +418,21 @@ mod tests {
         assert_eq!(key.max_budget, Some(2.0));
         assert_eq!(key.expires_at_ms, Some(35_000));
         assert_eq!(key.budget_start_ms, 1_000);
+        apply(
+            &mut key,
+            &body(json!({"rpm_limit": 5, "tpm_limit": 0, "max_parallel_requests": 2})),
+            5_500,
+        )
+        .unwrap_or_else(|err| panic!("{err:?}"));
+        assert_eq!(
+            (key.rpm_limit, key.tpm_limit, key.max_parallel_requests),
+            (Some(5), Some(0), Some(2))
+        );
         for refused in [
-            json!({"rpm_limit": 5}),
+            json!({"model_rpm_limit": {"gpt": 5}}),
+            json!({"rpm_limit": -1}),
+            json!({"max_parallel_requests": 1.5}),
+            json!({"tpm_limit": "10"}),
             json!({"max_budget": -1}),
             json!({"budget_duration": "soon"}),
             json!({"models": "gpt"}),

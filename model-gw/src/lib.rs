@@ -5,6 +5,7 @@
 
 mod access;
 mod added;
+mod admit;
 mod auth;
 mod budget;
 mod call;

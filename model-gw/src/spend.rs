@@ -20,13 +20,16 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use http::HeaderMap;
+use sandgate_store::admission::{ScopeSpend, Settlement};
 use sandgate_store::models::SpendLogRetention;
-use sandgate_store::{KeySpend, SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
+use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
+
+use crate::admit::Settle;
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 
-/// A finished call: its spend log entry, and what it adds to its key's spend.
-pub(crate) type Finished = (SpendLogEntry, Option<KeySpend>);
+/// A finished call: its spend log entry, and what it settles (its spend, its hold).
+pub(crate) type Finished = (SpendLogEntry, Option<Settle>);
 
 /// How long a spend log entry waits for others to share its write, at most.
 const SPEND_LOG_DELAY: Duration = Duration::from_millis(10);
@@ -48,8 +51,8 @@ pub(crate) struct SpendLog {
 #[derive(Default)]
 struct SpendQueue {
     entries: Vec<SpendLogEntry>,
-    /// What the virtual keys' calls add to their spend, written with the entries.
-    key_spend: Vec<KeySpend>,
+    /// What the virtual keys' calls settle, written with the entries.
+    settles: Vec<Settle>,
     /// What the entries add to the reporting counters, by day, scope and id.
     counts: HashMap<(u32, SpendScope, String), f64>,
     /// A delayed write is scheduled: entries queued for one need not schedule another.
@@ -102,25 +105,34 @@ impl SpendQueue {
     }
 }
 
-/// The spend of many calls as one item per key, window and session: under load a batch
-/// holds hundreds of calls of a few keys, and the store then writes a few counters, not
-/// hundreds.
-fn summed(spend: Vec<KeySpend>) -> Vec<KeySpend> {
-    let mut sums: std::collections::HashMap<(String, u64, Option<String>), f64> =
-        std::collections::HashMap::with_capacity(spend.len());
-    for item in spend {
-        *sums
-            .entry((item.token, item.window, item.session))
-            .or_default() += item.amount;
+/// What many calls settle as one settlement, their spend summed per scope and window:
+/// under load a batch holds hundreds of calls of a few keys, and the store then writes a
+/// few counters, not hundreds (each call's hold is still released on its own).
+fn summed(settles: Vec<Settle>) -> Settlement {
+    let mut sums: std::collections::HashMap<_, (f64, u64)> =
+        std::collections::HashMap::with_capacity(settles.len());
+    let mut releases = Vec::new();
+    for settle in settles {
+        for item in settle.spend {
+            let sum = sums.entry((item.scope, item.window)).or_default();
+            sum.0 += item.amount;
+            sum.1 = sum.1.saturating_add(item.tokens);
+        }
+        releases.extend(settle.release);
     }
-    sums.into_iter()
-        .map(|((token, window, session), amount)| KeySpend {
-            token,
-            window,
-            amount,
-            session,
-        })
-        .collect()
+    Settlement {
+        spend: sums
+            .into_iter()
+            .map(|((scope, window), (amount, tokens))| ScopeSpend {
+                scope,
+                window,
+                amount,
+                tokens,
+            })
+            .collect(),
+        releases,
+        now_ms: crate::support::now_ms(),
+    }
 }
 
 impl SpendLog {
@@ -135,13 +147,13 @@ impl SpendLog {
 
     /// Queues `entry` for the spend log; `true` when it is the first to wait for a delayed
     /// write (and `schedule` asks for one), so that its caller schedules it.
-    fn enqueue(&self, entry: SpendLogEntry, charge: Option<KeySpend>, schedule: bool) -> bool {
+    fn enqueue(&self, entry: SpendLogEntry, settle: Option<Settle>, schedule: bool) -> bool {
         let Ok(mut pending) = self.queue.lock() else {
             return false;
         };
-        // A key's spend and the counters are queued whatever the log's length: they are
-        // what budgets and bills hold to.
-        pending.key_spend.extend(charge);
+        // A call's settlement and the counters are queued whatever the log's length:
+        // they are what budgets and bills hold to.
+        pending.settles.extend(settle);
         pending.count(&entry);
         if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
             tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
@@ -207,15 +219,15 @@ impl SpendLog {
     async fn write(&self, delayed: bool) -> bool {
         let _writing = self.writer.lock().await;
         loop {
-            let (batch, key_spend, counts) = match self.queue.lock() {
+            let (batch, settles, counts) = match self.queue.lock() {
                 Ok(mut pending)
                     if !pending.entries.is_empty()
-                        || !pending.key_spend.is_empty()
+                        || !pending.settles.is_empty()
                         || !pending.counts.is_empty() =>
                 {
                     (
                         std::mem::take(&mut pending.entries),
-                        std::mem::take(&mut pending.key_spend),
+                        std::mem::take(&mut pending.settles),
                         std::mem::take(&mut pending.counts),
                     )
                 }
@@ -247,11 +259,12 @@ impl SpendLog {
                         }
                     }
                 };
-            let calls = key_spend.len();
-            let key_spend = summed(key_spend);
-            if !key_spend.is_empty()
-                && let Err(err) = self.store.keys.add_key_spend(&key_spend).await
+            let calls = settles.len();
+            let settlement = summed(settles);
+            if calls > 0
+                && let Err(err) = self.store.keys.settle(&settlement).await
             {
+                // Their holds end with their leases.
                 tracing::warn!(error = %err, calls, "virtual keys' spend lost");
             }
             if !batch.is_empty()

@@ -7,6 +7,7 @@
 //! (generic transaction writes, which touch tables of their own, run first).
 
 mod admin;
+mod admission;
 mod catalog;
 mod conversations;
 mod events;
@@ -55,6 +56,8 @@ pub struct EmbeddedStore {
     model_changes: tokio::sync::watch::Sender<Option<u64>>,
     /// The virtual keys' spend counters read or written so far.
     key_spend_memory: keys::SpendMemory,
+    /// The gateway's calls in flight and the minutes' counts (`KeyStore::admit`).
+    holds: admission::Holds,
     /// Moved on by every change of a key or of its spend (`KeyStore::key_changes`).
     key_changes: tokio::sync::watch::Sender<Option<u64>>,
     /// The runtime API key's admitted starts, in memory as the rate limits are.
@@ -138,6 +141,7 @@ impl EmbeddedStore {
             rate_limits: Mutex::new(HashMap::new()),
             model_changes: tokio::sync::watch::Sender::new(Some(0)),
             key_spend_memory: keys::SpendMemory::default(),
+            holds: admission::Holds::default(),
             key_changes: tokio::sync::watch::Sender::new(Some(0)),
             quotas: quota::Quotas::default(),
         })

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::StoreResult;
+use crate::admission::{Admission, Refusal, Settlement};
 
 /// One virtual key, as stored: everything but the key.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -39,6 +40,15 @@ pub struct StoredKey {
     /// The most one session (the session id its calls carry) may spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget_per_session: Option<f64>,
+    /// Calls in flight at most, across replicas (LiteLLM's `max_parallel_requests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_requests: Option<u64>,
+    /// Calls per minute at most (LiteLLM's `rpm_limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm_limit: Option<u64>,
+    /// Tokens per minute at most (LiteLLM's `tpm_limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm_limit: Option<u64>,
     /// When the key stops working (milliseconds since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<i64>,
@@ -123,6 +133,16 @@ pub trait KeyStore: Send + Sync + 'static {
     /// starts again from nothing) and to its session's, in one round trip. Spend of a key
     /// that is gone is dropped.
     async fn add_key_spend(&self, spend: &[KeySpend]) -> StoreResult<()>;
+
+    /// Admits a call against every scope of `admission` at once, or refuses it: see
+    /// [`crate::admission`]. `Ok(None)`: admitted, its hold taken until [`Self::settle`]
+    /// releases it or its lease ends.
+    async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>>;
+
+    /// Adds the spend of ended calls to their scopes' counters, then releases their holds,
+    /// in one round trip. Spend of a key (or its session) that is gone is dropped; the
+    /// scopes that outlive keys (user, team, member) keep theirs.
+    async fn settle(&self, settlement: &Settlement) -> StoreResult<()>;
 
     /// A generation that moves on with every change of a key or of its spend, this
     /// replica's or another's (on Redis, within milliseconds, by a notification), so that

@@ -15,6 +15,7 @@
 
 pub mod activity;
 pub mod admin;
+pub mod admission;
 mod embedded;
 pub mod events;
 pub mod keys;

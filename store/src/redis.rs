@@ -15,6 +15,7 @@
 //!   sandboxes and the reconciler's lease: see [`sandboxes`].
 
 mod admin;
+mod admission;
 mod catalog;
 pub(super) mod cluster;
 mod conversations;

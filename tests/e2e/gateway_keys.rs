@@ -411,6 +411,9 @@ async fn a_session_budget_stops_one_session_and_not_another() {
     // (held to the key's own budget only).
     let (status, body) = chat(sandgate, &key, "gpt", Some("conversation-b")).await;
     assert_eq!(status, 200, "{body}");
+    // Its hold (up to 32,768 output tokens: more than the key's budget) is released once
+    // its settlement is written, just after its answer.
+    spend_reaches(sandgate, &token, 2.0 * CALL_COST).await;
     let (status, _) = chat(sandgate, &key, "gpt", None).await;
     assert_eq!(status, 200);
 }

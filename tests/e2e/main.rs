@@ -19,6 +19,7 @@ mod event_store;
 mod events;
 mod faults;
 mod gateway_accounting;
+mod gateway_admission;
 mod gateway_attacks;
 mod gateway_keys;
 mod gateway_orgs;

@@ -33,7 +33,7 @@ use self::failure::{egress_refusal, upstream_failure};
 use self::record::CallRecord;
 use self::relay::Relay;
 use self::whole::whole_answer;
-use crate::auth::Charge;
+use crate::admit::Charge;
 use crate::call::{AnswerEdit, Prepared, api_name};
 use crate::config::GatewayConfig;
 use crate::egress::{AllowedHosts, GuardedResolver, HOP_HEADER, hop_value};

@@ -9,7 +9,7 @@ use sandgate_store::SpendLogEntry;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::auth::Charge;
+use crate::admit::Charge;
 use crate::budget::Prices;
 use crate::rewrite::Usage;
 use crate::spend::Finished;
@@ -31,13 +31,13 @@ pub(crate) struct CallRecord {
     pub(crate) bytes_out: u64,
     /// What the call costs per token.
     pub(crate) prices: Prices,
-    /// The virtual key the call is charged to.
+    /// What the call is charged to (its virtual key's scopes), and its hold.
     pub(crate) charge: Option<Charge>,
 }
 
 impl CallRecord {
-    /// The call's spend log entry, once `status` is answered, and its key's charge; its
-    /// metrics are recorded.
+    /// The call's spend log entry, once `status` is answered, and what it settles (its
+    /// spend, its hold released); its metrics are recorded.
     pub(crate) fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {
         let elapsed = self.started.elapsed();
         crate::metrics::finished(&self.model_entry, status, elapsed, usage);
@@ -57,16 +57,21 @@ impl CallRecord {
         Span::current().set_attribute("http.response.status_code", i64::from(status));
         self.entry.status = status;
         self.entry.latency_ms = elapsed.as_millis() as u64;
+        let tokens = usage.as_ref().map_or(0, |usage| {
+            usage.total_tokens.unwrap_or_else(|| {
+                usage.prompt_tokens.unwrap_or(0) + usage.completion_tokens.unwrap_or(0)
+            })
+        });
         if let Some(usage) = usage {
             self.entry.prompt_tokens = usage.prompt_tokens;
             self.entry.completion_tokens = usage.completion_tokens;
             self.entry.total_tokens = usage.total_tokens;
             self.entry.spend = self.prices.cost(&usage);
         }
-        let charge = match (&self.charge, self.entry.spend) {
-            (Some(charge), Some(spend)) if spend > 0.0 => Some(charge.spend(spend)),
-            _ => None,
-        };
-        (self.entry, charge)
+        let settle = self
+            .charge
+            .take()
+            .and_then(|charge| charge.settle(self.entry.spend, tokens));
+        (self.entry, settle)
     }
 }

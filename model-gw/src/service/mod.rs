@@ -29,7 +29,8 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use self::entries::{Entries, model_list};
 use crate::access::refused;
 use crate::added::{addition, check_room};
-use crate::auth::{Authenticator, Charge, check_budget};
+use crate::admit::{CallScopes, Charge, admit, largest_cost};
+use crate::auth::{Authenticator, check_budget};
 use crate::call::Prepared;
 use crate::config::{ConfigFile, GatewayConfig};
 use crate::egress::{HOP_HEADER, looped};
@@ -91,6 +92,8 @@ pub struct Gateway {
     max_added_models: usize,
     /// Calls in flight, per entry and per prompt (see `loops`).
     in_flight: Arc<InFlight>,
+    /// The longest a call may last (`--gateway-call-deadline`): what bounds a hold's lease.
+    call_deadline: Duration,
 }
 
 /// Spend log entries listed when the caller names no limit.
@@ -99,6 +102,7 @@ pub const DEFAULT_SPEND_LOG_LIMIT: usize = 100;
 impl ModelGatewayService {
     pub fn new(store: Store, options: GatewayOptions) -> Result<Self, String> {
         let spend = Arc::new(SpendLog::new(store.clone(), options.spend_log));
+        let call_deadline = options.limits.call_deadline;
         let forwarder = Forwarder::new(
             ForwarderOptions {
                 connect_timeout: options.connect_timeout,
@@ -119,6 +123,7 @@ impl ModelGatewayService {
             spend,
             max_added_models: options.max_added_models,
             in_flight: Arc::default(),
+            call_deadline,
         })))
     }
 
@@ -429,21 +434,31 @@ impl ModelGatewayService {
             RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
         })?;
         seen.entry = Some((metric_label(&upstream), upstream.model.clone()));
-        // After routing, so that a refusal over budget is labelled with its entry.
+        let call = prepare(api, &body, &request, &upstream)?;
+        let held = self.in_flight.enter(&request, &upstream)?;
+        // Last, once nothing else can refuse the call: an admitted call holds part of its
+        // budgets until it settles. After routing, so that a refusal over budget is
+        // labelled with its entry.
         let charge = match &caller {
             Caller::Virtual {
                 key,
                 counters,
                 session,
             } => {
-                let charge = check_budget(key, counters, session.as_deref())?;
+                check_budget(key, counters, session.as_deref())?;
                 crate::org_budget::admit_org_budgets(&self.store, key).await?;
-                Some(charge)
+                let scopes = CallScopes::of_key(key, session.as_deref(), crate::support::now_ms());
+                let bytes = call
+                    .body
+                    .iter()
+                    .map(Bytes::len)
+                    .sum::<usize>()
+                    .max(body.len());
+                let amount = largest_cost(api, &request, bytes, &upstream.prices);
+                Some(admit(&self.store, key, scopes, amount, self.call_deadline).await?)
             }
             Caller::Master => None,
         };
-        let call = prepare(api, &body, &request, &upstream)?;
-        let held = self.in_flight.enter(&request, &upstream)?;
         Ok((config, call, upstream, charge, held))
     }
 }

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::{EmbeddedStore, unavailable};
+use crate::admission::{Admission, Refusal, Settlement};
 use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
 use crate::{StoreError, StoreResult, now_ms};
 
@@ -62,11 +63,11 @@ impl SpendMemory {
         }
     }
 
-    fn get(&self, name: &str) -> Option<[u8; 16]> {
+    pub(super) fn get(&self, name: &str) -> Option<[u8; 16]> {
         self.0.lock().ok()?.counters.get(name).copied()
     }
 
-    fn learn(&self, name: String, value: [u8; 16]) {
+    pub(super) fn learn(&self, name: String, value: [u8; 16]) {
         if let Ok(mut memory) = self.0.lock() {
             if memory.counters.len() >= MAX_REMEMBERED {
                 memory.counters.clear();
@@ -75,7 +76,7 @@ impl SpendMemory {
         }
     }
 
-    fn set(&self, changed: Vec<(String, [u8; 16])>) {
+    pub(super) fn set(&self, changed: Vec<(String, [u8; 16])>) {
         if let Ok(mut memory) = self.0.lock() {
             if memory.counters.len() >= MAX_REMEMBERED {
                 memory.counters.clear();
@@ -113,11 +114,11 @@ fn owned_by(name: &str, token: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('\0'))
 }
 
-fn session_name(token: &str, session: &str) -> String {
+pub(super) fn session_name(token: &str, session: &str) -> String {
     format!("{token}\0{session}")
 }
 
-fn pack(first: u64, second: f64) -> [u8; 16] {
+pub(super) fn pack(first: u64, second: f64) -> [u8; 16] {
     let mut value = [0; 16];
     value[..8].copy_from_slice(&first.to_le_bytes());
     value[8..].copy_from_slice(&second.to_le_bytes());
@@ -134,7 +135,7 @@ fn unpack(value: [u8; 16]) -> (u64, f64) {
 }
 
 /// The spend of a key counter in `window`: nothing when it counts an earlier one.
-fn key_spent(value: Option<[u8; 16]>, window: u64) -> f64 {
+pub(super) fn key_spent(value: Option<[u8; 16]>, window: u64) -> f64 {
     match value.map(unpack) {
         Some((counted, spend)) if counted == window => spend,
         _ => 0.0,
@@ -142,7 +143,7 @@ fn key_spent(value: Option<[u8; 16]>, window: u64) -> f64 {
 }
 
 /// The spend of a session counter at `now_ms`: nothing once it is forgotten.
-fn session_spent(value: Option<[u8; 16]>, now_ms: i64) -> f64 {
+pub(super) fn session_spent(value: Option<[u8; 16]>, now_ms: i64) -> f64 {
     match value.map(unpack) {
         Some((touched, spend)) if now_ms - (touched as i64) < SESSION_SPEND_TTL_MS => spend,
         _ => 0.0,
@@ -155,7 +156,7 @@ fn corrupt(err: serde_json::Error) -> StoreError {
 
 impl EmbeddedStore {
     /// This process is the store's only writer: every change passes here.
-    fn keys_changed(&self) {
+    pub(super) fn keys_changed(&self) {
         self.key_changes
             .send_modify(|generation| *generation = generation.map(|at| at + 1));
     }
@@ -340,6 +341,14 @@ impl KeyStore for EmbeddedStore {
         self.key_spend_memory.set(changed);
         self.keys_changed();
         Ok(())
+    }
+
+    async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
+        self.admit_call(admission).await
+    }
+
+    async fn settle(&self, settlement: &Settlement) -> StoreResult<()> {
+        self.settle_calls(settlement).await
     }
 
     fn key_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {

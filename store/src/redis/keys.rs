@@ -19,15 +19,16 @@ use tokio::sync::watch;
 
 use super::{RedisStore, corrupt, unavailable};
 use crate::StoreResult;
+use crate::admission::{Admission, Refusal, Settlement};
 use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
 
-const RECORDS: &str = "sandgate:{gateway-keys}:records";
+pub(super) const RECORDS: &str = "sandgate:{gateway-keys}:records";
 /// A Pub/Sub channel told of every change of a key or of its spend.
 const KEYS_CHANGED: &str = "sandgate:gateway-keys:changed";
 
 /// Tells every replica that keys or their spend changed. A notification that fails only
 /// leaves their kept reads to age out (30 s at most).
-async fn tell_replicas(connection: &mut super::Connection) {
+pub(super) async fn tell_replicas(connection: &mut super::Connection) {
     if let Err(err) = redis::cmd("PUBLISH")
         .arg(KEYS_CHANGED)
         .arg("")
@@ -38,11 +39,11 @@ async fn tell_replicas(connection: &mut super::Connection) {
     }
 }
 
-fn spend_key(token: &str) -> String {
+pub(super) fn spend_key(token: &str) -> String {
     format!("sandgate:{{gateway-keys}}:spend:{token}")
 }
 
-fn session_key(token: &str, session: &str) -> String {
+pub(super) fn session_key(token: &str, session: &str) -> String {
     format!("sandgate:{{gateway-keys}}:session:{token}:{session}")
 }
 
@@ -227,6 +228,14 @@ impl KeyStore for RedisStore {
         self.replicated(&mut connection).await?;
         tell_replicas(&mut connection).await;
         Ok(())
+    }
+
+    async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
+        super::admission::admit(self, admission).await
+    }
+
+    async fn settle(&self, settlement: &Settlement) -> StoreResult<()> {
+        super::admission::settle(self, settlement).await
     }
 
     fn key_changes(&self) -> watch::Receiver<Option<u64>> {

@@ -5,6 +5,7 @@
 //! (`sandboxes.rs`), and what only a Redis deployment has (`redis_only.rs`).
 
 mod admin;
+mod admission;
 mod conversations;
 mod gateway;
 mod orgs;

@@ -1,0 +1,445 @@
+//! A virtual key's call admitted against every budget and limit it counts towards, and
+//! what it settles once it ends (see `sandgate_store::admission` for the store's side).
+//!
+//! The scopes of a call: its key, its session (when it names one), and its user, team and
+//! team membership once those have records with budgets ([`CallScopes::with`] takes
+//! them). Only a call with at least one limit makes the store round trip of admission;
+//! the others are counted when they end, as before.
+//!
+//! What a call holds is its **largest possible cost**: every byte the upstream receives
+//! counted as an input token (a token is at least one byte of text; images by URL and
+//! audio are the exception: priced by the upstream beyond their bytes), at the highest of
+//! the entry's input, cache read and cache write prices, plus the most output tokens the
+//! call may be billed for at the output price: the request's `max_tokens`
+//! (`max_completion_tokens`, `max_output_tokens`; the largest when several), within the
+//! entry's `model_info.max_output_tokens` when it has one, else that, else
+//! [`DEFAULT_MAX_OUTPUT_TOKENS`].
+
+use std::time::Duration;
+
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_proto::models::v1::Api;
+use sandgate_store::admission::{
+    Admission, BudgetScope, Refusal, Release, ScopeLimits, ScopeSpend,
+};
+use sandgate_store::{Store, StoredKey};
+use tonic::Status;
+
+use crate::budget::{Prices, key_window};
+use crate::keys::descriptor;
+use crate::rewrite::ChatRequest;
+use crate::support::now_ms;
+
+/// The output tokens a call holds when neither it nor its entry bounds them.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 32_768;
+
+/// How much longer than the longest call (`--gateway-call-deadline`) a hold lives unless
+/// settled: the settlement's own delay (the spend log's batch, a slow store).
+pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// The scopes a call counts towards, with their limits.
+pub(crate) struct CallScopes {
+    scopes: Vec<ScopeLimits>,
+}
+
+impl CallScopes {
+    /// Those of `key`'s call (of `session`, a digest) at `now_ms`: the key's, and the
+    /// session's when the call names one (its spend is counted whether or not the key
+    /// has a per-session budget).
+    pub(crate) fn of_key(key: &StoredKey, session: Option<&str>, now_ms: i64) -> Self {
+        let (window, _) = key_window(key, now_ms);
+        let mut scopes = vec![ScopeLimits {
+            scope: BudgetScope::Key(key.token.clone()),
+            window,
+            max_budget: key.max_budget,
+            max_parallel_requests: key.max_parallel_requests,
+            rpm_limit: key.rpm_limit,
+            tpm_limit: key.tpm_limit,
+        }];
+        if let Some(session) = session {
+            scopes.push(ScopeLimits {
+                scope: BudgetScope::Session {
+                    token: key.token.clone(),
+                    session: session.to_owned(),
+                },
+                window: 0,
+                max_budget: key.max_budget_per_session,
+                max_parallel_requests: None,
+                rpm_limit: None,
+                tpm_limit: None,
+            });
+        }
+        Self { scopes }
+    }
+
+    /// With another scope: a user's, a team's or a membership's, from its record.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "user and team records plug in here")
+    )]
+    pub(crate) fn with(mut self, limits: ScopeLimits) -> Self {
+        self.scopes.push(limits);
+        self
+    }
+
+    fn limited(&self) -> bool {
+        self.scopes.iter().any(ScopeLimits::limits)
+    }
+}
+
+/// The most output tokens a call of `api` asks for (`request`), within `prices`'s bound.
+fn max_output_tokens(api: Api, request: &ChatRequest<'_>, prices: &Prices) -> u64 {
+    match api {
+        Api::Embeddings => return 0,
+        Api::MessagesCountTokens => return 1,
+        _ => {}
+    }
+    let asked = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .into_iter()
+        .filter_map(|name| request.raw(name)?.parse::<u64>().ok())
+        .max();
+    match (asked, prices.max_output_tokens) {
+        (Some(asked), Some(bound)) => asked.min(bound),
+        (Some(asked), None) => asked,
+        (None, Some(bound)) => bound,
+        (None, None) => DEFAULT_MAX_OUTPUT_TOKENS,
+    }
+}
+
+/// The largest possible cost of a call of `api` whose upstream receives `bytes` bytes.
+pub(crate) fn largest_cost(
+    api: Api,
+    request: &ChatRequest<'_>,
+    bytes: usize,
+    prices: &Prices,
+) -> f64 {
+    let input = [prices.input, prices.cache_read, prices.cache_creation]
+        .into_iter()
+        .flatten()
+        .fold(0.0, f64::max);
+    bytes as f64 * input
+        + max_output_tokens(api, request, prices) as f64 * prices.output.unwrap_or(0.0)
+}
+
+/// What a call settles when it ends: its spend to its scopes, its hold released.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Settle {
+    pub(crate) spend: Vec<ScopeSpend>,
+    pub(crate) release: Option<Release>,
+}
+
+/// A call's hold on its scopes: released when the call settles, or when it is dropped
+/// unsettled (the call's future was dropped: its client left before an answer).
+pub(crate) struct Hold {
+    store: Store,
+    release: Option<Release>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let Some(release) = self.release.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            let settlement = sandgate_store::admission::Settlement {
+                releases: vec![release],
+                now_ms: now_ms(),
+                ..Default::default()
+            };
+            if let Err(err) = store.keys.settle(&settlement).await {
+                tracing::warn!(error = %err, "a dropped call's hold was not released; its lease ends it");
+            }
+        });
+    }
+}
+
+/// What a virtual key's call is charged to: its scopes, and its hold when it took one.
+pub(crate) struct Charge {
+    pub(crate) token: String,
+    pub(crate) key_alias: Option<String>,
+    /// The key's user and team: the reporting counters its spend adds to.
+    pub(crate) user_id: Option<String>,
+    pub(crate) team_id: Option<String>,
+    /// Each scope, its window, and whether its tokens count (a `tpm_limit`).
+    scopes: Vec<(BudgetScope, u64, bool)>,
+    hold: Option<Hold>,
+}
+
+impl std::fmt::Debug for Charge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Charge")
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Charge {
+    /// What the call settles, having cost `amount` (none: nothing known) in `tokens`.
+    pub(crate) fn settle(mut self, amount: Option<f64>, tokens: u64) -> Option<Settle> {
+        let amount = amount.filter(|amount| *amount > 0.0).unwrap_or(0.0);
+        let spend = self
+            .scopes
+            .iter()
+            .map(|(scope, window, counts_tokens)| ScopeSpend {
+                scope: scope.clone(),
+                window: *window,
+                amount,
+                tokens: if *counts_tokens { tokens } else { 0 },
+            })
+            .filter(|item| item.amount > 0.0 || item.tokens > 0)
+            .collect::<Vec<_>>();
+        let release = self.hold.as_mut().and_then(|hold| hold.release.take());
+        (!spend.is_empty() || release.is_some()).then_some(Settle { spend, release })
+    }
+}
+
+/// Admits `key`'s call of `scopes`, costing at most `amount`: its charge, or the refusal
+/// LiteLLM answers (429 for a rate limit, `budget_exceeded` for a budget).
+pub(crate) async fn admit(
+    store: &Store,
+    key: &StoredKey,
+    scopes: CallScopes,
+    amount: f64,
+    lease: Duration,
+) -> Result<Charge, Status> {
+    let charge_scopes = scopes
+        .scopes
+        .iter()
+        .map(|limits| {
+            (
+                limits.scope.clone(),
+                limits.window,
+                limits.tpm_limit.is_some(),
+            )
+        })
+        .collect();
+    let mut charge = Charge {
+        token: key.token.clone(),
+        key_alias: key.key_alias.clone(),
+        user_id: key.user_id.clone(),
+        team_id: key.team_id.clone(),
+        scopes: charge_scopes,
+        hold: None,
+    };
+    if !scopes.limited() {
+        return Ok(charge);
+    }
+    let limited: Vec<ScopeLimits> = scopes
+        .scopes
+        .into_iter()
+        .filter(ScopeLimits::limits)
+        .collect();
+    let admission = Admission {
+        hold: uuid::Uuid::new_v4().simple().to_string(),
+        amount,
+        lease_ms: (lease + LEASE_MARGIN).as_millis() as i64,
+        now_ms: now_ms(),
+        scopes: limited,
+    };
+    match store
+        .keys
+        .admit(&admission)
+        .await
+        .map_err(|err| ErrorDetail::from(err).into_status())?
+    {
+        None => {
+            let held: Vec<BudgetScope> = admission
+                .scopes
+                .iter()
+                .filter(|limits| limits.holds())
+                .map(|limits| limits.scope.clone())
+                .collect();
+            // Only rate counted (`rpm_limit`, `tpm_limit`): nothing to release.
+            charge.hold = (!held.is_empty()).then(|| Hold {
+                store: store.clone(),
+                release: Some(Release {
+                    hold: admission.hold,
+                    scopes: held,
+                }),
+            });
+            Ok(charge)
+        }
+        Some(refusal) => Err(refused(key, &admission, refusal)),
+    }
+}
+
+/// The refusal of `key`'s call, as LiteLLM's proxy words each.
+fn refused(key: &StoredKey, admission: &Admission, refusal: Refusal) -> Status {
+    match refusal {
+        Refusal::Budget {
+            scope,
+            spent,
+            reserved,
+            max_budget,
+        } => {
+            let held = if reserved > 0.0 {
+                format!(", held by calls in flight: {reserved}")
+            } else {
+                String::new()
+            };
+            let message = match &scope {
+                BudgetScope::Key(_) => format!(
+                    "Budget has been exceeded! Key={} Current cost: {spent}, Max budget: {max_budget}{held}",
+                    descriptor(key)
+                ),
+                BudgetScope::Session { .. } => format!(
+                    "Budget has been exceeded! Session of Key={} Current cost: {spent}, Max budget per session: {max_budget}{held}",
+                    descriptor(key)
+                ),
+                BudgetScope::User(user) => format!(
+                    "ExceededBudget: User={user} over budget. Spend={spent}, Budget={max_budget}{held}"
+                ),
+                BudgetScope::Team(team) => format!(
+                    "Budget has been exceeded! Team={team} Current cost: {spent}, Max budget: {max_budget}{held}"
+                ),
+                BudgetScope::Member { team, user } => format!(
+                    "Budget has been exceeded! User={user} in Team={team} Current cost: {spent}, Max budget: {max_budget}{held}"
+                ),
+            };
+            match scope {
+                BudgetScope::Key(_) | BudgetScope::Session { .. } => {
+                    crate::auth::over_budget(message)
+                }
+                // LiteLLM answers a user's or team's budget with 400: the OpenHands app
+                // reads a 400 naming the budget as a key that works, whose budget is spent.
+                _ => ErrorDetail::new(ErrorCode::BadRequest, message)
+                    .with_reason("budget_exceeded")
+                    .into_status(),
+            }
+        }
+        Refusal::Rate {
+            scope,
+            in_flight,
+            requests,
+            tokens,
+        } => {
+            let limits = admission.scopes.iter().find(|limits| limits.scope == scope);
+            // LiteLLM prints an unset limit as Python's `sys.maxsize`.
+            let limit = |pick: fn(&ScopeLimits) -> Option<u64>| {
+                limits.and_then(pick).unwrap_or(i64::MAX as u64)
+            };
+            let kind = match scope {
+                BudgetScope::Key(_) | BudgetScope::Session { .. } => "key",
+                BudgetScope::User(_) => "user",
+                BudgetScope::Team(_) | BudgetScope::Member { .. } => "team",
+            };
+            let message = format!(
+                "LiteLLM Rate Limit Handler for rate limit type = {kind}. Crossed TPM / RPM / Max Parallel Request Limit. current rpm: {requests}, rpm limit: {}, current tpm: {tokens}, tpm limit: {}, current max_parallel_requests: {in_flight}, max_parallel_requests: {}",
+                limit(|limits| limits.rpm_limit),
+                limit(|limits| limits.tpm_limit),
+                limit(|limits| limits.max_parallel_requests),
+            );
+            // Retry once the minute's counts start again, as LiteLLM's `retry-after` says.
+            let next_minute = 60 - (now_ms().rem_euclid(60_000) / 1000) as u32;
+            ErrorDetail::rate_limited(message, next_minute.max(1))
+                .with_reason("rate_limit_error")
+                .into_status()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> StoredKey {
+        StoredKey {
+            token: "t".into(),
+            max_parallel_requests: Some(2),
+            ..StoredKey::default()
+        }
+    }
+
+    #[test]
+    fn the_largest_cost_counts_every_byte_and_the_most_output() {
+        let prices = Prices {
+            input: Some(0.001),
+            output: Some(0.01),
+            cache_read: Some(0.0001),
+            cache_creation: Some(0.002),
+            max_output_tokens: Some(500),
+        };
+        let body = br#"{"model":"m","max_tokens":100,"max_completion_tokens":300}"#;
+        let request = ChatRequest::parse(body).unwrap_or_else(|err| panic!("{err}"));
+        // The largest of the two limits, every byte at the cache write price.
+        let cost = largest_cost(Api::ChatCompletions, &request, 1000, &prices);
+        assert!(
+            (cost - (1000.0 * 0.002 + 300.0 * 0.01)).abs() < 1e-9,
+            "{cost}"
+        );
+        // Past the entry's bound, the bound.
+        let body = br#"{"model":"m","max_tokens":100000}"#;
+        let request = ChatRequest::parse(body).unwrap_or_else(|err| panic!("{err}"));
+        let cost = largest_cost(Api::Messages, &request, 0, &prices);
+        assert!((cost - 5.0).abs() < 1e-9, "{cost}");
+        // Nothing said anywhere: the default cap; an embedding has no output.
+        let unbounded = Prices {
+            max_output_tokens: None,
+            ..prices
+        };
+        let body = br#"{"model":"m"}"#;
+        let request = ChatRequest::parse(body).unwrap_or_else(|err| panic!("{err}"));
+        let cost = largest_cost(Api::Responses, &request, 0, &unbounded);
+        assert!((cost - DEFAULT_MAX_OUTPUT_TOKENS as f64 * 0.01).abs() < 1e-9);
+        assert_eq!(
+            largest_cost(Api::Embeddings, &request, 10, &Prices::default()),
+            0.0
+        );
+    }
+
+    #[test]
+    fn scopes_hold_only_what_has_a_limit() {
+        let mut key = key();
+        let scopes = CallScopes::of_key(&key, Some("s"), 0);
+        assert!(scopes.limited());
+        assert_eq!(scopes.scopes.len(), 2);
+        assert!(
+            !scopes.scopes[1].limits(),
+            "a session without a budget holds nothing"
+        );
+        key.max_parallel_requests = None;
+        assert!(!CallScopes::of_key(&key, None, 0).limited());
+        let team = ScopeLimits {
+            scope: BudgetScope::Team("team".into()),
+            window: 0,
+            max_budget: Some(1.0),
+            max_parallel_requests: None,
+            rpm_limit: None,
+            tpm_limit: None,
+        };
+        assert!(CallScopes::of_key(&key, None, 0).with(team).limited());
+    }
+
+    #[test]
+    fn a_settled_charge_releases_its_hold_once_and_counts_tokens_where_limited() {
+        let charge = Charge {
+            token: "t".into(),
+            key_alias: None,
+            user_id: None,
+            team_id: None,
+            scopes: vec![
+                (BudgetScope::Key("t".into()), 3, true),
+                (BudgetScope::User("u".into()), 0, false),
+            ],
+            hold: None,
+        };
+        let settle = charge.settle(Some(0.5), 40).unwrap_or_default();
+        assert_eq!(settle.spend.len(), 2);
+        assert_eq!((settle.spend[0].tokens, settle.spend[1].tokens), (40, 0));
+        assert_eq!(settle.spend[0].window, 3);
+        assert!(settle.release.is_none());
+        let nothing = Charge {
+            token: "t".into(),
+            key_alias: None,
+            user_id: None,
+            team_id: None,
+            scopes: vec![(BudgetScope::Key("t".into()), 0, false)],
+            hold: None,
+        };
+        assert!(nothing.settle(None, 10).is_none());
+    }
+}

@@ -1,0 +1,283 @@
+//! Admission and settlement of the gateway's calls in Redis (see [`crate::admission`]):
+//! one script each, on the `{gateway-keys}` slot, so that every replica's calls are
+//! admitted one after the other against the same counters. Per scope (named by
+//! [`BudgetScope::name`]):
+//!
+//! - its spend: the key's counter (`spend:<token>`), the session's (`session:<token>:<s>`),
+//!   else `budget:<name>`, a hash of `window` and its `spend`;
+//! - `holds:<name>`: a hash, hold id → amount, with `#reserved` (their sum) and `#count`;
+//! - `leases:<name>`: a sorted set, hold id → when its lease ends (milliseconds); the
+//!   scope's next admission drops the holds whose lease has passed;
+//! - `rpm:<name>:<minute>` and `tpm:<name>:<minute>`: the minute's calls and tokens,
+//!   expiring two minutes on.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use super::keys::{RECORDS, session_key, spend_key, tell_replicas};
+use super::{RedisStore, unavailable};
+use crate::StoreResult;
+use crate::admission::{Admission, BudgetScope, Refusal, Settlement, minute};
+use crate::keys::SESSION_SPEND_TTL_MS;
+
+fn tagged(kind: &str, name: &str) -> String {
+    format!("sandgate:{{gateway-keys}}:{kind}:{name}")
+}
+
+/// The key of a scope's spend counter, and whether it is a session's (a plain number
+/// that expires) rather than a window's hash.
+fn counter(scope: &BudgetScope) -> (String, bool) {
+    match scope {
+        BudgetScope::Key(token) => (spend_key(token), false),
+        BudgetScope::Session { token, session } => (session_key(token, session), true),
+        other => (tagged("budget", &other.name()), false),
+    }
+}
+
+/// KEYS: per scope its counter, holds, leases, rpm and tpm. ARGV: the hold id, its
+/// amount, now, when its lease ends, the lease in milliseconds, then per scope its kind
+/// (`s`: a session counter), window, max budget, max parallel, rpm and tpm limits (`''`:
+/// none). Returns 0 when admitted, else `{'budget', i, spent, reserved}` or
+/// `{'rate', i, in_flight, requests, tokens}` for the first scope (0-based) refused.
+static ADMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local hold, amount, now, expiry, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local n = #KEYS / 5
+local function arg(i, j) return ARGV[5 + 6 * i + j] end
+local function key(i, j) return KEYS[5 * i + j] end
+for i = 0, n - 1 do
+  local kind, window, max, par, rpm, tpm = arg(i, 1), arg(i, 2), arg(i, 3), arg(i, 4), arg(i, 5), arg(i, 6)
+  local holds, leases = key(i, 2), key(i, 3)
+  local count = 0
+  if max ~= '' or par ~= '' then
+    local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
+    for _, gone in ipairs(expired) do
+      local held = redis.call('HGET', holds, gone)
+      if held then
+        redis.call('HDEL', holds, gone)
+        redis.call('HINCRBYFLOAT', holds, '#reserved', '-' .. held)
+        redis.call('HINCRBY', holds, '#count', -1)
+      end
+    end
+    if #expired > 0 then redis.call('ZREMRANGEBYSCORE', leases, '-inf', now) end
+    local state = redis.call('HMGET', holds, '#reserved', '#count')
+    local reserved = tonumber(state[1] or '0') or 0
+    count = tonumber(state[2] or '0') or 0
+    if count <= 0 then reserved, count = 0, 0 end
+    if max ~= '' then
+      local spent = 0
+      if kind == 's' then
+        spent = tonumber(redis.call('GET', key(i, 1)) or '0') or 0
+      else
+        local stored = redis.call('HMGET', key(i, 1), 'window', 'spend')
+        if stored[1] == window then spent = tonumber(stored[2] or '0') or 0 end
+      end
+      if spent + reserved >= tonumber(max) then
+        return {'budget', i, tostring(spent), tostring(reserved)}
+      end
+    end
+  end
+  if par ~= '' or rpm ~= '' or tpm ~= '' then
+    local requests = tonumber(redis.call('GET', key(i, 4)) or '0') or 0
+    local tokens = tonumber(redis.call('GET', key(i, 5)) or '0') or 0
+    if (par ~= '' and count >= tonumber(par)) or (rpm ~= '' and requests >= tonumber(rpm))
+      or (tpm ~= '' and tokens >= tonumber(tpm)) then
+      return {'rate', i, count, requests, tokens}
+    end
+  end
+end
+for i = 0, n - 1 do
+  local max, par, rpm = arg(i, 3), arg(i, 4), arg(i, 5)
+  if max ~= '' or par ~= '' then
+    local holds, leases = key(i, 2), key(i, 3)
+    redis.call('HSET', holds, hold, amount)
+    redis.call('HINCRBYFLOAT', holds, '#reserved', amount)
+    redis.call('HINCRBY', holds, '#count', 1)
+    redis.call('ZADD', leases, expiry, hold)
+    -- Kept as long as the longest lease in them (replicas may have different ones).
+    if redis.call('PTTL', holds) < tonumber(lease) then redis.call('PEXPIRE', holds, lease) end
+    if redis.call('PTTL', leases) < tonumber(lease) then redis.call('PEXPIRE', leases, lease) end
+  end
+  if rpm ~= '' then
+    redis.call('INCR', key(i, 4))
+    redis.call('PEXPIRE', key(i, 4), 120000)
+  end
+end
+return 0
+",
+    )
+});
+
+/// KEYS: the key records, per spend item its counter and tpm counter, then per released
+/// scope its holds and leases. ARGV: the session TTL, the number of spend items, per item
+/// its kind (`s`: a session counter), its key's token (`''`: a scope that outlives keys),
+/// window, amount and tokens, then per released scope the hold id. Spend first, then
+/// releases: no moment counts neither.
+static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local ttl, items = ARGV[1], tonumber(ARGV[2])
+local a = 3
+for i = 0, items - 1 do
+  local counter, tpm = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  local kind, token, window, amount, tokens = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  a = a + 5
+  if token == '' or redis.call('HEXISTS', KEYS[1], token) == 1 then
+    if kind == 's' then
+      redis.call('INCRBYFLOAT', counter, amount)
+      redis.call('PEXPIRE', counter, ttl)
+    else
+      if redis.call('HGET', counter, 'window') ~= window then
+        redis.call('HSET', counter, 'window', window, 'spend', '0')
+      end
+      redis.call('HINCRBYFLOAT', counter, 'spend', amount)
+    end
+  end
+  if tokens ~= '0' then
+    redis.call('INCRBY', tpm, tokens)
+    redis.call('PEXPIRE', tpm, 120000)
+  end
+end
+local k = 2 + 2 * items
+while a <= #ARGV do
+  local hold, holds, leases = ARGV[a], KEYS[k], KEYS[k + 1]
+  a, k = a + 1, k + 2
+  local held = redis.call('HGET', holds, hold)
+  if held then
+    redis.call('HDEL', holds, hold)
+    redis.call('HINCRBYFLOAT', holds, '#reserved', '-' .. held)
+    if redis.call('HINCRBY', holds, '#count', -1) <= 0 then
+      redis.call('HSET', holds, '#reserved', '0', '#count', '0')
+    end
+  end
+  redis.call('ZREM', leases, hold)
+end
+return items
+",
+    )
+});
+
+fn limit<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(String::new, |value| value.to_string())
+}
+
+fn number(value: &redis::Value) -> f64 {
+    match value {
+        redis::Value::Int(number) => *number as f64,
+        redis::Value::BulkString(bytes) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
+pub(super) async fn admit(
+    store: &RedisStore,
+    admission: &Admission,
+) -> StoreResult<Option<Refusal>> {
+    let minute = minute(admission.now_ms);
+    let mut invocation = ADMIT.prepare_invoke();
+    invocation
+        .arg(&admission.hold)
+        .arg(admission.amount)
+        .arg(admission.now_ms)
+        .arg(admission.now_ms.saturating_add(admission.lease_ms))
+        .arg(admission.lease_ms);
+    for limits in &admission.scopes {
+        let name = limits.scope.name();
+        let (counter, session) = counter(&limits.scope);
+        invocation
+            .key(counter)
+            .key(tagged("holds", &name))
+            .key(tagged("leases", &name))
+            .key(tagged("rpm", &format!("{name}:{minute}")))
+            .key(tagged("tpm", &format!("{name}:{minute}")))
+            .arg(if session { "s" } else { "w" })
+            .arg(limits.window)
+            .arg(limit(limits.max_budget))
+            .arg(limit(limits.max_parallel_requests))
+            .arg(limit(limits.rpm_limit))
+            .arg(limit(limits.tpm_limit));
+    }
+    let mut connection = store.write_connection();
+    let answer: redis::Value = invocation
+        .invoke_async(&mut connection)
+        .await
+        .map_err(unavailable)?;
+    let redis::Value::Array(parts) = answer else {
+        return Ok(None);
+    };
+    let scope = parts
+        .get(1)
+        .map(|index| number(index) as usize)
+        .and_then(|index| admission.scopes.get(index))
+        .map(|limits| limits.scope.clone())
+        .ok_or_else(|| crate::StoreError::Corrupt("the admission script's answer".into()))?;
+    let value = |index: usize| parts.get(index).map_or(0.0, number);
+    let budget = matches!(parts.first(), Some(redis::Value::BulkString(kind)) if kind == b"budget");
+    Ok(Some(if budget {
+        Refusal::Budget {
+            max_budget: admission
+                .scopes
+                .iter()
+                .find(|limits| limits.scope == scope)
+                .and_then(|limits| limits.max_budget)
+                .unwrap_or(0.0),
+            scope,
+            spent: value(2),
+            reserved: value(3),
+        }
+    } else {
+        Refusal::Rate {
+            scope,
+            in_flight: value(2) as u64,
+            requests: value(3) as u64,
+            tokens: value(4) as u64,
+        }
+    }))
+}
+
+pub(super) async fn settle(store: &RedisStore, settlement: &Settlement) -> StoreResult<()> {
+    if settlement.spend.is_empty() && settlement.releases.is_empty() {
+        return Ok(());
+    }
+    let minute = minute(settlement.now_ms);
+    let mut invocation = SETTLE.prepare_invoke();
+    invocation
+        .key(RECORDS)
+        .arg(SESSION_SPEND_TTL_MS)
+        .arg(settlement.spend.len());
+    for item in &settlement.spend {
+        let (counter, session) = counter(&item.scope);
+        invocation
+            .key(counter)
+            .key(tagged("tpm", &format!("{}:{minute}", item.scope.name())))
+            .arg(if session { "s" } else { "w" })
+            .arg(item.scope.key_token().unwrap_or(""))
+            .arg(item.window)
+            .arg(item.amount)
+            .arg(item.tokens);
+    }
+    for release in &settlement.releases {
+        for scope in &release.scopes {
+            let name = scope.name();
+            invocation
+                .key(tagged("holds", &name))
+                .key(tagged("leases", &name))
+                .arg(&release.hold);
+        }
+    }
+    let mut connection = store.write_connection();
+    invocation
+        .invoke_async::<i64>(&mut connection)
+        .await
+        .map_err(unavailable)?;
+    store.replicated(&mut connection).await?;
+    if !settlement.spend.is_empty() {
+        tell_replicas(&mut connection).await;
+    }
+    Ok(())
+}

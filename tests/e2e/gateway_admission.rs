@@ -1,0 +1,396 @@
+//! Calls admitted against their budgets and limits before they go upstream (issue 51):
+//! a burst of concurrent calls on a budget that covers one call passes one call, on one
+//! replica and on two sharing Redis; LiteLLM's `max_parallel_requests`, `rpm_limit` and
+//! `tpm_limit` answer its 429 across replicas; a client that leaves mid-call releases its
+//! hold, and a replica killed mid-call leaves a hold that ends with its lease.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::routing::post;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::common::{Backend, Sandgate, SandgateProcess, file_with, serve_args};
+use crate::gateway_keys::{generate, send};
+use crate::model_gateway::MASTER_KEY;
+
+/// Each call's usage (250 prompt and 1,000 completion tokens) at 0.0001 a token.
+const CALL_COST: f64 = 0.125;
+/// What each call holds: its ~1,080 bytes and its `max_tokens` (1,000) at 0.0001.
+const HOLD_AT_MOST: f64 = 0.25;
+
+/// An upstream that answers once its gate opens, and never a request that says `hold`.
+struct GatedUpstream {
+    base: String,
+    arrived: watch::Receiver<usize>,
+    open: watch::Sender<bool>,
+}
+
+impl GatedUpstream {
+    async fn start(open: bool) -> Self {
+        let (count, arrived) = watch::channel(0usize);
+        let (gate, opened) = watch::channel(open);
+        let count = Arc::new(count);
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            post(move |body: String| {
+                let (count, mut opened) = (count.clone(), opened.clone());
+                async move {
+                    count.send_modify(|count| *count += 1);
+                    if body.contains("\"hold\"") {
+                        std::future::pending::<()>().await;
+                    }
+                    drop(opened.wait_for(|open| *open).await);
+                    axum::Json(json!({
+                        "id": "c1", "object": "chat.completion", "model": "up",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+                        "usage": {"prompt_tokens": 250, "completion_tokens": 1000, "total_tokens": 1250},
+                    }))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        tokio::spawn(async move { drop(axum::serve(listener, app).await) });
+        Self {
+            base,
+            arrived,
+            open: gate,
+        }
+    }
+
+    fn arrived(&self) -> usize {
+        *self.arrived.borrow()
+    }
+
+    async fn wait_for_arrivals(&self, count: usize) {
+        let mut arrived = self.arrived.clone();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(30),
+            arrived.wait_for(|seen| *seen >= count),
+        );
+        assert!(
+            matches!(waited.await, Ok(Ok(_))),
+            "{count} calls never reached the upstream"
+        );
+    }
+}
+
+fn config(upstream: &GatedUpstream) -> tempfile::NamedTempFile {
+    file_with(&format!(
+        "model_list:\n  - model_name: gpt\n    litellm_params: {{model: openai/up, api_base: \"{}/v1\", api_key: sk-up}}\n    model_info: {{input_cost_per_token: 0.0001, output_cost_per_token: 0.0001}}\n",
+        upstream.base
+    ))
+}
+
+async fn replicas(
+    backend: &Backend,
+    config: &tempfile::NamedTempFile,
+    count: usize,
+) -> Vec<Sandgate> {
+    let path = config.path().display().to_string();
+    let mut replicas = Vec::new();
+    for _ in 0..count {
+        replicas.push(
+            Sandgate::start_with(
+                backend,
+                &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+            )
+            .await,
+        );
+    }
+    replicas
+}
+
+/// A call of about 1,080 bytes asking at most 1,000 tokens; `hold`: one the upstream never
+/// answers.
+fn call(client: &reqwest::Client, url: &str, key: &str, hold: bool) -> reqwest::RequestBuilder {
+    let content = if hold {
+        "hold".to_owned()
+    } else {
+        "x".repeat(1000)
+    };
+    client
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&json!({"model": "gpt", "max_tokens": 1000,
+            "messages": [{"role": "user", "content": content}]}))
+}
+
+/// The key's spend (`/key/info`) once every call's settlement is written: it no longer
+/// moves for a while after reaching `at_least`.
+async fn spend(replica: &Sandgate, token: &str, at_least: f64) -> f64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, info) = send(
+            replica
+                .client
+                .get(replica.url(&format!("/key/info?key={token}")))
+                .bearer_auth(MASTER_KEY),
+        )
+        .await;
+        assert_eq!(status, 200, "{info}");
+        let spend = info["info"]["spend"].as_f64().expect("spend");
+        if spend >= at_least - 1e-9 || tokio::time::Instant::now() > deadline {
+            return spend;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// 50 calls at once, spread over `replicas`, on a key whose budget covers one call. The
+/// upstream answers none until every call has either reached it or been refused: all 50
+/// are in flight together.
+async fn burst(backend: Backend, count: usize) {
+    let upstream = GatedUpstream::start(false).await;
+    let config = config(&upstream);
+    let replicas = replicas(&backend, &config, count).await;
+    let (key, token) = generate(&replicas[0], &json!({"max_budget": CALL_COST})).await;
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut calls = Vec::new();
+    for index in 0..50 {
+        let replica = &replicas[index % replicas.len()];
+        let request = call(&replica.client, &replica.url(""), &key, false);
+        let refused = refused.clone();
+        calls.push(tokio::spawn(async move {
+            let (status, body) = send(request).await;
+            if status != 200 {
+                refused.fetch_add(1, Ordering::SeqCst);
+            }
+            (status, body)
+        }));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while upstream.arrived() + refused.load(Ordering::SeqCst) < 50 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the calls never settled down"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    upstream.open.send_replace(true);
+    let mut passed = 0;
+    for call in calls {
+        let (status, body) = call.await.expect("call");
+        match status {
+            StatusCode::OK => passed += 1,
+            _ => {
+                assert_eq!(status, 422, "{body}");
+                assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
+                let message = body["error"]["message"].as_str().unwrap_or_default();
+                assert!(
+                    message.starts_with("Budget has been exceeded! Key="),
+                    "{body}"
+                );
+            }
+        }
+    }
+    // The first call held more than the budget: no other was admitted beside it, on any
+    // replica (the store admits one at a time). Spend ≤ budget + one hold.
+    assert_eq!(passed, 1, "{passed} calls passed a one-call budget");
+    let spent = spend(&replicas[0], &token, CALL_COST).await;
+    assert!((spent - CALL_COST).abs() < 1e-9, "spend {spent}");
+    assert!(spent <= CALL_COST + HOLD_AT_MOST);
+    // Once spent, the budget refuses the next call too.
+    let (status, _) = send(call(
+        &replicas[1 % count].client,
+        &replicas[1 % count].url(""),
+        &key,
+        false,
+    ))
+    .await;
+    assert_eq!(status, 422);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_on_a_one_call_budget_on_the_embedded_store() {
+    burst(Backend::embedded(), 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_on_a_one_call_budget_on_redis() {
+    burst(Backend::redis().await, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_on_a_one_call_budget_on_two_replicas() {
+    burst(Backend::redis().await, 2).await;
+}
+
+fn assert_rate_limited(status: StatusCode, body: &Value, retry_after: Option<&str>, says: &str) {
+    assert_eq!(status, 429, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("LiteLLM Rate Limit Handler for rate limit type = key. Crossed TPM / RPM / Max Parallel Request Limit. current rpm: "),
+        "{body}"
+    );
+    assert!(message.contains(says), "{says} not in {body}");
+    let seconds: u32 = retry_after
+        .and_then(|value| value.parse().ok())
+        .expect("retry-after");
+    assert!((1..=60).contains(&seconds), "{seconds}");
+}
+
+async fn limited(request: reqwest::RequestBuilder) -> (StatusCode, Value, Option<String>) {
+    let response = request.send().await.expect("request");
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let status = response.status();
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body, retry_after)
+}
+
+/// Calls `request` until it answers `status` (settlements are written just after calls
+/// end); the last answer.
+async fn until(
+    status: StatusCode,
+    request: impl Fn() -> reqwest::RequestBuilder,
+) -> (StatusCode, Value, Option<String>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = limited(request()).await;
+        if answer.0 == status || tokio::time::Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn litellms_rate_limits_hold_across_replicas() {
+    let backend = Backend::redis().await;
+    let upstream = GatedUpstream::start(false).await;
+    let config = config(&upstream);
+    let replicas = replicas(&backend, &config, 2).await;
+    let url = |index: usize| replicas[index].url("");
+    let client = &replicas[0].client;
+
+    // Two calls in flight, one on each replica: a third is refused.
+    let (key, _) = generate(&replicas[0], &json!({"max_parallel_requests": 2})).await;
+    let first = tokio::spawn(send(call(client, &url(0), &key, false)));
+    let second = tokio::spawn(send(call(client, &url(1), &key, false)));
+    upstream.wait_for_arrivals(2).await;
+    let (status, body, retry_after) = limited(call(client, &url(0), &key, false)).await;
+    assert_rate_limited(
+        status,
+        &body,
+        retry_after.as_deref(),
+        "current max_parallel_requests: 2, max_parallel_requests: 2",
+    );
+    upstream.open.send_replace(true);
+    assert_eq!(first.await.expect("first").0, 200);
+    assert_eq!(second.await.expect("second").0, 200);
+    let (status, body, _) = until(StatusCode::OK, || call(client, &url(1), &key, false)).await;
+    assert_eq!(
+        status, 200,
+        "the ended calls' holds were not released: {body}"
+    );
+
+    // Tokens per minute: counted when calls end, on every replica.
+    let (key, _) = generate(&replicas[0], &json!({"tpm_limit": 1000})).await;
+    assert_eq!(send(call(client, &url(0), &key, false)).await.0, 200);
+    let (status, body, retry_after) = until(StatusCode::TOO_MANY_REQUESTS, || {
+        call(client, &url(1), &key, false)
+    })
+    .await;
+    assert_rate_limited(status, &body, retry_after.as_deref(), "tpm limit: 1000");
+
+    // Requests per minute, away from the minute's end so that all count in one.
+    let second_of_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        % 60;
+    if second_of_minute > 45 {
+        tokio::time::sleep(Duration::from_secs(61 - second_of_minute)).await;
+    }
+    let (key, _) = generate(&replicas[0], &json!({"rpm_limit": 2})).await;
+    assert_eq!(send(call(client, &url(0), &key, false)).await.0, 200);
+    assert_eq!(send(call(client, &url(1), &key, false)).await.0, 200);
+    let (status, body, retry_after) = limited(call(client, &url(0), &key, false)).await;
+    assert_rate_limited(
+        status,
+        &body,
+        retry_after.as_deref(),
+        "current rpm: 2, rpm limit: 2",
+    );
+
+    // A limit of 0 refuses every call, as LiteLLM's; none of these settings is refused.
+    let (key, _) = generate(&replicas[0], &json!({"rpm_limit": 0})).await;
+    assert_eq!(limited(call(client, &url(1), &key, false)).await.0, 429);
+}
+
+/// A client that leaves before its answer: its call's hold is released, not kept until
+/// its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_call_releases_its_hold() {
+    let backend = Backend::embedded();
+    let upstream = GatedUpstream::start(true).await;
+    let config = config(&upstream);
+    let replicas = replicas(&backend, &config, 1).await;
+    let replica = &replicas[0];
+    let (key, _) = generate(
+        replica,
+        &json!({"max_parallel_requests": 1, "max_budget": 10}),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let leaving = tokio::spawn(send(call(&client, &replica.url(""), &key, true)));
+    upstream.wait_for_arrivals(1).await;
+    let (status, _, _) = limited(call(&replica.client, &replica.url(""), &key, false)).await;
+    assert_eq!(status, 429, "a second call beside the first");
+    leaving.abort();
+    drop(client);
+    let (status, body, _) = until(StatusCode::OK, || {
+        call(&replica.client, &replica.url(""), &key, false)
+    })
+    .await;
+    assert_eq!(status, 200, "the left call's hold was kept: {body}");
+}
+
+/// A replica killed mid-call never settles: its hold ends with its lease (the call
+/// deadline, 5 s here, and a margin of 5 s), and another replica admits calls again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_hold_ends_with_its_lease() {
+    let backend = Backend::redis().await;
+    let upstream = GatedUpstream::start(true).await;
+    let config = config(&upstream);
+    let survivor = &replicas(&backend, &config, 1).await[0];
+    let mut args = serve_args(&backend);
+    args.extend(
+        [
+            "--gateway-config",
+            &config.path().display().to_string(),
+            "--proxy-master-key",
+            MASTER_KEY,
+            "--gateway-call-deadline",
+            "5",
+        ]
+        .map(str::to_owned),
+    );
+    let mut doomed = SandgateProcess::spawn(&args, &[]).await;
+    let (key, _) = generate(survivor, &json!({"max_parallel_requests": 1})).await;
+    let client = reqwest::Client::new();
+    let held = tokio::spawn(send(call(&client, &doomed.url(""), &key, true)));
+    upstream.wait_for_arrivals(1).await;
+    doomed.kill().await;
+    held.abort();
+    let (status, _, _) = limited(call(&survivor.client, &survivor.url(""), &key, false)).await;
+    assert_eq!(
+        status, 429,
+        "the killed replica's call no longer held its key"
+    );
+    let (status, body, _) = until(StatusCode::OK, || {
+        call(&survivor.client, &survivor.url(""), &key, false)
+    })
+    .await;
+    assert_eq!(status, 200, "the dead replica's hold never ended: {body}");
+}

@@ -1,0 +1,310 @@
+//! Admission of the gateway's calls in every store: holds against budgets and parallel
+//! limits, the minute's requests and tokens, settlement, and (on Redis, where replicas
+//! share holds) a hold whose lease has passed.
+
+use sandgate_store::admission::{
+    Admission, BudgetScope, Refusal, Release, ScopeLimits, ScopeSpend, Settlement,
+};
+use sandgate_store::{KeyStore, StoredKey};
+
+use crate::common::Backend;
+
+use super::*;
+
+/// A minute's start, far from its end: the counts of one minute in every call below.
+const NOW: i64 = 1_800_000_000_000;
+
+fn scope(scope: BudgetScope) -> ScopeLimits {
+    ScopeLimits {
+        scope,
+        window: 0,
+        max_budget: None,
+        max_parallel_requests: None,
+        rpm_limit: None,
+        tpm_limit: None,
+    }
+}
+
+fn admission(hold: &str, amount: f64, scopes: &[ScopeLimits]) -> Admission {
+    Admission {
+        hold: hold.into(),
+        scopes: scopes.to_vec(),
+        amount,
+        lease_ms: 60_000,
+        now_ms: NOW,
+    }
+}
+
+fn settlement(spend: Vec<ScopeSpend>, releases: Vec<Release>) -> Settlement {
+    Settlement {
+        spend,
+        releases,
+        now_ms: NOW,
+    }
+}
+
+async fn put_key(keys: &dyn KeyStore, token: &str) {
+    let key = StoredKey {
+        token: token.into(),
+        key_name: "sk-...".into(),
+        created_at_ms: 1,
+        updated_at_ms: 1,
+        ..StoredKey::default()
+    };
+    assert!(keys.put_key(&key, true).await.expect("put"));
+}
+
+async fn calls_are_held_against_budgets_and_settled(backend: Backend) {
+    let store = open(&backend).await;
+    let keys = store.keys.as_ref();
+    put_key(keys, "k1").await;
+    let team = ScopeLimits {
+        max_budget: Some(1.0),
+        ..scope(BudgetScope::Team("t:1".into()))
+    };
+    let key = ScopeLimits {
+        max_budget: Some(10.0),
+        window: 3,
+        ..scope(BudgetScope::Key("k1".into()))
+    };
+    let both = [key.clone(), team.clone()];
+    // Admitted while spend and holds are below the budget: the first hold (0.6) leaves
+    // room, the second (0.6 again) crosses it, the third finds none.
+    assert_eq!(
+        keys.admit(&admission("a", 0.6, &both))
+            .await
+            .expect("admit"),
+        None
+    );
+    assert_eq!(
+        keys.admit(&admission("b", 0.6, &both))
+            .await
+            .expect("admit"),
+        None
+    );
+    match keys
+        .admit(&admission("c", 0.6, &both))
+        .await
+        .expect("admit")
+    {
+        Some(Refusal::Budget {
+            scope,
+            spent,
+            reserved,
+            max_budget,
+        }) => {
+            assert_eq!(scope, BudgetScope::Team("t:1".into()));
+            assert_eq!((spent, max_budget), (0.0, 1.0));
+            assert!((reserved - 1.2).abs() < 1e-9, "{reserved}");
+        }
+        other => panic!("not refused by the team's budget: {other:?}"),
+    }
+    // A refused call holds nothing: releasing `a` leaves `b`'s 0.6, room for one more.
+    let release = |hold: &str| Release {
+        hold: hold.into(),
+        scopes: vec![key.scope.clone(), team.scope.clone()],
+    };
+    keys.settle(&settlement(Vec::new(), vec![release("a")]))
+        .await
+        .expect("settle");
+    assert_eq!(
+        keys.admit(&admission("d", 0.6, &both))
+            .await
+            .expect("admit"),
+        None
+    );
+    // Spend settled is counted before holds go: 0.5 spent by `b` and `d` each, their holds
+    // released, the team has spent its budget.
+    let spend = |scope: &ScopeLimits, amount| ScopeSpend {
+        scope: scope.scope.clone(),
+        window: scope.window,
+        amount,
+        tokens: 0,
+    };
+    keys.settle(&settlement(
+        vec![spend(&key, 1.0), spend(&team, 1.0)],
+        vec![release("b"), release("d")],
+    ))
+    .await
+    .expect("settle");
+    match keys
+        .admit(&admission("e", 0.1, &both))
+        .await
+        .expect("admit")
+    {
+        Some(Refusal::Budget {
+            spent, reserved, ..
+        }) => assert_eq!((spent, reserved), (1.0, 0.0)),
+        other => panic!("not refused once spent: {other:?}"),
+    }
+    // The key's spend is its `/key/info` counter; another window starts from nothing.
+    let (_, counters) = keys
+        .key_for_call("k1", None)
+        .await
+        .expect("read")
+        .expect("the key");
+    assert_eq!(counters.in_window(3), 1.0);
+    let next_window = ScopeLimits {
+        window: 4,
+        max_budget: Some(0.5),
+        ..key.clone()
+    };
+    assert_eq!(
+        keys.admit(&admission("f", 0.1, &[next_window]))
+            .await
+            .expect("admit"),
+        None
+    );
+    // Spend of a deleted key (and its sessions) is dropped; a team's outlives the key.
+    keys.delete_keys(&["k1".into()]).await.expect("delete");
+    let session = ScopeLimits {
+        max_budget: Some(0.5),
+        ..scope(BudgetScope::Session {
+            token: "k1".into(),
+            session: "s".into(),
+        })
+    };
+    let other_team = ScopeLimits {
+        max_budget: Some(0.5),
+        ..scope(BudgetScope::Team("t:2".into()))
+    };
+    keys.settle(&settlement(
+        vec![spend(&session, 9.0), spend(&other_team, 0.5)],
+        Vec::new(),
+    ))
+    .await
+    .expect("settle");
+    assert_eq!(
+        keys.admit(&admission("g", 0.1, &[session]))
+            .await
+            .expect("admit"),
+        None
+    );
+    assert!(matches!(
+        keys.admit(&admission("h", 0.1, &[other_team])).await.expect("admit"),
+        Some(Refusal::Budget { spent, .. }) if spent == 0.5
+    ));
+}
+
+async fn parallel_requests_and_tokens_are_limited(backend: Backend) {
+    let store = open(&backend).await;
+    let keys = store.keys.as_ref();
+    let user = ScopeLimits {
+        max_parallel_requests: Some(2),
+        rpm_limit: Some(3),
+        tpm_limit: Some(100),
+        ..scope(BudgetScope::User("u".into()))
+    };
+    let limits = [user.clone()];
+    assert_eq!(
+        keys.admit(&admission("a", 0.0, &limits))
+            .await
+            .expect("admit"),
+        None
+    );
+    assert_eq!(
+        keys.admit(&admission("b", 0.0, &limits))
+            .await
+            .expect("admit"),
+        None
+    );
+    assert_eq!(
+        keys.admit(&admission("c", 0.0, &limits))
+            .await
+            .expect("admit"),
+        Some(Refusal::Rate {
+            scope: user.scope.clone(),
+            in_flight: 2,
+            requests: 2,
+            tokens: 0,
+        })
+    );
+    let done = |hold: &str, tokens| {
+        settlement(
+            vec![ScopeSpend {
+                scope: user.scope.clone(),
+                window: 0,
+                amount: 0.0,
+                tokens,
+            }],
+            vec![Release {
+                hold: hold.into(),
+                scopes: vec![user.scope.clone()],
+            }],
+        )
+    };
+    keys.settle(&done("a", 40)).await.expect("settle");
+    assert_eq!(
+        keys.admit(&admission("d", 0.0, &limits))
+            .await
+            .expect("admit"),
+        None
+    );
+    // The minute's third call: no fourth, even with a call settled.
+    keys.settle(&done("b", 70)).await.expect("settle");
+    assert_eq!(
+        keys.admit(&admission("e", 0.0, &limits))
+            .await
+            .expect("admit"),
+        Some(Refusal::Rate {
+            scope: user.scope.clone(),
+            in_flight: 1,
+            requests: 3,
+            tokens: 110,
+        })
+    );
+    // The next minute starts from nothing but the calls in flight.
+    let mut later = admission("f", 0.0, &limits);
+    later.now_ms = NOW + 60_000;
+    assert_eq!(keys.admit(&later).await.expect("admit"), None);
+}
+
+crate::on_both_backends!(
+    calls_are_held_against_budgets_and_settled,
+    parallel_requests_and_tokens_are_limited,
+);
+
+/// Replicas share holds on Redis: one whose lease has passed (its replica died before
+/// settling it) is dropped by the next admission on its scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_past_its_lease_is_dropped() {
+    let backend = Backend::redis().await;
+    let store = open(&backend).await;
+    let keys = store.keys.as_ref();
+    let team = ScopeLimits {
+        max_budget: Some(1.0),
+        max_parallel_requests: Some(1),
+        ..scope(BudgetScope::Team("t".into()))
+    };
+    let mut first = admission("dead", 5.0, std::slice::from_ref(&team));
+    first.lease_ms = 10_000;
+    assert_eq!(keys.admit(&first).await.expect("admit"), None);
+    let mut within = admission("next", 0.1, std::slice::from_ref(&team));
+    within.now_ms = NOW + 9_999;
+    assert!(matches!(
+        keys.admit(&within).await.expect("admit"),
+        Some(Refusal::Budget { reserved, .. }) if reserved == 5.0
+    ));
+    within.now_ms = NOW + 10_000;
+    assert_eq!(keys.admit(&within).await.expect("admit"), None);
+    // The dead replica's late release takes nothing from the live hold.
+    keys.settle(&settlement(
+        Vec::new(),
+        vec![Release {
+            hold: "dead".into(),
+            scopes: vec![team.scope.clone()],
+        }],
+    ))
+    .await
+    .expect("settle");
+    within.hold = "third".into();
+    assert_eq!(
+        keys.admit(&within).await.expect("admit"),
+        Some(Refusal::Rate {
+            scope: team.scope.clone(),
+            in_flight: 1,
+            requests: 0,
+            tokens: 0,
+        })
+    );
+}
