@@ -13,6 +13,7 @@ mod events;
 mod keys;
 mod models;
 mod sandboxes;
+mod session_owners;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -107,6 +108,7 @@ impl EmbeddedStore {
             txn.open_table(keys::KEYS).map_err(unavailable)?;
             txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
             sandboxes::create_tables(&txn)?;
+            session_owners::create_tables(&txn)?;
             events::create_tables(&txn)?;
             catalog::upgrade(&txn)?;
             txn.commit().map_err(unavailable)?;

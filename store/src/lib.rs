@@ -22,6 +22,7 @@ pub mod models;
 mod records;
 mod redis;
 pub mod sandboxes;
+pub mod session_owners;
 pub mod timeline;
 
 use std::path::PathBuf;
@@ -49,6 +50,7 @@ pub use records::{
 pub use sandboxes::{
     Fence, Restarts, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex,
 };
+pub use session_owners::SessionOwnerStore;
 pub use timeline::{Launch, Phase, Timeline};
 
 /// Why the store could not serve a call.
@@ -265,6 +267,7 @@ pub struct Store {
     pub spend_log: Arc<dyn SpendLogStore>,
     pub keys: Arc<dyn KeyStore>,
     pub sandboxes: Arc<dyn SandboxStore>,
+    pub session_owners: Arc<dyn SessionOwnerStore>,
     pub health: Arc<dyn StoreHealth>,
 }
 
@@ -298,6 +301,7 @@ impl Store {
             + SpendLogStore
             + KeyStore
             + SandboxStore
+            + SessionOwnerStore
             + StoreHealth,
     {
         Self {
@@ -312,6 +316,7 @@ impl Store {
             spend_log: backend.clone(),
             keys: backend.clone(),
             sandboxes: backend.clone(),
+            session_owners: backend.clone(),
             health: backend,
         }
     }

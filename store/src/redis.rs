@@ -25,6 +25,7 @@ mod nodes;
 mod primary;
 mod sandboxes;
 pub(super) mod sentinel;
+mod session_owners;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};

@@ -21,6 +21,8 @@ mod faults;
 mod gateway_accounting;
 mod gateway_attacks;
 mod gateway_keys;
+mod gateway_sessions;
+mod gateway_usage;
 mod hostile;
 mod http_cases;
 mod idle_pause;
