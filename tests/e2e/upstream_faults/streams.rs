@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::{PATIENCE, assert_openai_error, events, read_events, read_to_end, start, start_apart};
+use super::{assert_openai_error, events, read_events, read_to_end, start, start_apart};
 use crate::common::scripted_upstream::{Reply, ScriptedUpstream, StreamEnd};
 
 /// The stream reset after two events: the client gets both, an error event, and a clean
