@@ -1,13 +1,14 @@
 //! gRPC services served through axum: the caller's TCP address, which tonic reads from its
 //! own connection info (`Request::remote_addr`), and who may name the client a call is
-//! made for (`x-sandgate-client-address`, which per-client limits are keyed by).
+//! made for (`x-sandgate-client-address`, which per-client limits are keyed by, and
+//! `x-sandgate-peer-address`, by which the model gateway knows a sandbox's calls).
 
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request};
 use axum::middleware::Next;
 use axum::response::Response;
-use sandgate_proto::CLIENT_ADDRESS_METADATA;
+use sandgate_proto::{CLIENT_ADDRESS_METADATA, PEER_ADDRESS_METADATA};
 use tonic::transport::server::TcpConnectInfo;
 
 /// Gives tonic the TCP peer axum accepted the connection from.
@@ -30,10 +31,11 @@ pub async fn trusted(mut request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
-/// A public port: a caller's own client address is dropped, so the call counts against
-/// the caller's TCP address.
+/// A public port: a caller's own client and peer addresses are dropped, so the call
+/// counts against (and is known by) the caller's TCP address.
 pub async fn untrusted(mut request: Request, next: Next) -> Response {
     request.headers_mut().remove(CLIENT_ADDRESS_METADATA);
+    request.headers_mut().remove(PEER_ADDRESS_METADATA);
     with_peer(&mut request);
     next.run(request).await
 }

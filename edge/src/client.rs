@@ -31,6 +31,23 @@ impl FromRequestParts<AppState> for ClientAddress {
     }
 }
 
+/// The TCP peer the request came from, whatever the headers say (`None` when the edge is
+/// driven without a socket): how the model gateway knows a sandbox's calls.
+pub struct Peer(pub Option<IpAddr>);
+
+impl FromRequestParts<AppState> for Peer {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, Infallible> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(address)| address.ip().to_canonical()),
+        ))
+    }
+}
+
 /// Each proxy appends the address it got the request from to `X-Forwarded-For`, so the
 /// list is read from its end: past each trusted proxy to the first address that is not
 /// one, which only a trusted proxy can have written. An entry that is not an address

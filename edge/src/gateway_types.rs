@@ -130,7 +130,11 @@ pub(crate) enum ListTag {
 pub(crate) struct NewModel {
     #[schema(min_length = 1)]
     pub(crate) model_name: String,
-    #[serde(deserialize_with = "sandgate_proto::json::object")]
+    /// Also read as `litellm_params`, LiteLLM's name
+    #[serde(
+        deserialize_with = "sandgate_proto::json::object",
+        alias = "litellm_params"
+    )]
     #[schema(inline)]
     pub(crate) gateway_params: NewParams,
     /// LiteLLM's `model_info`: `input_cost_per_token`, `output_cost_per_token`,
@@ -160,6 +164,53 @@ pub(crate) struct NewParams {
         required = false
     )]
     pub(crate) api_key: String,
+    /// LiteLLM's per-deployment price per input token: set in `model_info`, in place of
+    /// its own
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub(crate) input_cost_per_token: Option<f64>,
+    /// Per output token, as `input_cost_per_token`
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub(crate) output_cost_per_token: Option<f64>,
+    /// Per input token read from the provider's cache, as `input_cost_per_token`
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub(crate) cache_read_input_token_cost: Option<f64>,
+    /// Per input token written to the provider's cache, as `input_cost_per_token`
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub(crate) cache_creation_input_token_cost: Option<f64>,
+}
+
+impl NewParams {
+    /// `model_info` with the prices these params name set in it (theirs first, as
+    /// LiteLLM prices a deployment by its `litellm_params` before its `model_info`).
+    pub(crate) fn priced(&self, model_info: Option<Value>) -> Option<Value> {
+        let prices = [
+            ("input_cost_per_token", self.input_cost_per_token),
+            ("output_cost_per_token", self.output_cost_per_token),
+            (
+                "cache_read_input_token_cost",
+                self.cache_read_input_token_cost,
+            ),
+            (
+                "cache_creation_input_token_cost",
+                self.cache_creation_input_token_cost,
+            ),
+        ];
+        let mut info = model_info.filter(|info| !info.is_null());
+        for (key, price) in prices {
+            let Some(price) = price else { continue };
+            if let Some(object) = info
+                .get_or_insert_with(|| Value::Object(serde_json::Map::new()))
+                .as_object_mut()
+            {
+                object.insert(key.to_owned(), Value::from(price));
+            }
+        }
+        info
+    }
 }
 
 fn api_base() -> ObjectBuilder {

@@ -8,6 +8,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
 use axum::routing::post;
+use std::net::IpAddr;
+
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -21,6 +23,7 @@ use utoipa::openapi::{Content, Ref, Required, ResponseBuilder};
 use utoipa::{PartialSchema, ToSchema};
 use utoipa_axum::router::UtoipaMethodRouter;
 
+use crate::client::Peer;
 use crate::gateway_types::{AnthropicError, AnthropicErrorBody, ErrorTag, OpenAIError};
 use crate::metadata;
 use crate::models::{GatewayError, body, client, is_anthropic};
@@ -224,11 +227,12 @@ fn operation(described: &Described, operation_id: &str) -> utoipa::openapi::path
 /// `/v1/responses`, `/v1/messages`, …
 pub async fn call<const API: i32>(
     State(state): State<AppState>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     payload: Result<Bytes, BytesRejection>,
 ) -> Response {
     let api = Api::try_from(API).unwrap_or_default();
-    match forward(api, &state, &headers, payload).await {
+    match forward(api, &state, (&headers, peer), payload).await {
         Ok(response) => response,
         Err(error) => error.for_api(api),
     }
@@ -237,14 +241,15 @@ pub async fn call<const API: i32>(
 async fn forward(
     api: Api,
     state: &AppState,
-    headers: &HeaderMap,
+    (headers, peer): (&HeaderMap, Option<IpAddr>),
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
     let client = client(state)?;
     let payload = body(payload)?;
     let mut stream = client
-        .call(metadata::request(
+        .call(metadata::request_from_peer(
             headers,
+            peer,
             CallRequest {
                 api: api.into(),
                 body: payload,

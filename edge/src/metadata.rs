@@ -8,7 +8,7 @@
 use std::net::IpAddr;
 
 use http::HeaderMap;
-use sandgate_proto::CLIENT_ADDRESS_METADATA;
+use sandgate_proto::{CLIENT_ADDRESS_METADATA, PEER_ADDRESS_METADATA};
 use tonic::metadata::{MetadataMap, MetadataValue};
 
 use crate::client::ClientAddress;
@@ -27,7 +27,10 @@ pub fn from_headers(headers: &HeaderMap) -> MetadataMap {
         let name_text = name.as_str();
         // Only the edge says who the client is (`request_for`): never the client. A
         // `-bin` name would be binary metadata, which no forwarded header is.
-        if name_text == CLIENT_ADDRESS_METADATA || name_text.ends_with("-bin") {
+        if name_text == CLIENT_ADDRESS_METADATA
+            || name_text == PEER_ADDRESS_METADATA
+            || name_text.ends_with("-bin")
+        {
             continue;
         }
         if name_text.starts_with("x-")
@@ -62,6 +65,24 @@ pub fn request_for<T>(
         .and_then(|address| MetadataValue::try_from(address).ok())
     {
         metadata.insert(CLIENT_ADDRESS_METADATA, value);
+    }
+    tonic::Request::from_parts(metadata, Default::default(), message)
+}
+
+/// A gRPC request carrying `message`, the forwarded headers and the TCP peer the edge got
+/// the request from (`PEER_ADDRESS_METADATA`), for the model gateway's calls: how a call
+/// is known to come from a sandbox.
+pub fn request_from_peer<T>(
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+    message: T,
+) -> tonic::Request<T> {
+    let mut metadata = from_headers(headers);
+    if let Some(value) = peer
+        .map(|peer| peer.to_canonical().to_string())
+        .and_then(|address| MetadataValue::try_from(address).ok())
+    {
+        metadata.insert(PEER_ADDRESS_METADATA, value);
     }
     tonic::Request::from_parts(metadata, Default::default(), message)
 }

@@ -50,7 +50,7 @@ impl GatewayError {
         let status = self.0.code().http_status();
         let retry_after = self.0.retry_after_seconds;
         let kind = match self.0.reason.as_str() {
-            "" => sandgate_proto::models::anthropic_error_type(status.as_u16()),
+            "" | INVALID_TYPE => sandgate_proto::models::anthropic_error_type(status.as_u16()),
             reason => reason,
         };
         let body = AnthropicError {
@@ -82,6 +82,9 @@ impl IntoResponse for GatewayError {
         let code = self.0.code();
         let status = code.http_status();
         let reason = self.0.reason.as_str();
+        if reason == INVALID_TYPE {
+            return invalid_type(status, &self.0.detail);
+        }
         let param =
             (code == ErrorCode::NotFound || reason == "key_model_access_denied").then_some("model");
         let kind = match reason {
@@ -112,6 +115,27 @@ fn with_retry_after(mut response: Response, seconds: u32) -> Response {
             .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
     }
     response
+}
+
+/// The model gateway's reason for a member of the wrong type: OpenAI's `code` for it.
+const INVALID_TYPE: &str = "invalid_type";
+
+/// A member of the wrong type, as OpenAI answers it: `{"error": {"message": "Invalid type
+/// for 'stream': expected a boolean, but got a string instead.", "type":
+/// "invalid_request_error", "param": "stream", "code": "invalid_type"}}`; the param is the
+/// one the message names.
+fn invalid_type(status: StatusCode, message: &str) -> Response {
+    let param = message
+        .strip_prefix("Invalid type for '")
+        .and_then(|rest| rest.split_once('\''))
+        .map(|(param, _)| param);
+    let body = serde_json::json!({"error": {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": param,
+        "code": INVALID_TYPE,
+    }});
+    (status, Json(body)).into_response()
 }
 
 pub(crate) fn client(state: &AppState) -> Result<&ModelGw, GatewayError> {
@@ -255,6 +279,7 @@ pub async fn add(
             return Err(after_caller(error, client.add_model(probe)).await);
         }
     };
+    let model_info = new.gateway_params.priced(new.model_info);
     let added = client
         .add_model(metadata::request(
             &headers,
@@ -266,9 +291,7 @@ pub async fn add(
                     api_key: new.gateway_params.api_key,
                 }),
                 replace_configured: new.replace_configured,
-                model_info_json: new
-                    .model_info
-                    .filter(|info| !info.is_null())
+                model_info_json: model_info
                     .map(|info| Bytes::from(info.to_string()))
                     .unwrap_or_default(),
             },

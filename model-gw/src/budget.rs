@@ -22,8 +22,8 @@ pub struct Prices {
 
 impl Eq for Prices {}
 
-/// The `model_info` keys of each price.
-const PRICE_KEYS: [&str; 4] = [
+/// The keys of each price, in `model_info` and in `litellm_params` alike.
+pub const PRICE_KEYS: [&str; 4] = [
     "input_cost_per_token",
     "output_cost_per_token",
     "cache_read_input_token_cost",
@@ -59,6 +59,36 @@ impl Prices {
                 .get("max_output_tokens")
                 .and_then(serde_json::Value::as_u64),
         })
+    }
+
+    /// `model_info` with the prices `params` (an entry's `litellm_params`) names set in
+    /// it: where both name a price, `litellm_params`' is the one, as LiteLLM's cost
+    /// calculation takes a deployment's own `litellm_params` pricing before its model
+    /// information. What `/model/info` shows and what [`Self::from_model_info`] reads.
+    /// A price that is not a finite, non-negative number is an error naming its key.
+    pub fn merged_model_info(
+        params: &serde_json::Map<String, serde_json::Value>,
+        model_info: Option<serde_json::Value>,
+    ) -> Result<Option<serde_json::Value>, String> {
+        let mut merged = model_info;
+        for key in PRICE_KEYS {
+            let Some(value) = params.get(key).filter(|value| !value.is_null()) else {
+                continue;
+            };
+            if !value
+                .as_f64()
+                .is_some_and(|price| price.is_finite() && price >= 0.0)
+            {
+                return Err(format!(
+                    "litellm_params.{key} must be a non-negative number"
+                ));
+            }
+            let info = merged.get_or_insert_with(|| serde_json::json!({}));
+            if let Some(object) = info.as_object_mut() {
+                object.insert(key.to_owned(), value.clone());
+            }
+        }
+        Ok(merged)
     }
 
     /// Whether the entry has a price at all: a call of an entry without one costs
@@ -147,7 +177,7 @@ pub fn key_window(key: &StoredKey, now_ms: i64) -> (u64, Option<i64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rewrite::TokenDetails;
+    use crate::usage::TokenDetails;
 
     #[test]
     fn prices_come_from_litellm_keys_and_refuse_what_is_not_a_price() {
@@ -164,6 +194,36 @@ mod tests {
                 .is_err()
         );
         assert_eq!(Prices::from_model_info(None), Ok(Prices::default()));
+    }
+
+    #[test]
+    fn litellm_params_prices_are_set_in_model_info_and_come_first() {
+        let params = serde_json::json!({"model": "openai/x", "input_cost_per_token": 0.5, "cache_read_input_token_cost": 0.05, "output_cost_per_token": null});
+        let params = params.as_object().cloned().unwrap_or_default();
+        let info = serde_json::json!({"input_cost_per_token": 9.0, "output_cost_per_token": 2.0, "max_input_tokens": 10});
+        let merged = Prices::merged_model_info(&params, Some(info)).unwrap_or_default();
+        assert_eq!(
+            merged,
+            Some(
+                serde_json::json!({"input_cost_per_token": 0.5, "output_cost_per_token": 2.0, "cache_read_input_token_cost": 0.05, "max_input_tokens": 10})
+            )
+        );
+        let prices = Prices::from_model_info(merged.as_ref()).unwrap_or_default();
+        assert_eq!(
+            (prices.input, prices.output, prices.cache_read),
+            (Some(0.5), Some(2.0), Some(0.05))
+        );
+        // Prices in litellm_params alone make a model_info of them.
+        let alone = serde_json::json!({"output_cost_per_token": 1e-6});
+        assert_eq!(
+            Prices::merged_model_info(alone.as_object().unwrap_or(&serde_json::Map::new()), None),
+            Ok(Some(serde_json::json!({"output_cost_per_token": 1e-6})))
+        );
+        let bad = serde_json::json!({"input_cost_per_token": "cheap"});
+        assert!(
+            Prices::merged_model_info(bad.as_object().unwrap_or(&serde_json::Map::new()), None)
+                .is_err()
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub struct Prepared {
     pub asked: String,
     pub user: Option<String>,
     pub answer: AnswerEdit,
+    /// The client's bound on the output tokens (`max_tokens` and its kin): the bound of
+    /// the estimate charged when the answer reports no usage.
+    pub max_output: Option<u64>,
 }
 
 /// What the gateway does to an answer on its way to the client.

@@ -30,10 +30,13 @@ mod retry;
 mod rewrite;
 mod routing;
 mod service;
+mod session;
 mod spend;
 #[doc(hidden)]
 pub mod sse;
+mod strict;
 mod support;
+mod usage;
 
 use sandgate_proto::MAX_MESSAGE_BYTES;
 use sandgate_proto::models::v1::model_gateway_server::ModelGatewayServer;
@@ -54,6 +57,8 @@ pub use rewrite::{ChatRequest, Usage, rename_model};
 pub use service::{DEFAULT_SPEND_LOG_LIMIT, GatewayOptions, ModelGatewayService};
 #[doc(hidden)]
 pub use sse::SseRenamer;
+#[doc(hidden)]
+pub use strict::Refusal;
 
 /// The gRPC service of `gateway`, ready to mount.
 pub fn grpc_service(gateway: ModelGatewayService) -> ModelGatewayServer<ModelGatewayService> {

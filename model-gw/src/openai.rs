@@ -80,6 +80,7 @@ pub fn prepare(
         answer: AnswerEdit::Rename {
             hide_usage: asks_usage_chunk,
         },
+        max_output: request.max_output,
     }
 }
 

@@ -31,6 +31,7 @@ pub(crate) fn prepare(
         asked: request.model.clone(),
         user,
         answer,
+        max_output: request.max_output,
     };
     let refused = |err: String| error(ErrorCode::BadRequest, err);
     let anthropic = matches!(api, Api::Messages | Api::MessagesCountTokens);

@@ -4,9 +4,12 @@
 
 use std::borrow::Cow;
 
+use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+
+use crate::strict::{self, Refusal};
+pub use crate::usage::Usage;
 
 /// A JSON object's top-level members, values kept as their raw text.
 struct Members<'a>(Vec<(String, &'a RawValue)>);
@@ -67,65 +70,6 @@ impl Members<'_> {
 
 fn drop_result<T, E>(_: Result<T, E>) {}
 
-/// The token counts of an answer's `usage`, under OpenAI's names (chat completions,
-/// embeddings, completions) or the Responses and Anthropic APIs' (`input_tokens`,
-/// `output_tokens`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    #[serde(alias = "input_tokens")]
-    pub prompt_tokens: Option<u64>,
-    #[serde(alias = "output_tokens")]
-    pub completion_tokens: Option<u64>,
-    pub total_tokens: Option<u64>,
-    /// Of the prompt tokens, those the provider read from its cache (OpenAI's
-    /// `prompt_tokens_details`, the Responses API's `input_tokens_details`).
-    #[serde(
-        default,
-        alias = "input_tokens_details",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub prompt_tokens_details: Option<TokenDetails>,
-    /// Anthropic's cache reads and writes: beside its input tokens, not among them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read_input_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_creation_input_tokens: Option<u64>,
-}
-
-/// The breakdown of an OpenAI usage's prompt tokens that prices read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenDetails {
-    #[serde(default)]
-    pub cached_tokens: Option<u64>,
-}
-
-impl Usage {
-    /// `self`, with what `later` says in place of what it says too: an Anthropic stream
-    /// tells the input tokens first and the output tokens at the end.
-    pub fn merge(self, later: Usage) -> Usage {
-        let prompt = later.prompt_tokens.or(self.prompt_tokens);
-        let completion = later.completion_tokens.or(self.completion_tokens);
-        let total = later.total_tokens.or(match (prompt, completion) {
-            (Some(prompt), Some(completion)) if later.total_tokens.is_none() => {
-                Some(prompt + completion)
-            }
-            _ => self.total_tokens,
-        });
-        Usage {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            total_tokens: total,
-            prompt_tokens_details: later.prompt_tokens_details.or(self.prompt_tokens_details),
-            cache_read_input_tokens: later
-                .cache_read_input_tokens
-                .or(self.cache_read_input_tokens),
-            cache_creation_input_tokens: later
-                .cache_creation_input_tokens
-                .or(self.cache_creation_input_tokens),
-        }
-    }
-}
-
 /// The members an answer nests its model and usage in: a Responses API event's
 /// `response`, an Anthropic `message_start` event's `message`.
 const NESTED: [&str; 2] = ["response", "message"];
@@ -169,6 +113,9 @@ pub struct ChatRequest<'a> {
     pub stream: bool,
     /// `"stream_options": {"include_usage": true}`.
     pub stream_usage: bool,
+    /// The smallest of `max_tokens`, `max_completion_tokens` and `max_output_tokens`
+    /// the body names.
+    pub max_output: Option<u64>,
 }
 
 impl<'a> ChatRequest<'a> {
@@ -177,38 +124,41 @@ impl<'a> ChatRequest<'a> {
         self.members.get(name).map(RawValue::get)
     }
 
-    /// Reads the body; the error says, for the client, what is wrong with it.
-    pub fn parse(body: &'a [u8]) -> Result<Self, String> {
+    /// Reads the body; the error says, for the client, what is wrong with it. A member
+    /// named twice anywhere, a `stream` that is not a boolean, a `stream_options` that is
+    /// not an object (or its `include_usage` not a boolean) are refused (see `strict`).
+    pub fn parse(body: &'a [u8]) -> Result<Self, Refusal> {
         // The members are kept raw and sent on as they came, so nothing here would stop a
         // body nested thousands of levels deep from reaching the upstream, or the spend
         // log's readers: refused first, as the webhook refuses it.
         if sandgate_proto::json::nesting_exceeds(body, MAX_NESTING).is_some() {
-            return Err(format!(
+            return Err(Refusal::Malformed(format!(
                 "the request body is nested more than {MAX_NESTING} levels deep"
-            ));
+            )));
         }
-        let members: Members<'a> = serde_json::from_slice(body)
-            .map_err(|err| format!("the request body is not a JSON object: {err}"))?;
+        let members: Members<'a> = serde_json::from_slice(body).map_err(|err| {
+            Refusal::Malformed(format!("the request body is not a JSON object: {err}"))
+        })?;
+        if let Some(path) = strict::duplicate_member(body) {
+            return Err(Refusal::Duplicate(path));
+        }
         let model = match members.get("model") {
             Some(raw) => serde_json::from_str::<String>(raw.get())
-                .map_err(|_| "`model` must be a string".to_owned())?,
-            None => return Err("`model` is required".to_owned()),
+                .map_err(|_| Refusal::Malformed("`model` must be a string".to_owned()))?,
+            None => return Err(Refusal::Malformed("`model` is required".to_owned())),
         };
         let user = members
             .get("user")
             .and_then(|raw| serde_json::from_str::<Option<String>>(raw.get()).ok())
             .flatten();
-        let stream = members.get("stream").is_some_and(|raw| raw.get() == "true");
-        #[derive(Deserialize)]
-        struct StreamOptions {
-            include_usage: Option<bool>,
-        }
-        let stream_usage = members
-            .get("stream_options")
-            .and_then(|raw| serde_json::from_str::<Option<StreamOptions>>(raw.get()).ok())
-            .flatten()
-            .and_then(|options| options.include_usage)
-            .unwrap_or(false);
+        let stream = strict::boolean("stream", members.get("stream"))?;
+        let stream_usage = strict::stream_options(members.get("stream_options"))?;
+        // The most output tokens the call may make, by whichever name its API gives it:
+        // the bound of the estimate charged when an answer reports no usage.
+        let max_output = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+            .iter()
+            .filter_map(|name| serde_json::from_str::<u64>(members.get(name)?.get()).ok())
+            .min();
         Ok(Self {
             body,
             members,
@@ -216,6 +166,7 @@ impl<'a> ChatRequest<'a> {
             user,
             stream,
             stream_usage,
+            max_output,
         })
     }
 

@@ -10,6 +10,13 @@ pub mod json;
 /// serves (the TCP peer, or the client a trusted proxy names). The edge never forwards a
 /// client's own header of this name; a caller without it is known by its remote address.
 pub const CLIENT_ADDRESS_METADATA: &str = "x-sandgate-client-address";
+
+/// The gRPC metadata in which the edge tells the model gateway the TCP peer of an LLM call
+/// (never a proxy's `X-Forwarded-For`): how a call is known to come from a sandbox
+/// Sandgate runs (`StoredSandbox::source_address`). Like [`CLIENT_ADDRESS_METADATA`], the
+/// edge never forwards a client's own header of this name, the public gRPC port drops it,
+/// and a caller without it is known by its remote address.
+pub const PEER_ADDRESS_METADATA: &str = "x-sandgate-peer-address";
 pub mod trace;
 
 pub mod errors {

@@ -16,6 +16,7 @@ mod models;
 mod orgs;
 mod quota;
 mod sandboxes;
+mod session_owners;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -117,6 +118,7 @@ impl EmbeddedStore {
             txn.open_table(orgs::USERS).map_err(unavailable)?;
             txn.open_table(orgs::SPEND).map_err(unavailable)?;
             sandboxes::create_tables(&txn)?;
+            session_owners::create_tables(&txn)?;
             events::create_tables(&txn)?;
             catalog::upgrade(&txn)?;
             txn.commit().map_err(unavailable)?;

@@ -24,6 +24,7 @@ pub mod orgs;
 mod records;
 mod redis;
 pub mod sandboxes;
+pub mod session_owners;
 pub mod timeline;
 
 use std::path::PathBuf;
@@ -55,6 +56,7 @@ pub use records::{
 pub use sandboxes::{
     Fence, Restarts, SandboxSpec, SandboxState, SandboxStore, StoredSandbox, SweepIndex,
 };
+pub use session_owners::SessionOwnerStore;
 pub use timeline::{Launch, Phase, Timeline};
 
 /// Why the store could not serve a call.
@@ -273,6 +275,7 @@ pub struct Store {
     /// Teams, users and the spend counters of everything a call counts towards.
     pub orgs: Arc<dyn OrgStore>,
     pub sandboxes: Arc<dyn SandboxStore>,
+    pub session_owners: Arc<dyn SessionOwnerStore>,
     pub health: Arc<dyn StoreHealth>,
 }
 
@@ -307,6 +310,7 @@ impl Store {
             + KeyStore
             + OrgStore
             + SandboxStore
+            + SessionOwnerStore
             + StoreHealth,
     {
         Self {
@@ -322,6 +326,7 @@ impl Store {
             keys: backend.clone(),
             orgs: backend.clone(),
             sandboxes: backend.clone(),
+            session_owners: backend.clone(),
             health: backend,
         }
     }

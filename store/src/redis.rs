@@ -28,6 +28,7 @@ mod primary;
 mod quota;
 mod sandboxes;
 pub(super) mod sentinel;
+mod session_owners;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};

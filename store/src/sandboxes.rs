@@ -107,6 +107,11 @@ pub struct StoredSandbox {
     /// warm sandbox not yet claimed, and for records written before timelines were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+    /// The address this sandbox's connections reach Sandgate from: its pod's IP on
+    /// Kubernetes, its own loopback address for a process sandbox; how a call is known to
+    /// come from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_address: Option<String>,
 }
 
 fn is_zero_ms(ms: &i64) -> bool {
@@ -161,6 +166,15 @@ impl StoredSandbox {
         (self.session_id.is_none() && self.state.is_live()).then_some(self.claim_key.as_str())
     }
 
+    /// The address index entry it has: its `source_address` while it is live (starting
+    /// or running). A stopped sandbox's address may be another's by then (a pod's IP is
+    /// given to the next pod), so it leaves the index.
+    pub fn address_index(&self) -> Option<&str> {
+        self.source_address
+            .as_deref()
+            .filter(|address| !address.is_empty() && self.state.is_live())
+    }
+
     /// The sweep index it belongs to, and its position there (milliseconds since the
     /// epoch); `None` for a claimed sandbox that is starting or failed.
     pub fn sweep_index(&self) -> Option<(SweepIndex, i64)> {
@@ -195,6 +209,13 @@ pub trait SandboxStore: Send + Sync + 'static {
 
     /// The sandbox running `session_id`.
     async fn sandbox_for_session(&self, session_id: &str) -> StoreResult<Option<StoredSandbox>>;
+
+    /// The live sandbox whose connections come from `address` (its `source_address`, as
+    /// written: an IP address in its canonical text), by an index of the live sandboxes'
+    /// addresses (one lookup, not a scan); `None` when no live sandbox has it. The record
+    /// returned is read after the index: callers may rely on its `address_index()` being
+    /// `address`.
+    async fn sandbox_at_address(&self, address: &str) -> StoreResult<Option<StoredSandbox>>;
 
     /// Up to `limit` sandboxes of `index` placed there at or before `until_ms`, first
     /// placed first. Hits may be stale: callers check `sweep_index` of what they get.

@@ -23,6 +23,8 @@ mod gateway_admission;
 mod gateway_attacks;
 mod gateway_keys;
 mod gateway_orgs;
+mod gateway_sessions;
+mod gateway_usage;
 mod hostile;
 mod http_cases;
 mod idle_pause;

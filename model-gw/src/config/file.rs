@@ -68,8 +68,33 @@ struct FileParams {
     rpm: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     tpm: Option<serde::de::IgnoredAny>,
+    /// LiteLLM's per-deployment prices (`budget::PRICE_KEYS`), before `model_info`'s.
+    #[serde(default)]
+    input_cost_per_token: Option<serde_json::Value>,
+    #[serde(default)]
+    output_cost_per_token: Option<serde_json::Value>,
+    #[serde(default)]
+    cache_read_input_token_cost: Option<serde_json::Value>,
+    #[serde(default)]
+    cache_creation_input_token_cost: Option<serde_json::Value>,
     #[serde(flatten)]
     unused: Unused,
+}
+
+impl FileParams {
+    /// The prices these params name, by their keys.
+    fn prices(&self) -> serde_json::Map<String, serde_json::Value> {
+        let [input, output, cache_read, cache_creation] = crate::budget::PRICE_KEYS;
+        [
+            (input, &self.input_cost_per_token),
+            (output, &self.output_cost_per_token),
+            (cache_read, &self.cache_read_input_token_cost),
+            (cache_creation, &self.cache_creation_input_token_cost),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_owned(), value.clone()?)))
+        .collect()
+    }
 }
 
 /// How `/v1/messages` reaches an `openai/` upstream.
@@ -320,10 +345,12 @@ impl GatewayConfig {
             }
             let api_key = resolve(&params.api_key, &what, env)?;
             check_api_key(&api_key).map_err(|err| format!("{what}: {err}"))?;
-            let prices = Prices::from_model_info(entry.model_info.as_ref())
+            let model_info = Prices::merged_model_info(&params.prices(), entry.model_info)
+                .map_err(|err| format!("{what}: {err}"))?;
+            let prices = Prices::from_model_info(model_info.as_ref())
                 .map_err(|err| format!("{what}: {err}"))?;
             let mut call = call_params(&params, &model, &what)?;
-            call.takes_reasoning = takes_reasoning(entry.model_info.as_ref());
+            call.takes_reasoning = takes_reasoning(model_info.as_ref());
             models.push(ModelEntry {
                 prices,
                 added: false,
@@ -332,7 +359,7 @@ impl GatewayConfig {
                 model,
                 api_base,
                 api_key,
-                model_info: entry.model_info,
+                model_info,
                 base_url: BaseUrl::default(),
             });
         }

@@ -131,6 +131,7 @@ mod tests {
             asked: "claude".to_owned(),
             user: None,
             answer,
+            max_output: None,
         }
     }
 

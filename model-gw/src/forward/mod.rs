@@ -31,7 +31,7 @@ use self::body::request_body;
 use self::edit::StreamEditor;
 use self::failure::{egress_refusal, upstream_failure};
 use self::record::CallRecord;
-use self::relay::Relay;
+use self::relay::{Live, Relay};
 use self::whole::whole_answer;
 use crate::admit::Charge;
 use crate::call::{AnswerEdit, Prepared, api_name};
@@ -193,6 +193,8 @@ impl Forwarder {
             upstream_status: None,
             bytes_in: call.body.iter().map(Bytes::len).sum(),
             bytes_out: 0,
+            bytes_read: 0,
+            max_output: call.max_output,
             prices: upstream.prices,
             charge,
         };
@@ -347,10 +349,12 @@ impl Forwarder {
         let mut relay = Relay {
             spend: self.spend.clone(),
             status,
-            response,
             deadline,
-            editor: StreamEditor::new(&call, self.limits.max_event_bytes),
-            record: Some(record),
+            live: Some(Live {
+                response,
+                editor: StreamEditor::new(&call, self.limits.max_event_bytes),
+                record,
+            }),
             span: Span::current(),
         };
         // The first events leave with the answer's head, in one write and one read for

@@ -13,6 +13,7 @@ use crate::admit::Charge;
 use crate::budget::Prices;
 use crate::rewrite::Usage;
 use crate::spend::Finished;
+use crate::usage::{Evidence, charged};
 
 /// What the spend log learns from a request before it is forwarded: one entry per
 /// client request, however many attempts it took.
@@ -29,6 +30,10 @@ pub(crate) struct CallRecord {
     pub(crate) upstream_status: Option<u16>,
     pub(crate) bytes_in: usize,
     pub(crate) bytes_out: u64,
+    /// The bytes of the answer read from the upstream, relayed or not.
+    pub(crate) bytes_read: u64,
+    /// The client's bound on the output tokens.
+    pub(crate) max_output: Option<u64>,
     /// What the call costs per token.
     pub(crate) prices: Prices,
     /// What the call is charged to (its virtual key's scopes), and its hold.
@@ -36,6 +41,47 @@ pub(crate) struct CallRecord {
 }
 
 impl CallRecord {
+    /// The entry of a call the upstream answered with success (`complete`: read to its
+    /// end), charged what its usage says or, where that is missing or partial, the
+    /// estimate of [`charged`]; an estimate is named in the entry's metadata
+    /// (`usage_estimated`).
+    pub(crate) fn finish_answered(
+        mut self,
+        status: u16,
+        reported: Option<Usage>,
+        complete: bool,
+    ) -> Finished {
+        let evidence = Evidence {
+            request_bytes: self.bytes_in as u64,
+            answer_bytes: self.bytes_read,
+            max_output: self.max_output,
+            complete,
+        };
+        let (usage, estimated) = charged(reported, &evidence);
+        if estimated {
+            tracing::info!(
+                prompt_tokens = usage.prompt_tokens,
+                completion_tokens = usage.completion_tokens,
+                "the upstream reported no (or partial) usage: the call is charged an estimate"
+            );
+            let metadata = self
+                .entry
+                .metadata
+                .get_or_insert_with(|| serde_json::json!({}));
+            match metadata.as_object_mut() {
+                Some(object) => {
+                    object.insert("usage_estimated".to_owned(), serde_json::Value::Bool(true));
+                }
+                None => {
+                    let client = metadata.take();
+                    *metadata = serde_json::json!({"usage_estimated": true, "client": client});
+                }
+            }
+        }
+        self.finish(status, Some(usage))
+    }
+
+
     /// The call's spend log entry, once `status` is answered, and what it settles (its
     /// spend, its hold released); its metrics are recorded.
     pub(crate) fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {

@@ -1,12 +1,15 @@
 //! A streamed answer relayed as the client reads it, event by event, each edited; its
-//! spend log entry written when it ends, fails, or is left by its client.
+//! spend log entry written when it ends or fails. A client that leaves before its answer's
+//! last event does not end the upstream call: the rest is read (and dropped as it comes)
+//! in a task of its own, so that the usage at its end, or the estimate of what it
+//! generated, is charged.
 
 use std::sync::Arc;
 
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::v1::CallResponse;
 use tonic::Status;
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use super::edit::StreamEditor;
 use super::failure::{deadline_passed, upstream_failure};
@@ -14,103 +17,150 @@ use super::record::CallRecord;
 use crate::spend::{Finished, SpendLog};
 use crate::support::error;
 
-/// A streamed answer's events (the first leave with its head): passed on as they arrive, each
-/// edited. Its spend log entry is written when the answer ends, fails, or is dropped
-/// unfinished (the client went away: 499, and the upstream call ends with it).
+/// A streamed answer's events (the first leave with its head): passed on as they arrive,
+/// each edited. Its spend log entry is written when the answer ends or fails; when the
+/// client goes away first, once the upstream's answer is read to its end (499).
 pub(crate) struct Relay {
     pub(crate) spend: Arc<SpendLog>,
     /// The upstream's status.
     pub(crate) status: u16,
-    pub(crate) response: reqwest::Response,
     /// When the call must be over, its stream included.
     pub(crate) deadline: tokio::time::Instant,
-    pub(crate) editor: StreamEditor,
-    /// `None` once the entry is written.
-    pub(crate) record: Option<CallRecord>,
-    /// The upstream call's span: it lasts until the answer is relayed whole.
+    /// `None` once the entry is written (or the rest handed to the drain).
+    pub(crate) live: Option<Live>,
+    /// The upstream call's span: it lasts until the answer is read whole.
     pub(crate) span: Span,
+}
+
+/// The upstream's answer being read, its editor and its record.
+pub(crate) struct Live {
+    pub(crate) response: reqwest::Response,
+    pub(crate) editor: StreamEditor,
+    pub(crate) record: CallRecord,
+}
+
+/// What one read of the upstream gave.
+enum Read {
+    /// Edited events for the client (perhaps none yet: a line is incomplete).
+    Events(Vec<u8>),
+    /// The upstream's answer ended; what was left of it, edited.
+    End(Vec<u8>),
+    /// The stream failed: its status, and what the client is told.
+    Failed(ErrorCode, u16, String),
+}
+
+impl Live {
+    /// Reads the upstream's next chunk, by `deadline`.
+    async fn read(&mut self, deadline: tokio::time::Instant) -> Read {
+        let Ok(chunk) = tokio::time::timeout_at(deadline, self.response.chunk()).await else {
+            let (code, failed, message) = deadline_passed();
+            return Read::Failed(code, failed, message);
+        };
+        match chunk {
+            Ok(Some(chunk)) => {
+                self.record.bytes_read += chunk.len() as u64;
+                let out = self.editor.push(&chunk);
+                if self.editor.overflowed() {
+                    tracing::warn!("an upstream stream's line is longer than the limit; ended");
+                    return Read::Failed(
+                        ErrorCode::BadGateway,
+                        502,
+                        "an event of the upstream's stream is longer than the limit (--gateway-max-event-bytes)".to_owned(),
+                    );
+                }
+                Read::Events(out)
+            }
+            Err(err) => {
+                let (code, failed, message) = upstream_failure(&err);
+                tracing::warn!(error = %err.without_url(), "upstream stream failed");
+                Read::Failed(code, failed, message.to_owned())
+            }
+            Ok(None) => Read::End(self.editor.finish()),
+        }
+    }
+
+    /// The spend log entry: charged the usage the stream reported, or the estimate where
+    /// it was not `complete` or reported none (see `usage::charged`).
+    fn finish(self, status: u16, complete: bool) -> Finished {
+        let usage = self.editor.usage();
+        self.record.finish_answered(status, usage, complete)
+    }
 }
 
 impl Relay {
     /// The next message for the client; `None` at the end.
     pub(crate) async fn next(&mut self) -> Option<Result<CallResponse, Status>> {
         loop {
-            self.record.as_ref()?;
-            let Ok(chunk) = tokio::time::timeout_at(self.deadline, self.response.chunk()).await
-            else {
-                let (code, failed, message) = deadline_passed();
-                let entry = self.finish(failed, || {})?;
-                self.spend.log_now(entry).await;
-                return Some(Err(error(code, message)));
-            };
-            match chunk {
-                Ok(Some(chunk)) => {
-                    let out = self.editor.push(&chunk);
-                    if self.editor.overflowed() {
-                        let entry = self.finish(502, || {
-                            tracing::warn!(
-                                "an upstream stream's line is longer than the limit; ended"
-                            );
-                        })?;
-                        self.spend.log_now(entry).await;
-                        return Some(Err(error(
-                            ErrorCode::BadGateway,
-                            "an event of the upstream's stream is longer than the limit (--gateway-max-event-bytes)",
-                        )));
-                    }
+            let live = self.live.as_mut()?;
+            match live.read(self.deadline).instrument(self.span.clone()).await {
+                Read::Events(out) => {
                     if !out.is_empty() {
-                        if let Some(record) = &mut self.record {
-                            record.bytes_out += out.len() as u64;
-                        }
+                        live.record.bytes_out += out.len() as u64;
                         return Some(Ok(message(out)));
                     }
                 }
-                Err(err) => {
-                    let (code, failed, message) = upstream_failure(&err);
-                    let entry = self.finish(failed, || {
-                        tracing::warn!(error = %err.without_url(), "upstream stream failed");
-                    })?;
+                Read::End(rest) => {
+                    live.record.bytes_out += rest.len() as u64;
+                    let entry = self.finish(self.status, true)?;
+                    self.spend.log_soon(entry);
+                    return (!rest.is_empty()).then(|| Ok(message(rest)));
+                }
+                Read::Failed(code, failed, message) => {
+                    let entry = self.finish(failed, false)?;
                     // Logged first, so that a client that has its (failed) answer finds
                     // the entry.
                     self.spend.log_now(entry).await;
                     return Some(Err(error(code, message)));
                 }
-                Ok(None) => {
-                    let rest = self.editor.finish();
-                    if let Some(record) = &mut self.record {
-                        record.bytes_out += rest.len() as u64;
-                    }
-                    let entry = self.finish(self.status, || {})?;
-                    self.spend.log_soon(entry);
-                    return (!rest.is_empty()).then(|| Ok(message(rest)));
-                }
             }
         }
     }
 
-    /// The spend log entry, once: the relay is over, its `status` known (`also` runs in the
-    /// upstream span too).
-    fn finish(&mut self, status: u16, also: impl FnOnce()) -> Option<Finished> {
-        let record = self.record.take()?;
+    /// The spend log entry, once: the relay is over, its `status` known.
+    fn finish(&mut self, status: u16, complete: bool) -> Option<Finished> {
+        let live = self.live.take()?;
         let _entered = self.span.enter();
-        also();
-        Some(record.finish(status, self.editor.usage()))
+        Some(live.finish(status, complete))
     }
 }
 
 impl Drop for Relay {
     /// The client left. Once its answer's last event was relayed (Codex closes the
     /// connection at `response.completed`, before the upstream's stream has ended) the
-    /// call is complete and logged with the upstream's status; before, it is 499.
+    /// call is complete and logged with the upstream's status. Before, the upstream's
+    /// answer is read on to its end (within the call's deadline, the read timeout and the
+    /// event size limit, each chunk dropped once read: nothing is kept but the editor's
+    /// current line) and the call logged 499, charged what the upstream generated.
     fn drop(&mut self) {
-        let status = if self.editor.ended() {
-            self.status
-        } else {
-            499
+        let Some(mut live) = self.live.take() else {
+            return;
         };
-        if let Some(entry) = self.finish(status, || {}) {
-            self.spend.log_soon(entry);
+        if live.editor.ended() {
+            let _entered = self.span.enter();
+            self.spend.log_soon(live.finish(self.status, true));
+            return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to read on (the process is ending): charged the estimate.
+            let _entered = self.span.enter();
+            self.spend.log_soon(live.finish(499, false));
+            return;
+        };
+        let (spend, deadline, span) = (self.spend.clone(), self.deadline, self.span.clone());
+        runtime.spawn(async move {
+            let complete = loop {
+                match live.read(deadline).instrument(span.clone()).await {
+                    // The answer's last event: what follows it, if anything, is no
+                    // generation of the upstream's (an upstream may hold its stream open).
+                    Read::Events(_) if live.editor.ended() => break true,
+                    Read::Events(_) => {}
+                    Read::End(_) => break true,
+                    Read::Failed(..) => break false,
+                }
+            };
+            let _entered = span.enter();
+            spend.log_soon(live.finish(499, complete));
+        });
     }
 }
 

@@ -32,6 +32,8 @@ pub(crate) async fn whole_answer(
     };
     match body {
         Ok(body) => {
+            record.bytes_read = body.len() as u64;
+            let upstream_succeeded = status.is_success();
             let (status, mut rest, usage) = edit_whole(call, status.as_u16(), body);
             first.status = u32::from(status);
             if !(200..300).contains(&status) {
@@ -48,7 +50,14 @@ pub(crate) async fn whole_answer(
                     ..CallResponse::default()
                 });
             }
-            (messages, record.finish(status, usage), None)
+            // What a successful upstream answer generated is charged, by its usage or
+            // the estimate where it reports none; a failure is not.
+            let finished = if upstream_succeeded {
+                record.finish_answered(status, usage, true)
+            } else {
+                record.finish(status, usage)
+            };
+            (messages, finished, None)
         }
         Err(failure) => {
             let (code, status, message) = failure.describe();

@@ -31,6 +31,13 @@ pub fn forwardable(name: &str) -> bool {
     if CREDENTIALS.contains(&name) || name.ends_with("-api-key") || name.ends_with("-bin") {
         return false;
     }
+    // What the edge tells the gateway of the caller (its TCP peer, its address): this
+    // deployment's own, never an upstream's to know.
+    if name == sandgate_proto::PEER_ADDRESS_METADATA
+        || name == sandgate_proto::CLIENT_ADDRESS_METADATA
+    {
+        return false;
+    }
     if let Some(rest) = name.strip_prefix("x-") {
         return !rest.starts_with("stainless-");
     }

@@ -119,3 +119,10 @@ fn a_static_header_replaces_the_clients() {
     let values: Vec<_> = outbound.get_all(&team).iter().collect();
     assert_eq!(values, ["platform"]);
 }
+
+#[test]
+fn what_the_edge_says_of_the_caller_never_goes_upstream() {
+    assert!(!forwardable(sandgate_proto::PEER_ADDRESS_METADATA));
+    assert!(!forwardable(sandgate_proto::CLIENT_ADDRESS_METADATA));
+    assert!(forwardable("x-litellm-session-id"));
+}

@@ -41,7 +41,9 @@ use crate::metrics::metric_label;
 use crate::prepare::prepare;
 use crate::rewrite::ChatRequest;
 use crate::routing::{RouteError, Upstream, route};
+use crate::session::Sessions;
 use crate::spend::SpendLog;
+use crate::strict::Refusal;
 use crate::support::error;
 
 /// How the gateway runs.
@@ -88,6 +90,8 @@ pub struct Gateway {
     entries: Entries,
     /// The forwarding core: every call that passed routing goes upstream through it.
     forwarder: Forwarder,
+    /// Whose session a call names (see `session`).
+    sessions: Sessions,
     spend: Arc<SpendLog>,
     max_added_models: usize,
     /// Calls in flight, per entry and per prompt (see `loops`).
@@ -118,6 +122,7 @@ impl ModelGatewayService {
             config: options.config,
             auth: Authenticator::new(store.clone(), options.master_key),
             entries: Entries::new(store.clone()),
+            sessions: Sessions::new(store.clone()),
             store,
             forwarder,
             spend,
@@ -216,20 +221,23 @@ impl ModelGateway for ModelGatewayService {
     type CallStream = CallStream;
 
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallStream>, Status> {
-        let (metadata, _, message) = request.into_parts();
+        let remote = request.remote_addr();
+        let (mut metadata, _, message) = request.into_parts();
         let mut seen = crate::access::Seen {
             started: Some(std::time::Instant::now()),
             bytes_in: message.body.len(),
             ..crate::access::Seen::default()
         };
-        let (config, call, upstream, charge, held) =
-            match self.route_call(&metadata, message, &mut seen).await {
-                Ok(routed) => routed,
-                Err(status) => {
-                    refused(&self.spend, &metadata, seen, &status);
-                    return Err(status);
-                }
-            };
+        let (config, call, upstream, charge, held) = match self
+            .route_call((&mut metadata, remote), message, &mut seen)
+            .await
+        {
+            Ok(routed) => routed,
+            Err(status) => {
+                refused(&self.spend, &metadata, seen, &status);
+                return Err(status);
+            }
+        };
         // The upstream call's span: the parent the upstream sees in `traceparent`. It
         // lasts until the answer is relayed whole.
         let span = tracing::info_span!(
@@ -381,7 +389,10 @@ impl ModelGatewayService {
     /// upstream is called.
     async fn route_call(
         &self,
-        metadata: &tonic::metadata::MetadataMap,
+        (metadata, remote): (
+            &mut tonic::metadata::MetadataMap,
+            Option<std::net::SocketAddr>,
+        ),
         message: CallRequest,
         seen: &mut crate::access::Seen,
     ) -> Result<(Arc<GatewayConfig>, Prepared, Upstream, Option<Charge>, Held), Status> {
@@ -394,11 +405,18 @@ impl ModelGatewayService {
                 ),
             ));
         }
+        // Before the key is read: a sandbox's call has its sandbox's session, which the
+        // key's per-session spend is read for.
+        let sandbox = self.sessions.origin(metadata, remote).await?;
+        let metadata = &*metadata;
         let caller = self.auth.authenticate(metadata).await?;
         seen.authenticated = true;
         seen.key = caller
             .key()
             .map(|key| (key.token.clone(), key.key_alias.clone()));
+        self.sessions
+            .check(metadata, sandbox.as_ref(), &caller)
+            .await?;
         let api = Api::try_from(message.api)
             .ok()
             .filter(|api| *api != Api::Unspecified)
@@ -410,7 +428,15 @@ impl ModelGatewayService {
             })?;
         let body = message.body;
         seen.api = Some(api);
-        let request = ChatRequest::parse(&body).map_err(|err| error(ErrorCode::BadRequest, err))?;
+        let request = ChatRequest::parse(&body).map_err(|refusal| {
+            let detail = ErrorDetail::new(ErrorCode::BadRequest, refusal.to_string());
+            match refusal {
+                // OpenAI's `code` of such an error; the edge answers it with its `param`.
+                Refusal::InvalidType { .. } => detail.with_reason("invalid_type"),
+                _ => detail,
+            }
+            .into_status()
+        })?;
         seen.asked = Some(request.model.clone());
         if !caller.may_call(&request.model) {
             return Err(model_refused(&request.model).into_status());

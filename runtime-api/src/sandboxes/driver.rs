@@ -24,6 +24,10 @@ pub struct Observed {
     pub detail: Option<String>,
     /// Its workload's restarts, where the platform restarts workloads.
     pub restarts: Restarts,
+    /// The address its connections come from, where the platform says (a pod's IP):
+    /// written to the record's `source_address`, by which the model gateway knows its
+    /// calls.
+    pub source_address: Option<String>,
 }
 
 impl Observed {
@@ -33,6 +37,7 @@ impl Observed {
             state,
             detail,
             restarts: Restarts::default(),
+            source_address: None,
         }
     }
 }

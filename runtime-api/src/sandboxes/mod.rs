@@ -215,6 +215,7 @@ impl Sandboxes {
             personalised: false,
             active_at_ms: 0,
             timeline: None,
+            source_address: None,
         }
     }
 
@@ -337,9 +338,16 @@ impl Sandboxes {
             let seen = self.timed_out(&record, seen, now);
             let running = seen.state == SandboxState::Running;
             let timed = timeline::runs_untimed(&record, seen.state);
+            // An address the platform no longer says (a pod between IPs) is kept until it
+            // says another: the index drops it once the sandbox is no longer live.
+            let address = seen
+                .source_address
+                .clone()
+                .or_else(|| record.source_address.clone());
             if seen.state == record.state
                 && seen.detail == record.status_detail
                 && seen.restarts == record.restarts
+                && address == record.source_address
                 && !(running && record.slot_failures > 0)
                 && !timed
             {
@@ -353,6 +361,7 @@ impl Sandboxes {
                         record.state = seen.state;
                         record.status_detail = seen.detail.clone();
                         record.restarts = seen.restarts.clone();
+                        record.source_address.clone_from(&address);
                         if running {
                             // Its slot works again: a later failure starts a new backoff.
                             record.slot_failures = 0;
@@ -401,6 +410,7 @@ impl Sandboxes {
                 timeout.as_secs()
             )),
             restarts: seen.restarts,
+            source_address: seen.source_address,
         }
     }
 

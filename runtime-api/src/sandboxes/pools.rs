@@ -155,6 +155,7 @@ mod tests {
             personalised: false,
             active_at_ms: 0,
             timeline: None,
+            source_address: None,
         }
     }
 

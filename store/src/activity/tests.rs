@@ -35,6 +35,7 @@ fn sandbox(runtime_id: &str, session: Option<&str>, timeline: Option<Timeline>) 
         personalised: false,
         active_at_ms: 0,
         timeline,
+        source_address: None,
     }
 }
 

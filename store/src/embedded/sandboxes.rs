@@ -16,6 +16,8 @@ const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes"
 const WARM: TableDefinition<&str, ()> = TableDefinition::new("sandbox_warm_index");
 /// session id → runtime id.
 const SESSIONS: TableDefinition<&str, &str> = TableDefinition::new("sandbox_sessions");
+/// source address → runtime id, of live sandboxes (`StoredSandbox::address_index`).
+const ADDRESSES: TableDefinition<&str, &str> = TableDefinition::new("sandbox_addresses");
 /// lease name → its holder and the milliseconds since the epoch when it lapses.
 const LEASES: TableDefinition<&str, (&str, u64)> = TableDefinition::new("leases");
 /// lease name → its fencing token, which grows each time the lease passes to a holder.
@@ -27,6 +29,7 @@ pub(super) fn create_tables(txn: &WriteTransaction) -> StoreResult<()> {
     txn.open_table(SANDBOXES).map_err(unavailable)?;
     txn.open_table(WARM).map_err(unavailable)?;
     txn.open_table(SESSIONS).map_err(unavailable)?;
+    txn.open_table(ADDRESSES).map_err(unavailable)?;
     txn.open_table(LEASES).map_err(unavailable)?;
     txn.open_table(LEASE_TOKENS).map_err(unavailable)?;
     // The sweep indexes are rebuilt at every open, so that a database from before one of
@@ -105,6 +108,16 @@ fn unindex(txn: &WriteTransaction, record: &StoredSandbox) -> StoreResult<()> {
             sessions.remove(session.as_str()).map_err(unavailable)?;
         }
     }
+    if let Some(address) = record.address_index() {
+        let mut addresses = txn.open_table(ADDRESSES).map_err(unavailable)?;
+        let points_here = addresses
+            .get(address)
+            .map_err(unavailable)?
+            .is_some_and(|id| id.value() == record.runtime_id);
+        if points_here {
+            addresses.remove(address).map_err(unavailable)?;
+        }
+    }
     Ok(())
 }
 
@@ -153,6 +166,24 @@ impl SandboxStore for EmbeddedStore {
             Some(id) => self.sandbox_by_id(id).await,
             None => Ok(None),
         }
+    }
+
+    async fn sandbox_at_address(&self, address: &str) -> StoreResult<Option<StoredSandbox>> {
+        let address = address.to_owned();
+        let found = address.clone();
+        let id = self
+            .read(move |db| {
+                let txn = db.begin_read().map_err(unavailable)?;
+                let table = txn.open_table(ADDRESSES).map_err(unavailable)?;
+                let id = table.get(found.as_str()).map_err(unavailable)?;
+                Ok(id.map(|id| id.value().to_owned()))
+            })
+            .await?;
+        let Some(id) = id else { return Ok(None) };
+        Ok(self
+            .sandbox_by_id(id)
+            .await?
+            .filter(|record| record.address_index() == Some(address.as_str())))
     }
 
     async fn swept_sandboxes(
@@ -249,6 +280,12 @@ impl SandboxStore for EmbeddedStore {
                 let mut sessions = txn.open_table(SESSIONS).map_err(unavailable)?;
                 sessions
                     .insert(session.as_str(), next.runtime_id.as_str())
+                    .map_err(unavailable)?;
+            }
+            if let Some(address) = next.address_index() {
+                let mut addresses = txn.open_table(ADDRESSES).map_err(unavailable)?;
+                addresses
+                    .insert(address, next.runtime_id.as_str())
                     .map_err(unavailable)?;
             }
             if let Some(entry) = sweep_entry(&next) {
@@ -390,6 +427,7 @@ mod tests {
             personalised: false,
             active_at_ms: 0,
             timeline: None,
+            source_address: None,
         };
         {
             let db = redb::Database::create(dir.path().join("sandgate.redb")).expect("create");

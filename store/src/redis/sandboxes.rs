@@ -6,6 +6,8 @@
 //! - `sandgate:<tag>:records`: a hash, runtime id → the record's JSON;
 //! - `sandgate:<tag>:versions`: a hash, runtime id → the record's version;
 //! - `sandgate:<tag>:sessions`: a hash, session id → runtime id;
+//! - `sandgate:<tag>:addresses`: a hash, source address → runtime id, of the live
+//!   sandboxes (`StoredSandbox::address_index`);
 //! - `sandgate:<tag>:warm:<claim key>`: a set of the warm sandboxes a start with that claim
 //!   key may take;
 //! - `sandgate:<tag>:sweep:<pooled|paused|stopped>`: a sorted set per sweep index, runtime
@@ -60,6 +62,10 @@ impl Keys {
         format!("sandgate:{}:sessions", self.0)
     }
 
+    fn addresses(&self) -> String {
+        format!("sandgate:{}:addresses", self.0)
+    }
+
     fn warm(&self, claim_key: &str) -> String {
         format!("sandgate:{}:warm:{claim_key}", self.0)
     }
@@ -92,10 +98,11 @@ fn written(answer: i64, fence: Option<&Fence>) -> StoreResult<bool> {
 }
 
 /// KEYS: records, versions, sessions, previous warm set, next warm set, previous sweep
-/// index, next sweep index, the fence's lease token.
+/// index, next sweep index, the fence's lease token, addresses.
 /// ARGV: id, expected version, next version, JSON, in previous warm set (0/1), in next
 /// warm set (0/1), previous session, next session, in previous sweep index (0/1), in next
-/// sweep index (0/1), position in the next sweep index, the fence's token ('' unfenced).
+/// sweep index (0/1), position in the next sweep index, the fence's token ('' unfenced),
+/// previous address, next address ('' for none).
 /// Returns 1 when written, 0 at another version, -1 when the fence's lease moved on (the
 /// bucket has seen a higher token; one it has not seen yet it keeps from then on).
 static PUT: LazyLock<Script> = LazyLock::new(|| {
@@ -118,14 +125,19 @@ if ARGV[7] ~= '' and ARGV[7] ~= ARGV[8] and redis.call('HGET', KEYS[3], ARGV[7])
   redis.call('HDEL', KEYS[3], ARGV[7])
 end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[3], ARGV[8], ARGV[1]) end
+if ARGV[13] ~= '' and ARGV[13] ~= ARGV[14] and redis.call('HGET', KEYS[9], ARGV[13]) == ARGV[1] then
+  redis.call('HDEL', KEYS[9], ARGV[13])
+end
+if ARGV[14] ~= '' then redis.call('HSET', KEYS[9], ARGV[14], ARGV[1]) end
 return 1
 ",
     )
 });
 
-/// KEYS: records, versions, sessions, warm set, sweep index, the fence's lease token.
+/// KEYS: records, versions, sessions, warm set, sweep index, the fence's lease token,
+/// addresses.
 /// ARGV: id, expected version, in the warm set (0/1), session, in the sweep index (0/1),
-/// the fence's token ('' unfenced). Returns 1 when deleted, 0 at another version, -1 when
+/// the fence's token ('' unfenced), address ('' for none). Returns 1 when deleted, 0 at another version, -1 when
 /// the fence's lease moved on (as [`PUT`]).
 static DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -143,6 +155,9 @@ if ARGV[3] == '1' then redis.call('SREM', KEYS[4], ARGV[1]) end
 if ARGV[5] == '1' then redis.call('ZREM', KEYS[5], ARGV[1]) end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[3], ARGV[4]) == ARGV[1] then
   redis.call('HDEL', KEYS[3], ARGV[4])
+end
+if ARGV[7] ~= '' and redis.call('HGET', KEYS[7], ARGV[7]) == ARGV[1] then
+  redis.call('HDEL', KEYS[7], ARGV[7])
 end
 return 1
 ",
@@ -243,6 +258,24 @@ impl SandboxStore for RedisStore {
         }
     }
 
+    async fn sandbox_at_address(&self, address: &str) -> StoreResult<Option<StoredSandbox>> {
+        // An address's entry is in its sandbox's bucket: every bucket is asked.
+        let ids: Vec<Option<String>> = self
+            .spread(
+                self.every_bucket()
+                    .map(|keys| keyed("HGET", keys.addresses(), address))
+                    .collect(),
+            )
+            .await?;
+        for id in ids.into_iter().flatten() {
+            let record = self.sandbox(&id).await?;
+            if let Some(record) = record.filter(|record| record.address_index() == Some(address)) {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
+    }
+
     async fn swept_sandboxes(
         &self,
         index: SweepIndex,
@@ -315,6 +348,7 @@ impl SandboxStore for RedisStore {
             .key(keys.sweep(previous_sweep.map_or(SweepIndex::Pooled, |(index, _)| index)))
             .key(keys.sweep(next_sweep.map_or(SweepIndex::Pooled, |(index, _)| index)))
             .key(fence_key)
+            .key(keys.addresses())
             .arg(&next.runtime_id)
             .arg(next.version.saturating_sub(1))
             .arg(next.version)
@@ -331,6 +365,12 @@ impl SandboxStore for RedisStore {
             .arg(flag(next_sweep.is_some()))
             .arg(next_sweep.map_or(0, |(_, position)| position))
             .arg(fence_token)
+            .arg(
+                previous
+                    .and_then(StoredSandbox::address_index)
+                    .unwrap_or_default(),
+            )
+            .arg(next.address_index().unwrap_or_default())
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;
@@ -358,12 +398,14 @@ impl SandboxStore for RedisStore {
             .key(keys.warm(warm.unwrap_or_default()))
             .key(keys.sweep(sweep.map_or(SweepIndex::Pooled, |(index, _)| index)))
             .key(fence_key)
+            .key(keys.addresses())
             .arg(&current.runtime_id)
             .arg(current.version)
             .arg(flag(warm.is_some()))
             .arg(current.session_id.as_deref().unwrap_or_default())
             .arg(flag(sweep.is_some()))
             .arg(fence_token)
+            .arg(current.address_index().unwrap_or_default())
             .invoke_async(&mut connection)
             .await
             .map_err(unavailable)?;

@@ -26,6 +26,17 @@ pub enum Reply {
     },
     /// A server-sent event stream of `events` events, ended as `end` says.
     Stream { events: usize, end: StreamEnd },
+    /// A server-sent event stream of these whole events (each with its blank line), in
+    /// order: the first `hold` of them at once, the rest once `then` is notified, `pace`
+    /// apart (so that a gateway writes each to its client on its own); the answer then
+    /// ends (with a reset when `reset`).
+    Events {
+        events: Vec<String>,
+        hold: usize,
+        then: Arc<Notify>,
+        pace: Duration,
+        reset: bool,
+    },
     /// A JSON answer announcing more bytes than it sends, then a reset.
     ResetMidBody,
     /// The request is read, then the connection reset before any answer.
@@ -40,9 +51,6 @@ pub enum StreamEnd {
     ResetOn(Arc<Notify>),
     /// One more event and `[DONE]`, once the notify is notified.
     FinishOn(Arc<Notify>),
-    /// Nothing more: the connection is held until the gateway closes it, and the notify
-    /// is notified then.
-    HoldUntilClosed(Arc<Notify>),
     /// `[DONE]`, the answer's last event, then the stream stays open (an upstream whose
     /// stream ends some time after its last event) until the gateway closes it, and the
     /// notify is notified then.
@@ -265,17 +273,42 @@ async fn answer(mut socket: TcpStream, reply: Reply) -> std::io::Result<()> {
                     closed.notify_one();
                     return Ok(());
                 }
-                StreamEnd::HoldUntilClosed(closed) => {
-                    // The request was read whole: what comes next is the gateway's close.
-                    let mut byte = [0_u8; 1];
-                    while matches!(socket.read(&mut byte).await, Ok(read) if read > 0) {}
-                    closed.notify_one();
-                    return Ok(());
-                }
             }
             socket
                 .write_all(chunk("data: [DONE]\n\n").as_bytes())
                 .await?;
+            socket.write_all(b"0\r\n\r\n").await?;
+            socket.shutdown().await
+        }
+        Reply::Events {
+            events,
+            hold,
+            then,
+            pace,
+            reset: reset_at_end,
+        } => {
+            let headers = [
+                ("content-type", "text/event-stream"),
+                ("transfer-encoding", "chunked"),
+            ];
+            socket.write_all(head(200, &headers).as_bytes()).await?;
+            for (index, event) in events.iter().enumerate() {
+                if index == hold {
+                    then.notified().await;
+                }
+                if index > hold {
+                    tokio::time::sleep(pace).await;
+                }
+                socket.write_all(chunk(event).as_bytes()).await?;
+                socket.flush().await?;
+            }
+            if events.len() <= hold {
+                then.notified().await;
+            }
+            if reset_at_end {
+                reset(socket);
+                return Ok(());
+            }
             socket.write_all(b"0\r\n\r\n").await?;
             socket.shutdown().await
         }

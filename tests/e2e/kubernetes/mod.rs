@@ -90,6 +90,7 @@ pub(crate) fn sandbox(runtime_id: &str, pool: Option<&str>) -> StoredSandbox {
         personalised: false,
         active_at_ms: 0,
         timeline: None,
+        source_address: None,
     }
 }
 

@@ -93,6 +93,7 @@ fn sandbox(id: &str, session: Option<&str>, state: SandboxState) -> StoredSandbo
             first_webhook_at_ms: Some(90),
             first_llm_call_at_ms: None,
         }),
+        source_address: None,
     }
 }
 

@@ -325,7 +325,73 @@ async fn redis_reindex_repairs_what_older_writers_left() {
     );
 }
 
+/// A live sandbox is found by its source address (how the model gateway knows a call
+/// comes from it); a stopped one is not, and an address given to another sandbox is that
+/// one's, whatever the first writes afterwards.
+async fn a_live_sandbox_is_found_by_its_source_address(backend: Backend) {
+    let store = open(&backend).await;
+    let at = |address: &str| {
+        let store = store.clone();
+        let address = address.to_owned();
+        async move {
+            store
+                .sandboxes
+                .sandbox_at_address(&address)
+                .await
+                .expect("lookup")
+                .map(|record| record.runtime_id)
+        }
+    };
+    let first = StoredSandbox {
+        source_address: Some("10.1.0.7".into()),
+        ..sandbox("first", Some("session-a"), SandboxState::Starting)
+    };
+    put(&store, None, &first).await;
+    assert_eq!(at("10.1.0.7").await.as_deref(), Some("first"));
+    assert_eq!(at("10.1.0.8").await, None);
+    let running = next(&first, |record| record.state = SandboxState::Running);
+    put(&store, Some(&first), &running).await;
+    assert_eq!(at("10.1.0.7").await.as_deref(), Some("first"));
+    // Stopped: out of the index, and its address goes to the next pod.
+    let stopped = next(&running, |record| record.state = SandboxState::Stopped);
+    put(&store, Some(&running), &stopped).await;
+    assert_eq!(at("10.1.0.7").await, None);
+    let second = StoredSandbox {
+        source_address: Some("10.1.0.7".into()),
+        ..sandbox("second", Some("session-b"), SandboxState::Running)
+    };
+    put(&store, None, &second).await;
+    let again = next(&stopped, |record| record.changed_at_ms += 1);
+    put(&store, Some(&stopped), &again).await;
+    assert!(
+        store
+            .sandboxes
+            .delete_sandbox(&again, None)
+            .await
+            .expect("delete"),
+        "deleted"
+    );
+    assert_eq!(at("10.1.0.7").await.as_deref(), Some("second"));
+    // A new address moves the entry.
+    let moved = next(&second, |record| {
+        record.source_address = Some("10.1.0.9".into())
+    });
+    put(&store, Some(&second), &moved).await;
+    assert_eq!(at("10.1.0.7").await, None);
+    assert_eq!(at("10.1.0.9").await.as_deref(), Some("second"));
+    assert!(
+        store
+            .sandboxes
+            .delete_sandbox(&moved, None)
+            .await
+            .expect("delete"),
+        "deleted"
+    );
+    assert_eq!(at("10.1.0.9").await, None);
+}
+
 crate::on_both_backends!(
     a_holder_past_its_lease_writes_nothing,
+    a_live_sandbox_is_found_by_its_source_address,
     sweep_indexes_follow_each_record,
 );

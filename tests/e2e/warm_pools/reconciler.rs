@@ -72,6 +72,12 @@ impl SandboxStore for CountingReads {
             .map(|found| found.into_iter().next())
     }
 
+    async fn sandbox_at_address(&self, address: &str) -> StoreResult<Option<StoredSandbox>> {
+        let found = self.inner.sandbox_at_address(address).await?;
+        self.counted(Ok(found.into_iter().collect()))
+            .map(|found| found.into_iter().next())
+    }
+
     async fn swept_sandboxes(
         &self,
         index: SweepIndex,

@@ -114,6 +114,13 @@ pub fn pod_state(pod: &Pod) -> Observed {
             .flatten()
             .collect();
         observed.restarts = restarts(&containers);
+        // The pod's IP: what its connections to Sandgate come from (pods reach Services
+        // without address translation of their source).
+        observed.source_address = status
+            .pod_ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+            .map(|ip| ip.to_canonical().to_string());
     }
     observed
 }

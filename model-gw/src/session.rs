@@ -1,0 +1,270 @@
+//! Whose session a call names. A session is a conversation's: its per-session budget, its
+//! sandbox's idle clock and its start's timeline follow the calls that name it, so a call
+//! may name only its own.
+//!
+//! - A call from a sandbox Sandgate runs (its TCP peer is a live sandbox's
+//!   `source_address`: the edge passes the peer it saw as `PEER_ADDRESS_METADATA`, set by
+//!   itself, never taken from the client) has that sandbox's session, whatever its header
+//!   says: without one it gets the sandbox's; one naming the sandbox's session, or a
+//!   conversation the sandbox owns (or one nobody has named yet, taken by the sandbox), is
+//!   its own; one naming another sandbox's session or conversation is refused (403).
+//! - Any other call: the first virtual key that names a session owns it; another key
+//!   naming it is refused (403). The master key is the operator's and is not held to it.
+//! - A key with `max_budget_per_session` must name a session (400): without one its
+//!   per-session budget would never apply.
+//!
+//! A refused call goes no further than its spend log entry: nothing is marked.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sandgate_proto::PEER_ADDRESS_METADATA;
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_store::keys::{SESSION_SPEND_TTL_MS, session_digest};
+use sandgate_store::{Store, StoreError, StoredSandbox};
+use tonic::Status;
+use tonic::metadata::{MetadataMap, MetadataValue};
+
+use crate::auth::session_id;
+use crate::headers::SESSION_ID;
+use crate::keys::Caller;
+use crate::support::error;
+
+/// How long an owner is kept: as long as the session's spend.
+const OWNED_FOR: Duration = Duration::from_millis(SESSION_SPEND_TTL_MS as u64);
+/// How long this replica trusts an owner it confirmed, before it asks the store again
+/// (a sandbox may take a session over that a key named first).
+const CONFIRMED_FOR: Duration = Duration::from_secs(60);
+/// Confirmed owners kept at most; past it the memory starts again.
+const MAX_CONFIRMED: usize = 10_000;
+
+/// The sessions' owners, as the store keeps them and this replica confirmed them.
+pub(crate) struct Sessions {
+    store: Store,
+    /// session digest → (its owner, when confirmed).
+    confirmed: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+fn unavailable(err: StoreError) -> Status {
+    ErrorDetail::from(err).into_status()
+}
+
+fn refused(message: String) -> Status {
+    error(ErrorCode::Forbidden, message)
+}
+
+impl Sessions {
+    pub(crate) fn new(store: Store) -> Self {
+        Self {
+            store,
+            confirmed: Mutex::default(),
+        }
+    }
+
+    /// The live sandbox the call comes from, by its peer address (the edge's metadata,
+    /// else the gRPC caller's own address); a call from one that names no session is
+    /// given the sandbox's, in `metadata`, before anything reads it.
+    pub(crate) async fn origin(
+        &self,
+        metadata: &mut MetadataMap,
+        remote: Option<SocketAddr>,
+    ) -> Result<Option<StoredSandbox>, Status> {
+        let peer = metadata
+            .get(PEER_ADDRESS_METADATA)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<IpAddr>().ok())
+            .or_else(|| remote.map(|remote| remote.ip()));
+        let Some(peer) = peer else {
+            return Ok(None);
+        };
+        let sandbox = self
+            .store
+            .sandboxes
+            .sandbox_at_address(&peer.to_canonical().to_string())
+            .await
+            .map_err(unavailable)?
+            .filter(|sandbox| sandbox.session_id.is_some());
+        if let Some(session) = sandbox.as_ref().and_then(|s| s.session_id.as_deref())
+            && session_id(metadata).is_none()
+            && let Ok(value) = MetadataValue::try_from(session)
+        {
+            let [spec_name, _] = SESSION_ID;
+            metadata.insert(spec_name, value);
+        }
+        Ok(sandbox)
+    }
+
+    /// Whether `caller`, from `sandbox` (if any), may name the session `metadata` names.
+    pub(crate) async fn check(
+        &self,
+        metadata: &MetadataMap,
+        sandbox: Option<&StoredSandbox>,
+        caller: &Caller,
+    ) -> Result<(), Status> {
+        let named = session_id(metadata);
+        if let Some(sandbox) = sandbox {
+            return match named {
+                Some(named) => self.of_sandbox(sandbox, named).await,
+                None => Ok(()),
+            };
+        }
+        let Caller::Virtual { key, .. } = caller else {
+            return Ok(());
+        };
+        let Some(named) = named else {
+            if key.max_budget_per_session.is_some() {
+                return Err(error(
+                    ErrorCode::BadRequest,
+                    "this key has a budget per session (max_budget_per_session): each call must name its session (x-litellm-session-id or x-gateway-session-id)",
+                ));
+            }
+            return Ok(());
+        };
+        let owner = format!("key:{}", key.token);
+        let digest = session_digest(named);
+        if self.confirmed(&digest, &owner) {
+            return Ok(());
+        }
+        if self.held_by_sandbox(named).await? {
+            return Err(refused(format!(
+                "the session {named:?} belongs to a sandbox's conversation: only calls from that sandbox may name it"
+            )));
+        }
+        let found = self
+            .store
+            .session_owners
+            .claim_session(&digest, &owner, OWNED_FOR)
+            .await
+            .map_err(unavailable)?;
+        if found != owner {
+            return Err(refused(format!(
+                "the session {named:?} belongs to {}: a call may name only its own session (the first key to name one owns it)",
+                whose(&found)
+            )));
+        }
+        self.confirm(digest, owner);
+        Ok(())
+    }
+
+    /// A call from `sandbox` naming `named`: its own session, a conversation it owns, or
+    /// one nobody named yet (which it takes); anything else is another conversation's.
+    async fn of_sandbox(&self, sandbox: &StoredSandbox, named: &str) -> Result<(), Status> {
+        let owner = format!("sandbox:{}", sandbox.runtime_id);
+        let digest = session_digest(named);
+        if self.confirmed(&digest, &owner) {
+            return Ok(());
+        }
+        let own = sandbox.session_id.as_deref() == Some(named) || self.owns(sandbox, named).await?;
+        let another = || {
+            refused(format!(
+                "this call comes from the sandbox of session {:?}: it may not name another conversation's session",
+                sandbox.session_id.as_deref().unwrap_or_default()
+            ))
+        };
+        if own {
+            // Taken whoever named it first: the conversation is the sandbox's.
+            self.store
+                .session_owners
+                .own_session(&digest, &owner, OWNED_FOR)
+                .await
+                .map_err(unavailable)?;
+        } else {
+            let other_sandbox = self
+                .store
+                .sandboxes
+                .sandbox_for_session(named)
+                .await
+                .map_err(unavailable)?
+                .is_some_and(|other| other.runtime_id != sandbox.runtime_id);
+            if other_sandbox || self.conversation_owner(named).await?.is_some() {
+                return Err(another());
+            }
+            let found = self
+                .store
+                .session_owners
+                .claim_session(&digest, &owner, OWNED_FOR)
+                .await
+                .map_err(unavailable)?;
+            if found != owner {
+                return Err(another());
+            }
+        }
+        self.confirm(digest, owner);
+        Ok(())
+    }
+
+    /// Whether `named` is the session of a sandbox whose calls Sandgate knows by their
+    /// address (or a conversation such a sandbox owns): only its own calls name it. A
+    /// sandbox without a known address makes its calls like any client: the first key
+    /// rule holds for its session.
+    async fn held_by_sandbox(&self, named: &str) -> Result<bool, Status> {
+        let sandboxes = &self.store.sandboxes;
+        if let Some(sandbox) = sandboxes
+            .sandbox_for_session(named)
+            .await
+            .map_err(unavailable)?
+        {
+            return Ok(sandbox.address_index().is_some());
+        }
+        let Some(owner) = self.conversation_owner(named).await? else {
+            return Ok(false);
+        };
+        let Some(runtime_id) = owner.strip_prefix("sandbox:") else {
+            return Ok(false);
+        };
+        Ok(sandboxes
+            .sandbox(runtime_id)
+            .await
+            .map_err(unavailable)?
+            .is_some_and(|sandbox| sandbox.address_index().is_some()))
+    }
+
+    /// Whether the conversation `named` is `sandbox`'s (its records came from it).
+    async fn owns(&self, sandbox: &StoredSandbox, named: &str) -> Result<bool, Status> {
+        let owner = self.conversation_owner(named).await?;
+        Ok(owner.as_deref() == Some(&format!("sandbox:{}", sandbox.runtime_id)))
+    }
+
+    /// The owner of the conversation whose id is `named`, if there is one.
+    async fn conversation_owner(&self, named: &str) -> Result<Option<String>, Status> {
+        let Ok(id) = uuid::Uuid::parse_str(named) else {
+            return Ok(None);
+        };
+        Ok(self
+            .store
+            .conversations
+            .get(id)
+            .await
+            .map_err(unavailable)?
+            .map(|conversation| conversation.owner))
+    }
+
+    /// Whether this replica confirmed `owner` as the owner of `digest` lately.
+    fn confirmed(&self, digest: &str, owner: &str) -> bool {
+        self.confirmed.lock().is_ok_and(|confirmed| {
+            confirmed
+                .get(digest)
+                .is_some_and(|(known, at)| known == owner && at.elapsed() < CONFIRMED_FOR)
+        })
+    }
+
+    fn confirm(&self, digest: String, owner: String) {
+        if let Ok(mut confirmed) = self.confirmed.lock() {
+            if confirmed.len() >= MAX_CONFIRMED {
+                confirmed.clear();
+            }
+            confirmed.insert(digest, (owner, Instant::now()));
+        }
+    }
+}
+
+/// Who an owner is, for a refusal: never a key's token.
+fn whose(owner: &str) -> &'static str {
+    if owner.starts_with("sandbox:") {
+        "a sandbox's conversation"
+    } else {
+        "another key"
+    }
+}
