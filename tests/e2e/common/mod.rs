@@ -53,6 +53,10 @@ pub const UNPRIVILEGED: &str = "SANDGATE_TESTS_UNPRIVILEGED";
 /// Whether this test runs as root, which `what` needs. Not root: the test fails, unless
 /// `SANDGATE_TESTS_UNPRIVILEGED=1` leaves the root-only tests out of this run: then `false`
 /// (the caller returns), said on stderr. CI runs as root.
+#[expect(
+    clippy::print_stderr,
+    reason = "a test left out must say so where the run's output shows it"
+)]
 pub fn require_root(what: &str) -> bool {
     if rustix::process::geteuid().is_root() {
         return true;
