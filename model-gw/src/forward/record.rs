@@ -81,7 +81,6 @@ impl CallRecord {
         self.finish(status, Some(usage))
     }
 
-
     /// The call's spend log entry, once `status` is answered, and what it settles (its
     /// spend, its hold released); its metrics are recorded.
     pub(crate) fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {
