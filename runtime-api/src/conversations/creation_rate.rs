@@ -19,10 +19,11 @@ pub struct CreationRate {
     pub window: Duration,
 }
 
-/// `WEBHOOK_NEW_CONVERSATIONS_RATE`'s default: 1,000 new conversations a minute per key,
-/// far past what an app server starts, far below a flood.
+/// `WEBHOOK_NEW_CONVERSATIONS_RATE`'s default: 10,000 new conversations a minute per key,
+/// past what a platform's app servers start through one shared webhook key (a load test
+/// of the catalog makes thousands a minute), far below a flood.
 pub const DEFAULT_CREATION_RATE: CreationRate = CreationRate {
-    conversations: 1_000,
+    conversations: 10_000,
     window: Duration::from_secs(60),
 };
 
