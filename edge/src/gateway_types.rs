@@ -130,7 +130,8 @@ pub(crate) enum ListTag {
 pub(crate) struct NewModel {
     #[schema(min_length = 1)]
     pub(crate) model_name: String,
-    /// Also read as `litellm_params`, LiteLLM's name
+    // Also read as `litellm_params`, LiteLLM's name (a doc comment here would wrap the
+    // inlined schema, whose `api_base` pattern the document states).
     #[serde(
         deserialize_with = "sandgate_proto::json::object",
         alias = "litellm_params"

@@ -125,14 +125,27 @@ async fn neither_sandgate_nor_a_neighbour_is_readable(uid: Option<u32>) {
     );
     assert!(!seen.contains(SANDGATE_SECRET), "Sandgate's secret leaked");
     assert!(!seen.contains(&neighbour_key), "the neighbour's key leaked");
-    // Its own PID namespace: the one process it sees is its own command, as pid 1.
+    // Its own PID namespace. Unprivileged, the one process it sees is its own command, as
+    // pid 1; under root, bubblewrap's second stage (the sandbox's uid's, which made its
+    // user namespace) is pid 1 and its command pid 2: nothing else.
     let processes = std::fs::read_to_string(workspace.join("processes.txt")).expect("pids");
-    assert_eq!(processes, "1\n", "it sees only its own process");
     let init = std::fs::read_to_string(workspace.join("init.txt")).expect("pid 1");
-    assert!(
-        init.starts_with("/bin/sh -c env > environment.txt; cat /proc/$PPID/environ"),
-        "its pid 1 is its own command: {init}"
-    );
+    if uid.is_some() {
+        assert_eq!(processes, "1\n", "it sees only its own process");
+        assert!(
+            init.starts_with("/bin/sh -c env > environment.txt; cat /proc/$PPID/environ"),
+            "its pid 1 is its own command: {init}"
+        );
+    } else {
+        assert_eq!(
+            processes, "1\n2\n",
+            "it sees only its init and its own command"
+        );
+        assert!(
+            init.contains("bwrap"),
+            "its pid 1 is its own bubblewrap: {init}"
+        );
+    }
     let sandbox_uid = std::fs::read_to_string(workspace.join("uid.txt")).expect("uid");
     let sandbox_uid: u32 = sandbox_uid.trim().parse().expect("a uid");
     match uid {
@@ -350,7 +363,9 @@ async fn a_library_the_spec_preloads_never_runs_as_sandgate_s_uid() {
     if !require_root("a sandbox's own uid") {
         return;
     }
-    let work = tempfile::tempdir().expect("dir");
+    // Not under `/tmp`: a sandbox's own `/tmp` covers the machine's in its view, and with
+    // it anything granted there.
+    let work = tempfile::tempdir_in("/var/tmp").expect("dir");
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let bin = work.path().join("bin");
     std::fs::create_dir(&bin).expect("mkdir");
@@ -376,7 +391,16 @@ async fn a_library_the_spec_preloads_never_runs_as_sandgate_s_uid() {
     assert!(built.success());
 
     let data = data_dir(None);
-    let mut sandgate = serve_as(None, data.path(), "8000", &[]).await;
+    // The library's directory is granted to the sandboxes (read-only), as an operator
+    // grants what its sandboxes run: nothing of the machine's `/tmp` is in their view.
+    let granted = work.path().display().to_string();
+    let mut sandgate = serve_as(
+        None,
+        data.path(),
+        "8000",
+        &["--sandbox-read-only-paths", &granted],
+    )
+    .await;
     let mut body = sandbox("preloads", "true");
     body["environment"]["LD_PRELOAD"] = json!(library.display().to_string());
     body["environment"]["PATH"] = json!(format!("{}:/usr/bin:/bin", bin.display()));

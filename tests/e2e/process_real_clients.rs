@@ -25,6 +25,19 @@ async fn drive(python: PathBuf, script: &str) -> (tempfile::TempDir, SandgatePro
     (data, sandgate, steps)
 }
 
+/// Every sandbox's log under `data`, for a failure's message.
+fn sandbox_logs(data: &std::path::Path) -> String {
+    std::fs::read_dir(data.join("sandbox-state"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| {
+            let log = std::fs::read_to_string(entry.path().join("sandbox.log")).unwrap_or_default();
+            format!("--- {}:\n{log}", entry.path().display())
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume() {
     let (data, mut sandgate, steps) = drive(
@@ -74,7 +87,12 @@ async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
     .await;
 
     let create = steps.get("create");
-    assert_eq!(create["exit_code"], 0, "{create}");
+    assert_eq!(
+        create["exit_code"],
+        0,
+        "{create}\n{}",
+        sandbox_logs(data.path())
+    );
     assert_eq!(create["stdout"], "created-42");
     assert!(
         create["host"]

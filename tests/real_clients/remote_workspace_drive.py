@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import uuid
 
 import httpx
@@ -46,10 +45,10 @@ def main() -> None:
 
     os.environ.update(FORWARDED)
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    work = tempfile.mkdtemp(prefix="remote-workspace-")
-    # The command runs there as the sandbox's own uid (the process driver gives each
-    # sandbox one when Sandgate is root): mkdtemp's 0700 would shut it out.
-    os.chmod(work, 0o1777)
+    # The sandbox's own workspace, as its image has it: the process driver binds the
+    # sandbox's directory there, in its own view of the filesystem (nothing of this
+    # machine's /tmp is in that view).
+    work = "/workspace"
     session = f"agent-server-{uuid.uuid4()}"
 
     def workspace() -> APIRemoteWorkspace:
