@@ -102,7 +102,7 @@ impl Relay {
                 Read::End(rest) => {
                     live.record.bytes_out += rest.len() as u64;
                     let entry = self.finish(self.status, true)?;
-                    self.spend.log_answered(entry).await;
+                    self.spend.log_soon(entry);
                     return (!rest.is_empty()).then(|| Ok(message(rest)));
                 }
                 Read::Failed(code, failed, message) => {
