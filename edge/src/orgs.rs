@@ -405,8 +405,8 @@ pub async fn budget_info(
     summary = "Spend per day, grouped by team, user, key, model or session, from exact counters",
     security(("MasterKey" = [])),
     params(
-        ("start_date" = Option<String>, Query, description = "The first day (`2026-03-01`); default: 30 days before `end_date`"),
-        ("end_date" = Option<String>, Query, description = "The last day; default: today (UTC). At most 400 days after `start_date`"),
+        ("start_date" = Option<String>, Query, format = Date, description = "The first day (`2026-03-01`); default: 30 days before `end_date`"),
+        ("end_date" = Option<String>, Query, format = Date, description = "The last day; default: today (UTC). At most 400 days after `start_date`"),
         ("group_by" = Option<String>, Query, description = "`team` (default), `user` (or LiteLLM's `customer`), `api_key`, `model` or `session`"),
     ),
     responses(

@@ -56,9 +56,12 @@ pub struct SpendLogsQuery {
     pub(crate) team_id: Option<String>,
     /// Only the calls of this session (conversation)
     pub(crate) session_id: Option<String>,
-    /// Only the calls started on or after this day (`2026-03-01`) or RFC 3339 time
+    /// Only the calls started on or after this day (`2026-03-01`); an RFC 3339 time is
+    /// also taken
+    #[param(format = Date)]
     pub(crate) start_date: Option<String>,
-    /// Only the calls started on or before this day (all of it) or time
+    /// Only the calls started on or before this day (all of it); or a time
+    #[param(format = Date)]
     pub(crate) end_date: Option<String>,
 }
 

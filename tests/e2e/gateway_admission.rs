@@ -108,12 +108,15 @@ async fn replicas(
 }
 
 /// A call of about 1,080 bytes asking at most 1,000 tokens; `hold`: one the upstream never
-/// answers.
+/// answers. Each call's prompt is its own, as concurrent calls' are: the gateway refuses
+/// the same prompt in flight several times at once as a loop.
 fn call(client: &reqwest::Client, url: &str, key: &str, hold: bool) -> reqwest::RequestBuilder {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let content = if hold {
         "hold".to_owned()
     } else {
-        "x".repeat(1000)
+        format!("{n:06}{}", "x".repeat(994))
     };
     client
         .post(format!("{url}/v1/chat/completions"))

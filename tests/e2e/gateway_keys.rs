@@ -407,15 +407,19 @@ async fn a_session_budget_stops_one_session_and_not_another() {
             .contains("Session"),
         "{body}"
     );
-    // Another conversation of the same key goes on; so does a call naming no session
-    // (held to the key's own budget only).
+    // Another conversation of the same key goes on.
     let (status, body) = chat(sandgate, &key, "gpt", Some("conversation-b")).await;
     assert_eq!(status, 200, "{body}");
-    // Its hold (up to 32,768 output tokens: more than the key's budget) is released once
-    // its settlement is written, just after its answer.
-    spend_reaches(sandgate, &token, 2.0 * CALL_COST).await;
-    let (status, _) = chat(sandgate, &key, "gpt", None).await;
-    assert_eq!(status, 200);
+    // A call naming no session would escape the budget per session: refused.
+    let (status, body) = chat(sandgate, &key, "gpt", None).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("must name its session"),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -440,6 +444,9 @@ async fn keys_and_budgets_hold_across_replicas_on_redis() {
     // Generated on one replica, it works on the other at once.
     let (status, body) = chat(&two, &key, "gpt", None).await;
     assert_eq!(status, 200, "{body}");
+    // Its hold (up to 32,768 output tokens: more than the budget) is released once its
+    // settlement is written, just after its answer (see docs/model-gateway.md).
+    spend_reaches(&one, &token, CALL_COST).await;
     let (status, _) = chat(&one, &key, "gpt", None).await;
     assert_eq!(status, 200);
     // The spend of both counts on each.

@@ -292,8 +292,9 @@ async fn enterprise_flows(backend: &Backend) {
     let (status, body) = chat(&sandgate, &bob_key, "conversation-2").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(app.credits(ORG, 3.0).await, 0.0);
-    for key in [&rotated, &bob_key] {
-        let (status, body) = chat(&sandgate, key, "conversation-3").await;
+    // Each in a conversation of its own: a session belongs to the first key that names it.
+    for (key, session) in [(&rotated, "conversation-3"), (&bob_key, "conversation-4")] {
+        let (status, body) = chat(&sandgate, key, session).await;
         assert_eq!(status, 400, "{body}");
         assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
         assert_eq!(
