@@ -238,8 +238,10 @@ async fn under_an_unprivileged_sandgate_no_process_outlives_its_sandbox_either()
 async fn a_pause_gives_every_process_of_the_sandbox_its_sigterm_first() {
     let data = data_dir(None);
     let mut sandgate = serve_as(None, data.path(), "8000", &[]).await;
+    // The shell runs its trap once its `sleep` returns: a short one, so that the SIGTERM
+    // is answered well within the grace period however loaded the machine.
     let listener = "setsid sh -c 'trap \"echo graceful > term.txt; exit 0\" TERM; \
-         echo ready > ready.txt; while :; do sleep 1; done' & true";
+         echo ready > ready.txt; while :; do sleep 0.1; done' & true";
     let id = started(&sandgate, sandbox("graceful", listener)).await;
     let workspace = data.path().join("sandboxes").join(&id).join("workspace");
     let deadline = tokio::time::Instant::now() + GONE_WITHIN;
