@@ -107,12 +107,26 @@ where
 /// the listener; the edge calls the runtime API's services in-process through their gRPC
 /// routes, and the model gateway (its hottest path) directly.
 pub async fn serve(
-    args: ServeArgs,
+    mut args: ServeArgs,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let settings = Settings::serve(&args);
     refuse_on_fatal(&settings)?;
+    // Process sandboxes with a network of their own reach Sandgate's port through a
+    // listener of their own: the edge without `/metrics`, the support bundle or the
+    // public gRPC routes.
+    let for_sandboxes = match args.sandboxes.sandbox_driver {
+        cli::SandboxDriverKind::Process => {
+            let sandboxes = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+            args.sandboxes.sandbox_edge_forward = Some((
+                listener.local_addr()?.port(),
+                sandboxes.local_addr()?.port(),
+            ));
+            Some(sandboxes)
+        }
+        _ => None,
+    };
     // First: what the services record from their start is kept.
     let metrics = telemetry::metrics::recorder();
     let store = open_store(&args.store).await?;
@@ -152,7 +166,20 @@ pub async fn serve(
         Some(&args.gateway),
         Some(metrics.clone()),
     )?;
-    let mut app = sandgate_edge::router(channel, edge_config(&args.edge, Some(model_gw)))
+    let edge = sandgate_edge::router(channel, edge_config(&args.edge, Some(model_gw)));
+    let sandboxes_served = for_sandboxes.map(|sandboxes| {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(http_server::serve(
+            sandboxes,
+            edge.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+            args.server.config(),
+        ));
+        (stop, served)
+    });
+    let mut app = edge
         .merge(telemetry::metrics::routes(
             metrics,
             args.edge.metrics_api_key.clone(),
@@ -174,6 +201,10 @@ pub async fn serve(
         run_http(listener, app, shutdown, args.server.config()),
     )
     .await;
+    if let Some((stop, sandboxes_served)) = sandboxes_served {
+        drop(stop);
+        let _ = sandboxes_served.await;
+    }
     gateway.flush_spend_log().await;
     served
 }

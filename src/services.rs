@@ -21,7 +21,7 @@ use sandgate_runtime_api::ambient::SystemClock;
 use sandgate_runtime_api::conversations::creation_rate::CreationRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
-use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
+use sandgate_runtime_api::sandboxes::process::{NetworkOptions, ProcessDriver, ProcessOptions};
 use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
 use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
@@ -147,6 +147,15 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
                 read_only: args.sandbox_read_only_paths.clone(),
                 port: args.sandbox_port,
                 stop_grace: PROCESS_STOP_GRACE,
+                network: NetworkOptions {
+                    forwards: args
+                        .sandbox_edge_forward
+                        .iter()
+                        .chain(&args.sandbox_forward_ports)
+                        .copied()
+                        .collect(),
+                    egress: args.sandbox_egress,
+                },
             };
             tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
             tracing::warn!(

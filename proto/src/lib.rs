@@ -5,6 +5,7 @@
 pub mod codec;
 pub mod error;
 pub mod json;
+pub mod special_addresses;
 
 /// The gRPC metadata in which the edge tells the services the address of the client it
 /// serves (the TCP peer, or the client a trusted proxy names). The edge never forwards a

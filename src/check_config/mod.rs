@@ -188,6 +188,7 @@ pub fn check(settings: &Settings) -> Vec<Finding> {
         findings.extend(kubernetes::kubernetes_names(runtime));
         findings.extend(sandboxes::ephemeral_storage_size(runtime));
         findings.extend(sandboxes::process_isolation(runtime));
+        findings.extend(sandboxes::process_beside_open_redis(runtime));
         let installer = match sandboxes::warm_runtimes_file(runtime) {
             Ok(installer) => installer,
             Err(finding) => {

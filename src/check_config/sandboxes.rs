@@ -30,6 +30,36 @@ pub fn process_isolation(settings: &RuntimeApiSettings) -> Vec<Finding> {
         .collect()
 }
 
+/// With the process driver, a Redis store without a password on the URL: sandboxes run
+/// code on this machine, and a Redis that asks no password gives whoever reaches it every
+/// record, gateway keys included. A sandbox with a network of its own does not reach this
+/// machine's loopback; any other process here does.
+pub fn process_beside_open_redis(settings: &RuntimeApiSettings) -> Vec<Finding> {
+    if settings.sandbox_driver != crate::cli::SandboxDriverKind::Process {
+        return Vec::new();
+    }
+    let Some(url) = &settings.redis_url else {
+        return Vec::new();
+    };
+    let authority = url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest.split(['/', '?']).next().unwrap_or(""));
+    let password = authority
+        .rsplit_once('@')
+        .and_then(|(credentials, _)| credentials.split_once(':').map(|(_, password)| password))
+        .is_some_and(|password| !password.is_empty());
+    if password || url.starts_with("redis+unix://") || url.starts_with("unix://") {
+        return Vec::new();
+    }
+    vec![Finding::new(
+        Severity::Warning,
+        "REDIS_URL",
+        "the process driver runs sandboxes on this machine beside a Redis store without a \
+         password: anything that reaches it reads every record and can mint gateway keys; \
+         give Redis a password (requirepass, or an ACL user) and put it in REDIS_URL",
+    )]
+}
+
 /// With the process driver, whether a sandbox's uid can reach the program of each warm
 /// configuration: a start would fail, naming the same path, mode and uid.
 pub fn process_programs(
@@ -238,6 +268,26 @@ mod tests {
 
     fn settings() -> RuntimeApiSettings {
         RuntimeApiSettings::default()
+    }
+
+    #[test]
+    fn a_redis_without_a_password_beside_process_sandboxes_is_a_warning() {
+        let with = |driver, url: Option<&str>| {
+            let mut settings = settings();
+            settings.sandbox_driver = driver;
+            settings.redis_url = url.map(str::to_owned);
+            process_beside_open_redis(&settings)
+        };
+        use crate::cli::SandboxDriverKind::{Local, Process};
+        let open = with(Process, Some("redis://127.0.0.1:6379/0"));
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].setting, "REDIS_URL");
+        assert_eq!(open[0].severity, Severity::Warning);
+        assert!(with(Process, Some("redis://user@127.0.0.1:6379")).len() == 1);
+        assert!(with(Process, Some("redis://:s3cret@127.0.0.1:6379")).is_empty());
+        assert!(with(Process, Some("rediss://default:s3cret@redis:6380")).is_empty());
+        assert!(with(Process, None).is_empty(), "embedded store");
+        assert!(with(Local, Some("redis://127.0.0.1:6379")).is_empty());
     }
 
     #[test]

@@ -161,6 +161,23 @@ pub struct SandboxArgs {
     /// What lies inside still answers to the sandbox's uid.
     #[arg(long, env = "SANDBOX_READ_ONLY_PATHS", value_delimiter = ',')]
     pub sandbox_read_only_paths: Vec<PathBuf>,
+    /// Where a `process` sandbox's connections may go out, when it has a network of its
+    /// own (Sandgate as root, with pasta): `internet`, every address but IANA's
+    /// special-purpose blocks (private networks, link-local and the metadata service, this
+    /// machine), as the chart's `sandboxEgress.internet`; or `none`, only the ports
+    /// forwarded to this machine's loopback.
+    #[arg(long, env = "SANDBOX_EGRESS", default_value = "internet")]
+    pub sandbox_egress: sandgate_runtime_api::sandboxes::process::Egress,
+    /// Ports of this machine's loopback a `process` sandbox reaches at the same port of its
+    /// own loopback, beside Sandgate's own (`serve`) and the webhooks its start names:
+    /// `PORT` or `INSIDE:OUTSIDE`, comma-separated; for an edge run apart from the runtime
+    /// API.
+    #[arg(long, env = "SANDBOX_FORWARD_PORTS", value_delimiter = ',', value_parser = forward)]
+    pub sandbox_forward_ports: Vec<(u16, u16)>,
+    /// `serve`: Sandgate's own port, and the port of its listener for sandboxes (the edge
+    /// without `/metrics`) that a sandbox reaches there.
+    #[arg(skip)]
+    pub sandbox_edge_forward: Option<(u16, u16)>,
     /// The port the agent server listens on inside a sandbox (`kubernetes`); with
     /// `process`, the port sandbox commands name, rewritten to each sandbox's own.
     #[arg(long, env = "SANDBOX_PORT", default_value_t = 8000)]
@@ -254,5 +271,20 @@ fn flag(value: &str) -> Result<bool, String> {
         "1" | "true" | "yes" => Ok(true),
         "" | "0" | "false" | "no" => Ok(false),
         other => Err(format!("{other:?} is not 1/true/yes or 0/false/no")),
+    }
+}
+
+/// `PORT` or `INSIDE:OUTSIDE`.
+fn forward(text: &str) -> Result<(u16, u16), String> {
+    let port = |part: &str| {
+        part.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|port| *port > 0)
+            .ok_or_else(|| format!("{part:?} is not a port"))
+    };
+    match text.split_once(':') {
+        Some((inside, outside)) => Ok((port(inside)?, port(outside)?)),
+        None => port(text).map(|port| (port, port)),
     }
 }

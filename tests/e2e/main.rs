@@ -46,6 +46,7 @@ mod ordering;
 mod personalised_pools;
 mod process;
 mod process_isolation;
+mod process_network;
 mod process_real_clients;
 mod process_sandboxes;
 mod process_view;

@@ -6,21 +6,38 @@
 use std::path::PathBuf;
 
 use crate::common::{REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, Steps, tool};
-use crate::process_sandboxes::serve;
+use crate::process_sandboxes::serve_with;
+
+/// The gateway's master key: the app server's driver adds its fake LLM as a model.
+const MASTER_KEY: &str = "sk-process-real-clients-master-key-0123";
 
 /// Runs a driver script with `python` against a Sandgate of its own on the process
-/// driver, whose sandboxes name the agent-server port the real clients use (60000): its
-/// data directory, the server, and the script's steps.
-async fn drive(python: PathBuf, script: &str) -> (tempfile::TempDir, SandgateProcess, Steps) {
+/// driver, whose sandboxes name the agent-server port the real clients use (60000), and
+/// whose gateway reaches a fake LLM on this machine's loopback: its data directory, the
+/// server, and the script's steps.
+async fn drive(
+    python: PathBuf,
+    script: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, SandgateProcess, Steps) {
     let data = tempfile::tempdir().expect("data dir");
-    let sandgate = serve(data.path(), "60000").await;
-    let url = sandgate.url("");
-    let steps = Steps::run(
-        python,
-        script,
-        &["--url", &url, "--api-key", RUNTIME_KEY],
-        || format!("Sandgate:\n{}", sandgate.log()),
+    let sandgate = serve_with(
+        data.path(),
+        "60000",
+        &[
+            "--proxy-master-key",
+            MASTER_KEY,
+            "--gateway-allowed-upstream-hosts",
+            "127.0.0.1",
+        ],
     )
+    .await;
+    let url = sandgate.url("");
+    let mut args = vec!["--url", url.as_str(), "--api-key", RUNTIME_KEY];
+    args.extend(extra);
+    let steps = Steps::run(python, script, &args, || {
+        format!("Sandgate:\n{}", sandgate.log())
+    })
     .await;
     (data, sandgate, steps)
 }
@@ -43,6 +60,7 @@ async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume
     let (data, mut sandgate, steps) = drive(
         tool("app-server/bin/python", REAL_CLIENTS),
         "tests/real_clients/process_sandbox_drive.py",
+        &["--master-key", MASTER_KEY],
     )
     .await;
 
@@ -83,6 +101,7 @@ async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
     let (data, mut sandgate, steps) = drive(
         tool("agent-server-1.58.2/bin/python", REAL_CLIENTS),
         "tests/real_clients/remote_workspace_drive.py",
+        &[],
     )
     .await;
 

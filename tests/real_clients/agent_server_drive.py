@@ -116,16 +116,17 @@ class FakeLlm(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def conversation_request(llm_url: str, working_dir: str) -> dict:
+def conversation_request(llm_url: str, working_dir: str, api_key: str = "sk-fake-llm-key") -> dict:
     """The agent-server's `POST /api/conversations` body: an agent without tools on the
-    fake LLM at `llm_url`, working in `working_dir`."""
+    fake LLM at `llm_url` (or a gateway in front of it, with `api_key`), working in
+    `working_dir`."""
     return {
         "agent": {
             "kind": "Agent",
             "llm": {
                 "model": "openai/fake",
                 "base_url": llm_url,
-                "api_key": "sk-fake-llm-key",
+                "api_key": api_key,
                 "usage_id": "agent",
                 "num_retries": 0,
             },

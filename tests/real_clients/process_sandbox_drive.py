@@ -18,7 +18,11 @@ old key is refused; delete.
 Prints one JSON object per step on stdout: {"step": ..., ...}; the Rust test
 (tests/e2e/process_sandboxes.rs) asserts them. Exits non-zero when a step raises.
 
-Usage: process_sandbox_drive.py --url SANDGATE --api-key KEY
+The fake LLM listens on this machine's loopback, which a sandbox with a network of its
+own does not reach: the agent-server calls it through Sandgate's gateway (the model
+`fake`, added with the master key), with a virtual key, as a platform's sandboxes do.
+
+Usage: process_sandbox_drive.py --url SANDGATE --api-key KEY --master-key KEY
 """
 
 from __future__ import annotations
@@ -69,11 +73,25 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
     ap.add_argument("--api-key", required=True)
+    ap.add_argument("--master-key", required=True)
     args = ap.parse_args()
 
     llm = ThreadingHTTPServer(("127.0.0.1", 0), FakeLlm)
     threading.Thread(target=llm.serve_forever, daemon=True).start()
-    llm_url = f"http://127.0.0.1:{llm.server_address[1]}/v1"
+    master = {"authorization": f"Bearer {args.master_key}"}
+    added = httpx.post(f"{args.url}/model/new", headers=master, json={
+        "model_name": "fake",
+        "gateway_params": {
+            "model": "openai/fake",
+            "api_base": f"http://127.0.0.1:{llm.server_address[1]}/v1",
+            "api_key": "sk-up",
+        },
+    })
+    added.raise_for_status()
+    generated = httpx.post(f"{args.url}/key/generate", headers=master, json={"models": ["fake"]})
+    generated.raise_for_status()
+    llm_key = generated.json()["key"]
+    llm_url = f"{args.url}/v1"
     work = tempfile.mkdtemp(prefix="process-sandbox-")
     # The conversation works there as the sandbox's own uid (the process driver gives each
     # sandbox one when Sandgate is root): mkdtemp's 0700 would shut it out.
@@ -88,7 +106,7 @@ async def main() -> None:
         **OFFLINE_AGENT_SERVER,
         # The agent-server stores a conversation's LLM key redacted: the conversation it
         # loads again after the resume finds its key here, as a platform's sandbox does.
-        "OPENAI_API_KEY": "sk-fake-llm-key",
+        "OPENAI_API_KEY": llm_key,
     }
     specs = PresetSandboxSpecService(
         specs=[SandboxSpecInfo(id=SPEC, command=command, initial_env=environment)]
@@ -145,7 +163,7 @@ async def main() -> None:
         created = await client.post(
             f"{url}/api/conversations",
             headers=headers,
-            json=conversation_request(llm_url, work),
+            json=conversation_request(llm_url, work, llm_key),
         )
         created.raise_for_status()
         conversation = created.json()["id"]

@@ -187,6 +187,10 @@ impl Sandboxes {
         let Some(url) = self.driver.init_url(record) else {
             return Ok(());
         };
+        self.driver
+            .claiming(record, spec)
+            .await
+            .map_err(|err| err.to_string())?;
         let keys = self.keys.keys(&record.runtime_id, &record.key_nonce);
         deliver(&self.init_client, &url, &keys, &init_body(spec, &keys)).await
     }

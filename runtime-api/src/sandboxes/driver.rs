@@ -118,6 +118,17 @@ pub trait SandboxDriver: Send + Sync + 'static {
         Ok(HashMap::new())
     }
 
+    /// Before a claimed warm sandbox is personalised with `spec` (a start's own): what
+    /// the platform changes for it (the process driver: its network reaches the webhooks
+    /// `spec` names). By default, nothing.
+    async fn claiming(
+        &self,
+        _sandbox: &StoredSandbox,
+        _spec: &sandgate_store::SandboxSpec,
+    ) -> Result<(), DriverError> {
+        Ok(())
+    }
+
     /// Where Sandgate reaches the sandbox's agent-server to personalise it at claim
     /// (`init.rs`); `None`: the platform runs no agent-server, and a claim delivers
     /// nothing.

@@ -36,6 +36,17 @@ const WEBHOOK_FIELDS: &[(&str, bool)] = &[
 /// An error body quoted at most this long in a failure's reason.
 const QUOTED: usize = 200;
 
+/// The client of every call to a sandbox: straight to it, never through a proxy of the
+/// environment, and a redirect is an answer, never followed (the init carries the
+/// start's keys and environment, which go nowhere but the sandbox).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
 /// The body of `POST /api/init` for a start of `spec` whose sandbox has `keys`.
 pub fn init_body(spec: &SandboxSpec, keys: &SandboxKeys) -> Value {
     let environment = &spec.environment;
@@ -55,6 +66,15 @@ pub fn init_body(spec: &SandboxSpec, keys: &SandboxKeys) -> Value {
         body["allow_cors_origins"] = Value::Array(origins);
     }
     body
+}
+
+/// The base URLs of the webhooks `environment` names, as the agent-server reads them.
+pub fn webhook_urls(environment: &BTreeMap<String, String>) -> Vec<String> {
+    list(environment, "OH_WEBHOOKS", webhook)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|webhook| webhook["base_url"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// The list `prefix` names in `environment`, items read by `item`; `None` when it names
@@ -281,5 +301,55 @@ mod tests {
         let body = init_body(&spec(&[("OH_WEBHOOKS_3_BASE_URL", "http://gap")]), &keys());
         assert!(body.get("webhooks").is_none(), "{body}");
         assert!(body.get("allow_cors_origins").is_none());
+    }
+
+    /// Answers every connection of `listener` with `answer`, counting them.
+    async fn answering(
+        listener: tokio::net::TcpListener,
+        answer: String,
+    ) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buffer = vec![0_u8; 65536];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        count
+    }
+
+    #[tokio::test]
+    async fn a_redirecting_init_sends_nothing_elsewhere() {
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let target = format!("http://{}/api/init", elsewhere.local_addr().expect("addr"));
+        let reached = answering(
+            elsewhere,
+            "HTTP/1.1 200 OK\r\ncontent-length: 17\r\n\r\n{\"state\":\"ready\"}".into(),
+        )
+        .await;
+        let sandbox = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", sandbox.local_addr().expect("addr"));
+        let asked = answering(
+            sandbox,
+            format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nlocation: {target}\r\ncontent-length: 0\r\n\r\n"
+            ),
+        )
+        .await;
+        let spec = spec(&[("GITHUB_TOKEN", "ghp_secret")]);
+        let failed = deliver(&client(), &url, &keys(), &init_body(&spec, &keys()))
+            .await
+            .expect_err("a redirect is no init");
+        assert!(failed.contains("307"), "{failed}");
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

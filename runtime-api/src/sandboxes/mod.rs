@@ -137,11 +137,7 @@ impl Sandboxes {
             options,
             configs,
             claimed: Notify::new(),
-            // Sandboxes are reached directly, never through a proxy of the environment.
-            init_client: reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .unwrap_or_default(),
+            init_client: init::client(),
             cold_starts: claim::ColdStartLog::default(),
         }
     }

@@ -24,7 +24,8 @@
 //!   `=port` or `:port`, is rewritten to it, `PORT` holds it too, and its URL is
 //!   `http://127.0.0.1:{port}`. The port is kept in the sandbox's directory, so its URL
 //!   stays the same across pauses and Sandgate's restarts.
-//! - It is running once its port accepts connections, in error once its process exits.
+//! - It is running once its port accepts connections (in a network of its own, once an
+//!   HTTP server answers there: pasta accepts for it), in error once its process exits.
 //! - Pause stops every process of the sandbox (SIGTERM to each process of its namespace,
 //!   then, after a grace period, SIGKILL of the namespace, which the kernel extends to
 //!   all of them, detached or not) and keeps the directory; resume starts the command
@@ -38,11 +39,13 @@
 
 mod command_line;
 mod layout;
+mod network;
 mod starting;
 mod stopping;
 mod view;
 
 pub use layout::{Unreachable, check_reach};
+pub use network::{Egress, NetworkOptions, NetworkTools};
 pub use view::ViewTools;
 
 use std::collections::HashMap;
@@ -82,6 +85,8 @@ pub struct ProcessOptions {
     pub port: u16,
     /// How long a stopped process may take to exit on SIGTERM before it is killed.
     pub stop_grace: Duration,
+    /// What a sandbox's network lets through, where it has one of its own.
+    pub network: NetworkOptions,
 }
 
 /// What the driver knows of one sandbox's process.
@@ -100,6 +105,8 @@ enum Process {
 struct Sandbox {
     port: u16,
     process: Process,
+    /// The loopback ports of the webhooks its network reaches (`network.rs`).
+    webhook_ports: Vec<u16>,
 }
 
 pub struct ProcessDriver {
@@ -144,12 +151,16 @@ impl ProcessDriver {
                 continue;
             };
             stop_leftover(&dir);
+            if let Some(tools) = &isolation.network {
+                network::detach(tools, &runtime_id, &dir);
+            }
             if let Some(port) = read_number::<u16>(&dir.join(PORT_FILE)) {
                 sandboxes.insert(
                     runtime_id,
                     Sandbox {
                         port,
                         process: Process::Stopped,
+                        webhook_ports: Vec::new(),
                     },
                 );
             }
@@ -200,37 +211,90 @@ impl ProcessDriver {
 
     /// Starts the sandbox's process, stopping one it still has.
     async fn start(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
-        self.stop(&sandbox.runtime_id).await;
-        let port = self.port(&sandbox.runtime_id)?;
-        let child = self.spawn(sandbox, port, keys)?;
+        let id = &sandbox.runtime_id;
+        self.stop(id).await;
+        let port = self.port(id)?;
+        let (child, handshake) = self.spawn(sandbox, port, keys)?;
+        let webhook_ports = network::loopback_ports(
+            super::init::webhook_urls(&sandbox.spec.environment)
+                .iter()
+                .map(String::as_str),
+        );
         self.sandboxes().insert(
-            sandbox.runtime_id.clone(),
+            id.clone(),
             Sandbox {
                 port,
                 process: Process::Running(child),
+                webhook_ports: webhook_ports.clone(),
             },
         );
+        if let (Some(handshake), Some(plan)) =
+            (handshake, self.network_plan(id, port, webhook_ports))
+        {
+            let attached = tokio::time::timeout(
+                network::SETUP_TIMEOUT,
+                tokio::task::spawn_blocking(move || plan.attach(handshake)),
+            )
+            .await;
+            let failure = match attached {
+                Ok(Ok(Ok(()))) => None,
+                Ok(Ok(Err(err))) => Some(err),
+                Ok(Err(err)) => Some(err.to_string()),
+                Err(_) => Some("its network took too long to set up".to_owned()),
+            };
+            if let Some(failure) = failure {
+                self.stop(id).await;
+                return Err(DriverError(format!("cannot start sandbox {id}: {failure}")));
+            }
+        }
         Ok(())
+    }
+
+    /// How `runtime_id`'s network is made, where sandboxes get one of their own.
+    fn network_plan(
+        &self,
+        runtime_id: &str,
+        port: u16,
+        webhook_ports: Vec<u16>,
+    ) -> Option<network::Plan> {
+        Some(network::Plan {
+            tools: self.isolation.network.clone()?,
+            options: self.options.network.clone(),
+            runtime_id: runtime_id.to_owned(),
+            port,
+            webhook_ports,
+            state: self.state_dir(runtime_id),
+        })
+    }
+
+    /// Ends `runtime_id`'s network, if it has one.
+    async fn detach(&self, runtime_id: &str) {
+        if let Some(tools) = self.isolation.network.clone() {
+            let (id, state) = (runtime_id.to_owned(), self.state_dir(runtime_id));
+            let _ = tokio::task::spawn_blocking(move || network::detach(&tools, &id, &state)).await;
+        }
     }
 
     /// Stops the sandbox's process, if it has one running, and waits for it to go.
     async fn stop(&self, runtime_id: &str) {
-        let child = match self.sandboxes().get_mut(runtime_id) {
-            Some(sandbox) => match std::mem::replace(&mut sandbox.process, Process::Stopped) {
-                Process::Running(child) => child,
-                Process::Exited { group, .. } => {
-                    // Its first process is gone; what it started may not be.
-                    if let Some(group) = group {
-                        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
-                    }
-                    return;
+        let process = self
+            .sandboxes()
+            .get_mut(runtime_id)
+            .map(|sandbox| std::mem::replace(&mut sandbox.process, Process::Stopped));
+        match process {
+            Some(Process::Running(child)) => {
+                terminate(child, self.options.stop_grace).await;
+                let _ = std::fs::remove_file(self.state_dir(runtime_id).join(PID_FILE));
+            }
+            Some(Process::Exited { group, .. }) => {
+                // Its first process is gone; what it started may not be.
+                if let Some(group) = group {
+                    let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
                 }
-                Process::Stopped => return,
-            },
-            None => return,
-        };
-        terminate(child, self.options.stop_grace).await;
-        let _ = std::fs::remove_file(self.state_dir(runtime_id).join(PID_FILE));
+            }
+            Some(Process::Stopped) | None => return,
+        }
+        self.detach(runtime_id).await;
     }
 }
 
@@ -238,6 +302,45 @@ impl ProcessDriver {
 impl SandboxDriver for ProcessDriver {
     async fn create(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
         self.start(sandbox, keys).await
+    }
+
+    async fn claiming(
+        &self,
+        sandbox: &StoredSandbox,
+        spec: &sandgate_store::SandboxSpec,
+    ) -> Result<(), DriverError> {
+        let id = &sandbox.runtime_id;
+        let wanted = network::loopback_ports(
+            super::init::webhook_urls(&spec.environment)
+                .iter()
+                .map(String::as_str),
+        );
+        let (port, ports) = {
+            let sandboxes = self.sandboxes();
+            let Some(known) = sandboxes.get(id) else {
+                return Ok(());
+            };
+            if wanted.iter().all(|port| known.webhook_ports.contains(port)) {
+                return Ok(());
+            }
+            let mut ports = known.webhook_ports.clone();
+            ports.extend(wanted);
+            ports.sort_unstable();
+            ports.dedup();
+            (known.port, ports)
+        };
+        let Some(plan) = self.network_plan(id, port, ports.clone()) else {
+            return Ok(());
+        };
+        // pasta forwards what it was started with: a new one, for the claim's webhooks.
+        tokio::task::spawn_blocking(move || plan.reattach())
+            .await
+            .map_err(|err| DriverError(err.to_string()))?
+            .map_err(|err| DriverError(format!("cannot reach the claim's webhooks: {err}")))?;
+        if let Some(known) = self.sandboxes().get_mut(id) {
+            known.webhook_ports = ports;
+        }
+        Ok(())
     }
 
     async fn pause(&self, sandbox: &StoredSandbox) -> Result<(), DriverError> {
@@ -316,7 +419,17 @@ impl SandboxDriver for ProcessDriver {
                 }
             }
         }
-        let ready = futures::future::join_all(probes.iter().map(|(_, port)| accepts(*port))).await;
+        // Through pasta a connection is accepted on the sandbox's behalf before its server
+        // listens: there an answer tells.
+        let networked = self.isolation.network.is_some() && self.isolation.root;
+        let ready = futures::future::join_all(probes.iter().map(|(_, port)| async move {
+            if networked {
+                answers(*port).await
+            } else {
+                accepts(*port).await
+            }
+        }))
+        .await;
         for ((id, _), ready) in probes.into_iter().zip(ready) {
             let state = if ready {
                 SandboxState::Running
@@ -378,6 +491,24 @@ fn free_port() -> Result<u16, DriverError> {
         .map_err(|err| DriverError(format!("cannot find a free port for a sandbox: {err}")))
 }
 
+/// Whether an HTTP server answers on `port`: the start of a status line.
+async fn answers(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        stream
+            .write_all(b"GET /alive HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut head = [0_u8; 7];
+        stream.read_exact(&mut head).await?;
+        Ok::<_, std::io::Error>(&head == b"HTTP/1.")
+    };
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, exchange).await,
+        Ok(Ok(true))
+    )
+}
+
 /// Whether something accepts connections on `port`.
 async fn accepts(port: u16) -> bool {
     matches!(
@@ -427,7 +558,7 @@ fn run_probe(
         cwd: Path::new("/workspace"),
         installs: &[],
         granted: &[],
-        namespaces: &[],
+        network: false,
     };
     let line = view.command_line(&tools.shell, &["-c".into(), "exit 0".into()]);
     let mapping = starting::args_fd(&view::environment_args([])).ok()?;

@@ -10,6 +10,10 @@
 //!   (derived from its runtime id in `SANDBOX_UID_BASE..`), whatever its spec's
 //!   `run_as_user`, which is the uid it sees itself as inside its user namespace: limits
 //!   counted per uid (processes) and file ownership are per sandbox.
+//! - When Sandgate runs as root: a network namespace of its own, joined to this machine
+//!   by pasta (`process/network.rs`): Sandgate's ports for sandboxes, the webhooks its
+//!   start names and the internet, never this machine's loopback services, another
+//!   sandbox or the metadata service.
 //! - rlimits by `prlimit`: address space, and processes when the uid is its own (the
 //!   count is per uid), scaled by `resource_factor`.
 //!
@@ -23,7 +27,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 
-pub use super::process::ViewTools;
+pub use super::process::{NetworkTools, ViewTools};
 
 /// First uid of the range sandboxes get when Sandgate runs as root: far above the uids
 /// of a machine's real users and services.
@@ -56,6 +60,9 @@ pub struct Isolation {
     /// bubblewrap, setpriv and sh, when a sandbox's view can be made here.
     pub view: Option<ViewTools>,
     pub prlimit: Option<PathBuf>,
+    /// iproute2's `ip` and pasta, when Sandgate is root and both are here: each sandbox
+    /// gets a network of its own.
+    pub network: Option<NetworkTools>,
     /// The system directories of this machine, as a view shows them.
     pub system: Vec<SystemDir>,
 }
@@ -93,10 +100,20 @@ impl Isolation {
         let root = rustix::process::geteuid().is_root();
         let system = system_dirs(Path::new("/"));
         let view = view_tools().filter(|tools| probe(tools, root, &system));
+        let network = root
+            .then(|| {
+                Some(NetworkTools {
+                    ip: find_program("ip")?,
+                    pasta: find_program("pasta")?,
+                })
+            })
+            .flatten()
+            .filter(|_| view.is_some());
         Self {
             root,
             view,
             prlimit: find_program("prlimit"),
+            network,
             system,
         }
     }
@@ -107,6 +124,7 @@ impl Isolation {
             root: false,
             view: None,
             prlimit: None,
+            network: None,
             system: Vec::new(),
         }
     }
@@ -132,6 +150,19 @@ impl Isolation {
                  rather than at the absolute path its spec names, and a process it detaches \
                  (setsid) can outlive it"
                     .to_owned(),
+            );
+        }
+        if self.network.is_none() {
+            gaps.push(
+                if self.root {
+                    "no network of its own (pasta, from Debian's package passt, or iproute2's ip \
+                 is missing, or there is no view): sandboxes share this machine's network, \
+                 its loopback services and each other's ports"
+                } else {
+                    "no network of its own (it needs Sandgate as root): sandboxes share this \
+                 machine's network, its loopback services and each other's ports"
+                }
+                .to_owned(),
             );
         }
         if self.prlimit.is_none() {

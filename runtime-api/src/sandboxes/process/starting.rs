@@ -13,6 +13,7 @@ use tokio::process::{Child, Command};
 
 use super::command_line::{arguments, relative, resolve};
 use super::layout::{self, check_reach};
+use super::network::Handshake;
 use super::view::{ARGS_FD, View, environment_args, top_of};
 use super::{LOG_FILE, PID_FILE, PORT_FILE, ProcessDriver};
 use crate::sandboxes::driver::{DriverError, SECRET_KEY_ENV, SandboxKeys};
@@ -25,13 +26,15 @@ const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
 const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
 
 impl ProcessDriver {
-    /// Starts `sandbox`'s command on `port` with its keys; its process.
+    /// Starts `sandbox`'s command on `port` with its keys; its process, and when it has a
+    /// network namespace of its own, what sets it up (`network.rs`), which the process
+    /// waits for.
     pub(super) fn spawn(
         &self,
         sandbox: &StoredSandbox,
         port: u16,
         keys: &SandboxKeys,
-    ) -> Result<Child, DriverError> {
+    ) -> Result<(Child, Option<Handshake>), DriverError> {
         let id = &sandbox.runtime_id;
         let failed = |what: &str, err: std::io::Error| {
             DriverError(format!("cannot {what} for sandbox {id}: {err}"))
@@ -110,6 +113,9 @@ impl ProcessDriver {
         environment.push((SECRET_KEY_ENV.into(), keys.secret.clone()));
 
         let own_uid = identity.host.is_some();
+        // Its own network where the stage is root's.
+        let networked = own_uid && self.isolation.network.is_some();
+        let mut handshake = None;
         let mut command = match &self.isolation.view {
             Some(tools) => {
                 let installs = installs(
@@ -142,7 +148,7 @@ impl ProcessDriver {
                     cwd: &cwd,
                     installs: &installs,
                     granted: &granted,
-                    namespaces: &[],
+                    network: networked,
                 };
                 let line = self.isolation.limited(
                     view.command_line(&program, args),
@@ -157,8 +163,15 @@ impl ProcessDriver {
                         .map(|(name, value)| (name.as_str(), value.as_str())),
                 ))
                 .map_err(|err| failed("hand over the environment", err))?;
+                let mut mappings = vec![mapping];
+                if networked {
+                    let (parent, child) = Handshake::new()
+                        .map_err(|err| failed("make its network namespace", err))?;
+                    mappings.extend(child);
+                    handshake = Some(parent);
+                }
                 command
-                    .fd_mappings(vec![mapping])
+                    .fd_mappings(mappings)
                     .map_err(|err| DriverError(format!("cannot start sandbox {id}: {err}")))?;
                 command
             }
@@ -202,7 +215,7 @@ impl ProcessDriver {
             let _ = std::fs::write(state.join(PID_FILE), format!("{pid} {started}"));
         }
         tracing::debug!(runtime_id = %id, port, "sandbox process started");
-        Ok(child)
+        Ok((child, handshake))
     }
 }
 

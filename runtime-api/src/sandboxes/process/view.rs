@@ -10,11 +10,12 @@
 //!
 //! ```text
 //! prlimit … -- bwrap --unshare-pid --as-pid-1                       (root: the stage)
+//!     [--unshare-net --info-fd 4 --block-fd 5]          (its network: `network.rs`)
 //!     <system dirs> --dir /run --dir /run/granted [--ro-bind {granted} /run/granted/N]
 //!     --ro-bind / /run/host --bind {folder} /run/sandbox
 //!     --proc /proc --dev /dev --tmpfs /tmp --
 //!   setpriv --reuid U --regid G --clear-groups --inh-caps=-all --bounding-set=-all --
-//!   bwrap --args 3 --unshare-user --uid X --gid Y <NAMESPACES>        (the sandbox's uid U)
+//!   bwrap --args 3 --unshare-user --uid X --gid Y                     (the sandbox's uid U)
 //!     <the view, its sources under /run/host, /run/granted and /run/sandbox> --
 //!   sh -c 'mkdir -p -- "$1" && cd -- "$1" && shift && exec "$@"' sh {cwd} program args…
 //! ```
@@ -37,6 +38,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::network::{BLOCK_FD, INFO_FD};
 use crate::sandboxes::process_isolation::{Ids, SystemDir};
 
 /// Where the stage shows the machine's root and the sandbox's folder.
@@ -75,8 +77,9 @@ pub(super) struct View<'a> {
     pub installs: &'a [PathBuf],
     /// Directories the operator grants every sandbox (read-only), bound by the stage.
     pub granted: &'a [PathBuf],
-    /// Extra namespace flags for the second bwrap (`--unshare-net`).
-    pub namespaces: &'a [&'a str],
+    /// A network namespace of its own, made by the stage (`network.rs`): the stage's
+    /// bwrap then writes its pid and waits for the namespace's setup.
+    pub network: bool,
 }
 
 impl View<'_> {
@@ -95,6 +98,15 @@ impl View<'_> {
                 "--unshare-pid",
                 "--as-pid-1",
             ]));
+            if self.network {
+                line.extend(strings(&[
+                    "--unshare-net",
+                    "--info-fd",
+                    &INFO_FD.to_string(),
+                    "--block-fd",
+                    &BLOCK_FD.to_string(),
+                ]));
+            }
             self.system_dirs(&mut line, "");
             line.extend(strings(&[
                 "--perms", "0711", "--dir", "/run", "--perms", "0711", "--dir", GRANTED,
@@ -137,7 +149,6 @@ impl View<'_> {
             // the kernel ends the rest.
             line.extend(strings(&["--unshare-pid", "--as-pid-1"]));
         }
-        line.extend(self.namespaces.iter().map(|flag| (*flag).to_owned()));
         self.system_dirs(&mut line, &host);
         for install in self.installs {
             let source = format!("{host}{}", install.display());
@@ -279,7 +290,7 @@ mod tests {
             cwd: Path::new("/workspace/a/b"),
             installs: &installs,
             granted: &[PathBuf::from("/root/.pyenv/versions/3.12.1")],
-            namespaces: &["--unshare-net"],
+            network: true,
         };
         let line = view.command_line(Path::new("/opt/agent/.venv/bin/python"), &["-m".into()]);
         assert_eq!(line[0], "/usr/bin/bwrap");
@@ -307,8 +318,14 @@ mod tests {
             "{stage:?}"
         );
         // The sandbox's uid resolves everything it controls, from /run/sandbox.
+        // The stage makes the network namespace: root's, which the sandbox cannot change.
+        position(
+            stage,
+            &["--unshare-net", "--info-fd", "4", "--block-fd", "5"],
+        );
         let view = &line[second..];
-        position(view, &["--uid", "10001", "--gid", "10002", "--unshare-net"]);
+        assert!(!view.iter().any(|arg| arg == "--unshare-net"));
+        position(view, &["--uid", "10001", "--gid", "10002"]);
         position(view, &["--ro-bind", "/run/host/usr", "/usr"]);
         position(view, &["--symlink", "usr/bin", "/bin"]);
         position(
@@ -355,7 +372,7 @@ mod tests {
             cwd: Path::new("/tmp/work"),
             installs: &[],
             granted: &[],
-            namespaces: &[],
+            network: false,
         };
         let line = view.command_line(Path::new("/bin/true"), &[]);
         assert!(

@@ -1,0 +1,277 @@
+//! The `process` driver's network (issue 50) from the hostile side, inside real
+//! sandboxes on the real `sandgate` binary as root: a sandbox reaches Sandgate's webhooks
+//! and gateway and the webhook its start names, and nothing else of this machine: not
+//! Sandgate's Redis, not a service on its loopback or on all its addresses, not another
+//! sandbox's agent-server, not the metadata address, not Sandgate's `/metrics`; and its
+//! network comes back with a resume and goes with a pause.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::{RedisServer, SandgateProcess, require_root};
+use crate::process_sandboxes::{act, call, serve_as, until_session};
+
+/// What the prober tries, from inside its sandbox: each `(host, port)` of `TARGETS`
+/// connected to (`connected`, or the error's name), and each URL of `URLS` fetched (its
+/// status, or the error), into `network.json`; then it serves on its port.
+const PROBER: &str = r#"
+import errno, json, os, socket, urllib.error, urllib.request
+seen = {}
+for name, (host, port) in json.loads(os.environ["TARGETS"]).items():
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        seen[name] = "connected"
+    except OSError as e:
+        seen[name] = errno.errorcode.get(e.errno, type(e).__name__) if e.errno else type(e).__name__
+    finally:
+        s.close()
+for name, url in json.loads(os.environ["URLS"]).items():
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            seen[name] = answer.status
+    except urllib.error.HTTPError as e:
+        seen[name] = e.code
+    except Exception as e:
+        seen[name] = type(e).__name__
+with open("network.json.part", "w") as out:
+    json.dump(seen, out)
+os.rename("network.json.part", "network.json")
+"#;
+
+/// A listener on `address` that answers every connection `200 OK`, counting them.
+async fn counting(address: &str) -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind(address).await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buffer = vec![0_u8; 8192];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    (port, count)
+}
+
+/// A sandbox that runs [`PROBER`] against `targets` and `urls`, then serves on its port;
+/// `environment` beside.
+fn prober(
+    session: &str,
+    targets: &Value,
+    urls: &Value,
+    environment: &BTreeMap<&str, String>,
+) -> Value {
+    let mut body = json!({
+        "image": "local/prober",
+        "command": [
+            "/bin/sh", "-c",
+            "/usr/bin/python3 -c \"$PROBER\"; exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1",
+        ],
+        "working_dir": "/workspace",
+        "environment": {"PROBER": PROBER, "TARGETS": targets.to_string(), "URLS": urls.to_string()},
+        "session_id": session,
+    });
+    for (name, value) in environment {
+        body["environment"][*name] = json!(value);
+    }
+    body
+}
+
+/// Starts `body` and waits until it runs; its runtime id.
+async fn running(sandgate: &SandgateProcess, body: Value) -> String {
+    let session = body["session_id"].as_str().expect("session").to_owned();
+    let (status, started) = call(sandgate, "/start", Some(body)).await;
+    assert_eq!(status, 200, "{started}\n{}", sandgate.log());
+    until_session(sandgate, &session, "running").await;
+    started["runtime_id"].as_str().expect("id").to_owned()
+}
+
+/// The prober's findings, once written.
+async fn findings(data: &Path, runtime_id: &str) -> Value {
+    let file = data
+        .join("sandboxes")
+        .join(runtime_id)
+        .join("workspace/network.json");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            return serde_json::from_str(&text).expect("json");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|port| port.trim_end_matches('/').parse().ok())
+        .expect("port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else_of_this_machine() {
+    if !require_root("process sandboxes' network namespaces (root makes them)") {
+        return;
+    }
+    let redis = RedisServer::start().await;
+    let data = tempfile::tempdir().expect("data");
+    let redis_url = redis.url();
+    let mut sandgate = serve_as(None, data.path(), "8000", &["--redis", &redis_url]).await;
+    let edge = port_of(&sandgate.url(""));
+    // A service on this machine's loopback, one on all its addresses, a webhook target.
+    let (canary, canary_seen) = counting("127.0.0.1:0").await;
+    let (everywhere, everywhere_seen) = counting("0.0.0.0:0").await;
+    let (webhook, webhook_seen) = counting("127.0.0.1:0").await;
+    // A neighbour, whose agent-server port is on this machine's loopback.
+    let neighbour = running(
+        &sandgate,
+        json!({
+            "image": "local/plain",
+            "command": ["/bin/sh", "-c", "exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1"],
+            "working_dir": "/workspace",
+            "session_id": "neighbour",
+        }),
+    )
+    .await;
+    let (_, neighbour_record) = call(&sandgate, "/sessions/neighbour", None).await;
+    let neighbour_port = port_of(neighbour_record["url"].as_str().expect("url"));
+    assert!(
+        reqwest::get(format!("http://127.0.0.1:{neighbour_port}/"))
+            .await
+            .is_ok_and(|answer| answer.status() == 200),
+        "Sandgate reaches the neighbour's agent-server"
+    );
+    let redis_port = port_of(&redis_url);
+    let targets = json!({
+        "redis": ["127.0.0.1", redis_port],
+        "canary": ["127.0.0.1", canary],
+        "everywhere": ["127.0.0.1", everywhere],
+        "neighbour": ["127.0.0.1", neighbour_port],
+        "metadata": ["169.254.169.254", 80],
+        "private": ["10.0.0.1", 80],
+    });
+    let urls = json!({
+        "health": format!("http://127.0.0.1:{edge}/health"),
+        "gateway": format!("http://127.0.0.1:{edge}/v1/models"),
+        "metrics": format!("http://127.0.0.1:{edge}/metrics"),
+        "webhook": format!("http://127.0.0.1:{webhook}/api/v1/webhooks"),
+    });
+    let environment = BTreeMap::from([(
+        "OH_WEBHOOKS_0_BASE_URL",
+        format!("http://127.0.0.1:{webhook}/api/v1/webhooks"),
+    )]);
+    let id = running(&sandgate, prober("prober", &targets, &urls, &environment)).await;
+    let seen = findings(data.path(), &id).await;
+    let log = sandgate.log();
+    // Sandgate's webhooks and gateway answer (the gateway asks for a key), and the
+    // webhook target the start names.
+    assert_eq!(seen["health"], 200, "{seen}\n{log}");
+    assert_eq!(seen["gateway"], 401, "{seen}");
+    assert_eq!(seen["webhook"], 200, "{seen}");
+    assert_eq!(webhook_seen.load(Ordering::SeqCst), 1);
+    // Not `/metrics`: the sandboxes' listener has none.
+    assert_eq!(seen["metrics"], 404, "{seen}");
+    // Its own loopback holds none of this machine's services, nor the neighbour's.
+    for name in ["redis", "canary", "everywhere", "neighbour"] {
+        assert_eq!(seen[name], "ECONNREFUSED", "{name}: {seen}");
+    }
+    assert_eq!(canary_seen.load(Ordering::SeqCst), 0);
+    assert_eq!(everywhere_seen.load(Ordering::SeqCst), 0);
+    // The special-purpose blocks are refused by the namespace's rules.
+    for name in ["metadata", "private"] {
+        assert_eq!(seen[name], "EACCES", "{name}: {seen}");
+    }
+
+    // A pause ends its network; a resume brings it back.
+    let namespace = Path::new("/run/netns").join(format!("sandgate-{id}"));
+    assert!(namespace.exists(), "{}", namespace.display());
+    let pasta = data
+        .path()
+        .join("sandbox-state")
+        .join(&id)
+        .join("pasta.pid");
+    let pasta_pid = std::fs::read_to_string(&pasta).expect("pasta's pid");
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))
+            .is_ok_and(|status| !status.lines().any(|line| line.starts_with("State:\tZ")))
+    };
+    assert!(alive(&pasta_pid), "pasta runs while the sandbox does");
+    assert_eq!(act(&sandgate, "pause", &id).await, 200);
+    until_session(&sandgate, "prober", "paused").await;
+    assert!(
+        !namespace.exists(),
+        "the paused sandbox's namespace is gone"
+    );
+    assert!(!pasta.exists(), "its pasta's pid is gone");
+    assert!(!alive(&pasta_pid), "its pasta is gone");
+    std::fs::remove_file(
+        data.path()
+            .join("sandboxes")
+            .join(&id)
+            .join("workspace/network.json"),
+    )
+    .expect("rm");
+    assert_eq!(act(&sandgate, "resume", &id).await, 200);
+    until_session(&sandgate, "prober", "running").await;
+    let again = findings(data.path(), &id).await;
+    assert_eq!(again["health"], 200, "{again}");
+    assert_eq!(again["webhook"], 200, "{again}");
+    assert_eq!(again["canary"], "ECONNREFUSED", "{again}");
+    assert_eq!(again["metadata"], "EACCES", "{again}");
+
+    // Nothing of either sandbox's network outlives it.
+    for runtime_id in [&id, &neighbour] {
+        assert_eq!(act(&sandgate, "stop", runtime_id).await, 200);
+        let namespace = Path::new("/run/netns").join(format!("sandgate-{runtime_id}"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while namespace.exists() {
+            assert!(tokio::time::Instant::now() < deadline, "{namespace:?} left");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    sandgate.terminate().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_egress_a_sandbox_reaches_only_what_is_forwarded() {
+    if !require_root("process sandboxes' network namespaces (root makes them)") {
+        return;
+    }
+    let targets = json!({"internet": ["1.1.1.1", 80]});
+    for (egress, internet) in [("internet", false), ("none", true)] {
+        let data = tempfile::tempdir().expect("data");
+        let mut sandgate = serve_as(None, data.path(), "8000", &["--sandbox-egress", egress]).await;
+        let edge = port_of(&sandgate.url(""));
+        let urls = json!({"health": format!("http://127.0.0.1:{edge}/health")});
+        let id = running(
+            &sandgate,
+            prober("egress", &targets, &urls, &BTreeMap::new()),
+        )
+        .await;
+        let seen = findings(data.path(), &id).await;
+        assert_eq!(seen["health"], 200, "{egress}: {seen}");
+        assert_eq!(seen["internet"] == "EACCES", internet, "{egress}: {seen}");
+        sandgate.terminate().await;
+    }
+}
