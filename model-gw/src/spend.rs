@@ -165,6 +165,22 @@ impl SpendLog {
         first
     }
 
+    /// The entry of an answer about to reach its client's last event: a call that holds
+    /// part of its budgets settles now, its hold released and its spend added before the
+    /// client can make its next call (which would otherwise find the hold still taken and
+    /// be refused over budget); any other is queued as [`Self::log_soon`] queues it.
+    pub(crate) async fn log_answered(self: &Arc<Self>, finished: Finished) {
+        if finished
+            .1
+            .as_ref()
+            .is_some_and(|settle| settle.release.is_some())
+        {
+            self.log_now(finished).await;
+        } else {
+            self.log_soon(finished);
+        }
+    }
+
     /// Writes `entry` now, with whatever else waits: for a failed answer, whose entry is in
     /// the log by the time the client has the answer.
     pub(crate) async fn log_now(&self, (entry, charge): Finished) {

@@ -338,8 +338,9 @@ impl Forwarder {
                 self.spend.log_now(entry).await;
                 return Err(failure);
             }
-            // The client does not wait for the spend log.
-            self.spend.log_soon(entry);
+            // The client does not wait for the spend log, unless the call holds part of
+            // its budgets: then the hold is released before the answer leaves.
+            self.spend.log_answered(entry).await;
             return Ok(Box::pin(futures::stream::iter(
                 messages.into_iter().map(Ok),
             )));

@@ -17,6 +17,9 @@ use super::record::CallRecord;
 use crate::spend::{Finished, SpendLog};
 use crate::support::error;
 
+/// How long the rest of an upstream's body is read after its answer's last event.
+const AFTER_LAST_EVENT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A streamed answer's events (the first leave with its head): passed on as they arrive,
 /// each edited. Its spend log entry is written when the answer ends or fails; when the
 /// client goes away first, once the upstream's answer is read to its end (499).
@@ -94,15 +97,23 @@ impl Relay {
             let live = self.live.as_mut()?;
             match live.read(self.deadline).instrument(self.span.clone()).await {
                 Read::Events(out) => {
-                    if !out.is_empty() {
-                        live.record.bytes_out += out.len() as u64;
-                        return Some(Ok(message(out)));
+                    if out.is_empty() {
+                        continue;
                     }
+                    live.record.bytes_out += out.len() as u64;
+                    if live.editor.ended() {
+                        // The answer's last event: a client that has it makes its next
+                        // call at once, so the call settles first (its hold released).
+                        // What the upstream still sends after it is read on apart.
+                        let entry = self.settle_at_last_event()?;
+                        self.spend.log_answered(entry).await;
+                    }
+                    return Some(Ok(message(out)));
                 }
                 Read::End(rest) => {
                     live.record.bytes_out += rest.len() as u64;
                     let entry = self.finish(self.status, true)?;
-                    self.spend.log_soon(entry);
+                    self.spend.log_answered(entry).await;
                     return (!rest.is_empty()).then(|| Ok(message(rest)));
                 }
                 Read::Failed(code, failed, message) => {
@@ -114,6 +125,29 @@ impl Relay {
                 }
             }
         }
+    }
+
+    /// The spend log entry of an answer whose last event is being passed on; the rest of
+    /// the upstream's body is read to its end in a task of its own, so that its connection
+    /// goes back to the pool: for [`AFTER_LAST_EVENT`] at most (an upstream that holds its
+    /// stream open after the last event is closed then, as when the client leaves).
+    fn settle_at_last_event(&mut self) -> Option<Finished> {
+        let Live {
+            mut response,
+            editor,
+            record,
+        } = self.live.take()?;
+        let entry = {
+            let _entered = self.span.enter();
+            record.finish_answered(self.status, editor.usage(), true)
+        };
+        let deadline = self
+            .deadline
+            .min(tokio::time::Instant::now() + AFTER_LAST_EVENT);
+        tokio::spawn(async move {
+            while let Ok(Ok(Some(_))) = tokio::time::timeout_at(deadline, response.chunk()).await {}
+        });
+        Some(entry)
     }
 
     /// The spend log entry, once: the relay is over, its `status` known.

@@ -16,10 +16,13 @@ pub struct SseRenamer {
     hide_usage: bool,
     /// A usage-only event was kept back: the blank line that ends it goes too.
     hidden: bool,
-    /// The answer's last event has passed: `[DONE]`, `message_stop`, or the Responses
-    /// API's `response.completed` (`.incomplete`, `.failed`). A client may leave then
+    /// The answer's last event has passed, whole: `[DONE]`, or the blank line after
+    /// `message_stop`'s or the Responses API's `response.completed` (`.incomplete`,
+    /// `.failed`), whose `data:` (with the usage) comes between. A client may leave then
     /// without cutting its answer short.
     pub ended: bool,
+    /// The last event's name has passed; its data and the blank line that ends it not yet.
+    ending: bool,
 }
 
 /// The events that end an answer of the Messages or the Responses API.
@@ -30,7 +33,8 @@ const LAST_EVENTS: [&[u8]; 4] = [
     b"response.failed",
 ];
 
-/// Whether an event stream's line (without its line ending) is its answer's last event.
+/// Whether an event stream's line (without its line ending) is its answer's last event
+/// (`[DONE]`, or the `event:` line of one that ends the answer).
 fn is_last_event(line: &[u8]) -> bool {
     if let Some(data) = line.strip_prefix(b"data:") {
         return data.trim_ascii() == b"[DONE]";
@@ -48,6 +52,7 @@ impl SseRenamer {
             hide_usage: false,
             hidden: false,
             ended: false,
+            ending: false,
         }
     }
 
@@ -97,8 +102,17 @@ impl SseRenamer {
             .rposition(|byte| !matches!(byte, b'\n' | b'\r'))
             .map_or(0, |last| last + 1);
         let (content, ending) = line.split_at(content_end);
-        if !self.ended && is_last_event(content) {
-            self.ended = true;
+        if !self.ended {
+            if content.is_empty() {
+                self.ended = self.ending;
+            } else if is_last_event(content) {
+                // `[DONE]` is whole in its line; a named event ends at its blank line.
+                if content.starts_with(b"data:") {
+                    self.ended = true;
+                } else {
+                    self.ending = true;
+                }
+            }
         }
         let hidden = std::mem::take(&mut self.hidden);
         if content.is_empty() && hidden {
@@ -147,6 +161,9 @@ mod tests {
             ),
             // The marker inside an event's data is not the event.
             (b"data: {\"text\":\"event: message_stop\"}\n\n", false),
+            // The last event's name, its data (the usage) still to come: not yet.
+            (b"event: response.completed\n", false),
+            (b"event: response.completed\ndata: {\"usage\":{}}\n", false),
         ] {
             let mut renamer = SseRenamer::new("asked");
             // Cut anywhere: the line decides, not the chunk.
