@@ -4,7 +4,8 @@
 //! largest possible cost on both and settled when it ends (one admission round trip per
 //! call on Redis), on Redis and on the embedded store, side by side in one run, rounds
 //! interleaved. Reports requests per second at concurrency 64 and p50 at 1, and
-//! the ratios the issue holds them to (≥ 0.9× the rate, ≤ +0.05 ms at p50).
+//! the ratios the issue holds them to (≥ 0.9× the rate, ≤ +0.05 ms at p50); and fails
+//! unless each virtual key's spend is exactly its calls at the configuration's prices.
 //!
 //! `cargo bench --bench gateway_keys` (needs `redis-server`). Environment:
 //! `BENCH_SECONDS` (per run, default 5) and `BENCH_ROUNDS` (default 3).
@@ -22,6 +23,9 @@ mod harness;
 #[path = "harness/upstream.rs"]
 #[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
 mod upstream;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -61,6 +65,34 @@ async fn virtual_key(base: &str) -> String {
         .await
         .expect("JSON");
     generated["key"].as_str().expect("a key").to_owned()
+}
+
+/// What one call costs the key: the upstream's usage (11 prompt and 7 completion tokens)
+/// at the configuration's prices.
+const CALL_COST: f64 = 11.0 * 0.000_003 + 7.0 * 0.000_015;
+
+/// The key's spend as `/key/info` says, once it stops changing (spend is written in
+/// batches after the answers).
+async fn settled_spend(base: &str, key: &str) -> f64 {
+    let client = reqwest::Client::new();
+    let mut last = f64::NAN;
+    loop {
+        let info: serde_json::Value = client
+            .get(format!("{base}/key/info?key={key}"))
+            .bearer_auth(MASTER_KEY)
+            .send()
+            .await
+            .expect("/key/info")
+            .json()
+            .await
+            .expect("JSON");
+        let spend = info["info"]["spend"].as_f64().expect("spend");
+        if spend == last {
+            return spend;
+        }
+        last = spend;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -104,16 +136,28 @@ async fn main() {
         "| store | concurrency | round | master key req/s | virtual key req/s | ratio | master p50 ms | virtual p50 ms | added p50 ms |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // The calls each virtual key made, warm-ups included: what it must have been charged.
+    let mut charged = vec![0_u64; gateways.len()];
     for concurrency in [1, 64] {
         for round in 1..=rounds {
-            for (store, _, url, key) in &gateways {
+            for (index, (store, _, url, key)) in gateways.iter().enumerate() {
                 let mut outcomes = Vec::new();
                 for key in [MASTER_KEY, key.as_str()] {
                     let (body, key) = (body.clone(), key.to_owned());
-                    let next = move || request(&body, &key);
-                    closed_loop::load(url, concurrency, 1, next.clone()).await;
+                    let virtual_key = key != MASTER_KEY;
+                    let calls = Arc::new(AtomicU64::new(0));
+                    let next = move || {
+                        request(
+                            &upstream::numbered(&body, calls.fetch_add(1, Relaxed)),
+                            &key,
+                        )
+                    };
+                    let warm = closed_loop::load(url, concurrency, 1, next.clone()).await;
                     let outcome = closed_loop::load(url, concurrency, seconds, next).await;
-                    assert_eq!(outcome.errors, 0, "{store}: errors");
+                    assert_eq!(warm.errors + outcome.errors, 0, "{store}: errors");
+                    if virtual_key {
+                        charged[index] += warm.requests + outcome.requests;
+                    }
                     outcomes.push(outcome);
                 }
                 let [master, by_key] = &outcomes[..] else {
@@ -130,5 +174,18 @@ async fn main() {
                 );
             }
         }
+    }
+    // The virtual key was charged every call it made: the load measured is the real one.
+    println!();
+    for ((store, _, url, key), calls) in gateways.iter().zip(charged) {
+        let spend = settled_spend(url, key).await;
+        let expected = calls as f64 * CALL_COST;
+        println!(
+            "{store}: {calls} calls with the virtual key, spend {spend:.6} (expected {expected:.6})"
+        );
+        assert!(
+            (spend - expected).abs() <= expected * 1e-9,
+            "{store}: the key was charged {spend}, not {expected} for {calls} calls"
+        );
     }
 }

@@ -38,6 +38,8 @@ mod other_apis;
 #[path = "harness/upstream.rs"]
 mod upstream;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -287,8 +289,8 @@ async fn chat_completions(
                 .iter()
                 .map(|(target, _, url)| (target.as_str(), url.as_str(), &through));
             for (target, base, body) in [direct_target, bare_target].into_iter().chain(targets) {
-                let body = body.clone();
-                let next = move || request(&body);
+                let (body, calls) = (body.clone(), Arc::new(AtomicU64::new(0)));
+                let next = move || request(&upstream::numbered(&body, calls.fetch_add(1, Relaxed)));
                 closed_loop::load(base, concurrency, 1, next.clone()).await;
                 let outcome = closed_loop::load(base, concurrency, seconds, next).await;
                 println!(

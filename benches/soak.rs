@@ -231,7 +231,7 @@ impl Soak {
                 "x-gateway-session-id",
                 conversation_id(n).replace("50a50a50", "5e551011"),
             )
-            .body(upstream::chat("claude", stream))
+            .body(upstream::numbered(&upstream::chat("claude", stream), n))
             .send()
             .await
             .map_err(|error| error.to_string())?;

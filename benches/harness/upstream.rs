@@ -103,6 +103,17 @@ pub fn chat(model: &str, stream: bool) -> Bytes {
     )
 }
 
+/// The user's prompt of [`chat`] and [`message`].
+const PROMPT: &str = "Write a function that adds two numbers.";
+
+/// `body` with its prompt made its own by `n`: the gateway holds at most four calls of one
+/// caller with one prompt in flight (a loop back through a hop), so a load of concurrent
+/// calls numbers them, as a platform's calls differ.
+pub fn numbered(body: &Bytes, n: u64) -> Bytes {
+    let text = std::str::from_utf8(body).expect("a JSON body");
+    Bytes::from(text.replacen(PROMPT, &format!("{PROMPT} (call {n})"), 1))
+}
+
 /// An Anthropic Messages API request for `model`, streamed or not, as Claude Code sends
 /// them.
 pub fn message(model: &str, stream: bool) -> Bytes {

@@ -10,7 +10,10 @@
 //!   [`MAX_SAME_PROMPT`] calls with one prompt are in flight at once, and the next is
 //!   refused (400: a status no gateway retries, or every level of the loop would try
 //!   again) before it goes upstream. A loop is stopped within a few calls; a client
-//!   asking for several answers to one prompt at once asks with `n`.
+//!   asking for several answers to one prompt at once asks with `n`. Counted per
+//!   caller (a virtual key, or the master key): a hop calls back with its one key at
+//!   every level, and the same prompt sent by other callers at once (a greeting, a
+//!   benchmark's) is no loop of theirs, and never refused on their account.
 //!
 //! Both count in this replica's memory, and a call holds its place until its answer has
 //! been relayed whole (or the client went away).
@@ -54,18 +57,26 @@ pub struct Held {
 }
 
 impl InFlight {
-    /// Takes a place for a call of `request` to `upstream`, or refuses it: 400 when its
-    /// prompt is in flight [`MAX_SAME_PROMPT`] times already, 429 when its entry has
+    /// Takes a place for a call of `request` to `upstream` by `caller` (who it is: a
+    /// key's token, or the master key's mark), or refuses it: 400 when the caller has
+    /// its prompt in flight [`MAX_SAME_PROMPT`] times already, 429 when its entry has
     /// `max_parallel_requests` calls in flight.
     pub fn enter(
         self: &Arc<Self>,
         request: &ChatRequest<'_>,
         upstream: &Upstream,
+        caller: &str,
     ) -> Result<Held, Status> {
         let prompt = PROMPT_MEMBERS
             .iter()
             .find_map(|name| request.member(name))
-            .map(|raw| <[u8; 32]>::from(Sha256::digest(raw.as_bytes())));
+            .map(|raw| {
+                let mut digest = Sha256::new();
+                digest.update(caller.as_bytes());
+                digest.update([0]);
+                digest.update(raw.as_bytes());
+                <[u8; 32]>::from(digest.finalize())
+            });
         let limit = upstream.params.max_parallel_requests;
         let mut counts = self
             .counts
@@ -180,17 +191,22 @@ mod tests {
         let request = ChatRequest::parse(body).expect("body");
         let upstream = upstream("m", None);
         let held: Vec<Held> = (0..MAX_SAME_PROMPT)
-            .map(|_| in_flight.enter(&request, &upstream).expect("a place"))
+            .map(|_| in_flight.enter(&request, &upstream, "k").expect("a place"))
             .collect();
         assert_eq!(
-            code(in_flight.enter(&request, &upstream)),
+            code(in_flight.enter(&request, &upstream, "k")),
             Some(ErrorCode::BadRequest)
         );
-        // Another prompt is not affected; one answered makes room.
+        // Another caller's same prompt is no loop of its own; another prompt is not
+        // affected; one answered makes room.
+        let theirs: Vec<Held> = (0..MAX_SAME_PROMPT)
+            .map(|_| in_flight.enter(&request, &upstream, "j").expect("theirs"))
+            .collect();
         let other = ChatRequest::parse(br#"{"model": "m", "input": "hello"}"#).expect("body");
-        assert!(in_flight.enter(&other, &upstream).is_ok());
+        assert!(in_flight.enter(&other, &upstream, "k").is_ok());
+        drop(theirs);
         drop(held);
-        assert!(in_flight.enter(&request, &upstream).is_ok());
+        assert!(in_flight.enter(&request, &upstream, "k").is_ok());
         assert!(in_flight.counts.lock().expect("lock").prompts.is_empty());
     }
 
@@ -205,17 +221,19 @@ mod tests {
             .iter()
             .map(|body| ChatRequest::parse(body.as_bytes()).expect("body"))
             .collect();
-        let first = in_flight.enter(&requests[0], &limited).expect("first");
-        let _second = in_flight.enter(&requests[1], &limited).expect("second");
+        let first = in_flight.enter(&requests[0], &limited, "k").expect("first");
+        let _second = in_flight
+            .enter(&requests[1], &limited, "k")
+            .expect("second");
         assert_eq!(
-            code(in_flight.enter(&requests[2], &limited)),
+            code(in_flight.enter(&requests[2], &limited, "k")),
             Some(ErrorCode::RateLimited)
         );
         let _open: Vec<Held> = requests[3..]
             .iter()
-            .map(|request| in_flight.enter(request, &open).expect("no limit"))
+            .map(|request| in_flight.enter(request, &open, "k").expect("no limit"))
             .collect();
         drop(first);
-        assert!(in_flight.enter(&requests[2], &limited).is_ok());
+        assert!(in_flight.enter(&requests[2], &limited, "k").is_ok());
     }
 }

@@ -461,7 +461,8 @@ impl ModelGatewayService {
         })?;
         seen.entry = Some((metric_label(&upstream), upstream.model.clone()));
         let call = prepare(api, &body, &request, &upstream)?;
-        let held = self.in_flight.enter(&request, &upstream)?;
+        let who = caller.key().map_or("master", |key| key.token.as_str());
+        let held = self.in_flight.enter(&request, &upstream, who)?;
         // Last, once nothing else can refuse the call: an admitted call holds part of its
         // budgets until it settles. After routing, so that a refusal over budget is
         // labelled with its entry.
