@@ -11,8 +11,9 @@
 //! account, which would let a stranger with no credential lock the admin out: it refuses
 //! the clients that guess. A client (an address; an IPv6 /64) that has given a wrong proof
 //! in the window, or has another attempt in flight, is refused unjudged until the window
-//! ends; one that has not is judged, so the admin's right proof passes whatever the
-//! guessers do. Past the bound, a guesser has one judged attempt per window and
+//! ends (past the bound, a client's counts are kept per period of the window's length,
+//! counted from the epoch, so that its trials and passes are always of one window); one
+//! that has not is judged, so the admin's right proof passes whatever the guessers do. Past the bound, a guesser has one judged attempt per window and
 //! network, against the ten per address the per-client limit alone would give.
 
 use std::net::{IpAddr, Ipv6Addr};
@@ -115,6 +116,11 @@ pub struct AccountGate<'a> {
     rate: Option<LoginRate>,
     /// The client's network: an IPv4 address, an IPv6 /64.
     network: String,
+    /// The window of this attempt, as a number of windows since the epoch: a client's
+    /// trials, passes and wrong proofs are counted in it together. Counters that each
+    /// opened their own window at their first hit drifted apart: the admin's passes
+    /// expired before its trials, and its next right proof was refused.
+    period: u64,
 }
 
 impl<'a> AccountGate<'a> {
@@ -126,10 +132,15 @@ impl<'a> AccountGate<'a> {
         rate: Option<LoginRate>,
         client: &str,
     ) -> Result<AccountGate<'a>, Status> {
+        let window = rate.map_or(1, |rate| rate.window.as_millis().max(1));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
         let gate = Self {
             store,
             rate,
             network: network_of(client),
+            period: u64::try_from(now / window).unwrap_or(u64::MAX),
         };
         let Some(rate) = rate else {
             return Ok(gate);
@@ -168,7 +179,7 @@ impl<'a> AccountGate<'a> {
     }
 
     fn key(&self, what: &str) -> String {
-        format!("admin-{what}:{}", self.network)
+        format!("admin-{what}:{}:{}", self.network, self.period)
     }
 
     async fn hit(&self, key: &str, rate: LoginRate) -> Result<RateCount, Status> {
