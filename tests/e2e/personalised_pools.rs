@@ -102,6 +102,29 @@ async fn a_dormant_warm_agent_server_takes_the_start_s_configuration_at_claim() 
     };
     assert_eq!(search(key.clone()).await, 200);
     assert_eq!(search("not-the-key".into()).await, 401);
+    // Its processes run with the start's environment, which the pool's lacked.
+    let environment_seen = |key: String| {
+        let client = client.clone();
+        let url = url.clone();
+        async move {
+            let output: Value = client
+                .post(format!("{url}/api/bash/execute_bash_command"))
+                .header("x-session-api-key", key)
+                .json(&json!({"command": "echo \"$ONLY_IN_THE_START:$WORKER_1\"", "timeout": 60}))
+                .send()
+                .await
+                .expect("bash")
+                .json()
+                .await
+                .expect("JSON");
+            output["stdout"]
+                .as_str()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        }
+    };
+    assert_eq!(environment_seen(key.clone()).await, "yes:12000");
     // The record now runs the start's spec, less the pool's dormant switch.
     let (_, record) = call(&sandgate, "/sessions/personal-1", None).await;
     assert_eq!(record["pool"], "dormant", "{record}");
@@ -129,6 +152,7 @@ async fn a_dormant_warm_agent_server_takes_the_start_s_configuration_at_claim() 
         .await
         .expect("init status");
     assert_eq!(resumed_init.status(), 404, "not dormant after its resume");
+    assert_eq!(environment_seen(new_key).await, "yes:12000");
     sandgate.terminate().await;
 }
 
