@@ -159,7 +159,7 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
             };
             tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
             tracing::warn!(
-                "sandbox driver: process runs each sandbox's command on this machine: whoever holds the runtime API key runs programs here, kept from Sandgate and from each other but not from this machine's files and network (for one machine, not for hostile tenants: use the kubernetes driver)"
+                "sandbox driver: process runs each sandbox's command on this machine: whoever holds the runtime API key runs programs here, kept from Sandgate, from each other and from this machine's network as far as this machine allows (the gaps are said next), with no cgroup (for one machine; for many tenants, the kubernetes driver)"
             );
             Arc::new(
                 ProcessDriver::open(options, clock.as_ref())

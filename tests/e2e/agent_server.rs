@@ -1,26 +1,23 @@
 //! The real OpenHands agent-server, unchanged, posting its webhooks to the real `sandgate`
-//! binary: one conversation through create, four turns, pause, resume and delete, timed
-//! beside the same run against a receiver that answers everything at once.
+//! binary: one conversation through create, four turns, pause, resume and delete, every
+//! post answered 2xx and the record, its lifecycle and events read back. (How fast the
+//! webhooks are answered is `benches/webhook_load.rs`'s: the turns' time, set beside a
+//! receiver's run a moment earlier, measured the machine's load, not Sandgate.)
 //!
 //! Both releases the platform meets: 1.34.0 (what `openhands-ai` 1.11.0 pins) and 1.58.2.
 //! `scripts/install-real-clients` installs them into `.tools/` (`scripts/test` runs it);
 //! the driver is `tests/real_clients/agent_server_drive.py`.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::common::{
     Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY, driver_report, repository,
     serve_args, tool,
 };
-
-/// How much slower the four turns may be against Sandgate than against the baseline.
-const TURNS_SLACK_SECONDS: f64 = 3.0;
 
 /// The python of the venv that holds `release` of the agent-server.
 fn python(release: &str) -> PathBuf {
@@ -39,35 +36,6 @@ async fn drive(release: &str, webhook_base: &str, record_url: Option<&str>) -> V
         command.args(["--record-url", record_url, "--record-key", RUNTIME_KEY]);
     }
     driver_report(command).await
-}
-
-/// The receiver that answers everything at once, running until dropped; its base URL.
-async fn baseline_receiver(release: &str) -> (tokio::process::Child, String) {
-    let mut child = Command::new(python(release))
-        .arg(repository("tests/real_clients/capture_receiver.py"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the baseline receiver");
-    let stdout = child.stdout.take().expect("stdout");
-    let line = BufReader::new(stdout)
-        .lines()
-        .next_line()
-        .await
-        .expect("read")
-        .expect("the receiver's first line");
-    let url = line
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    (child, url)
-}
-
-fn seconds(report: &Value, field: &str) -> f64 {
-    report[field]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no {field} in {report}"))
 }
 
 /// `sandgate_http_requests_total` samples of one route: `(method, status, count)`.
@@ -89,11 +57,6 @@ fn requests_of(metrics: &str, route: &str) -> Vec<(String, String, f64)> {
 }
 
 async fn one_conversation(release: &str) {
-    let baseline = {
-        let (_receiver, url) = baseline_receiver(release).await;
-        drive(release, &format!("{url}/api/v1/webhooks"), None).await
-    };
-
     let backend = Backend::embedded();
     let sandgate = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
     let report = drive(
@@ -108,12 +71,6 @@ async fn one_conversation(release: &str) {
         report["webhook_failures"],
         serde_json::json!([]),
         "the agent-server logged failed webhooks: {report}"
-    );
-    let turns = seconds(&report, "total_turns_seconds");
-    let baseline_turns = seconds(&baseline, "total_turns_seconds");
-    assert!(
-        turns <= baseline_turns + TURNS_SLACK_SECONDS,
-        "4 turns took {turns:.2} s against Sandgate, {baseline_turns:.2} s against the baseline"
     );
 
     // Every post the agent-server made was answered 2xx, events batches included.

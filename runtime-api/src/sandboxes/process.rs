@@ -11,7 +11,9 @@
 //!   `workspace/` it sees at the top of its spec's working directory (`/workspace` for
 //!   `/workspace/project`, and without one), `HOME` its `home/`, `TMPDIR` and `/tmp` its
 //!   `tmp/`. Its port, pid and output (`sandbox.log`) are in
-//!   `{data_dir}/sandbox-state/{runtime_id}/`, which no sandbox sees.
+//!   `{data_dir}/sandbox-state/{runtime_id}/`, which no sandbox sees. As root, it has a
+//!   network of its own (`process/network.rs`): Sandgate's port, its webhooks and the
+//!   internet, never this machine's loopback services nor another sandbox.
 //! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT`, `HOME` and
 //!   `TMPDIR`, and of Sandgate's own only `PATH`, the locale and the time zone: Sandgate's
 //!   secrets never reach a sandbox. It runs in PID and user namespaces of its own, as a
@@ -69,7 +71,9 @@ use stopping::{stop_leftover, terminate};
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 const PORT_FILE: &str = "port";
 pub(super) const PID_FILE: &str = "pid";
-const LOG_FILE: &str = "sandbox.log";
+pub(super) const LOG_FILE: &str = "sandbox.log";
+/// What a start's error says when its network namespace could not be set up.
+const NAMESPACE_SETUP: &str = "its network namespace could not be set up";
 
 /// Where and how sandboxes run on this machine.
 #[derive(Clone, Debug)]
@@ -211,6 +215,22 @@ impl ProcessDriver {
 
     /// Starts the sandbox's process, stopping one it still has.
     async fn start(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
+        // A namespace whose setup failed (its bubblewrap gone before the network was
+        // joined, seen once in a few loaded runs) is made again, once.
+        match self.start_once(sandbox, keys).await {
+            Err(err) if err.0.contains(NAMESPACE_SETUP) => {
+                tracing::warn!(runtime_id = %sandbox.runtime_id, error = %err, "a sandbox's namespace could not be set up; trying once more");
+                self.start_once(sandbox, keys).await
+            }
+            result => result,
+        }
+    }
+
+    async fn start_once(
+        &self,
+        sandbox: &StoredSandbox,
+        keys: &SandboxKeys,
+    ) -> Result<(), DriverError> {
         let id = &sandbox.runtime_id;
         self.stop(id).await;
         let port = self.port(id)?;
@@ -244,7 +264,9 @@ impl ProcessDriver {
             };
             if let Some(failure) = failure {
                 self.stop(id).await;
-                return Err(DriverError(format!("cannot start sandbox {id}: {failure}")));
+                return Err(DriverError(format!(
+                    "cannot start sandbox {id}: {NAMESPACE_SETUP}: {failure}"
+                )));
             }
         }
         Ok(())

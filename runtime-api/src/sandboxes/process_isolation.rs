@@ -326,6 +326,33 @@ pub fn sandbox_init(pid: i32) -> Option<i32> {
     })
 }
 
+/// The processes of the sandbox's namespace that are not its command's own line (the
+/// namespace's init and, where that is bubblewrap's monitor, its first child, which runs
+/// the command): what the command started, detached or not. `None`: bubblewrap (`pid`)
+/// made no namespace. Asked to end first, while the command keeps the namespace alive:
+/// when the command exits, the kernel kills the rest at once.
+pub fn detached_members(pid: i32) -> Option<Vec<i32>> {
+    let members = namespace_members(pid)?;
+    let init = sandbox_init(pid)?;
+    let mut line = vec![init];
+    let comm = std::fs::read_to_string(format!("/proc/{init}/comm")).unwrap_or_default();
+    if comm.trim() == "bwrap" {
+        // Orphans are the init's children too: the command is the oldest.
+        if let Some(command) = children(init)
+            .into_iter()
+            .min_by_key(|child| (start_time(*child).unwrap_or(u64::MAX), *child))
+        {
+            line.push(command);
+        }
+    }
+    Some(
+        members
+            .into_iter()
+            .filter(|member| !line.contains(member))
+            .collect(),
+    )
+}
+
 /// Sends `signal` to every process of the sandbox's PID namespace, not to the bubblewrap
 /// Sandgate holds (`pid`; which, signalled, would exit and so SIGKILL the namespace).
 /// `false`: `pid` made no namespace.

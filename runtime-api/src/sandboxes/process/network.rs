@@ -158,8 +158,19 @@ impl Plan {
             Some(&v6),
         )?;
         self.start_pasta(&name)?;
-        go.write_all(b"1")
-            .map_err(|err| format!("cannot start the sandbox's namespace: {err}"))
+        go.write_all(b"1").map_err(|err| {
+            // bubblewrap is gone: what it said is in the sandbox's log.
+            let log = std::fs::read_to_string(self.state.join(super::LOG_FILE)).unwrap_or_default();
+            let said: String = log
+                .chars()
+                .rev()
+                .take(300)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            format!("cannot start the sandbox's namespace: {err}; its log ends: {said:?}")
+        })
     }
 
     /// Joins the sandbox's namespace to this machine again, with this plan's forwards

@@ -10,19 +10,36 @@ use nix::unistd::Pid;
 use tokio::process::Child;
 
 use super::{PID_FILE, Process, ProcessDriver};
-use crate::sandboxes::process_isolation::{only_deaf_init, signal_namespace, start_time};
+use crate::sandboxes::process_isolation::{
+    detached_members, only_deaf_init, signal_namespace, start_time,
+};
 
 /// How often a stop looks whether the sandbox's processes have gone.
 pub(super) const EXIT_POLL: Duration = Duration::from_millis(20);
 
 /// Stops `child` and everything it started: SIGTERM, then SIGKILL when it has not exited
-/// after `grace`. Killing bubblewrap (the group's leader) and the namespace's first
-/// process with it ends the namespace.
+/// after `grace`. What the command started gets its SIGTERM first, and up to half the
+/// grace period to end, while the command keeps the namespace alive (its exit would have
+/// the kernel kill them at once); then the command. Killing bubblewrap (the group's
+/// leader) and the namespace's first process with it ends the namespace.
 pub(super) async fn terminate(mut child: Child, grace: Duration) {
     let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
         return; // exited and reaped already
     };
     let group = Pid::from_raw(pid);
+    let started = tokio::time::Instant::now();
+    if let Some(detached) = detached_members(pid).filter(|members| !members.is_empty()) {
+        for member in &detached {
+            let _ = nix::sys::signal::kill(Pid::from_raw(*member), Signal::SIGTERM);
+        }
+        let _ = tokio::time::timeout(grace / 2, async {
+            while detached.iter().any(|member| running(*member)) {
+                tokio::time::sleep(EXIT_POLL).await;
+            }
+        })
+        .await;
+    }
+    let grace = grace.saturating_sub(started.elapsed());
     // Every process of its namespace, detached ones included; where no namespace could be
     // made, its group.
     if !signal_namespace(pid, Signal::SIGTERM) {
@@ -47,6 +64,15 @@ pub(super) async fn terminate(mut child: Child, grace: Duration) {
         // What the process started may outlive it.
         let _ = killpg(group, Signal::SIGKILL);
     }
+}
+
+/// Whether `pid` still runs (a zombie has ended: only its parent's wait is left).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
 
 /// Stops the process a previous run started in `dir`, if it is still there, with its
@@ -105,6 +131,12 @@ impl Drop for ProcessDriver {
         for (pid, _) in &running {
             // Those that exited too: what they started may not have.
             let _ = killpg(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        // Their networks: each pasta ends with its namespace's name.
+        if let Some(tools) = &self.isolation.network {
+            for id in sandboxes.keys() {
+                super::network::detach(tools, id, &self.state_dir(id));
+            }
         }
     }
 }
