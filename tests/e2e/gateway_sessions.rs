@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::common::scripted_upstream::ScriptedUpstream;
 use crate::common::{Backend, RUNTIME_KEY, Sandgate, file_with};
 use crate::gateway_keys::{generate, send};
+use crate::gateway_usage::newest_entry;
 use crate::model_gateway::MASTER_KEY;
 use crate::store_conformance::open;
 
@@ -44,34 +45,6 @@ async fn call(
         request = request.header("x-litellm-session-id", session);
     }
     send(request).await
-}
-
-/// The spend log's newest entry of `token` once there are `count` of them.
-async fn newest_entry(sandgate: &Sandgate, token: &str, count: usize) -> Value {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let (_, logs) = send(
-            sandgate
-                .client
-                .get(sandgate.url("/spend/logs"))
-                .bearer_auth(MASTER_KEY),
-        )
-        .await;
-        let entries: Vec<Value> = logs
-            .as_array()
-            .map(|logs| {
-                logs.iter()
-                    .filter(|entry| entry["api_key"] == token)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        if entries.len() >= count {
-            return entries[0].clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{logs}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,8 +70,8 @@ async fn spend_of(sandgate: &Sandgate, token: &str, expected: f64) -> f64 {
     }
 }
 
-/// The spend log's newest entry of `token` once it is there.
-async fn entry_of(sandgate: &Sandgate, token: &str) -> Value {
+/// The spend log's newest entry of `token` once there are `count` of them.
+pub(crate) async fn newest_entry(sandgate: &Sandgate, token: &str, count: usize) -> Value {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let (_, logs) = send(
@@ -81,13 +81,19 @@ async fn entry_of(sandgate: &Sandgate, token: &str) -> Value {
                 .bearer_auth(MASTER_KEY),
         )
         .await;
-        let found = logs
+        let entries: Vec<Value> = logs
             .as_array()
-            .and_then(|logs| logs.iter().find(|entry| entry["api_key"] == token).cloned());
-        if let Some(entry) = found {
-            return entry;
+            .map(|logs| {
+                logs.iter()
+                    .filter(|entry| entry["api_key"] == token)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if entries.len() >= count {
+            return entries[0].clone();
         }
-        assert!(tokio::time::Instant::now() < deadline, "no entry: {logs}");
+        assert!(tokio::time::Instant::now() < deadline, "{logs}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -199,7 +205,7 @@ async fn leave_after_28(sandgate: &Sandgate, scenario: &Leaving, rest: &Notify) 
         "{what}: the key spent {spend}, the upstream generated {}",
         scenario.expected
     );
-    let entry = entry_of(sandgate, &token).await;
+    let entry = newest_entry(sandgate, &token, 1).await;
     assert_eq!(entry["status"], 499, "{what}: {entry}");
 }
 
@@ -461,7 +467,7 @@ async fn an_upstream_without_usage_is_charged_the_estimate_and_its_usage_has_a_c
     let expected = (sent + streamed) as f64;
     let spend = spend_of(&sandgate, &token, expected).await;
     assert_eq!(spend, expected, "request bytes {sent}, streamed {streamed}");
-    let entry = entry_of(&sandgate, &token).await;
+    let entry = newest_entry(&sandgate, &token, 1).await;
     assert_eq!(entry["metadata"]["usage_estimated"], true, "{entry}");
     assert_eq!(entry["prompt_tokens"], sent, "{entry}");
 
@@ -499,7 +505,7 @@ async fn an_upstream_without_usage_is_charged_the_estimate_and_its_usage_has_a_c
     ))
     .await;
     assert_eq!(status, 200, "{answer}");
-    let entry = entry_of(&sandgate, &token).await;
+    let entry = newest_entry(&sandgate, &token, 1).await;
     assert_eq!(entry["prompt_tokens"], 10_000_000, "{entry}");
     assert_eq!(entry["completion_tokens"], 10_000_000, "{entry}");
     // Cached tokens are the cache read price's (the input price here): 2 × 10^7 in all.

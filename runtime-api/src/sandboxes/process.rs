@@ -443,7 +443,7 @@ impl SandboxDriver for ProcessDriver {
         }
         // Through pasta a connection is accepted on the sandbox's behalf before its server
         // listens: there an answer tells.
-        let networked = self.isolation.network.is_some() && self.isolation.root;
+        let networked = self.isolation.network.is_some();
         let ready = futures::future::join_all(probes.iter().map(|(_, port)| async move {
             if networked {
                 answers(*port).await
