@@ -345,7 +345,9 @@ async fn each_waiting_state_is_the_detail_then_an_error_past_the_start_timeout()
         );
     }
     // None of them was left for a claim either: each is still its session's, and a start
-    // of the same spec for another session gets a sandbox of its own.
+    // of the same spec for another session gets a sandbox of its own. (Seen failing, "a
+    // sandbox in error was claimed", with a failed sandbox kept in the claim index and
+    // taken by `claim_by`.)
     for ((session, _, _), id) in cases.iter().zip(&ids) {
         let seen = replica
             .sandboxes

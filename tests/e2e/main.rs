@@ -45,6 +45,7 @@ mod openapi_defaults;
 mod ordering;
 mod personalised_pools;
 mod process;
+mod process_identity;
 mod process_isolation;
 mod process_network;
 mod process_real_clients;

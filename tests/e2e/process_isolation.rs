@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::common::{SandgateProcess, require_root};
 use crate::process_sandboxes::{
-    SANDGATE_SECRET, act, call, serve_as, until_session, written_environment,
+    SANDGATE_SECRET, act, call, serve_as, serving, until_session, written_environment,
 };
 
 /// How long the processes of a stopped sandbox may take to go.
@@ -25,10 +25,7 @@ const UNPRIVILEGED: u32 = 4242;
 fn sandbox(session: &str, script: &str) -> Value {
     json!({
         "image": "local/hostile",
-        "command": [
-            "/bin/sh", "-c",
-            format!("env > environment.txt; {script}; exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1"),
-        ],
+        "command": serving(&format!("env > environment.txt; {script};")),
         "working_dir": "/workspace",
         "environment": {"GREETING": "hello"},
         "session_id": session,

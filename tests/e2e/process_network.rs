@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{RedisServer, SandgateProcess, require_root};
-use crate::process_sandboxes::{act, call, serve_as, until_session};
+use crate::process_sandboxes::{act, call, serve_as, serving, until_session};
 
 /// What the prober tries, from inside its sandbox: each `(host, port)` of `TARGETS`
 /// connected to (`connected`, or the error's name), and each URL of `URLS` fetched (its
@@ -79,10 +79,7 @@ fn prober(
 ) -> Value {
     let mut body = json!({
         "image": "local/prober",
-        "command": [
-            "/bin/sh", "-c",
-            "/usr/bin/python3 -c \"$PROBER\"; exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1",
-        ],
+        "command": serving("/usr/bin/python3 -c \"$PROBER\";"),
         "working_dir": "/workspace",
         "environment": {"PROBER": PROBER, "TARGETS": targets.to_string(), "URLS": urls.to_string()},
         "session_id": session,
@@ -148,7 +145,7 @@ async fn a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else_of_this_mac
         &sandgate,
         json!({
             "image": "local/plain",
-            "command": ["/bin/sh", "-c", "exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1"],
+            "command": serving(""),
             "working_dir": "/workspace",
             "session_id": "neighbour",
         }),

@@ -132,15 +132,40 @@ pub(crate) async fn until_session(
     }
 }
 
+/// What the test sandboxes run in place of an agent-server, by `python3 -c`: the
+/// directory it starts in served as files, and the agent-server's session-key check on
+/// `/api/…` (`X-Session-API-Key` against its `SESSION_API_KEY`: 200, else 401), which is
+/// what Sandgate asks before it calls a sandbox ready (issue 50, point 4).
+pub(crate) const AGENT_SERVER: &str = r#"
+import http.server, os
+KEY = os.environ.get("SESSION_API_KEY", "")
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        if not self.path.startswith("/api/"):
+            return super().do_GET()
+        self.send_response(200 if self.headers.get("X-Session-API-Key") == KEY else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+"#;
+
+/// A sandbox's command: `script` (run by `sh` in its working directory; empty, or ending
+/// in `;` or a newline), then [`AGENT_SERVER`] on its port.
+pub(crate) fn serving(script: &str) -> Value {
+    json!([
+        "/bin/sh",
+        "-c",
+        format!("{script} exec /usr/bin/python3 -c \"$0\""),
+        AGENT_SERVER,
+    ])
+}
+
 /// What a plain sandbox writes down of its environment at start (a file in its working
 /// directory), then serves that directory on the port it is told (`$PORT`).
 pub(crate) fn plain_sandbox(session: &str) -> Value {
     json!({
         "image": "local/plain",
-        "command": [
-            "/bin/sh", "-c",
-            "env > environment.txt && exec python3 -m http.server \"$PORT\" --bind 127.0.0.1",
-        ],
+        "command": serving("env > environment.txt &&"),
         "working_dir": "/workspace",
         "environment": {"GREETING": "hello"},
         "session_id": session,

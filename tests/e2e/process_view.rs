@@ -18,18 +18,18 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::{SandgateProcess, run_sandgate};
-use crate::process_sandboxes::{act, call, serve_as, until_session};
+use crate::process_sandboxes::{act, call, serve_as, serving, until_session};
 
 /// A uid Sandgate runs as in the unprivileged tests: no user of this machine.
-const UNPRIVILEGED: u32 = 4343;
+pub(crate) const UNPRIVILEGED: u32 = 4343;
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
 /// A data directory inside a parent of mode 0700 (its owner's: `uid`'s, else root's), as
 /// `/root/…` is on a new machine; the parent is kept alive with it.
-fn closed_data_dir(uid: Option<u32>) -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn closed_data_dir(uid: Option<u32>) -> (tempfile::TempDir, PathBuf) {
     let parent = tempfile::tempdir().expect("parent");
     let data = parent.path().join("data");
     std::fs::create_dir(&data).expect("mkdir");
@@ -47,10 +47,7 @@ fn closed_data_dir(uid: Option<u32>) -> (tempfile::TempDir, PathBuf) {
 fn sandbox(session: &str, working_dir: &str, script: &str) -> Value {
     json!({
         "image": "local/hostile",
-        "command": [
-            "/bin/sh", "-c",
-            format!("{script}; exec /usr/bin/python3 -m http.server \"$PORT\" --bind 127.0.0.1"),
-        ],
+        "command": serving(&format!("{script};")),
         "working_dir": working_dir,
         "session_id": session,
     })

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::common::scripted_upstream::ScriptedUpstream;
 use crate::common::{SandgateProcess, conversation, file_with, new_id};
 use crate::observability::{sample, scrape};
-use crate::process_sandboxes::{call, pool_ready, serve_with};
+use crate::process_sandboxes::{call, pool_ready, serve_with, serving};
 
 const MASTER_KEY: &str = "sk-master-key-for-timeline-tests";
 /// The longest any wait may take before the test fails (a process starts in seconds).
@@ -30,10 +30,7 @@ const PHASES: [&str; 5] = [
 fn sandbox(image: &str, session: &str) -> Value {
     json!({
         "image": image,
-        "command": [
-            "/bin/sh", "-c",
-            "echo ok > alive && exec python3 -m http.server \"$PORT\" --bind 127.0.0.1",
-        ],
+        "command": serving("echo ok > alive &&"),
         "working_dir": "/workspace",
         "environment": {},
         "session_id": session,

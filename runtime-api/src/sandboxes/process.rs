@@ -26,8 +26,9 @@
 //!   `=port` or `:port`, is rewritten to it, `PORT` holds it too, and its URL is
 //!   `http://127.0.0.1:{port}`. The port is kept in the sandbox's directory, so its URL
 //!   stays the same across pauses and Sandgate's restarts.
-//! - It is running once its port accepts connections (in a network of its own, once an
-//!   HTTP server answers there: pasta accepts for it), in error once its process exits.
+//! - It is running once the server on its port is its own (`process/readiness.rs`): it
+//!   takes the sandbox's session key and refuses another, which nothing else listening
+//!   there can do; in error once its process exits.
 //! - Pause stops every process of the sandbox (SIGTERM to each process of its namespace,
 //!   then, after a grace period, SIGKILL of the namespace, which the kernel extends to
 //!   all of them, detached or not) and keeps the directory; resume starts the command
@@ -42,6 +43,7 @@
 mod command_line;
 mod layout;
 mod network;
+mod readiness;
 mod starting;
 mod stopping;
 mod view;
@@ -59,16 +61,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::net::TcpStream;
 use tokio::process::Child;
 
 use super::driver::{DriverError, Observed, SandboxDriver, SandboxKeys};
 use super::process_isolation::Isolation;
 use crate::ambient::Clock;
+use readiness::Probe;
 use sandgate_store::{SandboxState, StoredSandbox};
 use stopping::{stop_leftover, terminate};
-/// How long a readiness probe waits for the port to accept a connection.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 const PORT_FILE: &str = "port";
 pub(super) const PID_FILE: &str = "pid";
 pub(super) const LOG_FILE: &str = "sandbox.log";
@@ -111,6 +111,20 @@ struct Sandbox {
     process: Process,
     /// The loopback ports of the webhooks its network reaches (`network.rs`).
     webhook_ports: Vec<u16>,
+    /// The keys its process was started with, until the server on its port has shown it
+    /// holds them (`readiness.rs`); `None` once it has.
+    unidentified: Option<SandboxKeys>,
+}
+
+impl Sandbox {
+    /// How its port is probed now: `networked`, in a network of its own.
+    fn probe(&self, networked: bool) -> Probe {
+        match &self.unidentified {
+            Some(keys) => Probe::Identify(keys.clone()),
+            None if networked => Probe::Answers,
+            None => Probe::Accepts,
+        }
+    }
 }
 
 pub struct ProcessDriver {
@@ -121,6 +135,8 @@ pub struct ProcessDriver {
     /// that changed before then was started by a previous run.
     started_ms: i64,
     sandboxes: Mutex<HashMap<String, Sandbox>>,
+    /// What asks a sandbox's server who it is: never through a proxy, never redirected.
+    client: reqwest::Client,
 }
 
 impl ProcessDriver {
@@ -165,6 +181,7 @@ impl ProcessDriver {
                         port,
                         process: Process::Stopped,
                         webhook_ports: Vec::new(),
+                        unidentified: None,
                     },
                 );
             }
@@ -174,6 +191,7 @@ impl ProcessDriver {
             isolation,
             started_ms: clock.now_ms(),
             sandboxes: Mutex::new(sandboxes),
+            client: super::init::client(),
         })
     }
 
@@ -246,6 +264,7 @@ impl ProcessDriver {
                 port,
                 process: Process::Running(child),
                 webhook_ports: webhook_ports.clone(),
+                unidentified: Some(keys.clone()),
             },
         );
         if let (Some(handshake), Some(plan)) =
@@ -399,6 +418,7 @@ impl SandboxDriver for ProcessDriver {
     ) -> Result<HashMap<String, Observed>, DriverError> {
         let mut observed = HashMap::new();
         let mut probes = Vec::new();
+        let networked = self.isolation.network.is_some();
         {
             let mut processes = self.sandboxes();
             for record in sandboxes {
@@ -417,15 +437,17 @@ impl SandboxDriver for ProcessDriver {
                             };
                         }
                     }
-                    (&sandbox.process, sandbox.port)
+                    (&sandbox.process, sandbox.port, sandbox.probe(networked))
                 });
                 match process {
-                    Some((Process::Running(_), port)) => probes.push((id.clone(), port)),
-                    Some((Process::Exited { detail, .. }, _)) => {
+                    Some((Process::Running(_), port, probe)) => {
+                        probes.push((id.clone(), port, probe));
+                    }
+                    Some((Process::Exited { detail, .. }, ..)) => {
                         observed.insert(id.clone(), error(detail.clone()));
                     }
                     // Started by an earlier run of Sandgate, whose processes are gone.
-                    Some((Process::Stopped, _)) | None
+                    Some((Process::Stopped, ..)) | None
                         if record.changed_at_ms < self.started_ms =>
                     {
                         observed.insert(
@@ -437,22 +459,25 @@ impl SandboxDriver for ProcessDriver {
                         );
                     }
                     // Being created or resumed right now: its stored state stands.
-                    Some((Process::Stopped, _)) | None => {}
+                    Some((Process::Stopped, ..)) | None => {}
                 }
             }
         }
-        // Through pasta a connection is accepted on the sandbox's behalf before its server
-        // listens: there an answer tells.
-        let networked = self.isolation.network.is_some();
-        let ready = futures::future::join_all(probes.iter().map(|(_, port)| async move {
-            if networked {
-                answers(*port).await
-            } else {
-                accepts(*port).await
-            }
-        }))
+        let ready = futures::future::join_all(
+            probes
+                .iter()
+                .map(|(_, port, probe)| probe.passes(&self.client, *port)),
+        )
         .await;
-        for ((id, _), ready) in probes.into_iter().zip(ready) {
+        for ((id, _, probe), ready) in probes.into_iter().zip(ready) {
+            if let (true, Probe::Identify(keys)) = (ready, &probe) {
+                // Its own: unless its process was started again since, with other keys.
+                if let Some(sandbox) = self.sandboxes().get_mut(&id)
+                    && sandbox.unidentified.as_ref() == Some(keys)
+                {
+                    sandbox.unidentified = None;
+                }
+            }
             let state = if ready {
                 SandboxState::Running
             } else {
@@ -511,32 +536,6 @@ fn free_port() -> Result<u16, DriverError> {
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
         .map_err(|err| DriverError(format!("cannot find a free port for a sandbox: {err}")))
-}
-
-/// Whether an HTTP server answers on `port`: the start of a status line.
-async fn answers(port: u16) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
-        stream
-            .write_all(b"GET /alive HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .await?;
-        let mut head = [0_u8; 7];
-        stream.read_exact(&mut head).await?;
-        Ok::<_, std::io::Error>(&head == b"HTTP/1.")
-    };
-    matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, exchange).await,
-        Ok(Ok(true))
-    )
-}
-
-/// Whether something accepts connections on `port`.
-async fn accepts(port: u16) -> bool {
-    matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(("127.0.0.1", port))).await,
-        Ok(Ok(_))
-    )
 }
 
 fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
