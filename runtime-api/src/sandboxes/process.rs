@@ -580,6 +580,7 @@ fn run_probe(
         installs: &[],
         granted: &[],
         network: false,
+        resolv_conf: None,
     };
     let line = view.command_line(&tools.shell, &["-c".into(), "exit 0".into()]);
     let mapping = starting::args_fd(&view::environment_args([])).ok()?;

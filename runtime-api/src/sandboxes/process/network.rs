@@ -19,6 +19,11 @@
 //!   other addresses, other sandboxes'): `prohibit` rules of the namespace, looked up
 //!   before any route, so that no route pasta adds (its link's subnet) reaches them. With
 //!   [`Egress::None`] the rules refuse every address.
+//! - Names: with egress to the internet, the sandbox's `/etc/resolv.conf` names
+//!   [`DNS_FORWARD`] (rootless Podman's choice for pasta), which pasta answers from this
+//!   machine's own resolver (`--dns-forward`): the resolver may sit where the sandbox may
+//!   not go (a private address, as a cloud's, or `127.0.0.53`), and one rule lets port 53
+//!   of that one address through. With [`Egress::None`], no names: DNS carries data out.
 //! - In: Sandgate reaches the agent-server at `127.0.0.1:{port}` of this machine, which
 //!   pasta (`-t`) forwards to the same port inside: nothing else of the sandbox listens
 //!   on this machine.
@@ -53,6 +58,11 @@ pub(super) const SETUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Ahead of the main table's routes; after `local` (0), which keeps the namespace's own
 /// addresses and loopback its own.
 const RULE_PRIORITY: &str = "100";
+/// Ahead of [`RULE_PRIORITY`]: the one exception, DNS to [`DNS_FORWARD`].
+const DNS_RULE_PRIORITY: &str = "90";
+/// The address a sandbox asks names of, which pasta forwards to this machine's resolver
+/// (link-local, as rootless Podman has it).
+pub(super) const DNS_FORWARD: &str = "169.254.1.1";
 
 /// The programs that make a sandbox's network.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,7 +195,33 @@ impl Plan {
         run(
             Command::new(&self.tools.pasta).args(self.pasta_args(name)),
             None,
-        )
+        )?;
+        self.default_routes(name)
+    }
+
+    /// The machine's default routes in the namespace, `onlink`. pasta copies them, but the
+    /// kernel first looks their gateway up, through the namespace's rules, which refuse
+    /// it where it sits in a special-purpose block (a private network's router, as on
+    /// most machines): pasta's route is refused and the sandbox has no way out. `onlink`
+    /// skips that lookup; the rules still refuse the gateway itself as a destination.
+    fn default_routes(&self, name: &str) -> Result<(), String> {
+        if self.options.egress == Egress::None {
+            return Ok(());
+        }
+        for family in ["-4", "-6"] {
+            let output = Command::new(&self.tools.ip)
+                .args([family, "route", "show", "default"])
+                .stderr(Stdio::null())
+                .output()
+                .map_err(|err| format!("cannot read this machine's default route: {err}"))?;
+            let Some(route) = onlink_default(&String::from_utf8_lossy(&output.stdout)) else {
+                continue;
+            };
+            let mut args = vec![family.to_owned(), "-n".into(), name.into()];
+            args.extend(route);
+            run(Command::new(&self.tools.ip).args(&args), None)?;
+        }
+        Ok(())
     }
 
     fn pasta_args(&self, name: &str) -> Vec<String> {
@@ -212,27 +248,32 @@ impl Plan {
         } else {
             forwards.join(",")
         };
-        [
-            "--runas",
-            "0:0",
-            "--config-net",
-            "--no-map-gw",
-            "--quiet",
-            "--tcp-ports",
-            &format!("127.0.0.1/{}", self.port),
-            "--udp-ports",
-            "none",
-            "--tcp-ns",
-            &forwards,
-            "--udp-ns",
-            "none",
-            "--pid",
-            &self.state.join(PASTA_PID_FILE).display().to_string(),
-            "--netns",
-            name,
-        ]
-        .map(str::to_owned)
-        .to_vec()
+        let dns: &[&str] = match self.options.egress {
+            Egress::Internet => &["--dns-forward", DNS_FORWARD],
+            Egress::None => &[],
+        };
+        dns.iter()
+            .chain(&[
+                "--runas",
+                "0:0",
+                "--config-net",
+                "--no-map-gw",
+                "--quiet",
+                "--tcp-ports",
+                &format!("127.0.0.1/{}", self.port),
+                "--udp-ports",
+                "none",
+                "--tcp-ns",
+                &forwards,
+                "--udp-ns",
+                "none",
+                "--pid",
+                &self.state.join(PASTA_PID_FILE).display().to_string(),
+                "--netns",
+                name,
+            ])
+            .map(|arg| (*arg).to_owned())
+            .collect()
     }
 }
 
@@ -310,11 +351,57 @@ fn rules(egress: Egress) -> (String, String) {
         .iter()
         .map(|(network, length)| rule(format!("{network}/{length}")))
         .collect();
-    if egress == Egress::None {
-        v4 = rule("0.0.0.0/0".into());
-        v6 = rule("::/0".into());
+    match egress {
+        Egress::None => {
+            v4 = rule("0.0.0.0/0".into());
+            v6 = rule("::/0".into());
+        }
+        Egress::Internet => {
+            for protocol in ["udp", "tcp"] {
+                v4.push_str(&format!(
+                    "rule add to {DNS_FORWARD}/32 ipproto {protocol} dport 53 lookup main pref {DNS_RULE_PRIORITY}\n"
+                ));
+            }
+        }
     }
     (v4, v6)
+}
+
+/// `route replace default via GW dev IF onlink` for the first default route of `routes`
+/// (`ip route show default`'s lines) that names both; `None` without one.
+fn onlink_default(routes: &str) -> Option<Vec<String>> {
+    routes.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |word: &str| {
+            let at = words.iter().position(|found| *found == word)?;
+            words.get(at + 1).copied()
+        };
+        let (gateway, device) = (after("via")?, after("dev")?);
+        (words.first() == Some(&"default")).then(|| {
+            [
+                "route", "replace", "default", "via", gateway, "dev", device, "onlink",
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        })
+    })
+}
+
+/// The `/etc/resolv.conf` a sandbox with names sees: [`DNS_FORWARD`], with the search
+/// domains and options of this machine's (`host`).
+pub(super) fn resolv_conf(host: &str) -> String {
+    let mut conf = format!("nameserver {DNS_FORWARD}\n");
+    for line in host.lines() {
+        let line = line.trim();
+        if ["search", "domain", "options"]
+            .iter()
+            .any(|word| line.split_whitespace().next() == Some(word))
+        {
+            conf.push_str(line);
+            conf.push('\n');
+        }
+    }
+    conf
 }
 
 /// Ends the sandbox's pasta, if it has one, and waits until it is gone (with it its
@@ -405,9 +492,43 @@ mod tests {
             v6.lines()
                 .any(|line| line == "rule add to ::/3 prohibit pref 100")
         );
+        // One exception, ahead of them: DNS to the address pasta answers.
+        let exceptions: Vec<&str> = v4
+            .lines()
+            .filter(|line| !line.contains("prohibit"))
+            .collect();
+        assert_eq!(
+            exceptions,
+            [
+                "rule add to 169.254.1.1/32 ipproto udp dport 53 lookup main pref 90",
+                "rule add to 169.254.1.1/32 ipproto tcp dport 53 lookup main pref 90",
+            ]
+        );
         let (v4, v6) = rules(Egress::None);
         assert_eq!(v4, "rule add to 0.0.0.0/0 prohibit pref 100\n");
         assert_eq!(v6, "rule add to ::/0 prohibit pref 100\n");
+    }
+
+    #[test]
+    fn the_machine_s_default_route_is_added_onlink() {
+        let route = onlink_default(
+            "default via 10.0.0.1 dev ens5 proto dhcp src 10.0.0.7 metric 100\ndefault via 10.0.0.2 dev ens6\n",
+        );
+        assert_eq!(
+            route.as_deref().map(|words| words.join(" ")),
+            Some("route replace default via 10.0.0.1 dev ens5 onlink".into())
+        );
+        assert_eq!(onlink_default(""), None);
+        assert_eq!(onlink_default("default dev wg0 scope link\n"), None);
+    }
+
+    #[test]
+    fn a_sandbox_asks_names_of_pasta_with_this_machine_s_search_domains() {
+        let host = "# generated\nnameserver 127.0.0.53\nnameserver 10.0.0.2\nsearch corp.example\noptions edns0 trust-ad\n";
+        assert_eq!(
+            resolv_conf(host),
+            "nameserver 169.254.1.1\nsearch corp.example\noptions edns0 trust-ad\n"
+        );
     }
 
     #[test]
@@ -439,6 +560,25 @@ mod tests {
         assert_eq!(after("--udp-ns"), "none");
         assert_eq!(after("--netns"), "sandgate-abc");
         assert!(args.iter().any(|arg| arg == "--no-map-gw"));
+        assert_eq!(after("--dns-forward"), DNS_FORWARD);
+        // Without egress, no names either.
+        let plan = Plan {
+            options: NetworkOptions {
+                egress: Egress::None,
+                ..plan.options.clone()
+            },
+            tools: plan.tools.clone(),
+            runtime_id: plan.runtime_id.clone(),
+            webhook_ports: plan.webhook_ports.clone(),
+            state: plan.state.clone(),
+            ..plan
+        };
+        assert!(
+            !plan
+                .pasta_args("sandgate-abc")
+                .iter()
+                .any(|arg| arg == "--dns-forward")
+        );
     }
 
     #[test]

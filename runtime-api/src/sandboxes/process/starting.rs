@@ -5,6 +5,7 @@
 
 use std::io::{Seek, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -13,7 +14,7 @@ use tokio::process::{Child, Command};
 
 use super::command_line::{arguments, relative, resolve};
 use super::layout::{self, check_reach};
-use super::network::Handshake;
+use super::network::{self, Egress, Handshake};
 use super::view::{ARGS_FD, View, environment_args, top_of};
 use super::{LOG_FILE, PID_FILE, PORT_FILE, ProcessDriver};
 use crate::sandboxes::driver::{DriverError, SECRET_KEY_ENV, SandboxKeys};
@@ -22,6 +23,8 @@ use sandgate_store::StoredSandbox;
 
 /// The environment variable that carries the session key, as in a Kubernetes sandbox.
 const SESSION_KEY_ENV: &str = "SESSION_API_KEY";
+/// The sandbox's `/etc/resolv.conf`, in its state directory, where it has names.
+const RESOLV_CONF_FILE: &str = "resolv.conf";
 /// Of Sandgate's own environment, what a sandbox's process inherits.
 const INHERITED_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ"];
 
@@ -116,6 +119,17 @@ impl ProcessDriver {
         // Its own network where the stage is root's.
         let networked = own_uid && self.isolation.network.is_some();
         let mut handshake = None;
+        // With egress, names, asked of pasta: the machine's resolver may be out of reach.
+        let resolv_conf = (networked && self.options.network.egress == Egress::Internet)
+            .then(|| state.join(RESOLV_CONF_FILE));
+        if let Some(conf) = &resolv_conf {
+            let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+            std::fs::write(conf, network::resolv_conf(&host))
+                .and_then(|()| {
+                    std::fs::set_permissions(conf, std::fs::Permissions::from_mode(0o644))
+                })
+                .map_err(|err| failed("write its resolv.conf", err))?;
+        }
         let mut command = match &self.isolation.view {
             Some(tools) => {
                 let installs = installs(
@@ -149,6 +163,7 @@ impl ProcessDriver {
                     installs: &installs,
                     granted: &granted,
                     network: networked,
+                    resolv_conf: resolv_conf.as_deref(),
                 };
                 let line = self.isolation.limited(
                     view.command_line(&program, args),

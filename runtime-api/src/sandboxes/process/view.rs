@@ -46,6 +46,8 @@ const HOST: &str = "/run/host";
 const SANDBOX: &str = "/run/sandbox";
 /// Where the stage shows the directories the operator grants every sandbox.
 const GRANTED: &str = "/run/granted";
+/// Where the stage shows the sandbox's own `/etc/resolv.conf`.
+const RESOLV_CONF: &str = "/run/resolv.conf";
 /// The descriptor that carries the second bwrap's environment (`--args`).
 pub(super) const ARGS_FD: i32 = 3;
 /// Makes the working directory inside the view, as the sandbox's uid, and runs the rest.
@@ -80,6 +82,9 @@ pub(super) struct View<'a> {
     /// A network namespace of its own, made by the stage (`network.rs`): the stage's
     /// bwrap then writes its pid and waits for the namespace's setup.
     pub network: bool,
+    /// What it sees at `/etc/resolv.conf` in place of this machine's (a file the stage
+    /// binds at [`RESOLV_CONF`]): its names are asked of pasta (`network.rs`).
+    pub resolv_conf: Option<&'a Path>,
 }
 
 impl View<'_> {
@@ -116,6 +121,13 @@ impl View<'_> {
                     "--ro-bind",
                     &dir.display().to_string(),
                     &format!("{GRANTED}/{index}"),
+                ]));
+            }
+            if let Some(conf) = self.resolv_conf {
+                line.extend(strings(&[
+                    "--ro-bind",
+                    &conf.display().to_string(),
+                    RESOLV_CONF,
                 ]));
             }
             line.extend(strings(&["--ro-bind", "/", HOST, "--bind"]));
@@ -165,6 +177,9 @@ impl View<'_> {
                 dir.display().to_string()
             };
             line.extend(strings(&["--ro-bind", &source, &dir.display().to_string()]));
+        }
+        if let (true, Some(_)) = (staged, self.resolv_conf) {
+            line.extend(strings(&["--ro-bind", RESOLV_CONF, "/etc/resolv.conf"]));
         }
         if staged {
             // The stage's own PID namespace; only root could mount a new proc for it.
@@ -291,6 +306,7 @@ mod tests {
             installs: &installs,
             granted: &[PathBuf::from("/root/.pyenv/versions/3.12.1")],
             network: true,
+            resolv_conf: Some(Path::new("/root/data/sandbox-state/abc/resolv.conf")),
         };
         let line = view.command_line(Path::new("/opt/agent/.venv/bin/python"), &["-m".into()]);
         assert_eq!(line[0], "/usr/bin/bwrap");
@@ -312,10 +328,19 @@ mod tests {
         assert_eq!(
             stage
                 .iter()
-                .filter(|arg| arg.contains("/root/data"))
+                .filter(|arg| arg.contains("/root/data") && !arg.contains("sandbox-state"))
                 .count(),
             1,
             "{stage:?}"
+        );
+        // Its resolv.conf, Sandgate's file, shown by the stage and bound over the machine's.
+        position(
+            stage,
+            &[
+                "--ro-bind",
+                "/root/data/sandbox-state/abc/resolv.conf",
+                "/run/resolv.conf",
+            ],
         );
         // The sandbox's uid resolves everything it controls, from /run/sandbox.
         // The stage makes the network namespace: root's, which the sandbox cannot change.
@@ -328,6 +353,11 @@ mod tests {
         position(view, &["--uid", "10001", "--gid", "10002"]);
         position(view, &["--ro-bind", "/run/host/usr", "/usr"]);
         position(view, &["--symlink", "usr/bin", "/bin"]);
+        assert!(
+            position(view, &["--ro-bind", "/run/resolv.conf", "/etc/resolv.conf"])
+                > position(view, &["--ro-bind", "/run/host/usr", "/usr"]),
+            "bound over the system directories"
+        );
         position(
             view,
             &["--ro-bind", "/run/host/opt/agent/.venv", "/opt/agent/.venv"],
@@ -373,6 +403,7 @@ mod tests {
             installs: &[],
             granted: &[],
             network: false,
+            resolv_conf: None,
         };
         let line = view.command_line(Path::new("/bin/true"), &[]);
         assert!(
