@@ -328,9 +328,23 @@ pub async fn spend_logs(
     headers: HeaderMap,
     query: Result<Query<SpendLogsQuery>, QueryRejection>,
 ) -> Result<Json<Vec<SpendLogEntry>>, GatewayError> {
+    // An empty date would read as none: refused, as a date that is not one.
+    let empty = |query: &SpendLogsQuery| {
+        [
+            ("start_date", &query.start_date),
+            ("end_date", &query.end_date),
+        ]
+        .into_iter()
+        .find(|(_, value)| value.as_deref() == Some(""))
+        .map(|(name, _)| format!("`{name}` is empty: a day (`2026-03-01`) or an RFC 3339 time"))
+    };
     let query = match query {
-        Ok(Query(query)) => query,
-        Err(rejection) => {
+        Ok(Query(query)) => empty(&query).map_or(Ok(query), Err),
+        Err(rejection) => Err(rejection.body_text()),
+    };
+    let query = match query {
+        Ok(query) => query,
+        Err(refusal) => {
             // The caller is judged before its query: without a valid master key, a bad
             // `limit` is 401/403 like any other call, not 400.
             client(&state)?
@@ -342,10 +356,7 @@ pub async fn spend_logs(
                     },
                 ))
                 .await?;
-            return Err(GatewayError::new(
-                ErrorCode::BadRequest,
-                rejection.body_text(),
-            ));
+            return Err(GatewayError::new(ErrorCode::BadRequest, refusal));
         }
     };
     let request = ListSpendLogsRequest {

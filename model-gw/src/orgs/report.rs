@@ -17,17 +17,26 @@ const DAY_MS: i64 = 86_400_000;
 /// names its start, or with `end` its last millisecond.
 fn parse_time(text: &str, field: &str, end: bool) -> Result<i64, ErrorDetail> {
     let text = text.trim();
+    let refused = || {
+        bad(format!(
+            "`{field}` must be a day (2026-03-01) or an RFC 3339 time"
+        ))
+    };
+    // speedate also reads a number as a Unix time (`0.5`): only the calendar's forms here.
+    let calendar = text
+        .as_bytes()
+        .get(..5)
+        .is_some_and(|head| head[..4].iter().all(u8::is_ascii_digit) && head[4] == b'-');
+    if !calendar {
+        return Err(refused());
+    }
     if let Ok(date) = speedate::Date::parse_str(text) {
         let start = date.timestamp_ms();
         return Ok(if end { start + DAY_MS - 1 } else { start });
     }
     speedate::DateTime::parse_str(text)
         .map(|time| time.timestamp_tz_ms())
-        .map_err(|_| {
-            bad(format!(
-                "`{field}` must be a day (2026-03-01) or an RFC 3339 time"
-            ))
-        })
+        .map_err(|_| refused())
 }
 
 fn day_text(day: u32) -> Value {
@@ -174,7 +183,9 @@ mod tests {
             parse_time("1970-01-01T00:00:01.5Z", "d", false).ok(),
             Some(1_500)
         );
-        assert!(parse_time("yesterday", "d", false).is_err());
+        for refused in ["yesterday", "0.5", "1700000000", "", "-1970-01-01"] {
+            assert!(parse_time(refused, "d", false).is_err(), "{refused}");
+        }
         assert_eq!(day_text(1), json!("1970-01-02"));
     }
 
