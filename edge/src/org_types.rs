@@ -11,8 +11,23 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// A team's fields; on an update, those not named stay as they are. `budget_duration`,
-/// `tpm_limit`, `rpm_limit` and `max_parallel_requests` are refused: not enforced on teams
+/// LiteLLM's rate limits of a team's or a user's keys, all their calls together, across
+/// replicas; a limit of 0 refuses every call, null none
+#[derive(Deserialize, ToSchema)]
+pub(crate) struct RateLimitFields {
+    /// Calls in flight at once
+    #[schema(minimum = 0)]
+    max_parallel_requests: Option<u64>,
+    /// Calls per minute
+    #[schema(minimum = 0)]
+    rpm_limit: Option<u64>,
+    /// Tokens per minute (of the calls that ended in it)
+    #[schema(minimum = 0)]
+    tpm_limit: Option<u64>,
+}
+
+/// A team's fields; on an update, those not named stay as they are. `budget_duration` is
+/// refused: not enforced on teams
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct TeamFields {
     #[schema(max_length = 256)]
@@ -27,6 +42,8 @@ pub(crate) struct TeamFields {
     metadata: Option<Value>,
     /// A blocked team's keys are refused
     blocked: Option<bool>,
+    #[serde(flatten)]
+    limits: RateLimitFields,
 }
 
 /// `POST /team/new`'s body.
@@ -130,6 +147,8 @@ pub(crate) struct UserFields {
     models: Option<Vec<String>>,
     #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
+    #[serde(flatten)]
+    limits: RateLimitFields,
 }
 
 /// `POST /user/new`'s body.

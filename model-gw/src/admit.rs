@@ -72,13 +72,9 @@ impl CallScopes {
         Self { scopes }
     }
 
-    /// With another scope: a user's, a team's or a membership's, from its record.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "user and team records plug in here")
-    )]
-    pub(crate) fn with(mut self, limits: ScopeLimits) -> Self {
-        self.scopes.push(limits);
+    /// With more scopes: a user's, a team's or a membership's, from their records.
+    pub(crate) fn with(mut self, limits: impl IntoIterator<Item = ScopeLimits>) -> Self {
+        self.scopes.extend(limits);
         self
     }
 
@@ -157,6 +153,29 @@ impl Drop for Hold {
     }
 }
 
+/// What of a call a scope's counters count when it settles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counts {
+    /// Its cost: always a key's (its spend is `/key/info`'s) and a session's; another
+    /// scope's where it has a budget (its spend is otherwise the organisation counters').
+    spend: bool,
+    /// Its tokens: where it has a `tpm_limit`.
+    tokens: bool,
+}
+
+impl Counts {
+    fn of(limits: &ScopeLimits) -> Self {
+        Self {
+            spend: limits.max_budget.is_some()
+                || matches!(
+                    limits.scope,
+                    BudgetScope::Key(_) | BudgetScope::Session { .. }
+                ),
+            tokens: limits.tpm_limit.is_some(),
+        }
+    }
+}
+
 /// What a virtual key's call is charged to: its scopes, and its hold when it took one.
 pub(crate) struct Charge {
     pub(crate) token: String,
@@ -164,8 +183,8 @@ pub(crate) struct Charge {
     /// The key's user and team: the reporting counters its spend adds to.
     pub(crate) user_id: Option<String>,
     pub(crate) team_id: Option<String>,
-    /// Each scope, its window, and whether its tokens count (a `tpm_limit`).
-    scopes: Vec<(BudgetScope, u64, bool)>,
+    /// Each scope, its window, and what of a call counts there.
+    scopes: Vec<(BudgetScope, u64, Counts)>,
     hold: Option<Hold>,
 }
 
@@ -184,11 +203,11 @@ impl Charge {
         let spend = self
             .scopes
             .iter()
-            .map(|(scope, window, counts_tokens)| ScopeSpend {
+            .map(|(scope, window, counts)| ScopeSpend {
                 scope: scope.clone(),
                 window: *window,
-                amount,
-                tokens: if *counts_tokens { tokens } else { 0 },
+                amount: if counts.spend { amount } else { 0.0 },
+                tokens: if counts.tokens { tokens } else { 0 },
             })
             .filter(|item| item.amount > 0.0 || item.tokens > 0)
             .collect::<Vec<_>>();
@@ -209,13 +228,7 @@ pub(crate) async fn admit(
     let charge_scopes = scopes
         .scopes
         .iter()
-        .map(|limits| {
-            (
-                limits.scope.clone(),
-                limits.window,
-                limits.tpm_limit.is_some(),
-            )
-        })
+        .map(|limits| (limits.scope.clone(), limits.window, Counts::of(limits)))
         .collect();
     let mut charge = Charge {
         token: key.token.clone(),
@@ -411,7 +424,7 @@ mod tests {
             rpm_limit: None,
             tpm_limit: None,
         };
-        assert!(CallScopes::of_key(&key, None, 0).with(team).limited());
+        assert!(CallScopes::of_key(&key, None, 0).with([team]).limited());
     }
 
     #[test]
@@ -422,14 +435,44 @@ mod tests {
             user_id: None,
             team_id: None,
             scopes: vec![
-                (BudgetScope::Key("t".into()), 3, true),
-                (BudgetScope::User("u".into()), 0, false),
+                (
+                    BudgetScope::Key("t".into()),
+                    3,
+                    Counts {
+                        spend: true,
+                        tokens: true,
+                    },
+                ),
+                (
+                    BudgetScope::User("u".into()),
+                    0,
+                    Counts {
+                        spend: true,
+                        tokens: false,
+                    },
+                ),
+                // A team limited by its rate only: its tokens, never its cost.
+                (
+                    BudgetScope::Team("r".into()),
+                    0,
+                    Counts {
+                        spend: false,
+                        tokens: true,
+                    },
+                ),
             ],
             hold: None,
         };
         let settle = charge.settle(Some(0.5), 40).unwrap_or_default();
-        assert_eq!(settle.spend.len(), 2);
-        assert_eq!((settle.spend[0].tokens, settle.spend[1].tokens), (40, 0));
+        assert_eq!(settle.spend.len(), 3);
+        assert_eq!(
+            settle
+                .spend
+                .iter()
+                .map(|item| (item.amount, item.tokens))
+                .collect::<Vec<_>>(),
+            [(0.5, 40), (0.5, 0), (0.0, 40)]
+        );
         assert_eq!(settle.spend[0].window, 3);
         assert!(settle.release.is_none());
         let nothing = Charge {
@@ -437,7 +480,14 @@ mod tests {
             key_alias: None,
             user_id: None,
             team_id: None,
-            scopes: vec![(BudgetScope::Key("t".into()), 0, false)],
+            scopes: vec![(
+                BudgetScope::Key("t".into()),
+                0,
+                Counts {
+                    spend: true,
+                    tokens: false,
+                },
+            )],
             hold: None,
         };
         assert!(nothing.settle(None, 10).is_none());

@@ -136,7 +136,7 @@ pub(crate) fn text(value: &Value, field: &str) -> Result<Option<String>, ErrorDe
 }
 
 /// A count limit: a whole number, or null for none. 0 refuses every call, as LiteLLM's.
-fn count_limit(value: &Value, field: &str) -> Result<Option<u64>, ErrorDetail> {
+pub(crate) fn count_limit(value: &Value, field: &str) -> Result<Option<u64>, ErrorDetail> {
     match value {
         Value::Null => Ok(None),
         value => value.as_u64().map(Some).ok_or_else(|| {

@@ -1,14 +1,16 @@
 //! Before a virtual key's call goes upstream: whether its team is blocked, and whether
 //! its user's, its team's and its team membership's budgets allow one more call, with
-//! LiteLLM's answers.
+//! LiteLLM's answers; and the team's and user's rate limits, which the store's
+//! admission holds with the key's (`admit.rs`).
 //!
-//! The simple way, as key budgets are held: the spend counters are read at admission
-//! and a call's cost is counted once it ends, so a budget is overshot by the calls in
-//! flight when it is reached (see docs/model-gateway.md). [`admit_org_budgets`] is the
-//! one place that decides it, for admission with reservations to replace.
+//! The budgets, the simple way: the spend counters are read at admission and a call's
+//! cost is counted once it ends, so a budget is overshot by the calls in flight when it
+//! is reached (see docs/model-gateway.md). [`admit_org_budgets`] is the one place that
+//! decides it, for admission with reservations to replace.
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_store::{SpendScope, Store, StoredKey, member_id};
+use sandgate_store::admission::{BudgetScope, ScopeLimits};
+use sandgate_store::{RateLimits, SpendScope, Store, StoredKey, member_id};
 use tonic::Status;
 
 /// A team's or user's budget refusal, as LiteLLM's proxy answers it: 400,
@@ -41,12 +43,29 @@ fn team_blocked(team_id: &str) -> Status {
     .into_status()
 }
 
+/// The scope of `limits`, held by the store's admission: rates only (a budget of these
+/// scopes is judged here, from the counters).
+fn rated(scope: BudgetScope, limits: &RateLimits) -> Option<ScopeLimits> {
+    limits.any().then_some(ScopeLimits {
+        scope,
+        window: 0,
+        max_budget: None,
+        max_parallel_requests: limits.max_parallel_requests,
+        rpm_limit: limits.rpm_limit,
+        tpm_limit: limits.tpm_limit,
+    })
+}
+
 /// Refuses the call of `key` when its team is blocked or a budget it counts towards
-/// (its user's, its team's, its membership's) is spent. A key naming a team or user with
-/// no record counts towards no such budget (LiteLLM's keys may name either freely).
-pub(crate) async fn admit_org_budgets(store: &Store, key: &StoredKey) -> Result<(), Status> {
+/// (its user's, its team's, its membership's) is spent; else the rate limits of its team
+/// and its user, for the admission to hold. A key naming a team or user with no record
+/// counts towards no such budget or limit (LiteLLM's keys may name either freely).
+pub(crate) async fn admit_org_budgets(
+    store: &Store,
+    key: &StoredKey,
+) -> Result<Vec<ScopeLimits>, Status> {
     if key.team_id.is_none() && key.user_id.is_none() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let unavailable = |err| ErrorDetail::from(err).into_status();
     let team = match &key.team_id {
@@ -128,7 +147,14 @@ pub(crate) async fn admit_org_budgets(store: &Store, key: &StoredKey) -> Result<
             )));
         }
     }
-    Ok(())
+    let mut rates = Vec::new();
+    if let Some(team) = &team {
+        rates.extend(rated(BudgetScope::Team(team.team_id.clone()), &team.limits));
+    }
+    if let Some(user) = &user {
+        rates.extend(rated(BudgetScope::User(user.user_id.clone()), &user.limits));
+    }
+    Ok(rates)
 }
 
 #[cfg(test)]

@@ -29,6 +29,9 @@ pub struct StoredTeam {
     /// A blocked team's keys are refused.
     #[serde(default)]
     pub blocked: bool,
+    /// What the team's keys may do together, per minute and at once.
+    #[serde(default, flatten)]
+    pub limits: RateLimits,
     #[serde(default)]
     pub members: Vec<TeamMember>,
     /// Moves on with every write: writes are compare-and-swap on it.
@@ -36,6 +39,27 @@ pub struct StoredTeam {
     pub version: u64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+}
+
+/// LiteLLM's rate limits of a team's or a user's keys together (`None`: no limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimits {
+    /// Calls in flight at most, across replicas (`max_parallel_requests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_requests: Option<u64>,
+    /// Calls per minute at most (`rpm_limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm_limit: Option<u64>,
+    /// Tokens per minute at most (`tpm_limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm_limit: Option<u64>,
+}
+
+impl RateLimits {
+    /// Whether any is set.
+    pub fn any(&self) -> bool {
+        self.max_parallel_requests.is_some() || self.rpm_limit.is_some() || self.tpm_limit.is_some()
+    }
 }
 
 /// A user's membership of a team.
@@ -65,6 +89,9 @@ pub struct StoredUser {
     /// The teams the user is a member of.
     #[serde(default)]
     pub teams: Vec<String>,
+    /// What the user's keys may do together, per minute and at once.
+    #[serde(default, flatten)]
+    pub limits: RateLimits,
     /// What `/user/update` set the user's spend to, less what the counter said then:
     /// the user's spend is its counter plus this.
     #[serde(default)]

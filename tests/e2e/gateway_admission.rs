@@ -1,8 +1,9 @@
 //! Calls admitted against their budgets and limits before they go upstream (issue 51):
 //! a burst of concurrent calls on a budget that covers one call passes one call, on one
 //! replica and on two sharing Redis; LiteLLM's `max_parallel_requests`, `rpm_limit` and
-//! `tpm_limit` answer its 429 across replicas; a client that leaves mid-call releases its
-//! hold, and a replica killed mid-call leaves a hold that ends with its lease.
+//! `tpm_limit` answer its 429 across replicas, a key's and (for all their keys together)
+//! a team's and a user's; a client that leaves mid-call releases its hold, and a replica
+//! killed mid-call leaves a hold that ends with its lease.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -226,10 +227,21 @@ async fn fifty_concurrent_calls_on_a_one_call_budget_on_two_replicas() {
 }
 
 fn assert_rate_limited(status: StatusCode, body: &Value, retry_after: Option<&str>, says: &str) {
+    assert_limited_by("key", status, body, retry_after, says);
+}
+
+/// LiteLLM's 429 for a rate limit of `kind` (key, user, team), saying `says`.
+fn assert_limited_by(
+    kind: &str,
+    status: StatusCode,
+    body: &Value,
+    retry_after: Option<&str>,
+    says: &str,
+) {
     assert_eq!(status, 429, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.starts_with("LiteLLM Rate Limit Handler for rate limit type = key. Crossed TPM / RPM / Max Parallel Request Limit. current rpm: "),
+        message.starts_with(&format!("LiteLLM Rate Limit Handler for rate limit type = {kind}. Crossed TPM / RPM / Max Parallel Request Limit. current rpm: ")),
         "{body}"
     );
     assert!(message.contains(says), "{says} not in {body}");
@@ -307,14 +319,7 @@ async fn litellms_rate_limits_hold_across_replicas() {
     assert_rate_limited(status, &body, retry_after.as_deref(), "tpm limit: 1000");
 
     // Requests per minute, away from the minute's end so that all count in one.
-    let second_of_minute = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-        % 60;
-    if second_of_minute > 45 {
-        tokio::time::sleep(Duration::from_secs(61 - second_of_minute)).await;
-    }
+    away_from_the_minute_s_end().await;
     let (key, _) = generate(&replicas[0], &json!({"rpm_limit": 2})).await;
     assert_eq!(send(call(client, &url(0), &key, false)).await.0, 200);
     assert_eq!(send(call(client, &url(1), &key, false)).await.0, 200);
@@ -329,6 +334,115 @@ async fn litellms_rate_limits_hold_across_replicas() {
     // A limit of 0 refuses every call, as LiteLLM's; none of these settings is refused.
     let (key, _) = generate(&replicas[0], &json!({"rpm_limit": 0})).await;
     assert_eq!(limited(call(client, &url(1), &key, false)).await.0, 429);
+}
+
+/// Waits, when the minute is near its end, for the next one: calls counted in one minute.
+async fn away_from_the_minute_s_end() {
+    let second_of_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        % 60;
+    if second_of_minute > 45 {
+        tokio::time::sleep(Duration::from_secs(61 - second_of_minute)).await;
+    }
+}
+
+/// `POST {path}` with the master key on `replica`; the answer's status and body.
+async fn managed(replica: &Sandgate, path: &str, body: Value) -> (StatusCode, Value) {
+    send(
+        replica
+            .client
+            .post(replica.url(path))
+            .bearer_auth(MASTER_KEY)
+            .json(&body),
+    )
+    .await
+}
+
+/// A team's and a user's rate limits (LiteLLM's `/team/new` and `/user/new` fields) hold
+/// the calls of all their keys together, across replicas, with LiteLLM's answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_s_and_a_user_s_rate_limits_hold_all_their_keys_across_replicas() {
+    let backend = Backend::redis().await;
+    let upstream = GatedUpstream::start(false).await;
+    let config = config(&upstream);
+    let replicas = replicas(&backend, &config, 2).await;
+    let url = |index: usize| replicas[index].url("");
+    let client = &replicas[0].client;
+
+    // A user's calls in flight, whichever of its keys and replicas they come through.
+    let (status, user) = managed(
+        &replicas[0],
+        "/user/new",
+        json!({"user_id": "one-at-a-time", "max_parallel_requests": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{user}");
+    let (first_key, _) = generate(&replicas[0], &json!({"user_id": "one-at-a-time"})).await;
+    let (second_key, _) = generate(&replicas[1], &json!({"user_id": "one-at-a-time"})).await;
+    let first = tokio::spawn(send(call(client, &url(0), &first_key, false)));
+    upstream.wait_for_arrivals(1).await;
+    let (status, body, retry_after) = limited(call(client, &url(1), &second_key, false)).await;
+    assert_limited_by(
+        "user",
+        status,
+        &body,
+        retry_after.as_deref(),
+        "current max_parallel_requests: 1, max_parallel_requests: 1",
+    );
+    upstream.open.send_replace(true);
+    assert_eq!(first.await.expect("first").0, 200);
+    let (status, body, _) =
+        until(StatusCode::OK, || call(client, &url(1), &second_key, false)).await;
+    assert_eq!(status, 200, "the user's hold was not released: {body}");
+    let (_, info) = send(
+        client
+            .get(format!("{}/user/info?user_id=one-at-a-time", url(1)))
+            .bearer_auth(MASTER_KEY),
+    )
+    .await;
+    assert_eq!(info["user_info"]["max_parallel_requests"], 1, "{info}");
+
+    // A team's calls per minute, through two keys and two replicas.
+    away_from_the_minute_s_end().await;
+    let (status, team) = managed(
+        &replicas[1],
+        "/team/new",
+        json!({"team_id": "two-a-minute", "rpm_limit": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{team}");
+    let (first_key, _) = generate(&replicas[0], &json!({"team_id": "two-a-minute"})).await;
+    let (second_key, _) = generate(&replicas[1], &json!({"team_id": "two-a-minute"})).await;
+    assert_eq!(send(call(client, &url(0), &first_key, false)).await.0, 200);
+    assert_eq!(send(call(client, &url(1), &second_key, false)).await.0, 200);
+    for (index, key) in [(0, &second_key), (1, &first_key)] {
+        let (status, body, retry_after) = limited(call(client, &url(index), key, false)).await;
+        assert_limited_by(
+            "team",
+            status,
+            &body,
+            retry_after.as_deref(),
+            "current rpm: 2, rpm limit: 2",
+        );
+    }
+    let (_, info) = send(
+        client
+            .get(format!("{}/team/info?team_id=two-a-minute", url(0)))
+            .bearer_auth(MASTER_KEY),
+    )
+    .await;
+    assert_eq!(info["team_info"]["rpm_limit"], 2, "{info}");
+
+    // A budget that resets is still refused, not accepted and silently not held.
+    let (status, body) = managed(
+        &replicas[0],
+        "/team/new",
+        json!({"team_id": "monthly", "max_budget": 10, "budget_duration": "30d"}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
 }
 
 /// A client that leaves before its answer: its call's hold is released, not kept until

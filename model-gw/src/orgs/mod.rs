@@ -15,7 +15,7 @@ mod users;
 use bytes::Bytes;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{ManageOrgsRequest, OrgOperation};
-use sandgate_store::{SpendScope, Store, StoredKey};
+use sandgate_store::{RateLimits, SpendScope, Store, StoredKey};
 use serde_json::{Map, Value};
 
 pub(crate) use report::{ListFilter, listed};
@@ -119,19 +119,38 @@ fn metadata(value: &Value) -> Result<Option<Value>, ErrorDetail> {
 /// Budgets that reset (`budget_duration`) are not kept for teams and users: refused,
 /// rather than accepted and silently not held.
 fn no_duration(body: &Map<String, Value>) -> Result<(), ErrorDetail> {
-    for field in [
-        "budget_duration",
-        "tpm_limit",
-        "rpm_limit",
-        "max_parallel_requests",
+    if body
+        .get("budget_duration")
+        .is_some_and(|value| !value.is_null())
+    {
+        return Err(bad(
+            "`budget_duration` is not enforced on teams and users by this gateway; set `max_budget`",
+        ));
+    }
+    Ok(())
+}
+
+/// The rate limits `body` names, over `limits` (null: none).
+fn rate_limits(limits: &mut RateLimits, body: &Map<String, Value>) -> Result<(), ErrorDetail> {
+    for (field, limit) in [
+        ("max_parallel_requests", &mut limits.max_parallel_requests),
+        ("rpm_limit", &mut limits.rpm_limit),
+        ("tpm_limit", &mut limits.tpm_limit),
     ] {
-        if body.get(field).is_some_and(|value| !value.is_null()) {
-            return Err(bad(format!(
-                "`{field}` is not enforced on teams and users by this gateway; set `max_budget`"
-            )));
+        if let Some(value) = body.get(field) {
+            *limit = crate::keys::count_limit(value, field)?;
         }
     }
     Ok(())
+}
+
+/// How `/team/info`, `/user/info` and `/budget/info` show rate limits.
+fn shown(limits: &RateLimits) -> Value {
+    serde_json::json!({
+        "max_parallel_requests": limits.max_parallel_requests,
+        "rpm_limit": limits.rpm_limit,
+        "tpm_limit": limits.tpm_limit,
+    })
 }
 
 /// What the counters say `scope`'s `ids` spent in all.

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     MAX_MEMBERS, SWAP_ATTEMPTS, bad, checked_id, id, ids, keys_of, metadata, models, no_duration,
-    not_found, raced, totals, users,
+    not_found, raced, rate_limits, shown, totals, users,
 };
 use crate::keys::{budget, iso_time, text};
 use crate::support::now_ms;
@@ -29,7 +29,7 @@ fn parse_budget_id(budget_id: &str) -> Option<(String, String)> {
 
 /// A team as LiteLLM's answers show it, with what it spent.
 fn described(team: &StoredTeam, spend: f64) -> Value {
-    json!({
+    let mut described = json!({
         "team_id": team.team_id,
         "team_alias": team.team_alias,
         "max_budget": team.max_budget,
@@ -44,7 +44,16 @@ fn described(team: &StoredTeam, spend: f64) -> Value {
         "budget_duration": null,
         "created_at": iso_time(team.created_at_ms),
         "updated_at": iso_time(team.updated_at_ms),
-    })
+    });
+    with_limits(&mut described, &team.limits);
+    described
+}
+
+/// `described` with `limits` beside its other fields.
+pub(super) fn with_limits(described: &mut Value, limits: &sandgate_store::RateLimits) {
+    if let (Value::Object(fields), Value::Object(shown)) = (described, shown(limits)) {
+        fields.extend(shown);
+    }
 }
 
 async fn team_spend(store: &Store, team_id: &str) -> Result<f64, ErrorDetail> {
@@ -79,6 +88,7 @@ async fn change(
 /// The fields of `/team/new` and `/team/update` that `body` names, applied to `team`.
 fn apply(team: &mut StoredTeam, body: &Map<String, Value>) -> Result<(), ErrorDetail> {
     no_duration(body)?;
+    rate_limits(&mut team.limits, body)?;
     if let Some(value) = body.get("team_alias") {
         team.team_alias = text(value, "team_alias")?;
     }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     MAX_MEMBERS, SWAP_ATTEMPTS, bad, id, ids, keys_of, metadata, models, no_duration, not_found,
-    raced, totals,
+    raced, rate_limits, totals,
 };
 use crate::keys::{budget, iso_time, text};
 use crate::support::now_ms;
@@ -22,7 +22,7 @@ pub(crate) async fn user_spend(store: &Store, user: &StoredUser) -> Result<f64, 
 }
 
 fn described(user: &StoredUser, spend: f64) -> Value {
-    json!({
+    let mut described = json!({
         "user_id": user.user_id,
         "user_email": user.user_email,
         "max_budget": user.max_budget,
@@ -34,7 +34,9 @@ fn described(user: &StoredUser, spend: f64) -> Value {
         "budget_duration": null,
         "created_at": iso_time(user.created_at_ms),
         "updated_at": iso_time(user.updated_at_ms),
-    })
+    });
+    super::teams::with_limits(&mut described, &user.limits);
+    described
 }
 
 /// Applies `change` to the user (a new one when `create` and there is none),
@@ -98,6 +100,7 @@ pub(super) async fn leave(store: &Store, user_id: &str, team_id: &str) -> Result
 
 fn apply(user: &mut StoredUser, body: &Map<String, Value>) -> Result<(), ErrorDetail> {
     no_duration(body)?;
+    rate_limits(&mut user.limits, body)?;
     if let Some(value) = body.get("user_email") {
         user.user_email = text(value, "user_email")?;
     }

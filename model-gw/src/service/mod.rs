@@ -473,8 +473,9 @@ impl ModelGatewayService {
                 session,
             } => {
                 check_budget(key, counters, session.as_deref())?;
-                crate::org_budget::admit_org_budgets(&self.store, key).await?;
-                let scopes = CallScopes::of_key(key, session.as_deref(), crate::support::now_ms());
+                let rates = crate::org_budget::admit_org_budgets(&self.store, key).await?;
+                let scopes = CallScopes::of_key(key, session.as_deref(), crate::support::now_ms())
+                    .with(rates);
                 let bytes = call
                     .body
                     .iter()
