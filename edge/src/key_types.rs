@@ -27,15 +27,8 @@ pub(crate) struct KeyFields {
     budget_duration: Option<String>,
     #[schema(minimum = 0)]
     max_budget_per_session: Option<f64>,
-    /// Calls in flight at most, across replicas; 0 refuses every call
-    #[schema(minimum = 0)]
-    max_parallel_requests: Option<u64>,
-    /// Calls per minute at most
-    #[schema(minimum = 0)]
-    rpm_limit: Option<u64>,
-    /// Tokens per minute at most, counted when calls end
-    #[schema(minimum = 0)]
-    tpm_limit: Option<u64>,
+    #[serde(flatten)]
+    limits: crate::org_types::RateLimitFields,
     /// How long the key works from now; null: for ever
     #[schema(pattern = r"^\s*[0-9]+(s|m|h|d|w|mo)\s*$")]
     duration: Option<String>,

@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// LiteLLM's rate limits of a team's or a user's keys, all their calls together, across
-/// replicas; a limit of 0 refuses every call, null none
+/// LiteLLM's rate limits of a key, or of a team's or a user's keys (all their calls
+/// together), across replicas; a limit of 0 refuses every call, null none
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct RateLimitFields {
     /// Calls in flight at once

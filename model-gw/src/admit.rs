@@ -48,14 +48,12 @@ impl CallScopes {
     /// has a per-session budget).
     pub(crate) fn of_key(key: &StoredKey, session: Option<&str>, now_ms: i64) -> Self {
         let (window, _) = key_window(key, now_ms);
-        let mut scopes = vec![ScopeLimits {
-            scope: BudgetScope::Key(key.token.clone()),
+        let mut scopes = vec![ScopeLimits::new(
+            BudgetScope::Key(key.token.clone()),
             window,
-            max_budget: key.max_budget,
-            max_parallel_requests: key.max_parallel_requests,
-            rpm_limit: key.rpm_limit,
-            tpm_limit: key.tpm_limit,
-        }];
+            key.max_budget,
+            &key.limits,
+        )];
         if let Some(session) = session {
             scopes.push(ScopeLimits {
                 scope: BudgetScope::Session {
@@ -362,7 +360,10 @@ mod tests {
     fn key() -> StoredKey {
         StoredKey {
             token: "t".into(),
-            max_parallel_requests: Some(2),
+            limits: sandgate_store::RateLimits {
+                max_parallel_requests: Some(2),
+                ..Default::default()
+            },
             ..StoredKey::default()
         }
     }
@@ -414,7 +415,7 @@ mod tests {
             !scopes.scopes[1].limits(),
             "a session without a budget holds nothing"
         );
-        key.max_parallel_requests = None;
+        key.limits.max_parallel_requests = None;
         assert!(!CallScopes::of_key(&key, None, 0).limited());
         let team = ScopeLimits {
             scope: BudgetScope::Team("team".into()),

@@ -195,15 +195,7 @@ pub fn apply(
     if let Some(value) = body.get("max_budget") {
         key.max_budget = budget(value, "max_budget")?;
     }
-    if let Some(value) = body.get("max_parallel_requests") {
-        key.max_parallel_requests = count_limit(value, "max_parallel_requests")?;
-    }
-    if let Some(value) = body.get("rpm_limit") {
-        key.rpm_limit = count_limit(value, "rpm_limit")?;
-    }
-    if let Some(value) = body.get("tpm_limit") {
-        key.tpm_limit = count_limit(value, "tpm_limit")?;
-    }
+    crate::orgs::rate_limits(&mut key.limits, body)?;
     if let Some(value) = body.get("max_budget_per_session") {
         key.max_budget_per_session = budget(value, "max_budget_per_session")?;
     }
@@ -336,9 +328,9 @@ pub fn describe(key: &StoredKey, spend: f64, now_ms: i64) -> Map<String, Value> 
         "budget_duration": key.budget_duration,
         "budget_reset_at": reset_at.map_or(Value::Null, iso_time),
         "max_budget_per_session": key.max_budget_per_session,
-        "max_parallel_requests": key.max_parallel_requests,
-        "rpm_limit": key.rpm_limit,
-        "tpm_limit": key.tpm_limit,
+        "max_parallel_requests": key.limits.max_parallel_requests,
+        "rpm_limit": key.limits.rpm_limit,
+        "tpm_limit": key.limits.tpm_limit,
         "models": key.models,
         "user_id": key.user_id,
         "team_id": key.team_id,
@@ -425,7 +417,11 @@ mod tests {
         )
         .unwrap_or_else(|err| panic!("{err:?}"));
         assert_eq!(
-            (key.rpm_limit, key.tpm_limit, key.max_parallel_requests),
+            (
+                key.limits.rpm_limit,
+                key.limits.tpm_limit,
+                key.limits.max_parallel_requests
+            ),
             (Some(5), Some(0), Some(2))
         );
         for refused in [

@@ -46,14 +46,9 @@ fn team_blocked(team_id: &str) -> Status {
 /// The scope of `limits`, held by the store's admission: rates only (a budget of these
 /// scopes is judged here, from the counters).
 fn rated(scope: BudgetScope, limits: &RateLimits) -> Option<ScopeLimits> {
-    limits.any().then_some(ScopeLimits {
-        scope,
-        window: 0,
-        max_budget: None,
-        max_parallel_requests: limits.max_parallel_requests,
-        rpm_limit: limits.rpm_limit,
-        tpm_limit: limits.tpm_limit,
-    })
+    limits
+        .any()
+        .then(|| ScopeLimits::new(scope, 0, None, limits))
 }
 
 /// Refuses the call of `key` when its team is blocked or a budget it counts towards

@@ -90,6 +90,23 @@ pub struct ScopeLimits {
 }
 
 impl ScopeLimits {
+    /// `scope`'s budget (in `window`) and rate limits.
+    pub fn new(
+        scope: BudgetScope,
+        window: u64,
+        max_budget: Option<f64>,
+        limits: &crate::RateLimits,
+    ) -> Self {
+        Self {
+            scope,
+            window,
+            max_budget,
+            max_parallel_requests: limits.max_parallel_requests,
+            rpm_limit: limits.rpm_limit,
+            tpm_limit: limits.tpm_limit,
+        }
+    }
+
     /// Whether a call holds part of this scope while in flight.
     pub fn holds(&self) -> bool {
         self.max_budget.is_some() || self.max_parallel_requests.is_some()

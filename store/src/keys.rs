@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use super::StoreResult;
 use crate::admission::{Admission, Refusal, Settlement};
+use crate::orgs::RateLimits;
 
 /// One virtual key, as stored: everything but the key.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -40,15 +41,9 @@ pub struct StoredKey {
     /// The most one session (the session id its calls carry) may spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget_per_session: Option<f64>,
-    /// Calls in flight at most, across replicas (LiteLLM's `max_parallel_requests`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_parallel_requests: Option<u64>,
-    /// Calls per minute at most (LiteLLM's `rpm_limit`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rpm_limit: Option<u64>,
-    /// Tokens per minute at most (LiteLLM's `tpm_limit`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tpm_limit: Option<u64>,
+    /// LiteLLM's rate limits of the key, across replicas.
+    #[serde(default, flatten)]
+    pub limits: RateLimits,
     /// When the key stops working (milliseconds since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<i64>,

@@ -41,7 +41,8 @@ pub struct StoredTeam {
     pub updated_at_ms: i64,
 }
 
-/// LiteLLM's rate limits of a team's or a user's keys together (`None`: no limit).
+/// LiteLLM's rate limits of a key, or of a team's or a user's keys together (`None`: no
+/// limit).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RateLimits {
     /// Calls in flight at most, across replicas (`max_parallel_requests`).

@@ -131,7 +131,10 @@ fn no_duration(body: &Map<String, Value>) -> Result<(), ErrorDetail> {
 }
 
 /// The rate limits `body` names, over `limits` (null: none).
-fn rate_limits(limits: &mut RateLimits, body: &Map<String, Value>) -> Result<(), ErrorDetail> {
+pub(crate) fn rate_limits(
+    limits: &mut RateLimits,
+    body: &Map<String, Value>,
+) -> Result<(), ErrorDetail> {
     for (field, limit) in [
         ("max_parallel_requests", &mut limits.max_parallel_requests),
         ("rpm_limit", &mut limits.rpm_limit),
