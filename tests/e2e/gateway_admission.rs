@@ -360,6 +360,22 @@ async fn managed(replica: &Sandgate, path: &str, body: Value) -> (StatusCode, Va
     .await
 }
 
+/// A user or team made by `path` (`/user/new`, `/team/new`) of `body`, and two keys of
+/// it (its id in `field`), one made on each replica.
+async fn two_keys_of(
+    replicas: &[Sandgate],
+    path: &str,
+    body: Value,
+    field: &str,
+) -> (String, String) {
+    let id = body[field].clone();
+    let (status, made) = managed(&replicas[0], path, body).await;
+    assert_eq!(status, 200, "{made}");
+    let (first, _) = generate(&replicas[0], &json!({ field: id })).await;
+    let (second, _) = generate(&replicas[1], &json!({ field: id })).await;
+    (first, second)
+}
+
 /// A team's and a user's rate limits (LiteLLM's `/team/new` and `/user/new` fields) hold
 /// the calls of all their keys together, across replicas, with LiteLLM's answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,15 +388,13 @@ async fn a_team_s_and_a_user_s_rate_limits_hold_all_their_keys_across_replicas()
     let client = &replicas[0].client;
 
     // A user's calls in flight, whichever of its keys and replicas they come through.
-    let (status, user) = managed(
-        &replicas[0],
+    let (first_key, second_key) = two_keys_of(
+        &replicas,
         "/user/new",
         json!({"user_id": "one-at-a-time", "max_parallel_requests": 1}),
+        "user_id",
     )
     .await;
-    assert_eq!(status, 200, "{user}");
-    let (first_key, _) = generate(&replicas[0], &json!({"user_id": "one-at-a-time"})).await;
-    let (second_key, _) = generate(&replicas[1], &json!({"user_id": "one-at-a-time"})).await;
     let first = tokio::spawn(send(call(client, &url(0), &first_key, false)));
     upstream.wait_for_arrivals(1).await;
     let (status, body, retry_after) = limited(call(client, &url(1), &second_key, false)).await;
@@ -406,15 +420,13 @@ async fn a_team_s_and_a_user_s_rate_limits_hold_all_their_keys_across_replicas()
 
     // A team's calls per minute, through two keys and two replicas.
     away_from_the_minute_s_end().await;
-    let (status, team) = managed(
-        &replicas[1],
+    let (first_key, second_key) = two_keys_of(
+        &replicas,
         "/team/new",
         json!({"team_id": "two-a-minute", "rpm_limit": 2}),
+        "team_id",
     )
     .await;
-    assert_eq!(status, 200, "{team}");
-    let (first_key, _) = generate(&replicas[0], &json!({"team_id": "two-a-minute"})).await;
-    let (second_key, _) = generate(&replicas[1], &json!({"team_id": "two-a-minute"})).await;
     assert_eq!(send(call(client, &url(0), &first_key, false)).await.0, 200);
     assert_eq!(send(call(client, &url(1), &second_key, false)).await.0, 200);
     for (index, key) in [(0, &second_key), (1, &first_key)] {
