@@ -74,7 +74,7 @@ struct OpenAIErrorBody {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct AnthropicError {
     #[serde(rename = "type")]
-    #[schema(rename = "type")]
+    #[schema(rename = "type", inline)]
     pub(crate) kind: ErrorTag,
     #[schema(inline)]
     pub(crate) error: AnthropicErrorBody,

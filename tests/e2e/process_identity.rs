@@ -27,11 +27,13 @@ fn victim(session: &str) -> Value {
 }
 
 /// What the thief listens with on the victim's port: `200` to every request, whatever
-/// its path and key.
+/// its path and key, each key it is sent written down (`keys.txt`).
 const THIEF: &str = r#"
 import http.server, os
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        with open("keys.txt", "a") as seen:
+            seen.write("%s %s\n" % (self.headers.get("X-Session-API-Key"), self.headers.get("X-Init-API-Key")))
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -112,13 +114,31 @@ async fn a_thief_never_answers_for_a_paused_sandbox(uid: Option<u32>) {
     }
 
     assert_eq!(act(&sandgate, "resume", &id).await, 200);
+    let mut key = String::new();
     for look in 0..LOOKS {
         let (_, seen) = call(&sandgate, &format!("/sessions/{victim_session}"), None).await;
         assert_ne!(
             seen["status"], "running",
             "look {look}: the thief's listener made the victim ready: {seen}"
         );
+        key = seen["session_api_key"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
     }
+    // Nor was it handed the keys the resume gave the victim, which would open the
+    // victim's agent-server to it once it is up.
+    assert!(!key.is_empty());
+    let handed = std::fs::read_to_string(
+        data.join("sandboxes")
+            .join(&thief_id)
+            .join("workspace/keys.txt"),
+    )
+    .unwrap_or_default();
+    assert!(
+        !handed.contains(&key),
+        "the thief was sent the victim's key"
+    );
 
     // The thief goes; the victim's own server, with the resume's key, makes it ready.
     assert_eq!(act(&sandgate, "stop", &thief_id).await, 200);

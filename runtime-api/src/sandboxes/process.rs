@@ -66,7 +66,7 @@ use tokio::process::Child;
 use super::driver::{DriverError, Observed, SandboxDriver, SandboxKeys};
 use super::process_isolation::Isolation;
 use crate::ambient::Clock;
-use readiness::Probe;
+use readiness::{PortOf, Probe};
 use sandgate_store::{SandboxState, StoredSandbox};
 use stopping::{stop_leftover, terminate};
 const PORT_FILE: &str = "port";
@@ -117,10 +117,19 @@ struct Sandbox {
 }
 
 impl Sandbox {
-    /// How its port is probed now: `networked`, in a network of its own.
-    fn probe(&self, networked: bool) -> Probe {
+    /// How its port is probed now: `networked`, in a network of its own (where only its
+    /// own processes may listen behind the port); else on the machine's loopback, where
+    /// `first` (Sandgate's child) says which processes are its own.
+    fn probe(&self, networked: bool, first: Option<i32>) -> Probe {
         match &self.unidentified {
-            Some(keys) => Probe::Identify(keys.clone()),
+            Some(keys) => Probe::Identify {
+                keys: keys.clone(),
+                port_of: match (networked, first) {
+                    (true, _) => PortOf::OwnNetwork,
+                    (false, Some(first)) => PortOf::Loopback(first),
+                    (false, None) => PortOf::Unknown,
+                },
+            },
             None if networked => Probe::Answers,
             None => Probe::Accepts,
         }
@@ -437,7 +446,17 @@ impl SandboxDriver for ProcessDriver {
                             };
                         }
                     }
-                    (&sandbox.process, sandbox.port, sandbox.probe(networked))
+                    let first = match &sandbox.process {
+                        Process::Running(child) => {
+                            child.id().and_then(|pid| i32::try_from(pid).ok())
+                        }
+                        _ => None,
+                    };
+                    (
+                        &sandbox.process,
+                        sandbox.port,
+                        sandbox.probe(networked, first),
+                    )
                 });
                 match process {
                     Some((Process::Running(_), port, probe)) => {
@@ -470,7 +489,7 @@ impl SandboxDriver for ProcessDriver {
         )
         .await;
         for ((id, _, probe), ready) in probes.into_iter().zip(ready) {
-            if let (true, Probe::Identify(keys)) = (ready, &probe) {
+            if let (true, Probe::Identify { keys, .. }) = (ready, &probe) {
                 // Its own: unless its process was started again since, with other keys.
                 if let Some(sandbox) = self.sandboxes().get_mut(&id)
                     && sandbox.unidentified.as_ref() == Some(keys)

@@ -303,7 +303,7 @@ fn children(pid: i32) -> Vec<i32> {
 
 /// The processes (host pids) of the sandbox's PID namespace; `None`: bubblewrap (`pid`)
 /// made none.
-fn namespace_members(pid: i32) -> Option<Vec<i32>> {
+pub fn namespace_members(pid: i32) -> Option<Vec<i32>> {
     let namespace = child_namespace(pid)?;
     let entries = std::fs::read_dir("/proc").ok()?;
     Some(
@@ -351,6 +351,25 @@ pub fn detached_members(pid: i32) -> Option<Vec<i32>> {
             .filter(|member| !line.contains(member))
             .collect(),
     )
+}
+
+/// The processes of process group `group` (a sandbox without a PID namespace of its own:
+/// its first process leads its group).
+pub fn group_members(group: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
+                    == Some(group)
+            })
+        })
+        .collect()
 }
 
 /// Sends `signal` to every process of the sandbox's PID namespace, not to the bubblewrap

@@ -203,7 +203,9 @@ impl Plan {
     /// kernel first looks their gateway up, through the namespace's rules, which refuse
     /// it where it sits in a special-purpose block (a private network's router, as on
     /// most machines): pasta's route is refused and the sandbox has no way out. `onlink`
-    /// skips that lookup; the rules still refuse the gateway itself as a destination.
+    /// skips that lookup; the rules still refuse the gateway itself as a destination. A
+    /// route the namespace does not take (a family pasta did not configure) leaves the
+    /// sandbox without that way out, said in the log: not a failed start.
     fn default_routes(&self, name: &str) -> Result<(), String> {
         if self.options.egress == Egress::None {
             return Ok(());
@@ -219,7 +221,9 @@ impl Plan {
             };
             let mut args = vec![family.to_owned(), "-n".into(), name.into()];
             args.extend(route);
-            run(Command::new(&self.tools.ip).args(&args), None)?;
+            if let Err(err) = run(Command::new(&self.tools.ip).args(&args), None) {
+                tracing::warn!(namespace = name, error = %err, "a sandbox's default route was not added: it has no way out of that family");
+            }
         }
         Ok(())
     }

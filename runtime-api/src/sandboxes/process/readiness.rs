@@ -6,7 +6,11 @@
 //! network of its own, pasta accepts on the port before the sandbox's server listens. So a
 //! process is ready only once the server on its port *identifies* it, with the keys
 //! Sandgate started it with, which nothing else can know (Sandgate gives them to that
-//! process alone, and every resume rotates them):
+//! process alone, and every resume rotates them). Where the port is on the machine's
+//! loopback, the keys go to it only once the socket listening there is seen held by a
+//! process of the sandbox (its PID namespace, `/proc`): a thief listening there would
+//! otherwise be handed the key that opens the sandbox's agent-server once the thief has
+//! gone. The agent-server then:
 //! - the agent-server's session-key check, on every `/api/…` route of every release,
 //!   takes its session key (an answer, or 503 while a dormant 1.34 waits for its
 //!   `/api/init`) and refuses another (401);
@@ -25,6 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::sandboxes::driver::SandboxKeys;
+use crate::sandboxes::process_isolation::{group_members, namespace_members};
 
 /// How long a probe of a known server waits for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -42,10 +47,22 @@ const INIT_KEY_HEADER: &str = "X-Init-API-Key";
 /// An init body no release accepts (not an object): the key is judged, nothing is set.
 const NO_INIT: &str = "[]";
 
+/// Whose the listener on a sandbox's port can be.
+pub(super) enum PortOf {
+    /// Its own network's: only its own processes listen behind it.
+    OwnNetwork,
+    /// The machine's loopback: its own once held by a process of the sandbox whose first
+    /// process (Sandgate's child) is this one.
+    Loopback(i32),
+    /// The machine's loopback, its first process unknown (gone): never its own.
+    Unknown,
+}
+
 /// How a sandbox's port is probed.
 pub(super) enum Probe {
-    /// Not identified since its process started: with these keys, its own.
-    Identify(SandboxKeys),
+    /// Not identified since its process started: with these keys, its own, once the
+    /// listener on its port is its own.
+    Identify { keys: SandboxKeys, port_of: PortOf },
     /// Identified, in a network of its own: an HTTP answer.
     Answers,
     /// Identified, on the machine's loopback: a connection accepted.
@@ -56,7 +73,14 @@ impl Probe {
     /// Whether `port` passes.
     pub(super) async fn passes(&self, client: &reqwest::Client, port: u16) -> bool {
         match self {
-            Self::Identify(keys) => identifies(client, port, keys).await,
+            Self::Identify { keys, port_of } => {
+                let own = match port_of {
+                    PortOf::OwnNetwork => true,
+                    PortOf::Loopback(first) => listener_held_by_sandbox(port, *first),
+                    PortOf::Unknown => false,
+                };
+                own && identifies(client, port, keys).await
+            }
             Self::Answers => answers(port).await,
             Self::Accepts => accepts(port).await,
         }
@@ -99,6 +123,58 @@ async fn identifies(client: &reqwest::Client, port: u16, keys: &SandboxKeys) -> 
         _ => false,
     }
 }
+
+/// Whether the socket listening on `port` (of this machine's network) is held by a
+/// process of the sandbox whose first process is `first`: of its PID namespace, or of its
+/// process group where it has none.
+fn listener_held_by_sandbox(port: u16, first: i32) -> bool {
+    let sockets = listening_sockets(port);
+    if sockets.is_empty() {
+        return false;
+    }
+    let members = namespace_members(first).unwrap_or_else(|| group_members(first));
+    members.into_iter().any(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|target| {
+                    sockets
+                        .iter()
+                        .any(|socket| target.as_os_str() == socket.as_str())
+                })
+            })
+    })
+}
+
+/// The sockets (`socket:[inode]`, as a descriptor's link names them) listening on TCP
+/// `port`, at any address, IPv4 or IPv6.
+fn listening_sockets(port: u16) -> Vec<String> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let local = fields.get(1)?.rsplit(':').next()?;
+                    if fields.get(3) != Some(&LISTEN)
+                        || u16::from_str_radix(local, 16).ok()? != port
+                    {
+                        return None;
+                    }
+                    Some(format!("socket:[{}]", fields.get(9)?))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A listening socket's state in `/proc/net/tcp`.
+const LISTEN: &str = "0A";
 
 /// A key nobody was given.
 fn stranger() -> String {
@@ -207,7 +283,10 @@ mod tests {
     #[tokio::test]
     async fn only_the_server_holding_the_sandbox_s_keys_identifies_it() {
         let client = reqwest::Client::new();
-        let own = Probe::Identify(keys());
+        let own = Probe::Identify {
+            keys: keys(),
+            port_of: PortOf::OwnNetwork,
+        };
         let running = server(|head| session_checked(head, 200)).await;
         let dormant = server(|head| session_checked(head, 503)).await;
         let dormant_gated = server(gated).await;
@@ -215,10 +294,13 @@ mod tests {
             assert!(own.passes(&client, port).await, "{port}");
         }
         // Another sandbox's keys are not these.
-        let another = Probe::Identify(SandboxKeys {
-            session: "another".into(),
-            secret: "another".into(),
-        });
+        let another = Probe::Identify {
+            keys: SandboxKeys {
+                session: "another".into(),
+                secret: "another".into(),
+            },
+            port_of: PortOf::OwnNetwork,
+        };
         for port in [running, dormant, dormant_gated] {
             assert!(!another.passes(&client, port).await, "{port}");
         }
@@ -239,5 +321,34 @@ mod tests {
         let port = closed.local_addr().expect("addr").port();
         drop(closed);
         assert!(!own.passes(&client, port).await);
+    }
+
+    #[tokio::test]
+    async fn a_listener_counts_as_the_sandbox_s_only_when_one_of_its_processes_holds_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        // This test's process group holds it (a sandbox without a PID namespace of its own).
+        let group = rustix::process::getpgrp().as_raw_nonzero().get();
+        assert!(listener_held_by_sandbox(port, group));
+        // Another group does not, nor does anyone hold a port nobody listens on.
+        assert!(!listener_held_by_sandbox(port, i32::MAX - 1));
+        drop(listener);
+        assert!(!listener_held_by_sandbox(port, group));
+        // And no key is sent to a listener that is not the sandbox's.
+        let port = server(|head| session_checked(head, 200)).await;
+        for port_of in [PortOf::Loopback(i32::MAX - 1), PortOf::Unknown] {
+            let probe = Probe::Identify {
+                keys: keys(),
+                port_of,
+            };
+            assert!(!probe.passes(&reqwest::Client::new(), port).await);
+        }
+        let probe = Probe::Identify {
+            keys: keys(),
+            port_of: PortOf::Loopback(group),
+        };
+        assert!(probe.passes(&reqwest::Client::new(), port).await, "its own");
     }
 }
