@@ -433,10 +433,15 @@ impl SandboxDriver for ProcessDriver {
             for record in sandboxes {
                 let id = &record.runtime_id;
                 let process = processes.get_mut(id).map(|sandbox| {
+                    // Its first process: while it runs, what says which processes are the
+                    // sandbox's (`readiness.rs`).
+                    let mut first = None;
                     if let Process::Running(child) = &mut sandbox.process {
                         // Its pid is its group's id; read before the wait reaps it.
                         let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+                        first = group;
                         if let Ok(Some(status)) = child.try_wait() {
+                            first = None;
                             sandbox.process = Process::Exited {
                                 detail: format!(
                                     "the sandbox's process exited ({status}); its output is in {}",
@@ -446,12 +451,6 @@ impl SandboxDriver for ProcessDriver {
                             };
                         }
                     }
-                    let first = match &sandbox.process {
-                        Process::Running(child) => {
-                            child.id().and_then(|pid| i32::try_from(pid).ok())
-                        }
-                        _ => None,
-                    };
                     (
                         &sandbox.process,
                         sandbox.port,

@@ -285,31 +285,44 @@ fn children(pid: i32) -> Vec<i32> {
             .filter_map(|child| child.parse().ok())
             .collect();
     }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
+    processes()
+        .filter(|other| stat_field::<i32>(*other, PPID) == Some(pid))
+        .collect()
+}
+
+/// Fields of `/proc/<pid>/stat`, counted after the command name: the parent, the process
+/// group, the start time.
+const PPID: usize = 1;
+const PGRP: usize = 2;
+const STARTTIME: usize = 19;
+
+/// Every process of this machine (as this PID namespace sees them), by pid.
+fn processes() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|other| {
-            std::fs::read_to_string(format!("/proc/{other}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
-                    == Some(pid)
-            })
-        })
-        .collect()
+}
+
+/// Field `index` of process `pid`'s `stat`, counted after its command name (which may
+/// hold spaces; the fields after it do not).
+fn stat_field<T: std::str::FromStr>(pid: i32, index: usize) -> Option<T> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(index)?
+        .parse()
+        .ok()
 }
 
 /// The processes (host pids) of the sandbox's PID namespace; `None`: bubblewrap (`pid`)
 /// made none.
 pub fn namespace_members(pid: i32) -> Option<Vec<i32>> {
     let namespace = child_namespace(pid)?;
-    let entries = std::fs::read_dir("/proc").ok()?;
     Some(
-        entries
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        processes()
             .filter(|other| {
                 std::fs::read_link(format!("/proc/{other}/ns/pid")).is_ok_and(|ns| ns == namespace)
             })
@@ -356,19 +369,8 @@ pub fn detached_members(pid: i32) -> Option<Vec<i32>> {
 /// The processes of process group `group` (a sandbox without a PID namespace of its own:
 /// its first process leads its group).
 pub fn group_members(group: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
-                    == Some(group)
-            })
-        })
+    processes()
+        .filter(|pid| stat_field::<i32>(*pid, PGRP) == Some(group))
         .collect()
 }
 
@@ -415,10 +417,7 @@ pub fn only_deaf_init(pid: i32) -> bool {
 /// When process `pid` started (clock ticks since boot, field 22 of its `stat`): with its
 /// pid, it names a process that no later one can be mistaken for.
 pub fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces; the fields after it do not.
-    let rest = stat.rsplit_once(')')?.1;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    stat_field(pid, STARTTIME)
 }
 
 /// Marks Sandgate's own process undumpable, so that its `/proc/<pid>/environ` and memory
