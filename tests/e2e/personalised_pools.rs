@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use crate::common::{Backend, REAL_CLIENTS, RUNTIME_KEY, SandgateProcess, Steps, serve_args, tool};
 use crate::observability::{sample, scrape};
-use crate::process_sandboxes::{act, call, pool_ready, pools, serve_with, until_session};
+use crate::process_sandboxes::{
+    START_WITHIN, act, call, pool_ready, pools, serve_with, until_session,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dormant_warm_agent_server_takes_the_start_s_configuration_at_claim() {
@@ -44,7 +46,7 @@ async fn a_dormant_warm_agent_server_takes_the_start_s_configuration_at_claim() 
         &["--warm-runtimes-file", file.to_str().expect("utf-8")],
     )
     .await;
-    pool_ready(&sandgate, Duration::from_secs(120)).await;
+    pool_ready(&sandgate, START_WITHIN).await;
 
     // A start with the app server's kind of environment: the pool's copied, with its own
     // webhook receiver (Sandgate), its workers and a variable the pool lacks.

@@ -15,6 +15,8 @@ pub struct SandgateProcess {
     /// Bumped at every line logged, for tests that wait for one.
     lines: watch::Receiver<usize>,
     log_done: Option<tokio::task::JoinHandle<()>>,
+    /// Its `--data-dir`, when it was given one: where its process sandboxes' logs are.
+    data_dir: Option<std::path::PathBuf>,
 }
 
 /// The `host:port` at the start of `text` (a log line's rest, text or JSON).
@@ -65,6 +67,11 @@ impl SandgateProcess {
                 log.lock().expect("log")
             );
         };
+        let data_dir = args
+            .iter()
+            .position(|arg| arg == "--data-dir")
+            .and_then(|at| args.get(at + 1))
+            .map(std::path::PathBuf::from);
         let sink = log.clone();
         let (seen, seen_lines) = watch::channel(0);
         let log_done = tokio::spawn(async move {
@@ -79,7 +86,30 @@ impl SandgateProcess {
             log,
             lines: seen_lines,
             log_done: Some(log_done),
+            data_dir,
         }
+    }
+
+    /// The end of each of its process sandboxes' logs (`sandbox.log`: what a sandbox's
+    /// process printed), for a failure to show why a sandbox did not get where expected.
+    pub fn sandbox_logs(&self) -> String {
+        const TAIL: usize = 4096;
+        let Some(state) = self.data_dir.as_ref().map(|dir| dir.join("sandbox-state")) else {
+            return String::new();
+        };
+        let mut logs = String::new();
+        for entry in std::fs::read_dir(state).into_iter().flatten().flatten() {
+            let Ok(log) = std::fs::read(entry.path().join("sandbox.log")) else {
+                continue;
+            };
+            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(TAIL)..]);
+            logs.push_str(&format!(
+                "--- {} (its last {} bytes)\n{tail}\n",
+                entry.file_name().to_string_lossy(),
+                TAIL.min(log.len())
+            ));
+        }
+        logs
     }
 
     /// Waits until the process has logged a line containing `needle`; panics, showing
