@@ -2,8 +2,8 @@
 //! what it settles once it ends (see `sandgate_store::admission` for the store's side).
 //!
 //! The scopes of a call: its key, its session (when it names one), and its user, team and
-//! team membership once those have records with budgets ([`CallScopes::with`] takes
-//! them). Only a call with at least one limit makes the store round trip of admission;
+//! team membership once those have records ([`CallScopes::with`] takes them): each
+//! counts the call's cost when it settles, and its budget is judged on that count. Only a call with at least one limit makes the store round trip of admission;
 //! the others are counted when they end, as before.
 //!
 //! What a call holds is its **largest possible cost**: every byte the upstream receives
@@ -151,24 +151,17 @@ impl Drop for Hold {
     }
 }
 
-/// What of a call a scope's counters count when it settles.
+/// What of a call a scope's counters count when it settles: always its cost (the
+/// scope's spend: `/key/info`'s, `/team/info`'s, what its budget is judged on); its
+/// tokens where it has a `tpm_limit`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Counts {
-    /// Its cost: always a key's (its spend is `/key/info`'s) and a session's; another
-    /// scope's where it has a budget (its spend is otherwise the organisation counters').
-    spend: bool,
-    /// Its tokens: where it has a `tpm_limit`.
     tokens: bool,
 }
 
 impl Counts {
     fn of(limits: &ScopeLimits) -> Self {
         Self {
-            spend: limits.max_budget.is_some()
-                || matches!(
-                    limits.scope,
-                    BudgetScope::Key(_) | BudgetScope::Session { .. }
-                ),
             tokens: limits.tpm_limit.is_some(),
         }
     }
@@ -204,7 +197,7 @@ impl Charge {
             .map(|(scope, window, counts)| ScopeSpend {
                 scope: scope.clone(),
                 window: *window,
-                amount: if counts.spend { amount } else { 0.0 },
+                amount,
                 tokens: if counts.tokens { tokens } else { 0 },
             })
             .filter(|item| item.amount > 0.0 || item.tokens > 0)
@@ -278,6 +271,15 @@ pub(crate) async fn admit(
     }
 }
 
+/// A number as Python prints a float (`3.0`, `0.1`), as LiteLLM's messages show them.
+fn float(value: f64) -> String {
+    if value.is_finite() && value.fract() == 0.0 && value.abs() < 1e16 {
+        format!("{value:.1}")
+    } else {
+        format!("{value}")
+    }
+}
+
 /// The refusal of `key`'s call, as LiteLLM's proxy words each.
 fn refused(key: &StoredKey, admission: &Admission, refusal: Refusal) -> Status {
     match refusal {
@@ -288,10 +290,11 @@ fn refused(key: &StoredKey, admission: &Admission, refusal: Refusal) -> Status {
             max_budget,
         } => {
             let held = if reserved > 0.0 {
-                format!(", held by calls in flight: {reserved}")
+                format!(", held by calls in flight: {}", float(reserved))
             } else {
                 String::new()
             };
+            let (spent, max_budget) = (float(spent), float(max_budget));
             let message = match &scope {
                 BudgetScope::Key(_) => format!(
                     "Budget has been exceeded! Key={} Current cost: {spent}, Max budget: {max_budget}{held}",
@@ -406,6 +409,12 @@ mod tests {
     }
 
     #[test]
+    fn amounts_read_as_python_prints_them() {
+        assert_eq!(float(3.0), "3.0");
+        assert_eq!(float(0.1), "0.1");
+    }
+
+    #[test]
     fn scopes_hold_only_what_has_a_limit() {
         let mut key = key();
         let scopes = CallScopes::of_key(&key, Some("s"), 0);
@@ -429,38 +438,17 @@ mod tests {
     }
 
     #[test]
-    fn a_settled_charge_releases_its_hold_once_and_counts_tokens_where_limited() {
+    fn a_settled_charge_counts_its_cost_everywhere_and_its_tokens_where_limited() {
         let charge = Charge {
             token: "t".into(),
             key_alias: None,
             user_id: None,
             team_id: None,
             scopes: vec![
-                (
-                    BudgetScope::Key("t".into()),
-                    3,
-                    Counts {
-                        spend: true,
-                        tokens: true,
-                    },
-                ),
-                (
-                    BudgetScope::User("u".into()),
-                    0,
-                    Counts {
-                        spend: true,
-                        tokens: false,
-                    },
-                ),
-                // A team limited by its rate only: its tokens, never its cost.
-                (
-                    BudgetScope::Team("r".into()),
-                    0,
-                    Counts {
-                        spend: false,
-                        tokens: true,
-                    },
-                ),
+                (BudgetScope::Key("t".into()), 3, Counts { tokens: true }),
+                (BudgetScope::User("u".into()), 0, Counts { tokens: false }),
+                // A team limited by its rate only: its cost (its spend), and its tokens.
+                (BudgetScope::Team("r".into()), 0, Counts { tokens: true }),
             ],
             hold: None,
         };
@@ -472,7 +460,7 @@ mod tests {
                 .iter()
                 .map(|item| (item.amount, item.tokens))
                 .collect::<Vec<_>>(),
-            [(0.5, 40), (0.5, 0), (0.0, 40)]
+            [(0.5, 40), (0.5, 0), (0.5, 40)]
         );
         assert_eq!(settle.spend[0].window, 3);
         assert!(settle.release.is_none());
@@ -481,14 +469,7 @@ mod tests {
             key_alias: None,
             user_id: None,
             team_id: None,
-            scopes: vec![(
-                BudgetScope::Key("t".into()),
-                0,
-                Counts {
-                    spend: true,
-                    tokens: false,
-                },
-            )],
+            scopes: vec![(BudgetScope::Key("t".into()), 0, Counts { tokens: false })],
             hold: None,
         };
         assert!(nothing.settle(None, 10).is_none());

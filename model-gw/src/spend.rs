@@ -7,11 +7,12 @@
 //! team member, session and model, in all and per day), kept apart from the entries:
 //! summed in memory per counter and day (so their memory grows with the counters
 //! touched, not with the calls), written in one atomic store write per batch, and never
-//! dropped. A write that fails leaves them queued and is tried again (after 100 ms,
-//! doubling to 5 s) until the store takes it: a count is late by the batching delay
-//! (10 ms) plus however long the store is unreachable, never lost while the process
-//! lives; a stop writes what is queued before the process exits. The entries themselves
-//! are bounded: past [`MAX_QUEUED_SPEND_ENTRIES`] waiting, new ones are dropped (their
+//! dropped; so is each call's settlement (its spend added to the counters its budgets
+//! are judged on, its hold released). A write that fails leaves them queued and is
+//! tried again (after 100 ms, doubling to 5 s) until the store takes it: a count is late
+//! by the batching delay (10 ms) plus however long the store is unreachable, never lost
+//! while the process lives; a stop writes what is queued before the process exits. The
+//! entries themselves are bounded: past [`MAX_QUEUED_SPEND_ENTRIES`] waiting, new ones are dropped (their
 //! counts are not), and the log keeps what its retention says.
 
 use std::sync::{Arc, Mutex};
@@ -92,6 +93,20 @@ impl SpendQueue {
                 *self.counts.entry((day, scope, id)).or_default() += amount;
             }
         }
+    }
+
+    /// Puts back a settlement a write could not store: its spend summed as it was, each
+    /// hold's release on its own.
+    fn requeue_settlement(&mut self, settlement: Settlement) {
+        self.settles.push(Settle {
+            spend: settlement.spend,
+            release: None,
+        });
+        self.settles
+            .extend(settlement.releases.into_iter().map(|release| Settle {
+                spend: Vec::new(),
+                release: Some(release),
+            }));
     }
 
     /// Puts back counts a write could not store.
@@ -277,12 +292,19 @@ impl SpendLog {
                 };
             let calls = settles.len();
             let settlement = summed(settles);
-            if calls > 0
-                && let Err(err) = self.store.keys.settle(&settlement).await
-            {
-                // Their holds end with their leases.
-                tracing::warn!(error = %err, calls, "virtual keys' spend lost");
-            }
+            let settled = calls == 0
+                || match self.store.keys.settle(&settlement).await {
+                    Ok(()) => true,
+                    Err(err) => {
+                        // Kept to try again, with the counters: the scopes' spend is what
+                        // their budgets and `/team/info` hold to.
+                        tracing::warn!(error = %err, calls, "calls' settlement not stored yet; kept to try again");
+                        if let Ok(mut pending) = self.queue.lock() {
+                            pending.requeue_settlement(settlement);
+                        }
+                        false
+                    }
+                };
             if !batch.is_empty()
                 && let Err(err) = self
                     .store
@@ -292,7 +314,7 @@ impl SpendLog {
             {
                 tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
             }
-            if !counted {
+            if !(counted && settled) {
                 return false;
             }
         }

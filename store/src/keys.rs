@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::StoreResult;
-use crate::admission::{Admission, Refusal, Settlement};
+use crate::admission::{Admission, BudgetScope, Refusal, Settlement};
 use crate::orgs::RateLimits;
 
 /// One virtual key, as stored: everything but the key.
@@ -138,6 +138,20 @@ pub trait KeyStore: Send + Sync + 'static {
     /// in one round trip. Spend of a key (or its session) that is gone is dropped; the
     /// scopes that outlive keys (user, team, member) keep theirs.
     async fn settle(&self, settlement: &Settlement) -> StoreResult<()>;
+
+    /// What each scope spent in its window, as [`Self::settle`] counts it and
+    /// [`Self::admit`] judges it (a counter of an earlier window: nothing), in one read.
+    async fn budget_spend(&self, scopes: &[(BudgetScope, u64)]) -> StoreResult<Vec<f64>>;
+
+    /// Sets what a scope that outlives keys (a user, a team, a membership) spent in
+    /// `window`, as LiteLLM's `/user/update` sets a user's spend: calls that settle after
+    /// add to it.
+    async fn set_budget_spend(
+        &self,
+        scope: &BudgetScope,
+        window: u64,
+        spend: f64,
+    ) -> StoreResult<()>;
 
     /// A generation that moves on with every change of a key or of its spend, this
     /// replica's or another's (on Redis, within milliseconds, by a notification), so that

@@ -93,10 +93,6 @@ pub struct StoredUser {
     /// What the user's keys may do together, per minute and at once.
     #[serde(default, flatten)]
     pub limits: RateLimits,
-    /// What `/user/update` set the user's spend to, less what the counter said then:
-    /// the user's spend is its counter plus this.
-    #[serde(default)]
-    pub spend_adjustment: f64,
     #[serde(default)]
     pub version: u64,
     pub created_at_ms: i64,

@@ -1,6 +1,6 @@
 //! Calls admitted against their budgets and limits before they go upstream (issue 51):
-//! a burst of concurrent calls on a budget that covers one call passes one call, on one
-//! replica and on two sharing Redis; LiteLLM's `max_parallel_requests`, `rpm_limit` and
+//! a burst of concurrent calls on a budget that covers one call (a key's, a team's, a
+//! user's, a membership's) passes one call, on one replica and on two sharing Redis; LiteLLM's `max_parallel_requests`, `rpm_limit` and
 //! `tpm_limit` answer its 429 across replicas, a key's and (for all their keys together)
 //! a team's and a user's; a client that leaves mid-call releases its hold, and a replica
 //! killed mid-call leaves a hold that ends with its lease.
@@ -147,14 +147,114 @@ async fn spend(replica: &Sandgate, token: &str, at_least: f64) -> f64 {
     }
 }
 
-/// 50 calls at once, spread over `replicas`, on a key whose budget covers one call. The
-/// upstream answers none until every call has either reached it or been refused: all 50
-/// are in flight together.
-async fn burst(backend: Backend, count: usize) {
+/// Whose budget covers one call in a burst: the key's own, or (over a key with none of
+/// its own) its team's, its user's or its membership of its team's.
+#[derive(Clone, Copy, Debug)]
+enum BudgetOf {
+    Key,
+    Team,
+    User,
+    Member,
+}
+
+const TEAM: &str = "burst-team";
+const USER: &str = "burst-user";
+
+impl BudgetOf {
+    /// A key whose calls count towards a budget of `budget` of this kind, made through
+    /// LiteLLM's routes on `replica`: the key and its token.
+    async fn key_with(self, replica: &Sandgate, budget: f64) -> (String, String) {
+        let made = |path: &'static str, body: Value| async move {
+            let (status, answer) = managed(replica, path, body).await;
+            assert_eq!(status, 200, "{path}: {answer}");
+        };
+        match self {
+            Self::Key => return generate(replica, &json!({"max_budget": budget})).await,
+            Self::Team => made("/team/new", json!({"team_id": TEAM, "max_budget": budget})).await,
+            Self::User => {
+                made(
+                    "/user/new",
+                    json!({"user_id": USER, "max_budget": budget, "auto_create_key": false}),
+                )
+                .await;
+            }
+            Self::Member => {
+                made("/team/new", json!({"team_id": TEAM})).await;
+                made(
+                    "/team/member_add",
+                    json!({"team_id": TEAM, "member": {"user_id": USER, "role": "user"},
+                           "max_budget_in_team": budget}),
+                )
+                .await;
+            }
+        }
+        generate(replica, &json!({"team_id": TEAM, "user_id": USER})).await
+    }
+
+    /// LiteLLM's refusal of this budget: its status and the start of its message.
+    fn refusal(self) -> (StatusCode, String) {
+        match self {
+            Self::Key => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Budget has been exceeded! Key=".into(),
+            ),
+            Self::Team => (
+                StatusCode::BAD_REQUEST,
+                format!("Budget has been exceeded! Team={TEAM} Current cost: "),
+            ),
+            Self::User => (
+                StatusCode::BAD_REQUEST,
+                format!("ExceededBudget: User={USER} over budget. Spend="),
+            ),
+            Self::Member => (
+                StatusCode::BAD_REQUEST,
+                format!("Budget has been exceeded! User={USER} in Team={TEAM} Current cost: "),
+            ),
+        }
+    }
+
+    /// What the budget's owner spent, as LiteLLM's info routes show it, once it reaches
+    /// `at_least` (the settlement is written just after the answer).
+    async fn spent(self, replica: &Sandgate, token: &str, at_least: f64) -> f64 {
+        let (path, pick): (String, fn(&Value) -> Option<f64>) = match self {
+            Self::Key => return spend(replica, token, at_least).await,
+            Self::Team => (format!("/team/info?team_id={TEAM}"), |info| {
+                info["team_info"]["spend"].as_f64()
+            }),
+            Self::User => (format!("/user/info?user_id={USER}"), |info| {
+                info["user_info"]["spend"].as_f64()
+            }),
+            Self::Member => (format!("/team/info?team_id={TEAM}"), |info| {
+                info["team_memberships"][0]["spend"].as_f64()
+            }),
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, info) = send(
+                replica
+                    .client
+                    .get(replica.url(&path))
+                    .bearer_auth(MASTER_KEY),
+            )
+            .await;
+            assert_eq!(status, 200, "{info}");
+            let spent = pick(&info).unwrap_or_else(|| panic!("no spend in {info}"));
+            if spent >= at_least - 1e-9 || tokio::time::Instant::now() > deadline {
+                return spent;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// 50 calls at once, spread over `replicas`, on a budget of `budget`'s kind that covers
+/// one call. The upstream answers none until every call has either reached it or been
+/// refused: all 50 are in flight together.
+async fn burst(backend: Backend, count: usize, budget: BudgetOf) {
     let upstream = GatedUpstream::start(false).await;
     let config = config(&upstream);
     let replicas = replicas(&backend, &config, count).await;
-    let (key, token) = generate(&replicas[0], &json!({"max_budget": CALL_COST})).await;
+    let (key, token) = budget.key_with(&replicas[0], CALL_COST).await;
     let refused = Arc::new(AtomicUsize::new(0));
     let mut calls = Vec::new();
     for index in 0..50 {
@@ -178,52 +278,70 @@ async fn burst(backend: Backend, count: usize) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     upstream.open.send_replace(true);
+    let (refused_with, says) = budget.refusal();
     let mut passed = 0;
     for call in calls {
         let (status, body) = call.await.expect("call");
         match status {
             StatusCode::OK => passed += 1,
             _ => {
-                assert_eq!(status, 422, "{body}");
+                assert_eq!(status, refused_with, "{body}");
                 assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
                 let message = body["error"]["message"].as_str().unwrap_or_default();
-                assert!(
-                    message.starts_with("Budget has been exceeded! Key="),
-                    "{body}"
-                );
+                assert!(message.starts_with(&says), "{body}");
             }
         }
     }
     // The first call held more than the budget: no other was admitted beside it, on any
     // replica (the store admits one at a time). Spend ≤ budget + one hold.
-    assert_eq!(passed, 1, "{passed} calls passed a one-call budget");
-    let spent = spend(&replicas[0], &token, CALL_COST).await;
+    assert_eq!(
+        passed, 1,
+        "{passed} calls passed a one-call {budget:?} budget"
+    );
+    let spent = budget.spent(&replicas[0], &token, CALL_COST).await;
     assert!((spent - CALL_COST).abs() < 1e-9, "spend {spent}");
     assert!(spent <= CALL_COST + HOLD_AT_MOST);
-    // Once spent, the budget refuses the next call too.
-    let (status, _) = send(call(
-        &replicas[1 % count].client,
-        &replicas[1 % count].url(""),
-        &key,
-        false,
-    ))
-    .await;
-    assert_eq!(status, 422);
+    // Once spent, the budget refuses the next call too, on the other replica.
+    let other = &replicas[1 % count];
+    let (status, body) = send(call(&other.client, &other.url(""), &key, false)).await;
+    assert_eq!(status, refused_with, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_calls_on_a_one_call_budget_on_the_embedded_store() {
-    burst(Backend::embedded(), 1).await;
+    burst(Backend::embedded(), 1, BudgetOf::Key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_calls_on_a_one_call_budget_on_redis() {
-    burst(Backend::redis().await, 1).await;
+    burst(Backend::redis().await, 1, BudgetOf::Key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_concurrent_calls_on_a_one_call_budget_on_two_replicas() {
-    burst(Backend::redis().await, 2).await;
+    burst(Backend::redis().await, 2, BudgetOf::Key).await;
+}
+
+/// A team's, a user's and a membership's budgets hold all their keys' calls as a key's
+/// budget holds its own (issue 51): one call of 50 passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_on_a_one_call_team_budget_on_the_embedded_store() {
+    burst(Backend::embedded(), 1, BudgetOf::Team).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_on_a_one_call_team_budget_on_two_replicas() {
+    burst(Backend::redis().await, 2, BudgetOf::Team).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_on_a_one_call_user_budget_on_two_replicas() {
+    burst(Backend::redis().await, 2, BudgetOf::User).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_calls_on_a_one_call_membership_budget_on_two_replicas() {
+    burst(Backend::redis().await, 2, BudgetOf::Member).await;
 }
 
 fn assert_rate_limited(status: StatusCode, body: &Value, retry_after: Option<&str>, says: &str) {

@@ -386,6 +386,60 @@ async fn the_enterprise_apps_organisations_on_redis() {
     enterprise_flows(&Backend::redis().await).await;
 }
 
+/// LiteLLM's `/user/update` with `spend` sets what the user spent: its info shows it,
+/// its calls add to it, and its budget is judged on it (here at 1.0 a call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_s_spend_set_by_update_is_what_its_budget_judges() {
+    let upstream = FakeUpstream::start().await;
+    let config = config(&upstream);
+    let path = config.path().display().to_string();
+    let backend = Backend::redis().await;
+    let sandgate = Sandgate::start_with(
+        &backend,
+        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+    )
+    .await;
+    let app = Manager {
+        sandgate: &sandgate,
+    };
+    let (status, body, _) = app
+        .post(
+            "/user/new",
+            json!({"user_id": ALICE, "max_budget": 5.0, "auto_create_key": false}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = app.post("/key/generate", json!({"user_id": ALICE})).await;
+    assert_eq!(status, 200, "{body}");
+    let key = body["key"].as_str().expect("key").to_owned();
+    let spend = |body: &Value| body["user_info"]["spend"].as_f64();
+    // One call: 1.0. The spend set to 3.5: below the budget, the next call passes and
+    // makes it 4.5. Set to the budget: the next call is refused, with LiteLLM's text.
+    assert_eq!(chat(&sandgate, &key, "s-1").await.0, 200);
+    let (_, info, _) = app.get(&format!("/user/info?user_id={ALICE}")).await;
+    assert_eq!(spend(&info), Some(1.0), "{info}");
+    let (status, body, _) = app
+        .post("/user/update", json!({"user_id": ALICE, "spend": 3.5}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["spend"], 3.5, "{body}");
+    assert_eq!(chat(&sandgate, &key, "s-2").await.0, 200);
+    let (_, info, _) = app.get(&format!("/user/info?user_id={ALICE}")).await;
+    assert_eq!(spend(&info), Some(4.5), "{info}");
+    let (status, body, _) = app
+        .post("/user/update", json!({"user_id": ALICE, "spend": 5.0}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = chat(&sandgate, &key, "s-3").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        format!("ExceededBudget: User={ALICE} over budget. Spend=5.0, Budget=5.0"),
+        "{body}"
+    );
+    sandgate.stop().await;
+}
+
 /// From the hostile side: a virtual key administers nothing, an id of a megabyte is
 /// bounded, and what does not exist is a 404, never a 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,12 +15,14 @@ mod users;
 use bytes::Bytes;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{ManageOrgsRequest, OrgOperation};
+use sandgate_store::admission::BudgetScope;
 use sandgate_store::{RateLimits, SpendScope, Store, StoredKey};
 use serde_json::{Map, Value};
 
 pub(crate) use report::{ListFilter, listed};
 
 use crate::keys::{Caller, MAX_METADATA_BYTES, MAX_MODELS, text};
+use crate::org_budget::ORG_WINDOW;
 
 /// Members a team holds at most: a team's record is read whole on its keys' calls.
 const MAX_MEMBERS: usize = 1_000;
@@ -162,6 +164,16 @@ async fn totals(
     counters: Vec<(SpendScope, String)>,
 ) -> Result<Vec<f64>, ErrorDetail> {
     Ok(store.orgs.spend_totals(&counters).await?)
+}
+
+/// What each of `scopes` (users, teams, memberships) spent: the counters their budgets
+/// are judged on, which every call of their keys adds to when it settles.
+async fn budget_spend(store: &Store, scopes: Vec<BudgetScope>) -> Result<Vec<f64>, ErrorDetail> {
+    let windowed: Vec<(BudgetScope, u64)> = scopes
+        .into_iter()
+        .map(|scope| (scope, ORG_WINDOW))
+        .collect();
+    Ok(store.keys.budget_spend(&windowed).await?)
 }
 
 /// The keys of a user or a team, as `/user/info` and `/team/info` list them, with the

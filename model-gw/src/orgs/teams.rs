@@ -1,12 +1,13 @@
 //! `/team/*` and `/budget/info`: teams, their members and the members' budgets.
 
 use sandgate_proto::error::ErrorDetail;
-use sandgate_store::{SpendScope, Store, StoredTeam, TeamMember, member_id};
+use sandgate_store::admission::BudgetScope;
+use sandgate_store::{Store, StoredTeam, TeamMember};
 use serde_json::{Map, Value, json};
 
 use super::{
-    MAX_MEMBERS, SWAP_ATTEMPTS, bad, checked_id, id, ids, keys_of, metadata, models, no_duration,
-    not_found, raced, rate_limits, shown, totals, users,
+    MAX_MEMBERS, SWAP_ATTEMPTS, bad, budget_spend, checked_id, id, ids, keys_of, metadata, models,
+    no_duration, not_found, raced, rate_limits, shown, users,
 };
 use crate::keys::{budget, iso_time, text};
 use crate::support::now_ms;
@@ -57,7 +58,7 @@ pub(super) fn with_limits(described: &mut Value, limits: &sandgate_store::RateLi
 }
 
 async fn team_spend(store: &Store, team_id: &str) -> Result<f64, ErrorDetail> {
-    let spent = totals(store, vec![(SpendScope::Team, team_id.to_owned())]).await?;
+    let spent = budget_spend(store, vec![BudgetScope::Team(team_id.to_owned())]).await?;
     Ok(spent.first().copied().unwrap_or(0.0))
 }
 
@@ -140,13 +141,12 @@ pub(super) async fn info(store: &Store, body: &Map<String, Value>) -> Result<Val
         .get_team(&team_id)
         .await?
         .ok_or_else(|| team_not_found(&team_id))?;
-    let mut counters = vec![(SpendScope::Team, team_id.clone())];
-    counters.extend(
-        team.members
-            .iter()
-            .map(|member| (SpendScope::Member, member_id(&team_id, &member.user_id))),
-    );
-    let spent = totals(store, counters).await?;
+    let mut scopes = vec![BudgetScope::Team(team_id.clone())];
+    scopes.extend(team.members.iter().map(|member| BudgetScope::Member {
+        team: team_id.clone(),
+        user: member.user_id.clone(),
+    }));
+    let spent = budget_spend(store, scopes).await?;
     let memberships: Vec<Value> = team
         .members
         .iter()

@@ -1,12 +1,13 @@
 //! `/user/*`: users, the teams they are in, their keys and spend.
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_store::{SpendScope, Store, StoredUser};
+use sandgate_store::admission::BudgetScope;
+use sandgate_store::{Store, StoredUser};
 use serde_json::{Map, Value, json};
 
 use super::{
-    MAX_MEMBERS, SWAP_ATTEMPTS, bad, id, ids, keys_of, metadata, models, no_duration, not_found,
-    raced, rate_limits, totals,
+    MAX_MEMBERS, SWAP_ATTEMPTS, bad, budget_spend, id, ids, keys_of, metadata, models, no_duration,
+    not_found, raced, rate_limits,
 };
 use crate::keys::{budget, iso_time, text};
 use crate::support::now_ms;
@@ -17,8 +18,8 @@ fn user_not_found(user_id: &str) -> ErrorDetail {
 
 /// What `user` spent: its counter, as `/user/update` may have set it.
 pub(crate) async fn user_spend(store: &Store, user: &StoredUser) -> Result<f64, ErrorDetail> {
-    let spent = totals(store, vec![(SpendScope::User, user.user_id.clone())]).await?;
-    Ok(spent.first().copied().unwrap_or(0.0) + user.spend_adjustment)
+    let spent = budget_spend(store, vec![BudgetScope::User(user.user_id.clone())]).await?;
+    Ok(spent.first().copied().unwrap_or(0.0))
 }
 
 fn described(user: &StoredUser, spend: f64) -> Value {
@@ -227,22 +228,15 @@ pub(super) async fn update(store: &Store, body: &Map<String, Value>) -> Result<V
         .map(|value| budget(value, "spend"))
         .transpose()?
         .flatten();
-    let counted = match spend {
-        Some(_) => totals(store, vec![(SpendScope::User, user_id.clone())])
-            .await?
-            .first()
-            .copied()
-            .unwrap_or(0.0),
-        None => 0.0,
-    };
-    let user = change(store, &user_id, false, |user| {
-        apply(user, body)?;
-        if let Some(spend) = spend {
-            user.spend_adjustment = spend - counted;
-        }
-        Ok(())
-    })
-    .await?;
+    let user = change(store, &user_id, false, |user| apply(user, body)).await?;
+    // LiteLLM's `spend` sets the user's: its counter, which later calls add to.
+    if let Some(spend) = spend {
+        let scope = BudgetScope::User(user_id.clone());
+        store
+            .keys
+            .set_budget_spend(&scope, crate::org_budget::ORG_WINDOW, spend)
+            .await?;
+    }
     tracing::info!(user_id = %user_id, "user updated");
     let spend = user_spend(store, &user).await?;
     Ok(json!({"user_id": user_id, "data": described(&user, spend)}))

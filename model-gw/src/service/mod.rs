@@ -473,9 +473,9 @@ impl ModelGatewayService {
                 session,
             } => {
                 check_budget(key, counters, session.as_deref())?;
-                let rates = crate::org_budget::admit_org_budgets(&self.store, key).await?;
+                let orgs = crate::org_budget::org_scopes(&self.store, key).await?;
                 let scopes = CallScopes::of_key(key, session.as_deref(), crate::support::now_ms())
-                    .with(rates);
+                    .with(orgs);
                 let bytes = call
                     .body
                     .iter()

@@ -12,7 +12,7 @@ use redb::{ReadableDatabase, ReadableTable};
 use super::keys::{KEY_SPEND, KEYS, key_spent, pack, session_name, session_spent};
 use super::{EmbeddedStore, unavailable};
 use crate::StoreResult;
-use crate::admission::{Admission, BudgetScope, Refusal, ScopeLimits, Settlement, minute};
+use crate::admission::{Admission, BudgetScope, Refusal, Settlement, minute};
 
 /// Holds and the minutes' counts, by scope name.
 #[derive(Default)]
@@ -68,16 +68,16 @@ fn spent(scope: &BudgetScope, value: Option<[u8; 16]>, window: u64, now_ms: i64)
 }
 
 impl EmbeddedStore {
-    /// The counters of `scopes` with a budget, read from the database where the memory
-    /// does not know them yet (and learned).
-    async fn budget_counters(
+    /// The counters of `scopes`, read from the database where the memory does not know
+    /// them yet (and learned).
+    async fn budget_counters<'a>(
         &self,
-        scopes: &[ScopeLimits],
+        scopes: impl Iterator<Item = &'a BudgetScope>,
     ) -> StoreResult<HashMap<String, [u8; 16]>> {
         let mut known = HashMap::new();
         let mut missing = Vec::new();
-        for limits in scopes.iter().filter(|limits| limits.max_budget.is_some()) {
-            let name = counter_name(&limits.scope);
+        for scope in scopes {
+            let name = counter_name(scope);
             match self.key_spend_memory.get(&name) {
                 Some(value) => {
                     known.insert(name, value);
@@ -112,7 +112,15 @@ impl EmbeddedStore {
     }
 
     pub(super) async fn admit_call(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
-        let read = self.budget_counters(&admission.scopes).await?;
+        let read = self
+            .budget_counters(
+                admission
+                    .scopes
+                    .iter()
+                    .filter(|limits| limits.max_budget.is_some())
+                    .map(|limits| &limits.scope),
+            )
+            .await?;
         let now = admission.now_ms;
         let minute = minute(now);
         let mut states = self.holds.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -164,6 +172,45 @@ impl EmbeddedStore {
             }
         }
         Ok(None)
+    }
+
+    pub(super) async fn budget_spend_of(
+        &self,
+        scopes: &[(BudgetScope, u64)],
+    ) -> StoreResult<Vec<f64>> {
+        let counters = self
+            .budget_counters(scopes.iter().map(|(scope, _)| scope))
+            .await?;
+        let now = crate::now_ms();
+        Ok(scopes
+            .iter()
+            .map(|(scope, window)| {
+                let value = counters.get(&counter_name(scope)).copied();
+                spent(scope, value, *window, now)
+            })
+            .collect())
+    }
+
+    pub(super) async fn set_budget_spend_of(
+        &self,
+        scope: &BudgetScope,
+        window: u64,
+        spend: f64,
+    ) -> StoreResult<()> {
+        let name = counter_name(scope);
+        let value = pack(window, spend);
+        let stored = name.clone();
+        self.transact(move |txn| {
+            let mut counters = txn.open_table(KEY_SPEND).map_err(unavailable)?;
+            counters
+                .insert(stored.as_str(), value)
+                .map_err(unavailable)?;
+            Ok(())
+        })
+        .await?;
+        self.key_spend_memory.set(vec![(name, value)]);
+        self.keys_changed();
+        Ok(())
     }
 
     pub(super) async fn settle_calls(&self, settlement: &Settlement) -> StoreResult<()> {

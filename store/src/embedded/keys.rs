@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::{EmbeddedStore, unavailable};
-use crate::admission::{Admission, Refusal, Settlement};
+use crate::admission::{Admission, BudgetScope, Refusal, Settlement};
 use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
 use crate::{StoreError, StoreResult, now_ms};
 
@@ -349,6 +349,19 @@ impl KeyStore for EmbeddedStore {
 
     async fn settle(&self, settlement: &Settlement) -> StoreResult<()> {
         self.settle_calls(settlement).await
+    }
+
+    async fn budget_spend(&self, scopes: &[(BudgetScope, u64)]) -> StoreResult<Vec<f64>> {
+        self.budget_spend_of(scopes).await
+    }
+
+    async fn set_budget_spend(
+        &self,
+        scope: &BudgetScope,
+        window: u64,
+        spend: f64,
+    ) -> StoreResult<()> {
+        self.set_budget_spend_of(scope, window, spend).await
     }
 
     fn key_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {

@@ -240,6 +240,70 @@ pub(super) async fn admit(
     }))
 }
 
+fn corrupt(err: impl std::fmt::Display) -> crate::StoreError {
+    crate::StoreError::Corrupt(err.to_string())
+}
+
+/// What each scope spent in its window: one read of their counters, all on one slot.
+pub(super) async fn budget_spend(
+    store: &RedisStore,
+    scopes: &[(BudgetScope, u64)],
+) -> StoreResult<Vec<f64>> {
+    if scopes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for (scope, _) in scopes {
+        match counter(scope) {
+            (counter, true) => pipe.cmd("GET").arg(counter),
+            (counter, false) => pipe.cmd("HMGET").arg(counter).arg("window").arg("spend"),
+        };
+    }
+    let mut connection = store.connection();
+    let values: Vec<redis::Value> = pipe
+        .query_async(&mut connection)
+        .await
+        .map_err(unavailable)?;
+    let spend = |value: Option<String>| value.and_then(|value| value.parse::<f64>().ok());
+    scopes
+        .iter()
+        .zip(values)
+        .map(|((scope, window), value)| {
+            let spent = if counter(scope).1 {
+                spend(redis::from_redis_value(value).map_err(corrupt)?)
+            } else {
+                let (counted, spent): (Option<u64>, Option<String>) =
+                    redis::from_redis_value(value).map_err(corrupt)?;
+                spend(spent).filter(|_| counted == Some(*window))
+            };
+            Ok(spent.unwrap_or(0.0))
+        })
+        .collect()
+}
+
+/// Sets `scope`'s spend in `window` (a scope that outlives keys: no key to check).
+pub(super) async fn set_budget_spend(
+    store: &RedisStore,
+    scope: &BudgetScope,
+    window: u64,
+    spend: f64,
+) -> StoreResult<()> {
+    let (counter, _) = counter(scope);
+    let mut connection = store.write_connection();
+    redis::cmd("HSET")
+        .arg(counter)
+        .arg("window")
+        .arg(window)
+        .arg("spend")
+        .arg(spend)
+        .query_async::<()>(&mut connection)
+        .await
+        .map_err(unavailable)?;
+    store.replicated(&mut connection).await?;
+    tell_replicas(&mut connection).await;
+    Ok(())
+}
+
 pub(super) async fn settle(store: &RedisStore, settlement: &Settlement) -> StoreResult<()> {
     if settlement.spend.is_empty() && settlement.releases.is_empty() {
         return Ok(());

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::{RedisStore, corrupt, unavailable};
 use crate::StoreResult;
-use crate::admission::{Admission, Refusal, Settlement};
+use crate::admission::{Admission, BudgetScope, Refusal, Settlement};
 use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
 
 pub(super) const RECORDS: &str = "sandgate:{gateway-keys}:records";
@@ -236,6 +236,19 @@ impl KeyStore for RedisStore {
 
     async fn settle(&self, settlement: &Settlement) -> StoreResult<()> {
         super::admission::settle(self, settlement).await
+    }
+
+    async fn budget_spend(&self, scopes: &[(BudgetScope, u64)]) -> StoreResult<Vec<f64>> {
+        super::admission::budget_spend(self, scopes).await
+    }
+
+    async fn set_budget_spend(
+        &self,
+        scope: &BudgetScope,
+        window: u64,
+        spend: f64,
+    ) -> StoreResult<()> {
+        super::admission::set_budget_spend(self, scope, window, spend).await
     }
 
     fn key_changes(&self) -> watch::Receiver<Option<u64>> {

@@ -255,8 +255,9 @@ fn init_telemetry() {
     static TELEMETRY: std::sync::OnceLock<Option<sandgate::telemetry::Telemetry>> =
         std::sync::OnceLock::new();
     TELEMETRY.get_or_init(|| {
+        // Silent unless asked (`SANDGATE_TEST_LOG=warn`, any `--log` filter): to debug.
         let args = sandgate::cli::LogArgs {
-            log: "off".to_owned(),
+            log: std::env::var("SANDGATE_TEST_LOG").unwrap_or_else(|_| "off".to_owned()),
             log_format: sandgate::cli::LogFormat::Text,
         };
         sandgate::telemetry::init(&args, "sandgate-test").ok()

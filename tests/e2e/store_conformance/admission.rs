@@ -181,8 +181,46 @@ async fn calls_are_held_against_budgets_and_settled(backend: Backend) {
         None
     );
     assert!(matches!(
-        keys.admit(&admission("h", 0.1, &[other_team])).await.expect("admit"),
+        keys.admit(&admission("h", 0.1, std::slice::from_ref(&other_team))).await.expect("admit"),
         Some(Refusal::Budget { spent, .. }) if spent == 0.5
+    ));
+
+    // What `/team/info` and `/user/info` show is what the admission judges: each scope's
+    // counter, in its window; one never written, or of another window, spent nothing.
+    let read = |scopes: Vec<(BudgetScope, u64)>| async move {
+        keys.budget_spend(&scopes).await.expect("read the counters")
+    };
+    let user = BudgetScope::User("u:1".into());
+    assert_eq!(
+        read(vec![
+            (BudgetScope::Team("t:1".into()), 0),
+            (other_team.scope.clone(), 0),
+            (user.clone(), 0),
+            (BudgetScope::Key("k2".into()), 3),
+        ])
+        .await,
+        [1.0, 0.5, 0.0, 0.0]
+    );
+    // A scope's spend set (LiteLLM's `/user/update` with `spend`) is what later calls add
+    // to, and what the admission judges.
+    keys.set_budget_spend(&user, 0, 2.5).await.expect("set");
+    let user_limits = ScopeLimits {
+        max_budget: Some(3.0),
+        ..scope(user.clone())
+    };
+    keys.settle(&settlement(vec![spend(&user_limits, 0.25)], Vec::new()))
+        .await
+        .expect("settle");
+    assert_eq!(read(vec![(user.clone(), 0), (user, 1)]).await, [2.75, 0.0]);
+    assert_eq!(
+        keys.admit(&admission("i", 0.3, std::slice::from_ref(&user_limits)))
+            .await
+            .expect("admit"),
+        None
+    );
+    assert!(matches!(
+        keys.admit(&admission("j", 0.1, &[user_limits])).await.expect("admit"),
+        Some(Refusal::Budget { spent, reserved, .. }) if spent == 2.75 && reserved == 0.3
     ));
 }
 
