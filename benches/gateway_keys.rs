@@ -1,11 +1,13 @@
 //! What virtual keys cost a call: chat completions through `sandgate serve` with the
-//! master key against the same build with a virtual key whose budgets (the key's and the
-//! session's) and parallel limit are enforced, each call admitted with a hold of its
-//! largest possible cost on both and settled when it ends (one admission round trip per
-//! call on Redis), on Redis and on the embedded store, side by side in one run, rounds
+//! master key against the same build with a virtual key whose budgets (the key's, the
+//! session's, its user's, its team's and its membership's) and parallel limit are
+//! enforced, each call admitted with a hold of its largest possible cost on all five and
+//! settled when it ends (one admission round trip per call on Redis, after the reads of
+//! the key, its user and its team), on Redis and on the embedded store, side by side in one run, rounds
 //! interleaved. Reports requests per second at concurrency 64 and p50 at 1, and
 //! the ratios the issue holds them to (≥ 0.9× the rate, ≤ +0.05 ms at p50); and fails
-//! unless each virtual key's spend is exactly its calls at the configuration's prices.
+//! unless the spend of each virtual key, its user, its team and its membership is
+//! exactly its calls at the configuration's prices.
 //!
 //! `cargo bench --bench gateway_keys` (needs `redis-server`). Environment:
 //! `BENCH_SECONDS` (per run, default 5) and `BENCH_ROUNDS` (default 3).
@@ -45,25 +47,63 @@ fn request(body: &Bytes, key: &str) -> http::Request<Full<Bytes>> {
         .expect("request")
 }
 
-/// A virtual key of `base` with budgets and limits it never reaches, so that each call is
-/// admitted against them (held) and settled.
-async fn virtual_key(base: &str) -> String {
-    let generated: serde_json::Value = reqwest::Client::new()
-        .post(format!("{base}/key/generate"))
+const TEAM: &str = "bench-team";
+const USER: &str = "bench-user";
+
+/// `POST {base}{path}` with the master key; its answer.
+async fn managed(base: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .post(format!("{base}{path}"))
         .bearer_auth(MASTER_KEY)
-        .json(&serde_json::json!({
+        .json(&body)
+        .send()
+        .await
+        .expect(path);
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
+    response.json().await.expect("JSON")
+}
+
+/// A virtual key of `base` with budgets and limits it never reaches, of a user and a team
+/// with budgets too (and a budget of the user in the team), so that each call is admitted
+/// against the five scopes (key, session, user, team, membership: held) and settled.
+async fn virtual_key(base: &str) -> String {
+    managed(
+        base,
+        "/team/new",
+        serde_json::json!({"team_id": TEAM, "max_budget": 1e12}),
+    )
+    .await;
+    managed(
+        base,
+        "/user/new",
+        serde_json::json!({"user_id": USER, "max_budget": 1e12, "auto_create_key": false}),
+    )
+    .await;
+    managed(
+        base,
+        "/team/member_add",
+        serde_json::json!({"team_id": TEAM, "member": {"user_id": USER, "role": "user"},
+                           "max_budget_in_team": 1e12}),
+    )
+    .await;
+    let generated = managed(
+        base,
+        "/key/generate",
+        serde_json::json!({
             "models": ["claude"],
+            "team_id": TEAM,
+            "user_id": USER,
             "max_budget": 1e12,
             "budget_duration": "30d",
             "max_budget_per_session": 1e12,
             "max_parallel_requests": 1_000_000,
-        }))
-        .send()
-        .await
-        .expect("/key/generate")
-        .json()
-        .await
-        .expect("JSON");
+        }),
+    )
+    .await;
     generated["key"].as_str().expect("a key").to_owned()
 }
 
@@ -71,22 +111,26 @@ async fn virtual_key(base: &str) -> String {
 /// at the configuration's prices.
 const CALL_COST: f64 = 11.0 * 0.000_003 + 7.0 * 0.000_015;
 
-/// The key's spend as `/key/info` says, once it stops changing (spend is written in
-/// batches after the answers).
-async fn settled_spend(base: &str, key: &str) -> f64 {
+/// The spend `path`'s answer shows at `pointer` (the key's at `/key/info`, the team's
+/// at `/team/info`), once it stops changing (spend is written in batches after the
+/// answers).
+async fn settled_spend(base: &str, path: &str, pointer: &str) -> f64 {
     let client = reqwest::Client::new();
     let mut last = f64::NAN;
     loop {
         let info: serde_json::Value = client
-            .get(format!("{base}/key/info?key={key}"))
+            .get(format!("{base}{path}"))
             .bearer_auth(MASTER_KEY)
             .send()
             .await
-            .expect("/key/info")
+            .expect(path)
             .json()
             .await
             .expect("JSON");
-        let spend = info["info"]["spend"].as_f64().expect("spend");
+        let spend = info
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_f64)
+            .expect("spend");
         if spend == last {
             return spend;
         }
@@ -175,17 +219,37 @@ async fn main() {
             }
         }
     }
-    // The virtual key was charged every call it made: the load measured is the real one.
+    // The virtual key, its user and its team were charged every call it made: the load
+    // measured is the real one.
     println!();
     for ((store, _, url, key), calls) in gateways.iter().zip(charged) {
-        let spend = settled_spend(url, key).await;
         let expected = calls as f64 * CALL_COST;
-        println!(
-            "{store}: {calls} calls with the virtual key, spend {spend:.6} (expected {expected:.6})"
-        );
-        assert!(
-            (spend - expected).abs() <= expected * 1e-9,
-            "{store}: the key was charged {spend}, not {expected} for {calls} calls"
-        );
+        for (owner, path, pointer) in [
+            ("key", format!("/key/info?key={key}"), "/info/spend"),
+            (
+                "user",
+                format!("/user/info?user_id={USER}"),
+                "/user_info/spend",
+            ),
+            (
+                "team",
+                format!("/team/info?team_id={TEAM}"),
+                "/team_info/spend",
+            ),
+            (
+                "membership",
+                format!("/team/info?team_id={TEAM}"),
+                "/team_memberships/0/spend",
+            ),
+        ] {
+            let spend = settled_spend(url, &path, pointer).await;
+            println!(
+                "{store}: {calls} calls with the virtual key, its {owner}'s spend {spend:.6} (expected {expected:.6})"
+            );
+            assert!(
+                (spend - expected).abs() <= expected * 1e-9,
+                "{store}: the {owner} was charged {spend}, not {expected} for {calls} calls"
+            );
+        }
     }
 }

@@ -26,15 +26,17 @@ pub(crate) struct RateLimitFields {
     tpm_limit: Option<u64>,
 }
 
-/// A team's fields; on an update, those not named stay as they are. `budget_duration` is
-/// refused: not enforced on teams
+/// A team's fields; on an update, those not named stay as they are
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct TeamFields {
     #[schema(max_length = 256)]
     team_alias: Option<String>,
-    /// What the team's keys may spend together
+    /// What the team's keys may spend together (in each period, with `budget_duration`)
     #[schema(minimum = 0)]
     max_budget: Option<f64>,
+    /// How often the team's spend starts again: `30s`, `30m`, `30h`, `30d`, `2w`, `1mo`
+    #[schema(pattern = r"^\s*[0-9]+(s|m|h|d|w|mo)\s*$")]
+    budget_duration: Option<String>,
     /// Model names the team's keys may call; empty or null: every model
     #[schema(max_items = 1000)]
     models: Option<Vec<String>>,
@@ -122,7 +124,8 @@ pub(crate) struct DeleteMember {
 }
 
 /// A team as LiteLLM shows it: `team_id`, `team_alias`, `max_budget`, `spend` (what its
-/// keys spent, whichever keys they were), `models`, `metadata`, `blocked`,
+/// keys spent in the budget's current period, whichever keys they were),
+/// `budget_duration`, `budget_reset_at`, `models`, `metadata`, `blocked`,
 /// `members_with_roles`
 #[derive(ToSchema)]
 #[schema(value_type = Object)]
@@ -141,8 +144,12 @@ pub(crate) struct TeamInfo(Value);
 pub(crate) struct UserFields {
     #[schema(max_length = 256)]
     user_email: Option<String>,
+    /// What the user's keys may spend together (in each period, with `budget_duration`)
     #[schema(minimum = 0)]
     max_budget: Option<f64>,
+    /// How often the user's spend starts again: `30s`, `30m`, `30h`, `30d`, `2w`, `1mo`
+    #[schema(pattern = r"^\s*[0-9]+(s|m|h|d|w|mo)\s*$")]
+    budget_duration: Option<String>,
     #[schema(max_items = 1000)]
     models: Option<Vec<String>>,
     #[schema(value_type = Option<Object>)]
@@ -183,8 +190,9 @@ pub(crate) struct DeleteUsers {
     user_ids: Vec<String>,
 }
 
-/// A user as LiteLLM shows it: `user_id`, `user_email`, `max_budget`, `spend`, `models`,
-/// `teams`, `metadata` (with `key` when `/user/new` made one)
+/// A user as LiteLLM shows it: `user_id`, `user_email`, `max_budget`, `spend` (in the
+/// budget's current period), `budget_duration`, `budget_reset_at`, `models`, `teams`,
+/// `metadata` (with `key` when `/user/new` made one)
 #[derive(ToSchema)]
 #[schema(value_type = Object)]
 pub(crate) struct User(Value);

@@ -2,7 +2,7 @@
 //! `model_info` keys, applied to the usage an answer reports; a key's budget windows,
 //! in LiteLLM's `budget_duration` forms.
 
-use sandgate_store::StoredKey;
+use sandgate_store::{BudgetPeriod, StoredKey};
 
 use crate::rewrite::Usage;
 
@@ -165,13 +165,18 @@ pub fn window(start_ms: i64, duration_ms: Option<i64>, now_ms: i64) -> (u64, Opt
     }
 }
 
-/// The budget window of `key` at `now_ms`, and when it ends (see [`window`]).
-pub fn key_window(key: &StoredKey, now_ms: i64) -> (u64, Option<i64>) {
-    let duration = key
+/// The budget window of `period` at `now_ms`, and when it ends (see [`window`]).
+pub fn period_window(period: &BudgetPeriod, now_ms: i64) -> (u64, Option<i64>) {
+    let duration = period
         .budget_duration
         .as_deref()
         .and_then(|duration| parse_duration_ms(duration).ok());
-    window(key.budget_start_ms, duration, now_ms)
+    window(period.budget_start_ms, duration, now_ms)
+}
+
+/// The budget window of `key` at `now_ms`, and when it ends (see [`window`]).
+pub fn key_window(key: &StoredKey, now_ms: i64) -> (u64, Option<i64>) {
+    period_window(&key.period, now_ms)
 }
 
 #[cfg(test)]

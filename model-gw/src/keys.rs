@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_store::{SpendCounters, StoredKey};
+use sandgate_store::{BudgetPeriod, SpendCounters, StoredKey};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -199,17 +199,7 @@ pub fn apply(
     if let Some(value) = body.get("max_budget_per_session") {
         key.max_budget_per_session = budget(value, "max_budget_per_session")?;
     }
-    if let Some(value) = body.get("budget_duration") {
-        let duration = text(value, "budget_duration")?;
-        if let Some(duration) = &duration {
-            parse_duration_ms(duration).map_err(|err| bad(format!("`budget_duration`: {err}")))?;
-        }
-        if duration != key.budget_duration {
-            // A new period starts its first window now.
-            key.budget_start_ms = now_ms;
-        }
-        key.budget_duration = duration;
-    }
+    budget_period(&mut key.period, body, now_ms)?;
     if let Some(value) = body.get("duration") {
         key.expires_at_ms = match text(value, "duration")? {
             None => None,
@@ -264,7 +254,10 @@ pub fn generate(
         token: token_of(&secret),
         key_name: key_name(&secret),
         created_at_ms: now_ms,
-        budget_start_ms: now_ms,
+        period: BudgetPeriod {
+            budget_start_ms: now_ms,
+            ..BudgetPeriod::default()
+        },
         ..StoredKey::default()
     };
     apply(&mut key, body, now_ms)?;
@@ -315,6 +308,27 @@ pub fn iso_time(ms: i64) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The `budget_duration` `body` names, over `period` (null: a budget that never resets):
+/// a new duration starts its first window at `now_ms`. For keys, teams and users alike.
+pub(crate) fn budget_period(
+    period: &mut BudgetPeriod,
+    body: &Map<String, Value>,
+    now_ms: i64,
+) -> Result<(), ErrorDetail> {
+    let Some(value) = body.get("budget_duration") else {
+        return Ok(());
+    };
+    let duration = text(value, "budget_duration")?;
+    if let Some(duration) = &duration {
+        parse_duration_ms(duration).map_err(|err| bad(format!("`budget_duration`: {err}")))?;
+    }
+    if duration != period.budget_duration {
+        period.budget_start_ms = now_ms;
+    }
+    period.budget_duration = duration;
+    Ok(())
+}
+
 /// What LiteLLM's answers say of a key (never the key): `spend` in its current window.
 pub fn describe(key: &StoredKey, spend: f64, now_ms: i64) -> Map<String, Value> {
     let (_, reset_at) = key_window(key, now_ms);
@@ -325,7 +339,7 @@ pub fn describe(key: &StoredKey, spend: f64, now_ms: i64) -> Map<String, Value> 
         "key_alias": key.key_alias,
         "spend": spend,
         "max_budget": key.max_budget,
-        "budget_duration": key.budget_duration,
+        "budget_duration": key.period.budget_duration,
         "budget_reset_at": reset_at.map_or(Value::Null, iso_time),
         "max_budget_per_session": key.max_budget_per_session,
         "max_parallel_requests": key.limits.max_parallel_requests,
@@ -409,7 +423,7 @@ mod tests {
         assert_eq!(key.key_alias.as_deref(), Some("a"));
         assert_eq!(key.max_budget, Some(2.0));
         assert_eq!(key.expires_at_ms, Some(35_000));
-        assert_eq!(key.budget_start_ms, 1_000);
+        assert_eq!(key.period.budget_start_ms, 1_000);
         apply(
             &mut key,
             &body(json!({"rpm_limit": 5, "tpm_limit": 0, "max_parallel_requests": 2})),

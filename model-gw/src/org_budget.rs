@@ -13,9 +13,11 @@ use sandgate_store::admission::{BudgetScope, ScopeLimits};
 use sandgate_store::{RateLimits, Store, StoredKey};
 use tonic::Status;
 
-/// The window of a user's, team's or membership's budget: one that never resets
-/// (LiteLLM's `budget_duration` is refused on them, `orgs`).
-pub(crate) const ORG_WINDOW: u64 = 0;
+use crate::budget::period_window;
+
+/// The window of a membership's budget: one that never resets (LiteLLM's memberships
+/// take no `budget_duration`).
+pub(crate) const MEMBER_WINDOW: u64 = 0;
 
 /// The refusal of a blocked team's key, as LiteLLM's proxy words it (401, `auth_error`).
 fn team_blocked(team_id: &str) -> Status {
@@ -27,10 +29,6 @@ fn team_blocked(team_id: &str) -> Status {
     )
     .with_reason("auth_error")
     .into_status()
-}
-
-fn scope(scope: BudgetScope, max_budget: Option<f64>, limits: &RateLimits) -> ScopeLimits {
-    ScopeLimits::new(scope, ORG_WINDOW, max_budget, limits)
 }
 
 /// Refuses the call of `key` when its team is blocked; else the scopes it counts
@@ -51,20 +49,23 @@ pub(crate) async fn org_scopes(store: &Store, key: &StoredKey) -> Result<Vec<Sco
         Some(user_id) => store.orgs.get_user(user_id).await.map_err(unavailable)?,
         None => None,
     };
+    let now = crate::support::now_ms();
     let mut scopes = Vec::new();
     if let Some(team) = &team {
         if team.blocked {
             return Err(team_blocked(&team.team_id));
         }
-        scopes.push(scope(
+        scopes.push(ScopeLimits::new(
             BudgetScope::Team(team.team_id.clone()),
+            period_window(&team.period, now).0,
             team.max_budget,
             &team.limits,
         ));
     }
     if let Some(user) = &user {
-        scopes.push(scope(
+        scopes.push(ScopeLimits::new(
             BudgetScope::User(user.user_id.clone()),
+            period_window(&user.period, now).0,
             user.max_budget,
             &user.limits,
         ));
@@ -78,11 +79,12 @@ pub(crate) async fn org_scopes(store: &Store, key: &StoredKey) -> Result<Vec<Sco
         Some((team, member))
     });
     if let Some((team, member)) = member {
-        scopes.push(scope(
+        scopes.push(ScopeLimits::new(
             BudgetScope::Member {
                 team: team.team_id.clone(),
                 user: member.user_id.clone(),
             },
+            MEMBER_WINDOW,
             member.max_budget_in_team,
             &RateLimits::default(),
         ));

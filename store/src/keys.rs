@@ -30,14 +30,8 @@ pub struct StoredKey {
     /// The most the key may spend (in each budget window, with `budget_duration`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget: Option<f64>,
-    /// How often the spend starts again from nothing, LiteLLM's way (`30s`, `1h`, `7d`,
-    /// `1mo`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget_duration: Option<String>,
-    /// When the first budget window began (milliseconds since the epoch): windows follow
-    /// each other from it.
-    #[serde(default)]
-    pub budget_start_ms: i64,
+    #[serde(default, flatten)]
+    pub period: crate::orgs::BudgetPeriod,
     /// The most one session (the session id its calls carry) may spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget_per_session: Option<f64>,

@@ -47,8 +47,8 @@ pub use events::{
 pub use keys::{KeySpend, KeyStore, SpendCounters, StoredKey};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use orgs::{
-    DaySpend, OrgStore, RateLimits, SpendCount, SpendScope, StoredTeam, StoredUser, TeamMember,
-    day_of, member_id,
+    BudgetPeriod, DaySpend, OrgStore, RateLimits, SpendCount, SpendScope, StoredTeam, StoredUser,
+    TeamMember, day_of, member_id,
 };
 pub use records::{
     ConversationHead, IndexKey, LifecycleEvent, LifecycleKind, StoredConversation, StoredProfile,

@@ -18,9 +18,11 @@ pub struct StoredTeam {
     pub team_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team_alias: Option<String>,
-    /// What the team's keys may spend together.
+    /// What the team's keys may spend together (in each period, with one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget: Option<f64>,
+    #[serde(default, flatten)]
+    pub period: BudgetPeriod,
     /// The model names the team's keys may call; empty: every model.
     #[serde(default)]
     pub models: Vec<String>,
@@ -39,6 +41,19 @@ pub struct StoredTeam {
     pub version: u64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+}
+
+/// How often a budget's spend starts again from nothing (LiteLLM's `budget_duration`),
+/// for a key, a team or a user.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetPeriod {
+    /// LiteLLM's duration (`30s`, `1h`, `7d`, `1mo`); `None`: the budget never resets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_duration: Option<String>,
+    /// When the first budget window began (milliseconds since the epoch): windows follow
+    /// each other from it.
+    #[serde(default)]
+    pub budget_start_ms: i64,
 }
 
 /// LiteLLM's rate limits of a key, or of a team's or a user's keys together (`None`: no
@@ -80,9 +95,11 @@ pub struct StoredUser {
     pub user_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_email: Option<String>,
-    /// What the user's keys may spend together.
+    /// What the user's keys may spend together (in each period, with one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_budget: Option<f64>,
+    #[serde(default, flatten)]
+    pub period: BudgetPeriod,
     #[serde(default)]
     pub models: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

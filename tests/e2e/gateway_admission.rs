@@ -564,15 +564,75 @@ async fn a_team_s_and_a_user_s_rate_limits_hold_all_their_keys_across_replicas()
     )
     .await;
     assert_eq!(info["team_info"]["rpm_limit"], 2, "{info}");
+}
 
-    // A budget that resets is still refused, not accepted and silently not held.
-    let (status, body) = managed(
+/// When the team's budget window that `info` shows ends.
+fn reset_at(info: &Value) -> std::time::SystemTime {
+    let text = info["team_info"]["budget_reset_at"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no budget_reset_at in {info}"));
+    let time = speedate::DateTime::parse_str(text).unwrap_or_else(|err| panic!("{text}: {err}"));
+    let seconds = u64::try_from(time.timestamp()).expect("after the epoch");
+    std::time::UNIX_EPOCH
+        + Duration::from_secs(seconds)
+        + Duration::from_micros(u64::from(time.time.microsecond))
+}
+
+async fn sleep_until(when: std::time::SystemTime) {
+    if let Ok(left) = when.duration_since(std::time::SystemTime::now()) {
+        tokio::time::sleep(left + Duration::from_millis(20)).await;
+    }
+}
+
+/// A team's `budget_duration` (LiteLLM's): its spend starts again from nothing each
+/// period, across replicas, and `/team/info` shows the period and its current spend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_s_budget_starts_again_each_period() {
+    let backend = Backend::redis().await;
+    let upstream = GatedUpstream::start(true).await;
+    let config = config(&upstream);
+    let replicas = replicas(&backend, &config, 2).await;
+    let (status, made) = managed(
         &replicas[0],
         "/team/new",
-        json!({"team_id": "monthly", "max_budget": 10, "budget_duration": "30d"}),
+        json!({"team_id": "per-period", "max_budget": CALL_COST, "budget_duration": "3s"}),
     )
     .await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(made["budget_duration"], "3s", "{made}");
+    let (key, _) = generate(&replicas[0], &json!({"team_id": "per-period"})).await;
+    let info = |replica: &Sandgate| {
+        send(
+            replica
+                .client
+                .get(replica.url("/team/info?team_id=per-period"))
+                .bearer_auth(MASTER_KEY),
+        )
+    };
+    // At the start of a period, one call spends the budget; the next, on the other
+    // replica, is refused while the period lasts (unless the machine took the whole
+    // period between the two: then it is a new one, and passes).
+    let (_, before) = info(&replicas[1]).await;
+    sleep_until(reset_at(&before)).await;
+    assert_eq!(
+        send(call(&replicas[0].client, &replicas[0].url(""), &key, false))
+            .await
+            .0,
+        200
+    );
+    let (status, body) = send(call(&replicas[1].client, &replicas[1].url(""), &key, false)).await;
+    let (_, during) = info(&replicas[1]).await;
+    if reset_at(&during) == reset_at(&before) + Duration::from_secs(3) {
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
+        assert_eq!(during["team_info"]["spend"], CALL_COST, "{during}");
+    }
+    // Once the period ends the spend starts again from nothing: the next call passes.
+    sleep_until(reset_at(&during)).await;
+    let (_, after) = info(&replicas[0]).await;
+    assert_eq!(after["team_info"]["spend"], 0.0, "{after}");
+    let (status, body) = send(call(&replicas[1].client, &replicas[1].url(""), &key, false)).await;
+    assert_eq!(status, 200, "{body}");
 }
 
 /// A client that leaves before its answer: its call's hold is released, not kept until

@@ -16,13 +16,12 @@ use bytes::Bytes;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{ManageOrgsRequest, OrgOperation};
 use sandgate_store::admission::BudgetScope;
-use sandgate_store::{RateLimits, SpendScope, Store, StoredKey};
+use sandgate_store::{BudgetPeriod, RateLimits, SpendScope, Store, StoredKey};
 use serde_json::{Map, Value};
 
 pub(crate) use report::{ListFilter, listed};
 
 use crate::keys::{Caller, MAX_METADATA_BYTES, MAX_MODELS, text};
-use crate::org_budget::ORG_WINDOW;
 
 /// Members a team holds at most: a team's record is read whole on its keys' calls.
 const MAX_MEMBERS: usize = 1_000;
@@ -118,20 +117,6 @@ fn metadata(value: &Value) -> Result<Option<Value>, ErrorDetail> {
     }
 }
 
-/// Budgets that reset (`budget_duration`) are not kept for teams and users: refused,
-/// rather than accepted and silently not held.
-fn no_duration(body: &Map<String, Value>) -> Result<(), ErrorDetail> {
-    if body
-        .get("budget_duration")
-        .is_some_and(|value| !value.is_null())
-    {
-        return Err(bad(
-            "`budget_duration` is not enforced on teams and users by this gateway; set `max_budget`",
-        ));
-    }
-    Ok(())
-}
-
 /// The rate limits `body` names, over `limits` (null: none).
 pub(crate) fn rate_limits(
     limits: &mut RateLimits,
@@ -166,14 +151,31 @@ async fn totals(
     Ok(store.orgs.spend_totals(&counters).await?)
 }
 
-/// What each of `scopes` (users, teams, memberships) spent: the counters their budgets
-/// are judged on, which every call of their keys adds to when it settles.
-async fn budget_spend(store: &Store, scopes: Vec<BudgetScope>) -> Result<Vec<f64>, ErrorDetail> {
-    let windowed: Vec<(BudgetScope, u64)> = scopes
-        .into_iter()
-        .map(|scope| (scope, ORG_WINDOW))
-        .collect();
-    Ok(store.keys.budget_spend(&windowed).await?)
+/// What each of `scopes` (users, teams, memberships, each in its current window) spent:
+/// the counters their budgets are judged on, which every call of their keys adds to when
+/// it settles.
+async fn budget_spend(
+    store: &Store,
+    scopes: Vec<(BudgetScope, u64)>,
+) -> Result<Vec<f64>, ErrorDetail> {
+    Ok(store.keys.budget_spend(&scopes).await?)
+}
+
+/// `described` with `more`'s fields beside its own.
+fn extend(described: &mut Value, more: Value) {
+    if let (Value::Object(fields), Value::Object(more)) = (described, more) {
+        fields.extend(more);
+    }
+}
+
+/// How LiteLLM's answers show a team's or user's budget period: its duration, and when
+/// its current window ends.
+fn shown_period(period: &BudgetPeriod, now_ms: i64) -> Value {
+    let (_, reset_at) = crate::budget::period_window(period, now_ms);
+    serde_json::json!({
+        "budget_duration": period.budget_duration,
+        "budget_reset_at": reset_at.map_or(Value::Null, crate::keys::iso_time),
+    })
 }
 
 /// The keys of a user or a team, as `/user/info` and `/team/info` list them, with the

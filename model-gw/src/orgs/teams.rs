@@ -6,10 +6,12 @@ use sandgate_store::{Store, StoredTeam, TeamMember};
 use serde_json::{Map, Value, json};
 
 use super::{
-    MAX_MEMBERS, SWAP_ATTEMPTS, bad, budget_spend, checked_id, id, ids, keys_of, metadata, models,
-    no_duration, not_found, raced, rate_limits, shown, users,
+    MAX_MEMBERS, SWAP_ATTEMPTS, bad, budget_spend, checked_id, extend, id, ids, keys_of, metadata,
+    models, not_found, raced, rate_limits, shown, shown_period, users,
 };
-use crate::keys::{budget, iso_time, text};
+use crate::budget::period_window;
+use crate::keys::{budget, budget_period, iso_time, text};
+use crate::org_budget::MEMBER_WINDOW;
 use crate::support::now_ms;
 
 fn team_not_found(team_id: &str) -> ErrorDetail {
@@ -42,23 +44,18 @@ fn described(team: &StoredTeam, spend: f64) -> Value {
             "user_id": member.user_id,
             "role": member.role,
         })).collect::<Vec<_>>(),
-        "budget_duration": null,
         "created_at": iso_time(team.created_at_ms),
         "updated_at": iso_time(team.updated_at_ms),
     });
-    with_limits(&mut described, &team.limits);
+    extend(&mut described, shown(&team.limits));
+    extend(&mut described, shown_period(&team.period, now_ms()));
     described
 }
 
-/// `described` with `limits` beside its other fields.
-pub(super) fn with_limits(described: &mut Value, limits: &sandgate_store::RateLimits) {
-    if let (Value::Object(fields), Value::Object(shown)) = (described, shown(limits)) {
-        fields.extend(shown);
-    }
-}
-
 async fn team_spend(store: &Store, team_id: &str) -> Result<f64, ErrorDetail> {
-    let spent = budget_spend(store, vec![BudgetScope::Team(team_id.to_owned())]).await?;
+    let team = store.orgs.get_team(team_id).await?;
+    let window = team.map_or(0, |team| period_window(&team.period, now_ms()).0);
+    let spent = budget_spend(store, vec![(BudgetScope::Team(team_id.to_owned()), window)]).await?;
     Ok(spent.first().copied().unwrap_or(0.0))
 }
 
@@ -88,7 +85,7 @@ async fn change(
 
 /// The fields of `/team/new` and `/team/update` that `body` names, applied to `team`.
 fn apply(team: &mut StoredTeam, body: &Map<String, Value>) -> Result<(), ErrorDetail> {
-    no_duration(body)?;
+    budget_period(&mut team.period, body, now_ms())?;
     rate_limits(&mut team.limits, body)?;
     if let Some(value) = body.get("team_alias") {
         team.team_alias = text(value, "team_alias")?;
@@ -141,10 +138,16 @@ pub(super) async fn info(store: &Store, body: &Map<String, Value>) -> Result<Val
         .get_team(&team_id)
         .await?
         .ok_or_else(|| team_not_found(&team_id))?;
-    let mut scopes = vec![BudgetScope::Team(team_id.clone())];
-    scopes.extend(team.members.iter().map(|member| BudgetScope::Member {
-        team: team_id.clone(),
-        user: member.user_id.clone(),
+    let mut scopes = vec![(
+        BudgetScope::Team(team_id.clone()),
+        period_window(&team.period, now_ms()).0,
+    )];
+    scopes.extend(team.members.iter().map(|member| {
+        let scope = BudgetScope::Member {
+            team: team_id.clone(),
+            user: member.user_id.clone(),
+        };
+        (scope, MEMBER_WINDOW)
     }));
     let spent = budget_spend(store, scopes).await?;
     let memberships: Vec<Value> = team

@@ -6,19 +6,29 @@ use sandgate_store::{Store, StoredUser};
 use serde_json::{Map, Value, json};
 
 use super::{
-    MAX_MEMBERS, SWAP_ATTEMPTS, bad, budget_spend, id, ids, keys_of, metadata, models, no_duration,
-    not_found, raced, rate_limits,
+    MAX_MEMBERS, SWAP_ATTEMPTS, bad, budget_spend, extend, id, ids, keys_of, metadata, models,
+    not_found, raced, rate_limits, shown, shown_period,
 };
-use crate::keys::{budget, iso_time, text};
+use crate::budget::period_window;
+use crate::keys::{budget, budget_period, iso_time, text};
 use crate::support::now_ms;
 
 fn user_not_found(user_id: &str) -> ErrorDetail {
     not_found(format!("User not found, passed user_id={user_id}"))
 }
 
-/// What `user` spent: its counter, as `/user/update` may have set it.
+/// `user`'s budget scope, in its current window.
+fn user_scope(user: &StoredUser) -> (BudgetScope, u64) {
+    (
+        BudgetScope::User(user.user_id.clone()),
+        period_window(&user.period, now_ms()).0,
+    )
+}
+
+/// What `user` spent in its budget's current window: its counter, as `/user/update` may
+/// have set it.
 pub(crate) async fn user_spend(store: &Store, user: &StoredUser) -> Result<f64, ErrorDetail> {
-    let spent = budget_spend(store, vec![BudgetScope::User(user.user_id.clone())]).await?;
+    let spent = budget_spend(store, vec![user_scope(user)]).await?;
     Ok(spent.first().copied().unwrap_or(0.0))
 }
 
@@ -32,11 +42,11 @@ fn described(user: &StoredUser, spend: f64) -> Value {
         "teams": user.teams,
         "metadata": user.metadata.clone().unwrap_or_else(|| json!({})),
         "user_role": "internal_user",
-        "budget_duration": null,
         "created_at": iso_time(user.created_at_ms),
         "updated_at": iso_time(user.updated_at_ms),
     });
-    super::teams::with_limits(&mut described, &user.limits);
+    extend(&mut described, shown(&user.limits));
+    extend(&mut described, shown_period(&user.period, now_ms()));
     described
 }
 
@@ -100,7 +110,7 @@ pub(super) async fn leave(store: &Store, user_id: &str, team_id: &str) -> Result
 }
 
 fn apply(user: &mut StoredUser, body: &Map<String, Value>) -> Result<(), ErrorDetail> {
-    no_duration(body)?;
+    budget_period(&mut user.period, body, now_ms())?;
     rate_limits(&mut user.limits, body)?;
     if let Some(value) = body.get("user_email") {
         user.user_email = text(value, "user_email")?;
@@ -229,13 +239,11 @@ pub(super) async fn update(store: &Store, body: &Map<String, Value>) -> Result<V
         .transpose()?
         .flatten();
     let user = change(store, &user_id, false, |user| apply(user, body)).await?;
-    // LiteLLM's `spend` sets the user's: its counter, which later calls add to.
+    // LiteLLM's `spend` sets the user's (in its current window): its counter, which
+    // later calls add to.
     if let Some(spend) = spend {
-        let scope = BudgetScope::User(user_id.clone());
-        store
-            .keys
-            .set_budget_spend(&scope, crate::org_budget::ORG_WINDOW, spend)
-            .await?;
+        let (scope, window) = user_scope(&user);
+        store.keys.set_budget_spend(&scope, window, spend).await?;
     }
     tracing::info!(user_id = %user_id, "user updated");
     let spend = user_spend(store, &user).await?;
