@@ -38,6 +38,20 @@ fn config(upstream: &FakeUpstream) -> tempfile::NamedTempFile {
     ))
 }
 
+/// Sandgate's gateway on `backend`, its one entry on a fake upstream; the upstream and
+/// the configuration file, to keep while it runs.
+async fn gateway(backend: &Backend) -> (Sandgate, (FakeUpstream, tempfile::NamedTempFile)) {
+    let upstream = FakeUpstream::start().await;
+    let config = config(&upstream);
+    let path = config.path().display().to_string();
+    let sandgate = Sandgate::start_with(
+        backend,
+        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+    )
+    .await;
+    (sandgate, (upstream, config))
+}
+
 /// The app's client: `httpx.AsyncClient(headers={'x-goog-api-key': LITE_LLM_API_KEY})`.
 struct Manager<'a> {
     sandgate: &'a Sandgate,
@@ -216,14 +230,7 @@ async fn chat(sandgate: &Sandgate, key: &str, session: &str) -> (StatusCode, Val
 }
 
 async fn enterprise_flows(backend: &Backend) {
-    let upstream = FakeUpstream::start().await;
-    let config = config(&upstream);
-    let path = config.path().display().to_string();
-    let sandgate = Sandgate::start_with(
-        backend,
-        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
-    )
-    .await;
+    let (sandgate, _kept) = gateway(backend).await;
     let app = Manager {
         sandgate: &sandgate,
     };
@@ -390,15 +397,8 @@ async fn the_enterprise_apps_organisations_on_redis() {
 /// its calls add to it, and its budget is judged on it (here at 1.0 a call).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_s_spend_set_by_update_is_what_its_budget_judges() {
-    let upstream = FakeUpstream::start().await;
-    let config = config(&upstream);
-    let path = config.path().display().to_string();
     let backend = Backend::redis().await;
-    let sandgate = Sandgate::start_with(
-        &backend,
-        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
-    )
-    .await;
+    let (sandgate, _kept) = gateway(&backend).await;
     let app = Manager {
         sandgate: &sandgate,
     };
@@ -444,15 +444,7 @@ async fn a_user_s_spend_set_by_update_is_what_its_budget_judges() {
 /// bounded, and what does not exist is a 404, never a 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn organisations_are_the_master_keys_and_bounded() {
-    let backend = Backend::embedded();
-    let upstream = FakeUpstream::start().await;
-    let config = config(&upstream);
-    let path = config.path().display().to_string();
-    let sandgate = Sandgate::start_with(
-        &backend,
-        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
-    )
-    .await;
+    let (sandgate, _kept) = gateway(&Backend::embedded()).await;
     let app = Manager {
         sandgate: &sandgate,
     };
