@@ -41,14 +41,22 @@ pub(crate) async fn org_scopes(store: &Store, key: &StoredKey) -> Result<Vec<Sco
         return Ok(Vec::new());
     }
     let unavailable = |err| ErrorDetail::from(err).into_status();
-    let team = match &key.team_id {
-        Some(team_id) => store.orgs.get_team(team_id).await.map_err(unavailable)?,
-        None => None,
-    };
-    let user = match &key.user_id {
-        Some(user_id) => store.orgs.get_user(user_id).await.map_err(unavailable)?,
-        None => None,
-    };
+    // Both records at once: one round trip's wait, not two.
+    let (team, user) = tokio::join!(
+        async {
+            match &key.team_id {
+                Some(team_id) => store.orgs.get_team(team_id).await,
+                None => Ok(None),
+            }
+        },
+        async {
+            match &key.user_id {
+                Some(user_id) => store.orgs.get_user(user_id).await,
+                None => Ok(None),
+            }
+        }
+    );
+    let (team, user) = (team.map_err(unavailable)?, user.map_err(unavailable)?);
     let now = crate::support::now_ms();
     let mut scopes = Vec::new();
     if let Some(team) = &team {
