@@ -5,8 +5,10 @@
 //! Those budgets are held as a key's is: the store admits the call against the spend
 //! of every scope plus the holds of the calls in flight, in one atomic step, and each
 //! scope's spend is the counter the call's settlement adds to (`/team/info` and
-//! `/user/info` read it). So concurrent calls through all of a team's keys, on every
-//! replica, overshoot its budget by at most one hold, as a key's calls do.
+//! `/user/info` read it), in the budget's current window (a team's or user's
+//! `budget_duration` starts it again each period). So concurrent calls through all of a
+//! team's keys, on every replica, overshoot its budget by at most one hold, as a key's
+//! calls do.
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::admission::{BudgetScope, ScopeLimits};

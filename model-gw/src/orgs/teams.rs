@@ -52,10 +52,11 @@ fn described(team: &StoredTeam, spend: f64) -> Value {
     described
 }
 
-async fn team_spend(store: &Store, team_id: &str) -> Result<f64, ErrorDetail> {
-    let team = store.orgs.get_team(team_id).await?;
-    let window = team.map_or(0, |team| period_window(&team.period, now_ms()).0);
-    let spent = budget_spend(store, vec![(BudgetScope::Team(team_id.to_owned()), window)]).await?;
+/// What `team` spent in its budget's current window.
+async fn team_spend(store: &Store, team: &StoredTeam) -> Result<f64, ErrorDetail> {
+    let window = period_window(&team.period, now_ms()).0;
+    let scope = BudgetScope::Team(team.team_id.clone());
+    let spent = budget_spend(store, vec![(scope, window)]).await?;
     Ok(spent.first().copied().unwrap_or(0.0))
 }
 
@@ -128,7 +129,7 @@ pub(super) async fn new(store: &Store, body: &Map<String, Value>) -> Result<Valu
         )));
     }
     tracing::info!(team_id = %team_id, "team created");
-    Ok(described(&team, team_spend(store, &team_id).await?))
+    Ok(described(&team, team_spend(store, &team).await?))
 }
 
 pub(super) async fn info(store: &Store, body: &Map<String, Value>) -> Result<Value, ErrorDetail> {
@@ -183,7 +184,7 @@ pub(super) async fn update(store: &Store, body: &Map<String, Value>) -> Result<V
     tracing::info!(team_id = %team_id, "team updated");
     Ok(json!({
         "team_id": team_id,
-        "data": described(&team, team_spend(store, &team_id).await?),
+        "data": described(&team, team_spend(store, &team).await?),
     }))
 }
 
@@ -270,7 +271,7 @@ pub(super) async fn member_add(
     tracing::info!(team_id = %team_id, members = added.len(), "team members added");
     Ok(json!({
         "team_id": team_id,
-        "updated_team": described(&team, team_spend(store, &team_id).await?),
+        "updated_team": described(&team, team_spend(store, &team).await?),
         "updated_users": updated_users,
         "updated_team_memberships": added.iter().map(|member| json!({
             "team_id": team_id,
@@ -343,7 +344,7 @@ pub(super) async fn member_delete(
     .await?;
     users::leave(store, &user_id, &team_id).await?;
     tracing::info!(team_id = %team_id, "team member removed");
-    Ok(described(&team, team_spend(store, &team_id).await?))
+    Ok(described(&team, team_spend(store, &team).await?))
 }
 
 pub(super) async fn block(
@@ -358,7 +359,7 @@ pub(super) async fn block(
     })
     .await?;
     tracing::info!(team_id = %team_id, blocked, "team blocked or unblocked");
-    Ok(described(&team, team_spend(store, &team_id).await?))
+    Ok(described(&team, team_spend(store, &team).await?))
 }
 
 /// `/budget/info`: the budgets of memberships, by the ids `/team/info` gives them.
