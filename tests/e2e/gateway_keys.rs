@@ -34,6 +34,14 @@ pub(crate) struct Gateway {
 }
 
 pub(crate) async fn gateway(backend: &Backend) -> Gateway {
+    gateway_configured(backend, config).await
+}
+
+/// Sandgate's gateway on `backend`, configured by `config` of a fake upstream.
+pub(crate) async fn gateway_configured(
+    backend: &Backend,
+    config: fn(&FakeUpstream) -> tempfile::NamedTempFile,
+) -> Gateway {
     let upstream = FakeUpstream::start().await;
     let config = config(&upstream);
     let path = config.path().display().to_string();

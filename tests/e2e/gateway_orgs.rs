@@ -15,6 +15,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::common::{Backend, Sandgate, file_with};
+use crate::gateway_keys::gateway_configured;
 use crate::model_gateway::{FakeUpstream, MASTER_KEY, UPSTREAM_KEY};
 
 const ORG: &str = "org-7f3c2a10";
@@ -36,20 +37,6 @@ fn config(upstream: &FakeUpstream) -> tempfile::NamedTempFile {
     model_info: {{input_cost_per_token: 0.03125, output_cost_per_token: 0.09375}}
 "#
     ))
-}
-
-/// Sandgate's gateway on `backend`, its one entry on a fake upstream; the upstream and
-/// the configuration file, to keep while it runs.
-async fn gateway(backend: &Backend) -> (Sandgate, (FakeUpstream, tempfile::NamedTempFile)) {
-    let upstream = FakeUpstream::start().await;
-    let config = config(&upstream);
-    let path = config.path().display().to_string();
-    let sandgate = Sandgate::start_with(
-        backend,
-        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
-    )
-    .await;
-    (sandgate, (upstream, config))
 }
 
 /// The app's client: `httpx.AsyncClient(headers={'x-goog-api-key': LITE_LLM_API_KEY})`.
@@ -230,10 +217,9 @@ async fn chat(sandgate: &Sandgate, key: &str, session: &str) -> (StatusCode, Val
 }
 
 async fn enterprise_flows(backend: &Backend) {
-    let (sandgate, _kept) = gateway(backend).await;
-    let app = Manager {
-        sandgate: &sandgate,
-    };
+    let gateway = gateway_configured(backend, config).await;
+    let sandgate = &gateway.sandgate;
+    let app = Manager { sandgate };
 
     // Sign-up of the first user: no team yet (404), then team, user, membership, key.
     let (status, body) = app.team(ORG).await;
@@ -255,7 +241,7 @@ async fn enterprise_flows(backend: &Backend) {
     assert_eq!(team["team_info"]["team_alias"], BOB, "{team}");
 
     // No credits yet: the first call is refused with LiteLLM's answer.
-    let (status, body) = chat(&sandgate, &alice_key, "conversation-1").await;
+    let (status, body) = chat(sandgate, &alice_key, "conversation-1").await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
 
@@ -269,7 +255,7 @@ async fn enterprise_flows(backend: &Backend) {
         );
     }
     for _ in 0..2 {
-        let (status, body) = chat(&sandgate, &alice_key, "conversation-1").await;
+        let (status, body) = chat(sandgate, &alice_key, "conversation-1").await;
         assert_eq!(status, 200, "{body}");
     }
     assert_eq!(app.credits(ORG, 2.0).await, 1.0);
@@ -278,7 +264,7 @@ async fn enterprise_flows(backend: &Backend) {
     // key stops, the spend stays with the user and the team.
     let rotated = app.create_entries(ORG, ALICE, 0.0).await;
     assert_ne!(rotated, alice_key);
-    let (status, _) = chat(&sandgate, &alice_key, "conversation-1").await;
+    let (status, _) = chat(sandgate, &alice_key, "conversation-1").await;
     assert_eq!(status, 401);
     let (status, user, _) = app.get(&format!("/user/info?user_id={ALICE}")).await;
     assert_eq!(status, 200, "{user}");
@@ -296,12 +282,12 @@ async fn enterprise_flows(backend: &Backend) {
     assert_eq!(verified.status(), 200);
 
     // Bob's call spends the last credit; the team's budget is then reached for both.
-    let (status, body) = chat(&sandgate, &bob_key, "conversation-2").await;
+    let (status, body) = chat(sandgate, &bob_key, "conversation-2").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(app.credits(ORG, 3.0).await, 0.0);
     // Each in a conversation of its own: a session belongs to the first key that names it.
     for (key, session) in [(&rotated, "conversation-3"), (&bob_key, "conversation-4")] {
-        let (status, body) = chat(&sandgate, key, session).await;
+        let (status, body) = chat(sandgate, key, session).await;
         assert_eq!(status, 400, "{body}");
         assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
         assert_eq!(
@@ -315,7 +301,7 @@ async fn enterprise_flows(backend: &Backend) {
     app.top_up(ORG, 10.0).await;
     let (status, body, _) = app.post("/team/block", json!({"team_id": ORG})).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = chat(&sandgate, &bob_key, "conversation-2").await;
+    let (status, body) = chat(sandgate, &bob_key, "conversation-2").await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(
         body["error"]["message"],
@@ -326,7 +312,7 @@ async fn enterprise_flows(backend: &Backend) {
     );
     let (status, body, _) = app.post("/team/unblock", json!({"team_id": ORG})).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = chat(&sandgate, &bob_key, "conversation-2").await;
+    let (status, body) = chat(sandgate, &bob_key, "conversation-2").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(app.credits(ORG, 4.0).await, 6.0);
 
@@ -380,7 +366,7 @@ async fn enterprise_flows(backend: &Backend) {
         json!([{"model": "gpt", "total_spend": 4.0}]),
         "{report}"
     );
-    sandgate.stop().await;
+    gateway.sandgate.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,10 +384,9 @@ async fn the_enterprise_apps_organisations_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_s_spend_set_by_update_is_what_its_budget_judges() {
     let backend = Backend::redis().await;
-    let (sandgate, _kept) = gateway(&backend).await;
-    let app = Manager {
-        sandgate: &sandgate,
-    };
+    let gateway = gateway_configured(&backend, config).await;
+    let sandgate = &gateway.sandgate;
+    let app = Manager { sandgate };
     let (status, body, _) = app
         .post(
             "/user/new",
@@ -415,7 +400,7 @@ async fn a_user_s_spend_set_by_update_is_what_its_budget_judges() {
     let spend = |body: &Value| body["user_info"]["spend"].as_f64();
     // One call: 1.0. The spend set to 3.5: below the budget, the next call passes and
     // makes it 4.5. Set to the budget: the next call is refused, with LiteLLM's text.
-    assert_eq!(chat(&sandgate, &key, "s-1").await.0, 200);
+    assert_eq!(chat(sandgate, &key, "s-1").await.0, 200);
     let (_, info, _) = app.get(&format!("/user/info?user_id={ALICE}")).await;
     assert_eq!(spend(&info), Some(1.0), "{info}");
     let (status, body, _) = app
@@ -423,31 +408,30 @@ async fn a_user_s_spend_set_by_update_is_what_its_budget_judges() {
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["data"]["spend"], 3.5, "{body}");
-    assert_eq!(chat(&sandgate, &key, "s-2").await.0, 200);
+    assert_eq!(chat(sandgate, &key, "s-2").await.0, 200);
     let (_, info, _) = app.get(&format!("/user/info?user_id={ALICE}")).await;
     assert_eq!(spend(&info), Some(4.5), "{info}");
     let (status, body, _) = app
         .post("/user/update", json!({"user_id": ALICE, "spend": 5.0}))
         .await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = chat(&sandgate, &key, "s-3").await;
+    let (status, body) = chat(sandgate, &key, "s-3").await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(
         body["error"]["message"],
         format!("ExceededBudget: User={ALICE} over budget. Spend=5.0, Budget=5.0"),
         "{body}"
     );
-    sandgate.stop().await;
+    gateway.sandgate.stop().await;
 }
 
 /// From the hostile side: a virtual key administers nothing, an id of a megabyte is
 /// bounded, and what does not exist is a 404, never a 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn organisations_are_the_master_keys_and_bounded() {
-    let (sandgate, _kept) = gateway(&Backend::embedded()).await;
-    let app = Manager {
-        sandgate: &sandgate,
-    };
+    let gateway = gateway_configured(&Backend::embedded(), config).await;
+    let sandgate = &gateway.sandgate;
+    let app = Manager { sandgate };
     let (status, body, _) = app
         .post("/team/new", json!({"team_id": ORG, "max_budget": 100.0}))
         .await;
@@ -580,5 +564,5 @@ async fn organisations_are_the_master_keys_and_bounded() {
         .get("/global/spend/report?start_date=2020-01-01&end_date=2026-01-01")
         .await;
     assert_eq!(status, 400, "{body}");
-    sandgate.stop().await;
+    gateway.sandgate.stop().await;
 }
