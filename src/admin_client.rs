@@ -272,6 +272,33 @@ pub async fn run(
             writeln!(out, "{}", deleted["message"].as_str().unwrap_or_default())?;
             Ok(())
         }
+        AdminCommand::Audit { limit } => {
+            let token = client.login().await?;
+            let mut before = String::new();
+            let mut printed = 0;
+            while printed < *limit {
+                let page = (*limit - printed).min(1000);
+                let mut path = format!("/api/admin/audit?limit={page}");
+                if !before.is_empty() {
+                    path.push_str(&format!("&before={}", encode(&before)));
+                }
+                let answer: Value = client
+                    .json(
+                        client.request(Method::GET, &path).bearer_auth(&token),
+                        "reading the audit log",
+                    )
+                    .await?;
+                for entry in answer["entries"].as_array().into_iter().flatten() {
+                    writeln!(out, "{entry}")?;
+                    printed += 1;
+                }
+                match answer["next"].as_str() {
+                    Some(next) if printed < *limit => before = next.to_owned(),
+                    _ => break,
+                }
+            }
+            Ok(())
+        }
     }
 }
 

@@ -203,7 +203,7 @@ pub async fn list(
     }))
 }
 
-fn query_integer(name: &'static str, value: &str) -> Result<u32, ApiError> {
+pub(crate) fn query_integer(name: &'static str, value: &str) -> Result<u32, ApiError> {
     value.parse().map_err(|_| {
         ApiError::invalid(
             "int_parsing",

@@ -12,6 +12,7 @@ use http::{HeaderMap, header};
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
 
+use crate::client::ClientAddress;
 use crate::gateway_types::{KeyErrors, OpenAIError};
 use crate::key_types::{
     DeleteKeys, DeletedKeys, GenerateKey, GeneratedKey, KeyInfo, KeyInfoAnswer, KeyPage, UpdateKey,
@@ -24,12 +25,14 @@ use crate::state::AppState;
 async fn manage(
     state: &AppState,
     headers: &HeaderMap,
+    address: ClientAddress,
     operation: KeyOperation,
     body: Bytes,
 ) -> Result<Response, GatewayError> {
     let answer = client(state)?
-        .manage_keys(metadata::request(
+        .manage_keys(metadata::request_for(
             headers,
+            address,
             ManageKeysRequest {
                 operation: operation.into(),
                 body,
@@ -69,9 +72,17 @@ pub(crate) fn query_object(
 pub async fn generate(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, KeyOperation::Generate, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        KeyOperation::Generate,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /key/update`.
@@ -96,9 +107,17 @@ pub async fn generate(
 pub async fn update(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, KeyOperation::Update, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        KeyOperation::Update,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /key/delete`.
@@ -122,9 +141,17 @@ pub async fn update(
 pub async fn delete(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, KeyOperation::Delete, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        KeyOperation::Delete,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `GET /key/info?key=…`: without `key`, the caller's own.
@@ -147,9 +174,17 @@ pub async fn delete(
 pub async fn info(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, KeyOperation::Info, query_object(query)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        KeyOperation::Info,
+        query_object(query)?,
+    )
+    .await
 }
 
 /// `GET /key/list?page=&size=&return_full_object=&key_alias=&user_id=&team_id=`.
@@ -178,7 +213,15 @@ pub async fn info(
 pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, KeyOperation::List, query_object(query)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        KeyOperation::List,
+        query_object(query)?,
+    )
+    .await
 }

@@ -3,6 +3,7 @@
 //! become metadata) and gRPC statuses become the REST contracts' statuses and bodies.
 
 mod admin;
+mod audit;
 mod body;
 mod catalog;
 pub mod channel;

@@ -17,6 +17,7 @@ use sandgate_proto::models::v1::{
 };
 use serde_json::Value;
 
+use crate::client::ClientAddress;
 use crate::error::after_caller;
 use crate::gateway_types::{
     AddedModel, AddedParams, AnthropicError, AnthropicErrorBody, ErrorTag, ListTag,
@@ -262,6 +263,7 @@ pub async fn get(
 pub async fn add(
     State(state): State<AppState>,
     headers: HeaderMap,
+    client_address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<AddedModel>, GatewayError> {
     let client = client(&state)?;
@@ -281,8 +283,9 @@ pub async fn add(
     };
     let model_info = new.gateway_params.priced(new.model_info);
     let added = client
-        .add_model(metadata::request(
+        .add_model(metadata::request_for(
             &headers,
+            client_address,
             AddModelRequest {
                 model_name: new.model_name,
                 gateway_params: Some(GatewayParams {

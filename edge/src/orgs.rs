@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{HeaderMap, header};
 use sandgate_proto::models::v1::{ManageOrgsRequest, OrgOperation};
 
+use crate::client::ClientAddress;
 use crate::gateway_types::{KeyErrors, OpenAIError};
 use crate::keys::query_object;
 use crate::metadata;
@@ -25,12 +26,14 @@ use crate::state::AppState;
 async fn manage(
     state: &AppState,
     headers: &HeaderMap,
+    address: ClientAddress,
     operation: OrgOperation,
     body: Bytes,
 ) -> Result<Response, GatewayError> {
     let answer = client(state)?
-        .manage_orgs(metadata::request(
+        .manage_orgs(metadata::request_for(
             headers,
+            address,
             ManageOrgsRequest {
                 operation: operation.into(),
                 body,
@@ -58,9 +61,17 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 pub async fn team_new(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::TeamNew, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::TeamNew,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `GET /team/info?team_id=`.
@@ -79,11 +90,13 @@ pub async fn team_new(
 pub async fn team_info(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     query: Params,
 ) -> Result<Response, GatewayError> {
     manage(
         &state,
         &headers,
+        address,
         OrgOperation::TeamInfo,
         query_object(query)?,
     )
@@ -107,9 +120,17 @@ pub async fn team_info(
 pub async fn team_update(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::TeamUpdate, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::TeamUpdate,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /team/delete`.
@@ -128,9 +149,17 @@ pub async fn team_update(
 pub async fn team_delete(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::TeamDelete, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::TeamDelete,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /team/member_add`.
@@ -150,11 +179,13 @@ pub async fn team_delete(
 pub async fn member_add(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
     manage(
         &state,
         &headers,
+        address,
         OrgOperation::TeamMemberAdd,
         body(payload)?,
     )
@@ -178,11 +209,13 @@ pub async fn member_add(
 pub async fn member_update(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
     manage(
         &state,
         &headers,
+        address,
         OrgOperation::TeamMemberUpdate,
         body(payload)?,
     )
@@ -206,11 +239,13 @@ pub async fn member_update(
 pub async fn member_delete(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
     manage(
         &state,
         &headers,
+        address,
         OrgOperation::TeamMemberDelete,
         body(payload)?,
     )
@@ -234,9 +269,17 @@ pub async fn member_delete(
 pub async fn team_block(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::TeamBlock, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::TeamBlock,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /team/unblock`.
@@ -256,9 +299,17 @@ pub async fn team_block(
 pub async fn team_unblock(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::TeamUnblock, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::TeamUnblock,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /user/new`.
@@ -278,9 +329,17 @@ pub async fn team_unblock(
 pub async fn user_new(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::UserNew, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::UserNew,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `GET /user/info?user_id=`.
@@ -299,11 +358,13 @@ pub async fn user_new(
 pub async fn user_info(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     query: Params,
 ) -> Result<Response, GatewayError> {
     manage(
         &state,
         &headers,
+        address,
         OrgOperation::UserInfo,
         query_object(query)?,
     )
@@ -326,11 +387,13 @@ pub async fn user_info(
 pub async fn user_info_v2(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     query: Params,
 ) -> Result<Response, GatewayError> {
     manage(
         &state,
         &headers,
+        address,
         OrgOperation::UserInfoV2,
         query_object(query)?,
     )
@@ -354,9 +417,17 @@ pub async fn user_info_v2(
 pub async fn user_update(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::UserUpdate, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::UserUpdate,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /user/delete`.
@@ -375,9 +446,17 @@ pub async fn user_update(
 pub async fn user_delete(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::UserDelete, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::UserDelete,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `POST /budget/info`.
@@ -395,9 +474,17 @@ pub async fn user_delete(
 pub async fn budget_info(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Payload,
 ) -> Result<Response, GatewayError> {
-    manage(&state, &headers, OrgOperation::BudgetInfo, body(payload)?).await
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::BudgetInfo,
+        body(payload)?,
+    )
+    .await
 }
 
 /// `GET /global/spend/report?start_date=&end_date=&group_by=`.
@@ -419,11 +506,13 @@ pub async fn budget_info(
 pub async fn spend_report(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     query: Params,
 ) -> Result<Response, GatewayError> {
     manage(
         &state,
         &headers,
+        address,
         OrgOperation::SpendReport,
         query_object(query)?,
     )

@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 
 use crate::state::AppState;
 use crate::{
-    admin, conversations, health, keys, llm, model_info, models, openapi, orgs, sandboxes,
+    admin, audit, conversations, health, keys, llm, model_info, models, openapi, orgs, sandboxes,
     settings, warm_configs, webhook,
 };
 
@@ -53,6 +53,7 @@ pub(crate) fn api(gateway_body_limit: usize) -> Documented {
         .routes(routes!(admin::challenge))
         .routes(routes!(admin::login))
         .routes(routes!(admin::api_keys))
+        .routes(routes!(audit::list))
         .routes(routes!(warm_configs::list_configs))
         .routes(routes!(
             warm_configs::put_config,

@@ -20,6 +20,7 @@ use sandgate_proto::admin::v1::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::client::ClientAddress;
 use crate::error::{ApiError, DetailBody, ValidationBody};
 use crate::state::{AppState, RenderedList};
 use crate::{body, metadata};
@@ -235,6 +236,7 @@ pub async fn put_config(
     State(state): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    client: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ConfigEntry>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
@@ -245,7 +247,7 @@ pub async fn put_config(
     let response = state
         .admin
         .clone()
-        .put_warm_runtime_config(metadata::request(&headers, request))
+        .put_warm_runtime_config(metadata::request_for(&headers, client, request))
         .await?
         .into_inner();
     Ok(Json(rest_entry(
@@ -278,12 +280,14 @@ pub async fn delete_config(
     State(state): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    client: ClientAddress,
 ) -> Result<Json<Message>, ApiError> {
     let response = state
         .admin
         .clone()
-        .delete_warm_runtime_config(metadata::request(
+        .delete_warm_runtime_config(metadata::request_for(
             &headers,
+            client,
             DeleteWarmRuntimeConfigRequest { name },
         ))
         .await?

@@ -97,7 +97,7 @@ fn token_named(named: &str) -> String {
 }
 
 /// The key abbreviated for display, as LiteLLM names it.
-fn key_name(key: &str) -> String {
+pub(crate) fn key_name(key: &str) -> String {
     match key.char_indices().rev().nth(3) {
         Some((start, _)) if key.len() >= 16 => format!("sk-...{}", &key[start..]),
         _ => "sk-...".to_owned(),

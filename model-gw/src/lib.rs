@@ -6,6 +6,7 @@
 mod access;
 mod added;
 mod admit;
+mod audit;
 mod auth;
 mod budget;
 mod call;

@@ -18,6 +18,19 @@ pub const CLIENT_ADDRESS_METADATA: &str = "x-sandgate-client-address";
 /// edge never forwards a client's own header of this name, the public gRPC port drops it,
 /// and a caller without it is known by its remote address.
 pub const PEER_ADDRESS_METADATA: &str = "x-sandgate-peer-address";
+
+/// The client `request` is made for: the address the edge names in its metadata
+/// ([`CLIENT_ADDRESS_METADATA`]), else the caller's own remote address (a direct gRPC
+/// caller); `None` for an in-process caller that named none.
+pub fn client_address<T>(request: &tonic::Request<T>) -> Option<std::net::IpAddr> {
+    request
+        .metadata()
+        .get(CLIENT_ADDRESS_METADATA)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<std::net::IpAddr>().ok())
+        .or_else(|| request.remote_addr().map(|address| address.ip()))
+        .map(|address| address.to_canonical())
+}
 pub mod trace;
 
 pub mod errors {

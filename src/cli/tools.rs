@@ -40,6 +40,12 @@ pub enum AdminCommand {
     Save { name: String },
     /// Delete the saved configuration NAME.
     Delete { name: String },
+    /// Print the audit log's newest entries, one JSON object a line, newest first.
+    Audit {
+        /// How many entries, at most.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
 }
 
 /// Which service's settings `check-config` checks.

@@ -8,6 +8,7 @@
 
 mod admin;
 mod admission;
+mod audit;
 mod catalog;
 mod conversations;
 mod events;
@@ -112,6 +113,7 @@ impl EmbeddedStore {
             txn.open_table(admin::WARM_IMAGES).map_err(unavailable)?;
             txn.open_table(models::MODELS).map_err(unavailable)?;
             txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
+            txn.open_table(audit::AUDIT).map_err(unavailable)?;
             txn.open_table(keys::KEYS).map_err(unavailable)?;
             txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
             txn.open_table(orgs::TEAMS).map_err(unavailable)?;

@@ -16,6 +16,7 @@
 pub mod activity;
 pub mod admin;
 pub mod admission;
+pub mod audit;
 mod embedded;
 pub mod events;
 pub mod keys;
@@ -39,6 +40,7 @@ pub use admin::{
     ChallengeStore, PutWarmConfig, RateCount, RateLimitStore, StartAdmission, StartQuota,
     StoredChallenge, StoredWarmConfig, WarmConfigSnapshot, WarmConfigStore,
 };
+pub use audit::{AUDIT_RETENTION, AuditEntry, AuditStore};
 pub use embedded::EmbeddedStore;
 pub use events::{
     AppendOutcome, DeadLetter, EventPage, EventRetention, EventStats, EventStore, NewEvent,
@@ -276,6 +278,8 @@ pub struct Store {
     pub orgs: Arc<dyn OrgStore>,
     pub sandboxes: Arc<dyn SandboxStore>,
     pub session_owners: Arc<dyn SessionOwnerStore>,
+    /// The operators' changes.
+    pub audit: Arc<dyn AuditStore>,
     pub health: Arc<dyn StoreHealth>,
 }
 
@@ -311,6 +315,7 @@ impl Store {
             + OrgStore
             + SandboxStore
             + SessionOwnerStore
+            + AuditStore
             + StoreHealth,
     {
         Self {
@@ -327,6 +332,7 @@ impl Store {
             orgs: backend.clone(),
             sandboxes: backend.clone(),
             session_owners: backend.clone(),
+            audit: backend.clone(),
             health: backend,
         }
     }

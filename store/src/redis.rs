@@ -16,6 +16,7 @@
 
 mod admin;
 mod admission;
+mod audit;
 mod catalog;
 pub(super) mod cluster;
 mod conversations;
@@ -371,5 +372,37 @@ impl StoreHealth for RedisStore {
             .await
             .map(drop)
             .map_err(unavailable)
+    }
+}
+
+/// A stream entry as XRANGE reads it: its id and its fields.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
+impl RedisStore {
+    /// Up to `limit` entries of the stream `key` (their ids and `d` fields) from `end` (a
+    /// stream id, `(` before it for an exclusive one, or `+`), newest first.
+    pub(crate) async fn newest_of_stream(
+        &self,
+        key: &str,
+        end: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<(String, Vec<u8>)>> {
+        let mut connection = self.connection();
+        let entries: Vec<StreamEntry> = redis::cmd("XREVRANGE")
+            .arg(key)
+            .arg(end)
+            .arg("-")
+            .arg("COUNT")
+            .arg(limit)
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|(id, fields)| {
+                let (_, data) = fields.into_iter().find(|(name, _)| name == "d")?;
+                Some((id, data))
+            })
+            .collect())
     }
 }

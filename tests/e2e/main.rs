@@ -9,6 +9,7 @@ mod common;
 mod admin;
 mod agent_server;
 mod app_server;
+mod audit;
 
 mod catalog;
 mod chart;

@@ -183,11 +183,11 @@ impl ModelGateway for ModelGatewayService {
         &self,
         request: Request<AddModelRequest>,
     ) -> Result<Response<AddModelResponse>, Status> {
-        self.auth
-            .authenticate(request.metadata())
-            .await?
+        let caller = self.auth.authenticate(request.metadata()).await?;
+        caller
             .master_only("add models")
             .map_err(ErrorDetail::into_status)?;
+        let source = sandgate_proto::client_address(&request);
         let stored = addition(
             request.into_inner(),
             self.forwarder.allowed_hosts(),
@@ -207,6 +207,11 @@ impl ModelGateway for ModelGatewayService {
             .await
             .map_err(ErrorDetail::from)?;
         tracing::info!(model_name = %stored.model_name, model = %stored.model, "model added");
+        crate::audit::record(
+            &self.store,
+            crate::audit::model_added(&caller, source, &stored),
+        )
+        .await;
         Ok(Response::new(AddModelResponse {
             model_name: stored.model_name,
             gateway_params: Some(GatewayParams {
@@ -346,7 +351,10 @@ impl ModelGateway for ModelGatewayService {
         request: Request<ManageKeysRequest>,
     ) -> Result<Response<ManageKeysResponse>, Status> {
         let caller = self.auth.authenticate(request.metadata()).await?;
+        let source = sandgate_proto::client_address(&request);
         let request = request.into_inner();
+        let audited = crate::audit::key_action(request.operation())
+            .map(|action| (action, request.body.clone()));
         // Only the master may generate: anyone else learns nothing of the master key here.
         if matches!(caller, crate::keys::Caller::Master)
             && crate::manage::chosen_key(&request).is_some_and(|key| self.auth.is_master(&key))
@@ -356,6 +364,10 @@ impl ModelGateway for ModelGatewayService {
         let body = crate::manage::manage(&self.store, &caller, request)
             .await
             .map_err(ErrorDetail::into_status)?;
+        if let Some((action, asked)) = audited {
+            let entry = crate::audit::entry(&caller, source, action, &asked, &body);
+            crate::audit::record(&self.store, entry).await;
+        }
         Ok(Response::new(ManageKeysResponse { body }))
     }
 
@@ -364,9 +376,17 @@ impl ModelGateway for ModelGatewayService {
         request: Request<ManageOrgsRequest>,
     ) -> Result<Response<ManageOrgsResponse>, Status> {
         let caller = self.auth.authenticate(request.metadata()).await?;
-        let body = crate::orgs::manage(&self.store, &caller, request.into_inner())
+        let source = sandgate_proto::client_address(&request);
+        let request = request.into_inner();
+        let audited = crate::audit::org_action(request.operation())
+            .map(|action| (action, request.body.clone()));
+        let body = crate::orgs::manage(&self.store, &caller, request)
             .await
             .map_err(ErrorDetail::into_status)?;
+        if let Some((action, asked)) = audited {
+            let entry = crate::audit::entry(&caller, source, action, &asked, &body);
+            crate::audit::record(&self.store, entry).await;
+        }
         Ok(Response::new(ManageOrgsResponse { body }))
     }
 }

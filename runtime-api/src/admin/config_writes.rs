@@ -31,6 +31,7 @@ impl RuntimeAdminService {
             decode_json::<IgnoredAny>(json)?;
         }
         self.authorize(request.metadata())?;
+        let source = sandgate_proto::client_address(&request);
         let PutWarmRuntimeConfigRequest { name, body } = request.into_inner();
         let config = match body {
             Some(put_warm_runtime_config_request::Body::Config(config)) => from_proto(config),
@@ -92,6 +93,14 @@ impl RuntimeAdminService {
         }
         tracing::info!(name = %name, image = %config.image, "warm runtime configuration saved");
         self.configs.notify_changed();
+        // What an operator reads of it: the pool's image and size, and the names (never
+        // the values) of its environment.
+        let detail = serde_json::json!({
+            "image": config.image,
+            "count": installer.count_of(&config),
+            "environment": config.environment.keys().collect::<Vec<_>>(),
+        });
+        self.audit("warm_config.put", &name, source, detail).await;
         let warnings = installer.missing_defaults(&config);
         let saved = Effective {
             count: installer.count_of(&config),
@@ -111,6 +120,7 @@ impl RuntimeAdminService {
         request: Request<DeleteWarmRuntimeConfigRequest>,
     ) -> Result<Response<DeleteWarmRuntimeConfigResponse>, Status> {
         self.authorize(request.metadata())?;
+        let source = sandgate_proto::client_address(&request);
         let name = request.into_inner().name;
         let deleted = self
             .store
@@ -127,6 +137,8 @@ impl RuntimeAdminService {
         }
         tracing::info!(name = %name, "warm runtime configuration deleted");
         self.configs.notify_changed();
+        self.audit("warm_config.delete", &name, source, serde_json::Value::Null)
+            .await;
         Ok(Response::new(DeleteWarmRuntimeConfigResponse {
             message: format!("Configuration \"{name}\" deleted successfully"),
         }))

@@ -1,6 +1,7 @@
 //! The RuntimeAdmin service: admin login, API keys and warm runtime configurations
 //! (spec 2.1–2.3, 4.1, 5, 7).
 
+pub mod audit;
 mod config_writes;
 pub mod configs;
 pub mod installer;
@@ -355,5 +356,12 @@ impl RuntimeAdmin for RuntimeAdminService {
         request: Request<DeleteWarmRuntimeConfigRequest>,
     ) -> Result<Response<DeleteWarmRuntimeConfigResponse>, Status> {
         self.delete_config(request).await
+    }
+
+    async fn list_audit_entries(
+        &self,
+        request: Request<pb::ListAuditEntriesRequest>,
+    ) -> Result<Response<pb::ListAuditEntriesResponse>, Status> {
+        self.list_audit(request).await
     }
 }

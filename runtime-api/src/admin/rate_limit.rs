@@ -19,7 +19,6 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
-use sandgate_proto::CLIENT_ADDRESS_METADATA;
 use sandgate_proto::error::ErrorDetail;
 use tonic::{Request, Status};
 
@@ -63,17 +62,8 @@ impl Attempt {
 /// the caller's own remote address (a direct gRPC caller), else `unknown` (an in-process
 /// caller that named none, counted as one client).
 pub fn client_of<T>(request: &Request<T>) -> String {
-    let named = request
-        .metadata()
-        .get(CLIENT_ADDRESS_METADATA)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.trim().parse::<IpAddr>().ok());
-    named
-        .or_else(|| request.remote_addr().map(|address| address.ip()))
-        .map_or_else(
-            || "unknown".to_owned(),
-            |address| address.to_canonical().to_string(),
-        )
+    sandgate_proto::client_address(request)
+        .map_or_else(|| "unknown".to_owned(), |address| address.to_string())
 }
 
 /// Counts one attempt of the client `request` is made for, and refuses it (429, with the
@@ -236,6 +226,7 @@ fn refused(resets_in: Duration) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandgate_proto::CLIENT_ADDRESS_METADATA;
 
     #[test]
     fn the_named_client_wins_over_the_remote_address() {

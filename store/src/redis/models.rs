@@ -215,19 +215,9 @@ impl SpendLogStore for RedisStore {
     }
 
     async fn spend_logs(&self, limit: usize) -> StoreResult<Vec<SpendLogEntry>> {
-        let mut connection = self.connection();
-        let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XREVRANGE")
-            .arg(SPEND_LOG)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(limit)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        entries
+        self.newest_of_stream(SPEND_LOG, "+", limit)
+            .await?
             .into_iter()
-            .filter_map(|(_, fields)| fields.into_iter().find(|(name, _)| name == "d"))
             .map(|(_, data)| serde_json::from_slice(&data).map_err(corrupt))
             .collect()
     }

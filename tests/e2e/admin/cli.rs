@@ -211,3 +211,32 @@ async fn the_admin_cli_checks_https_certificates() {
     let err = String::from_utf8_lossy(&untrusted.stderr);
     assert!(err.contains("certificate"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_cli_prints_the_audit_log_newest_first() {
+    let backend = Backend::embedded();
+    let sandgate = start(&backend, None, &[]).await;
+    let token = login(&sandgate).await;
+    for name in ["one", "two", "three"] {
+        let config = json!({"image": format!("example/{name}:1"), "working_dir": "/w", "command": ["run"], "environment": {}, "count": 0});
+        let (status, body) = put(&sandgate, &token, name, &config).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // Two pages of the server's, as the CLI reads them: each entry once.
+    let (ok, out, err) = admin_cli(&sandgate, PASSWORD, &["audit", "--limit", "2"], b"").await;
+    assert!(ok, "{err}");
+    let targets: Vec<String> = out
+        .lines()
+        .map(|line| {
+            let entry: Value = serde_json::from_str(line).expect("a JSON line");
+            assert_eq!(entry["action"], "warm_config.put", "{entry}");
+            entry["target"].as_str().expect("target").to_owned()
+        })
+        .collect();
+    assert_eq!(targets, ["three", "two"]);
+    let (ok, out, err) = admin_cli(&sandgate, PASSWORD, &["audit"], b"").await;
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let (ok, _, err) = admin_cli(&sandgate, "wrong", &["audit"], b"").await;
+    assert!(!ok && !err.is_empty(), "a wrong password fails: {err}");
+}

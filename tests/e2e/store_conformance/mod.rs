@@ -6,6 +6,7 @@
 
 mod admin;
 mod admission;
+mod audit;
 mod conversations;
 mod gateway;
 mod orgs;
