@@ -14,6 +14,7 @@ mod gateway_types;
 mod health;
 mod key_types;
 mod keys;
+mod ledger;
 mod llm;
 mod metadata;
 mod model_gw;

@@ -12,8 +12,8 @@ use utoipa_axum::routes;
 
 use crate::state::AppState;
 use crate::{
-    admin, audit, conversations, health, keys, llm, model_info, models, openapi, orgs, sandboxes,
-    settings, warm_configs, webhook,
+    admin, audit, conversations, health, keys, ledger, llm, model_info, models, openapi, orgs,
+    sandboxes, settings, warm_configs, webhook,
 };
 
 /// The edge's router while it is built: a route enters it only with its operation
@@ -54,6 +54,8 @@ pub(crate) fn api(gateway_body_limit: usize) -> Documented {
         .routes(routes!(admin::login))
         .routes(routes!(admin::api_keys))
         .routes(routes!(audit::list))
+        .routes(routes!(ledger::conversation))
+        .routes(routes!(ledger::rollup))
         .routes(routes!(warm_configs::list_configs))
         .routes(routes!(
             warm_configs::put_config,

@@ -15,6 +15,7 @@ mod egress;
 mod forward;
 mod headers;
 mod keys;
+mod ledger;
 mod loops;
 mod manage;
 #[doc(hidden)]

@@ -26,6 +26,7 @@ use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 
 use crate::admit::Settle;
+use crate::ledger::LedgerSums;
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 
@@ -56,6 +57,8 @@ struct SpendQueue {
     settles: Vec<Settle>,
     /// What the entries add to the reporting counters, by day, scope and id.
     counts: HashMap<(u32, SpendScope, String), f64>,
+    /// What the entries add to the ledger.
+    ledger: LedgerSums,
     /// A delayed write is scheduled: entries queued for one need not schedule another.
     scheduled: bool,
 }
@@ -68,6 +71,7 @@ const RETRY_AT_MOST: Duration = Duration::from_secs(5);
 impl SpendQueue {
     /// Adds what `entry` spent to the counters it counts towards.
     fn count(&mut self, entry: &SpendLogEntry) {
+        crate::ledger::count(&mut self.ledger, entry);
         let Some(amount) = entry
             .spend
             .filter(|spend| *spend > 0.0 && spend.is_finite())
@@ -236,7 +240,10 @@ impl SpendLog {
             }
             tokio::time::sleep(RETRY_AT_MOST).await;
         }
-        let left = self.queue.lock().map_or(0, |pending| pending.counts.len());
+        let left = self
+            .queue
+            .lock()
+            .map_or(0, |pending| pending.counts.len() + pending.ledger.len());
         tracing::error!(
             counters = left,
             "the store stayed unreachable: spend counts not stored at stop"
@@ -250,16 +257,18 @@ impl SpendLog {
     async fn write(&self, delayed: bool) -> bool {
         let _writing = self.writer.lock().await;
         loop {
-            let (batch, settles, counts) = match self.queue.lock() {
+            let (batch, settles, counts, ledger) = match self.queue.lock() {
                 Ok(mut pending)
                     if !pending.entries.is_empty()
                         || !pending.settles.is_empty()
-                        || !pending.counts.is_empty() =>
+                        || !pending.counts.is_empty()
+                        || !pending.ledger.is_empty() =>
                 {
                     (
                         std::mem::take(&mut pending.entries),
                         std::mem::take(&mut pending.settles),
                         std::mem::take(&mut pending.counts),
+                        crate::ledger::counts(std::mem::take(&mut pending.ledger)),
                     )
                 }
                 Ok(mut pending) => {
@@ -305,6 +314,17 @@ impl SpendLog {
                         false
                     }
                 };
+            let ledgered = ledger.is_empty()
+                || match self.store.ledger.add_ledger(&ledger).await {
+                    Ok(()) => true,
+                    Err(err) => {
+                        tracing::warn!(error = %err, counters = ledger.len(), "ledger counters not stored yet; kept to try again");
+                        if let Ok(mut pending) = self.queue.lock() {
+                            crate::ledger::requeue(&mut pending.ledger, ledger);
+                        }
+                        false
+                    }
+                };
             if !batch.is_empty()
                 && let Err(err) = self
                     .store
@@ -314,7 +334,7 @@ impl SpendLog {
             {
                 tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
             }
-            if !(counted && settled) {
+            if !(counted && settled && ledgered) {
                 return false;
             }
         }

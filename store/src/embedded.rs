@@ -13,6 +13,7 @@ mod catalog;
 mod conversations;
 mod events;
 mod keys;
+mod ledger;
 mod models;
 mod orgs;
 mod quota;
@@ -114,6 +115,7 @@ impl EmbeddedStore {
             txn.open_table(models::MODELS).map_err(unavailable)?;
             txn.open_table(models::SPEND_LOG).map_err(unavailable)?;
             txn.open_table(audit::AUDIT).map_err(unavailable)?;
+            txn.open_table(ledger::LEDGER).map_err(unavailable)?;
             txn.open_table(keys::KEYS).map_err(unavailable)?;
             txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
             txn.open_table(orgs::TEAMS).map_err(unavailable)?;

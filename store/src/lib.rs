@@ -20,6 +20,7 @@ pub mod audit;
 mod embedded;
 pub mod events;
 pub mod keys;
+pub mod ledger;
 pub mod models;
 pub mod orgs;
 mod records;
@@ -47,6 +48,7 @@ pub use events::{
     StoredEvent,
 };
 pub use keys::{KeySpend, KeyStore, SpendCounters, StoredKey};
+pub use ledger::{LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use orgs::{
     BudgetPeriod, DaySpend, OrgStore, RateLimits, SpendCount, SpendScope, StoredTeam, StoredUser,
@@ -280,6 +282,8 @@ pub struct Store {
     pub session_owners: Arc<dyn SessionOwnerStore>,
     /// The operators' changes.
     pub audit: Arc<dyn AuditStore>,
+    /// What conversations, teams, users, keys and models cost, per day.
+    pub ledger: Arc<dyn LedgerStore>,
     pub health: Arc<dyn StoreHealth>,
 }
 
@@ -316,6 +320,7 @@ impl Store {
             + SandboxStore
             + SessionOwnerStore
             + AuditStore
+            + LedgerStore
             + StoreHealth,
     {
         Self {
@@ -333,6 +338,7 @@ impl Store {
             sandboxes: backend.clone(),
             session_owners: backend.clone(),
             audit: backend.clone(),
+            ledger: backend.clone(),
             health: backend,
         }
     }

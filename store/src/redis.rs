@@ -22,6 +22,7 @@ pub(super) mod cluster;
 mod conversations;
 mod events;
 mod keys;
+mod ledger;
 mod models;
 mod nodes;
 mod orgs;

@@ -34,6 +34,7 @@ mod k8s_policy;
 mod kubernetes;
 mod kubernetes_edge;
 mod kubernetes_failures;
+mod ledger;
 mod limits;
 mod llm_sdk_keys;
 mod llm_sdks;

@@ -37,6 +37,10 @@ fn the_openapi_defaults_are_the_services_own() {
         default_of(&document, "/api/admin/audit", "limit"),
         sandgate_runtime_api::admin::audit::DEFAULT_AUDIT_PAGE
     );
+    assert_eq!(
+        default_of(&document, "/api/ledger/rollup", "limit"),
+        sandgate_runtime_api::admin::audit::DEFAULT_AUDIT_PAGE
+    );
     // FastAPI's reading of an absent boolean, which `GET /list` follows.
     assert_eq!(default_of(&document, "/list", "show_all"), false);
 }

@@ -5,6 +5,7 @@ pub mod audit;
 mod config_writes;
 pub mod configs;
 pub mod installer;
+mod ledger;
 pub mod login;
 pub mod rate_limit;
 pub mod source;
@@ -363,5 +364,19 @@ impl RuntimeAdmin for RuntimeAdminService {
         request: Request<pb::ListAuditEntriesRequest>,
     ) -> Result<Response<pb::ListAuditEntriesResponse>, Status> {
         self.list_audit(request).await
+    }
+
+    async fn get_conversation_ledger(
+        &self,
+        request: Request<pb::GetConversationLedgerRequest>,
+    ) -> Result<Response<pb::GetConversationLedgerResponse>, Status> {
+        self.conversation_ledger(request).await
+    }
+
+    async fn ledger_rollup(
+        &self,
+        request: Request<pb::LedgerRollupRequest>,
+    ) -> Result<Response<pb::LedgerRollupResponse>, Status> {
+        RuntimeAdminService::ledger_rollup(self, request).await
     }
 }

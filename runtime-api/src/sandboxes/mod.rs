@@ -7,6 +7,7 @@ pub mod driver;
 mod error;
 mod init;
 pub mod kubernetes;
+pub mod ledger;
 mod lifecycle;
 pub mod matching;
 pub mod pools;
@@ -294,6 +295,8 @@ impl Sandboxes {
                 .put_sandbox(Some(&record), &next, fence)
                 .await?
             {
+                // The one writer of this change counts the time the state it left lasted.
+                ledger::count_time(&self.store, &record, &next).await;
                 return Ok(Some(next));
             }
             match self.store.sandboxes.sandbox(&record.runtime_id).await? {

@@ -1,0 +1,77 @@
+//! What a finished call adds to the ledger: one call (failed or not), its tokens and its
+//! spend, to its conversation (and that conversation's model), team, user, key and model,
+//! on the day it started.
+
+use std::collections::HashMap;
+
+use sandgate_store::ledger::conversation_model;
+use sandgate_store::{LedgerCount, LedgerScope, Measure, SpendLogEntry, day_of};
+
+/// Counts summed per day, scope, id and measure until they are written.
+pub(crate) type LedgerSums = HashMap<(u32, LedgerScope, String, Measure), f64>;
+
+/// Adds `entry`'s call to `sums`.
+pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
+    let day = day_of(entry.started_at_ms);
+    let failed = !(200..300).contains(&entry.status);
+    let measures = [
+        (Measure::Calls, 1.0),
+        (Measure::FailedCalls, if failed { 1.0 } else { 0.0 }),
+        (
+            Measure::PromptTokens,
+            entry.prompt_tokens.unwrap_or(0) as f64,
+        ),
+        (
+            Measure::CompletionTokens,
+            entry.completion_tokens.unwrap_or(0) as f64,
+        ),
+        (
+            Measure::Spend,
+            entry.spend.filter(|spend| spend.is_finite()).unwrap_or(0.0),
+        ),
+    ];
+    let scopes = [
+        (LedgerScope::Conversation, entry.session_id.clone()),
+        (
+            LedgerScope::ConversationModel,
+            entry
+                .session_id
+                .as_ref()
+                .map(|session| conversation_model(session, &entry.model)),
+        ),
+        (LedgerScope::Team, entry.team_id.clone()),
+        (LedgerScope::User, entry.key_user_id.clone()),
+        (LedgerScope::Key, entry.api_key.clone()),
+        (LedgerScope::Model, Some(entry.model.clone())),
+    ];
+    for (scope, id) in scopes {
+        let Some(id) = id else { continue };
+        for (measure, amount) in measures {
+            if amount > 0.0 {
+                *sums.entry((day, scope, id.clone(), measure)).or_default() += amount;
+            }
+        }
+    }
+}
+
+/// `sums` as the store takes them.
+pub(crate) fn counts(sums: LedgerSums) -> Vec<LedgerCount> {
+    sums.into_iter()
+        .map(|((day, scope, id, measure), amount)| LedgerCount {
+            day,
+            scope,
+            id,
+            measure,
+            amount,
+        })
+        .collect()
+}
+
+/// Puts back counts a write could not store.
+pub(crate) fn requeue(sums: &mut LedgerSums, counts: Vec<LedgerCount>) {
+    for count in counts {
+        *sums
+            .entry((count.day, count.scope, count.id, count.measure))
+            .or_default() += count.amount;
+    }
+}

@@ -1,0 +1,161 @@
+//! The ledger read with the admin token: one conversation's (its calls in all and by
+//! model, its sandbox's time, the state it is in now counted to this moment), and rollups
+//! by team, user, key, model or conversation over a range of days.
+
+use std::collections::BTreeMap;
+
+use sandgate_proto::admin::v1::{
+    GetConversationLedgerRequest, GetConversationLedgerResponse, LedgerGroup, LedgerMeasures,
+    LedgerRollupRequest, LedgerRollupResponse, LedgerRow,
+};
+use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use sandgate_store::ledger::{LEDGER_RETENTION_DAYS, conversation_model};
+use sandgate_store::{LedgerScope, Measure, day_of};
+use tonic::{Request, Response, Status};
+
+use super::audit::{DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE};
+use super::{RuntimeAdminService, store_failed};
+use crate::sandboxes::ledger::so_far;
+
+/// The days read when none are asked: the last 31 to today.
+const DEFAULT_DAYS: u32 = 30;
+
+fn measures(counted: &BTreeMap<Measure, f64>) -> LedgerMeasures {
+    let whole = |measure| {
+        counted
+            .get(&measure)
+            .map_or(0, |value: &f64| value.round() as u64)
+    };
+    LedgerMeasures {
+        spend: counted.get(&Measure::Spend).copied().unwrap_or(0.0),
+        calls: whole(Measure::Calls),
+        failed_calls: whole(Measure::FailedCalls),
+        prompt_tokens: whole(Measure::PromptTokens),
+        completion_tokens: whole(Measure::CompletionTokens),
+        running_ms: whole(Measure::RunningMs),
+        paused_ms: whole(Measure::PausedMs),
+    }
+}
+
+fn bad(message: impl Into<String>) -> Status {
+    ErrorDetail::new(ErrorCode::BadRequest, message).into()
+}
+
+impl RuntimeAdminService {
+    /// The days `from..=to` asked, with the defaults, within what is kept (older days
+    /// hold nothing); `from` after `to` is an empty range.
+    fn days(&self, from: u32, to: u32) -> (u32, u32) {
+        let today = day_of(self.clock.now_ms());
+        let to = if to == 0 { today } else { to };
+        let from = if from == 0 {
+            to.saturating_sub(DEFAULT_DAYS)
+        } else {
+            from
+        };
+        (from.max(to.saturating_sub(LEDGER_RETENTION_DAYS)), to)
+    }
+
+    pub(super) async fn conversation_ledger(
+        &self,
+        request: Request<GetConversationLedgerRequest>,
+    ) -> Result<Response<GetConversationLedgerResponse>, Status> {
+        self.authorize(request.metadata())?;
+        let request = request.into_inner();
+        let (from, to) = self.days(request.from_day, request.to_day);
+        let id = request.conversation_id;
+        let ledger = &self.store.ledger;
+        let mut total = ledger
+            .ledger_of(
+                LedgerScope::Conversation,
+                std::slice::from_ref(&id),
+                from,
+                to,
+            )
+            .await
+            .map_err(store_failed)?
+            .remove(&id)
+            .unwrap_or_default();
+        // The state its sandbox is in now, so far (counted in full once it leaves it).
+        let now = self.clock.now_ms();
+        if (from..=to).contains(&day_of(now))
+            && let Some(record) = self
+                .store
+                .sandboxes
+                .sandbox_for_session(&id)
+                .await
+                .map_err(store_failed)?
+            && let Some((measure, ms)) = so_far(&record, now)
+        {
+            *total.entry(measure).or_default() += ms;
+        }
+        // Its models are those the gateway counted for it: the conversation-model rows
+        // whose id starts with it.
+        let prefix = conversation_model(&id, "");
+        let by_model = ledger
+            .ledger_rollup(LedgerScope::ConversationModel, from, to)
+            .await
+            .map_err(store_failed)?
+            .into_iter()
+            .filter_map(|(key, counted)| {
+                let model = key.strip_prefix(&prefix)?.to_owned();
+                Some((model, measures(&counted)))
+            })
+            .collect();
+        Ok(Response::new(GetConversationLedgerResponse {
+            total: Some(measures(&total)),
+            by_model,
+        }))
+    }
+
+    pub(super) async fn ledger_rollup(
+        &self,
+        request: Request<LedgerRollupRequest>,
+    ) -> Result<Response<LedgerRollupResponse>, Status> {
+        self.authorize(request.metadata())?;
+        let request = request.into_inner();
+        let scope = match request.group() {
+            LedgerGroup::Team => LedgerScope::Team,
+            LedgerGroup::User => LedgerScope::User,
+            LedgerGroup::Key => LedgerScope::Key,
+            LedgerGroup::Model => LedgerScope::Model,
+            LedgerGroup::Conversation => LedgerScope::Conversation,
+            LedgerGroup::Unspecified => {
+                return Err(bad("a rollup is by team, user, key, model or conversation"));
+            }
+        };
+        let (from, to) = self.days(request.from_day, request.to_day);
+        let limit = match request.limit {
+            0 => DEFAULT_AUDIT_PAGE,
+            limit => limit.min(MAX_AUDIT_PAGE),
+        } as usize;
+        let rows = self
+            .store
+            .ledger
+            .ledger_rollup(scope, from, to)
+            .await
+            .map_err(store_failed)?;
+        let total_rows = rows.len() as u64;
+        let page: Vec<LedgerRow> = rows
+            .range::<String, _>((
+                std::ops::Bound::Excluded(request.after.clone()),
+                std::ops::Bound::Unbounded,
+            ))
+            .take(limit + 1)
+            .map(|(id, counted)| LedgerRow {
+                id: id.clone(),
+                measures: Some(measures(counted)),
+            })
+            .collect();
+        let (page, next) = if page.len() > limit {
+            let next = page[limit - 1].id.clone();
+            (page[..limit].to_vec(), next)
+        } else {
+            (page, String::new())
+        };
+        Ok(Response::new(LedgerRollupResponse {
+            rows: page,
+            next,
+            total_rows,
+        }))
+    }
+}

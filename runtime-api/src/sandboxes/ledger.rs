@@ -1,0 +1,115 @@
+//! A conversation's sandbox time in the ledger: each time a claimed sandbox leaves the
+//! running or the paused state, the time it spent there is added to its conversation's
+//! `running_ms` or `paused_ms`, on the day it left. The state it is in now is counted when
+//! it leaves it; [`so_far`] is that state's time until now, for a reader that wants it.
+
+use sandgate_store::{
+    LedgerCount, LedgerScope, Measure, SandboxState, Store, StoredSandbox, day_of,
+};
+
+/// The measure time in `state` counts towards, if any.
+fn measure_of(state: SandboxState) -> Option<Measure> {
+    match state {
+        SandboxState::Running => Some(Measure::RunningMs),
+        SandboxState::Paused => Some(Measure::PausedMs),
+        _ => None,
+    }
+}
+
+/// The count of the time `before` spent in its state, once `after` left it; none for a
+/// warm sandbox (a pool's time is no conversation's), nor when the state is unchanged.
+fn time_in_state(before: &StoredSandbox, after: &StoredSandbox) -> Option<LedgerCount> {
+    if before.state == after.state {
+        return None;
+    }
+    let conversation = before.session_id.clone()?;
+    let measure = measure_of(before.state)?;
+    let spent = after.changed_at_ms.saturating_sub(before.changed_at_ms);
+    (spent > 0).then(|| LedgerCount {
+        day: day_of(after.changed_at_ms),
+        scope: LedgerScope::Conversation,
+        id: conversation,
+        measure,
+        amount: spent as f64,
+    })
+}
+
+/// Adds the time `before` spent in the state `after` left to the ledger. A store that
+/// refuses it is logged and counted (`sandgate_ledger_failures_total`); the change stands.
+pub(super) async fn count_time(store: &Store, before: &StoredSandbox, after: &StoredSandbox) {
+    let Some(count) = time_in_state(before, after) else {
+        return;
+    };
+    if let Err(err) = store.ledger.add_ledger(std::slice::from_ref(&count)).await {
+        metrics::counter!("sandgate_ledger_failures_total").increment(1);
+        tracing::error!(error = %err, conversation = %count.id, ms = count.amount, "sandbox time not added to the ledger");
+    }
+}
+
+/// `record`'s time so far in its current state, when it counts towards the ledger: its
+/// measure and milliseconds.
+pub fn so_far(record: &StoredSandbox, now_ms: i64) -> Option<(Measure, f64)> {
+    record.session_id.as_ref()?;
+    let measure = measure_of(record.state)?;
+    Some((
+        measure,
+        now_ms.saturating_sub(record.changed_at_ms).max(0) as f64,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox(state: SandboxState, changed_at_ms: i64, session: Option<&str>) -> StoredSandbox {
+        StoredSandbox {
+            runtime_id: "r1".into(),
+            version: 1,
+            session_id: session.map(str::to_owned),
+            pool: None,
+            claim_key: String::new(),
+            spec: sandgate_store::SandboxSpec::default(),
+            state,
+            status_detail: None,
+            key_sha256: String::new(),
+            key_nonce: String::new(),
+            created_at_ms: 0,
+            changed_at_ms,
+            restarts: sandgate_store::Restarts::default(),
+            slot_failures: 0,
+            personalised: false,
+            active_at_ms: 0,
+            timeline: None,
+            source_address: None,
+        }
+    }
+
+    #[test]
+    fn the_time_of_the_state_left_is_counted_for_its_conversation() {
+        let running = sandbox(SandboxState::Running, 1_000, Some("c1"));
+        let paused = sandbox(SandboxState::Paused, 61_000, Some("c1"));
+        let count = time_in_state(&running, &paused).expect("counted");
+        assert_eq!(
+            (count.measure, count.amount),
+            (Measure::RunningMs, 60_000.0)
+        );
+        assert_eq!(
+            (count.scope, count.id.as_str()),
+            (LedgerScope::Conversation, "c1")
+        );
+        let resumed = sandbox(SandboxState::Running, 91_000, Some("c1"));
+        let count = time_in_state(&paused, &resumed).expect("counted");
+        assert_eq!((count.measure, count.amount), (Measure::PausedMs, 30_000.0));
+        // A warm one's, a start's and an unchanged state's time is nobody's.
+        let warm = sandbox(SandboxState::Running, 1_000, None);
+        assert_eq!(
+            time_in_state(&warm, &sandbox(SandboxState::Stopped, 5_000, None)),
+            None
+        );
+        let starting = sandbox(SandboxState::Starting, 1_000, Some("c1"));
+        assert_eq!(time_in_state(&starting, &running), None);
+        assert_eq!(time_in_state(&running, &running), None);
+        assert_eq!(so_far(&running, 4_000), Some((Measure::RunningMs, 3_000.0)));
+        assert_eq!(so_far(&warm, 4_000), None);
+    }
+}
