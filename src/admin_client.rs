@@ -18,7 +18,7 @@ use crate::cli::{AdminClientArgs, AdminCommand};
 /// More iterations than any sane server asks for: refuse rather than spin for hours.
 const MAX_ITERATIONS: u32 = 10_000_000;
 
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
     base: String,
     admin_password: Option<String>,
@@ -63,23 +63,32 @@ fn describe(body: &str) -> String {
 
 impl Client {
     fn new(args: &AdminClientArgs) -> anyhow::Result<Self> {
+        Self::to(&args.url, args.admin_password.clone())
+    }
+
+    /// A client of the edge at `url`, logging in with `admin_password`.
+    pub(crate) fn to(url: &str, admin_password: Option<String>) -> anyhow::Result<Self> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(60))
             .build()?;
         Ok(Self {
             http,
-            base: args.url.trim_end_matches('/').to_owned(),
-            admin_password: args.admin_password.clone().filter(|p| !p.is_empty()),
+            base: url.trim_end_matches('/').to_owned(),
+            admin_password: admin_password.filter(|p| !p.is_empty()),
         })
     }
 
-    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+    pub(crate) fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.http.request(method, format!("{}{path}", self.base))
     }
 
     /// Sends the request; a non-2xx answer becomes an error carrying the server's detail.
-    async fn send(&self, request: RequestBuilder, what: &str) -> anyhow::Result<Response> {
+    pub(crate) async fn send(
+        &self,
+        request: RequestBuilder,
+        what: &str,
+    ) -> anyhow::Result<Response> {
         let response = request
             .send()
             .await
@@ -92,7 +101,7 @@ impl Client {
         bail!("{what}: {} ({status})", describe(&body))
     }
 
-    async fn json<T: serde::de::DeserializeOwned>(
+    pub(crate) async fn json<T: serde::de::DeserializeOwned>(
         &self,
         request: RequestBuilder,
         what: &str,
@@ -105,7 +114,7 @@ impl Client {
     }
 
     /// Logs in with the admin password and returns the admin token.
-    async fn login(&self) -> anyhow::Result<String> {
+    pub(crate) async fn login(&self) -> anyhow::Result<String> {
         let password = self
             .admin_password
             .clone()

@@ -10,6 +10,7 @@ pub mod gen_secrets;
 mod grpc_peer;
 pub mod health_check;
 mod http_server;
+pub mod ledger_client;
 mod services;
 mod shutdown;
 pub mod support_bundle;

@@ -65,6 +65,17 @@ async fn main() -> anyhow::Result<()> {
     let command = match cli.command {
         // Clients and tools: they speak through their own messages, not log records.
         Command::Admin(args) => return admin(args).await,
+        Command::Ledger(args) => {
+            if let Err(err) =
+                sandgate::ledger_client::run(args, &mut std::io::stdout().lock()).await
+            {
+                use std::io::Write;
+                // Nothing more can be said if stderr is gone.
+                drop(writeln!(std::io::stderr(), "sandgate ledger: {err:#}"));
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
         Command::CheckConfig(args) => {
             let outcome = sandgate::check_config::run(&args, &mut std::io::stdout().lock()).await;
             finish("check-config", outcome.map_err(|err| err.to_string()))
@@ -121,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
             sandgate::edge(args, listener, sandgate::signal()).await
         }
         Command::Admin(_)
+        | Command::Ledger(_)
         | Command::CheckConfig(_)
         | Command::GenSecrets(_)
         | Command::HealthCheck(_)

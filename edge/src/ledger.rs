@@ -17,7 +17,9 @@ use utoipa::{IntoParams, ToSchema};
 use crate::conversations::query_integer;
 use crate::error::{ApiError, DetailBody, ValidationBody, after_caller};
 use crate::metadata;
+use crate::runtimes::{StartTimeline, Status};
 use crate::state::AppState;
+use sandgate_proto::sandboxes::v1::SandboxStatus;
 
 /// What a ledger row counts.
 #[derive(Serialize, ToSchema)]
@@ -33,6 +35,10 @@ pub(crate) struct Measures {
     running_ms: u64,
     /// …and paused
     paused_ms: u64,
+    /// A conversation's events stored (each once)
+    events: u64,
+    /// A conversation's updates (webhook deliveries) accepted
+    webhooks: u64,
 }
 
 impl From<LedgerMeasures> for Measures {
@@ -45,6 +51,8 @@ impl From<LedgerMeasures> for Measures {
             completion_tokens: m.completion_tokens,
             running_ms: m.running_ms,
             paused_ms: m.paused_ms,
+            events: m.events,
+            webhooks: m.webhooks,
         }
     }
 }
@@ -56,6 +64,24 @@ pub(crate) struct ConversationLedger {
     total: Measures,
     /// Its calls by the model they asked for
     by_model: BTreeMap<String, Measures>,
+    /// Its sandbox now; absent when it has none
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    sandbox: Option<LedgerSandbox>,
+}
+
+/// A conversation's sandbox, as its ledger shows it.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct LedgerSandbox {
+    status: Status,
+    /// 1: 1 CPU and 2Gi requested
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = f64)]
+    resource_factor: Option<f64>,
+    /// Its start: warm or cold, why, and its phases
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    start: Option<StartTimeline>,
 }
 
 /// A rollup's row.
@@ -239,8 +265,14 @@ pub async fn conversation(
         .get_conversation_ledger(metadata::request(&headers, request))
         .await?
         .into_inner();
+    let sandbox = (ledger.sandbox_status() != SandboxStatus::Unspecified).then(|| LedgerSandbox {
+        status: ledger.sandbox_status().into(),
+        resource_factor: ledger.resource_factor,
+        start: ledger.start.clone().map(StartTimeline::from),
+    });
     Ok(Json(ConversationLedger {
         conversation_id: id,
+        sandbox,
         total: ledger.total.unwrap_or_default().into(),
         by_model: ledger
             .by_model
@@ -263,6 +295,7 @@ pub async fn conversation(
             status = 200,
             description = "A page of rows, by id (`format=csv`: a header line and a row a line)",
             content((Rollup = "application/json"), (String = "text/csv")),
+            headers(("X-Next-After" = String, description = "CSV: the next page's `after`, query-encoded; empty on the last page")),
         ),
         (status = 401, description = "Missing, invalid or expired admin token", body = DetailBody),
         (status = 403, description = "No admin password is configured: `Admin functionality is disabled`", body = DetailBody),
@@ -311,8 +344,13 @@ pub async fn rollup(
         })
         .collect();
     if query.csv {
+        // The next page's `after`, as a query value: ids are any text, headers ASCII.
+        let next: String = form_urlencoded::byte_serialize(page.next.as_bytes()).collect();
         return Ok((
-            [(header::CONTENT_TYPE, "text/csv; charset=utf-8")],
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+                (header::HeaderName::from_static("x-next-after"), next),
+            ],
             csv(&rows),
         )
             .into_response());
@@ -328,12 +366,12 @@ pub async fn rollup(
 /// `rows` as CSV (RFC 4180): a header line, then a row a line.
 fn csv(rows: &[RollupRow]) -> String {
     let mut text = String::from(
-        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,running_ms,paused_ms\r\n",
+        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,running_ms,paused_ms,events,webhooks\r\n",
     );
     for row in rows {
         let m = &row.measures;
         text.push_str(&format!(
-            "{},{},{},{},{},{},{},{}\r\n",
+            "{},{},{},{},{},{},{},{},{},{}\r\n",
             csv_text(&row.id),
             m.spend,
             m.calls,
@@ -341,7 +379,9 @@ fn csv(rows: &[RollupRow]) -> String {
             m.prompt_tokens,
             m.completion_tokens,
             m.running_ms,
-            m.paused_ms
+            m.paused_ms,
+            m.events,
+            m.webhooks
         ));
     }
     text

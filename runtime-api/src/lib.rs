@@ -6,6 +6,7 @@ pub mod ambient;
 pub mod auth;
 pub mod conversations;
 mod health;
+mod ledger;
 pub mod sandboxes;
 pub mod settings;
 mod validation;

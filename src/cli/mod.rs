@@ -39,6 +39,9 @@ pub enum Command {
     Edge(EdgeArgs),
     /// Manage warm runtime configurations of a running Sandgate (spec 4.1).
     Admin(AdminClientArgs),
+    /// Read the ledger of a running Sandgate: what conversations, teams, users, keys and
+    /// models cost.
+    Ledger(LedgerArgs),
     /// Check an install's settings, environment and secrets before deploying; exits 1 on
     /// an error.
     CheckConfig(CheckConfigArgs),
@@ -60,6 +63,7 @@ impl Command {
             Self::ModelGw(_) => "sandgate-model-gw",
             Self::Edge(_) => "sandgate-edge",
             Self::Admin(_) => "sandgate-admin",
+            Self::Ledger(_) => "sandgate-ledger",
             Self::CheckConfig(_) => "sandgate-check-config",
             Self::GenSecrets(_) => "sandgate-gen-secrets",
             Self::HealthCheck(_) => "sandgate-health-check",

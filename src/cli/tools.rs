@@ -48,6 +48,36 @@ pub enum AdminCommand {
     },
 }
 
+#[derive(Debug, Args)]
+pub struct LedgerArgs {
+    /// Base URL of Sandgate's REST edge, e.g. `http://127.0.0.1:8080`.
+    #[arg(long, env = "RUNTIME_API_URL")]
+    pub url: String,
+    /// The admin password: the ledger is read with the admin's token.
+    #[arg(long, env = "ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+    /// The first day (UTC, `2026-11-01`); without it, 30 days before `--to`.
+    #[arg(long, global = true)]
+    pub from: Option<String>,
+    /// The last day, included; without it, today.
+    #[arg(long, global = true)]
+    pub to: Option<String>,
+    #[command(subcommand)]
+    pub command: LedgerCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Print one conversation's ledger as JSON.
+    Conversation { id: String },
+    /// Print the ledger summed by team, user, key, model or conversation: every row, as
+    /// CSV (a header line, then a row a line).
+    Rollup {
+        #[arg(long, value_parser = ["team", "user", "key", "model", "conversation"])]
+        by: String,
+    },
+}
+
 /// Which service's settings `check-config` checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum CheckedService {

@@ -60,10 +60,14 @@ pub enum Measure {
     /// Milliseconds a conversation's sandbox ran, and was paused.
     RunningMs,
     PausedMs,
+    /// Events a conversation's agent-server posted that were stored (each once).
+    Events,
+    /// Conversation updates (webhook deliveries) accepted.
+    Webhooks,
 }
 
 impl Measure {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 9] = [
         Self::Spend,
         Self::Calls,
         Self::FailedCalls,
@@ -71,6 +75,8 @@ impl Measure {
         Self::CompletionTokens,
         Self::RunningMs,
         Self::PausedMs,
+        Self::Events,
+        Self::Webhooks,
     ];
 
     pub fn name(self) -> &'static str {
@@ -82,6 +88,8 @@ impl Measure {
             Self::CompletionTokens => "completion_tokens",
             Self::RunningMs => "running_ms",
             Self::PausedMs => "paused_ms",
+            Self::Events => "events",
+            Self::Webhooks => "webhooks",
         }
     }
 

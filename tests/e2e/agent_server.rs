@@ -57,6 +57,7 @@ fn requests_of(metrics: &str, route: &str) -> Vec<(String, String, f64)> {
 }
 
 async fn one_conversation(release: &str) {
+    let _turn = crate::common::real_agent_server_turn().await;
     let backend = Backend::embedded();
     let sandgate = SandgateProcess::spawn(&serve_args(&backend), &[]).await;
     let report = drive(

@@ -64,6 +64,7 @@ fn hyphenated(hex: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_app_server_runs_cold_warm_paused_and_resumed_conversations_on_sandgate() {
+    let _turn = crate::common::real_agent_server_turn().await;
     let python = tool("app-server/bin/python", REAL_CLIENTS);
     // The data directory in a parent only its owner enters, as under /root on a new
     // machine: sandboxes reach their folders through their own view, not through it.

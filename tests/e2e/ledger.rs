@@ -188,9 +188,9 @@ async fn a_conversation_s_calls_are_counted_exactly_across_replicas() {
     assert_eq!(
         lines,
         [
-            "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,running_ms,paused_ms",
-            "\"conv-a\",8,9,1,88,56,0,0",
-            "\"conv-b\",3,3,0,33,21,0,0",
+            "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,running_ms,paused_ms,events,webhooks",
+            "\"conv-a\",8,9,1,88,56,0,0,0,0",
+            "\"conv-b\",3,3,0,33,21,0,0,0,0",
         ],
         "{text}"
     );
@@ -243,6 +243,13 @@ async fn a_conversation_s_sandbox_time_is_counted_running_and_paused() {
         running_ms + paused_ms <= elapsed + 1,
         "{ledger} within {elapsed} ms"
     );
+    // Its sandbox as it is now, and how it started: cold, as no pool runs its image.
+    assert_eq!(ledger["sandbox"]["start"]["launch"], "cold", "{ledger}");
+    assert_eq!(
+        ledger["sandbox"]["start"]["cold_reason"], "no_pool",
+        "{ledger}"
+    );
+    assert_eq!(ledger["sandbox"]["status"], resumed["status"], "{ledger}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,4 +306,105 @@ async fn only_the_admin_reads_the_ledger() {
     let (status, body) = read(&sandgate, &token, "/api/ledger/conversations/never-seen").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["total"]["calls"], 0, "{body}");
+}
+
+/// Runs `sandgate ledger <args>` against `sandgate`.
+async fn ledger_cli(sandgate: &Sandgate, args: &[&str]) -> (bool, String, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandgate"))
+        .arg("ledger")
+        .args(args)
+        .env("RUNTIME_API_URL", sandgate.url(""))
+        .env("ADMIN_PASSWORD", crate::admin::PASSWORD)
+        .output()
+        .await
+        .expect("sandgate ledger");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_command_prints_a_conversation_and_every_page_of_a_rollup() {
+    let backend = Backend::embedded();
+    let upstream = FakeUpstream::start().await;
+    let config = config(&upstream);
+    let sandgate = replica(&backend, &config).await;
+    let token = login(&sandgate).await;
+    // More conversations than one page of the command's (1000 rows) would not be quick:
+    // 3 conversations, and the pages are the server's, checked above; here, that every
+    // row comes out once, with one header line.
+    for conversation in ["c-1", "c-2", "c-3"] {
+        let (status, body) = chat(&sandgate, MASTER_KEY, "gpt", Some(conversation)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    ledger_with(&sandgate, &token, "c-3", 1).await;
+    let (ok, out, err) = ledger_cli(&sandgate, &["rollup", "--by", "conversation"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<_> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[0].starts_with("id,spend,calls"), "{out}");
+    assert!(lines[3].starts_with("\"c-3\",1,1,"), "{out}");
+    let (ok, out, err) =
+        ledger_cli(&sandgate, &["conversation", "c-2", "--from", "2026-01-01"]).await;
+    assert!(ok, "{err}");
+    let ledger: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(ledger["total"]["calls"], 1, "{ledger}");
+    let (ok, _, err) = ledger_cli(&sandgate, &["rollup", "--by", "team", "--from", "soon"]).await;
+    assert!(!ok && err.contains("a day is written"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_s_updates_and_events_are_counted_once() {
+    let backend = Backend::embedded();
+    let upstream = FakeUpstream::start().await;
+    let config = config(&upstream);
+    let sandgate = replica(&backend, &config).await;
+    let token = login(&sandgate).await;
+    let id = crate::common::new_id();
+    let hex = id.replace('-', "");
+    for updated_at in ["2026-11-29T10:00:00Z", "2026-11-29T10:00:01Z"] {
+        sandgate
+            .deliver_ok(&crate::common::conversation(&id, updated_at, "running"))
+            .await;
+    }
+    let message = |event: &str| {
+        json!({
+            "kind": "MessageEvent", "id": event, "timestamp": "2026-11-29T10:00:02",
+            "source": "user",
+            "llm_message": {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            "activated_skills": [], "extended_content": [], "sender": null,
+        })
+    };
+    // Three events, one of them sent twice: stored, and counted, once each.
+    for batch in [
+        json!([message("e1"), message("e2")]),
+        json!([message("e2"), message("e3")]),
+    ] {
+        let response = sandgate
+            .client
+            .post(sandgate.url(&format!("/api/v1/webhooks/events/{hex}")))
+            .header("content-type", "application/json")
+            .header("x-session-api-key", crate::common::WEBHOOK_KEY)
+            .body(batch.to_string())
+            .send()
+            .await
+            .expect("events");
+        assert_eq!(
+            response.status(),
+            200,
+            "{}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+    let (status, ledger) = read(
+        &sandgate,
+        &token,
+        &format!("/api/ledger/conversations/{hex}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{ledger}");
+    assert_eq!(ledger["total"]["webhooks"], 2, "{ledger}");
+    assert_eq!(ledger["total"]["events"], 3, "{ledger}");
 }

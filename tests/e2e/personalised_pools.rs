@@ -17,6 +17,7 @@ use crate::process_sandboxes::{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dormant_warm_agent_server_takes_the_start_s_configuration_at_claim() {
+    let _turn = crate::common::real_agent_server_turn().await;
     let python = tool("agent-server-1.58.2/bin/python", REAL_CLIENTS);
     let data = tempfile::tempdir().expect("data dir");
     let command = json!([
@@ -172,6 +173,7 @@ fn chart_warm_runtimes() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chart_s_default_pool_is_claimed_by_the_app_server_s_start_and_cold_starts_say_why() {
+    let _turn = crate::common::real_agent_server_turn().await;
     let warm_runtimes = chart_warm_runtimes();
     let file = tempfile::NamedTempFile::new().expect("file");
     std::fs::write(file.path(), warm_runtimes.to_string()).expect("write");

@@ -57,6 +57,7 @@ fn sandbox_logs(data: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume() {
+    let _turn = crate::common::real_agent_server_turn().await;
     let (data, mut sandgate, steps) = drive(
         tool("app-server/bin/python", REAL_CLIENTS),
         "tests/real_clients/process_sandbox_drive.py",
@@ -98,6 +99,7 @@ async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_s_api_remote_workspace_creates_attaches_and_cleans_up() {
+    let _turn = crate::common::real_agent_server_turn().await;
     let (data, mut sandgate, steps) = drive(
         tool("agent-server-1.58.2/bin/python", REAL_CLIENTS),
         "tests/real_clients/remote_workspace_drive.py",

@@ -16,6 +16,8 @@ use tonic::{Request, Response, Status};
 use super::audit::{DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE};
 use super::{RuntimeAdminService, store_failed};
 use crate::sandboxes::ledger::so_far;
+use crate::sandboxes::service::{status, timeline};
+use sandgate_proto::sandboxes::v1::SandboxStatus;
 
 /// The days read when none are asked: the last 31 to today.
 const DEFAULT_DAYS: u32 = 30;
@@ -34,6 +36,8 @@ fn measures(counted: &BTreeMap<Measure, f64>) -> LedgerMeasures {
         completion_tokens: whole(Measure::CompletionTokens),
         running_ms: whole(Measure::RunningMs),
         paused_ms: whole(Measure::PausedMs),
+        events: whole(Measure::Events),
+        webhooks: whole(Measure::Webhooks),
     }
 }
 
@@ -75,16 +79,17 @@ impl RuntimeAdminService {
             .map_err(store_failed)?
             .remove(&id)
             .unwrap_or_default();
-        // The state its sandbox is in now, so far (counted in full once it leaves it).
+        // Its sandbox now; the state it is in, so far (counted in full once it leaves it).
         let now = self.clock.now_ms();
-        if (from..=to).contains(&day_of(now))
-            && let Some(record) = self
-                .store
-                .sandboxes
-                .sandbox_for_session(&id)
-                .await
-                .map_err(store_failed)?
-            && let Some((measure, ms)) = so_far(&record, now)
+        let sandbox = self
+            .store
+            .sandboxes
+            .sandbox_for_session(&id)
+            .await
+            .map_err(store_failed)?;
+        if let Some(record) = &sandbox
+            && (from..=to).contains(&day_of(now))
+            && let Some((measure, ms)) = so_far(record, now)
         {
             *total.entry(measure).or_default() += ms;
         }
@@ -104,6 +109,14 @@ impl RuntimeAdminService {
         Ok(Response::new(GetConversationLedgerResponse {
             total: Some(measures(&total)),
             by_model,
+            sandbox_status: sandbox
+                .as_ref()
+                .map_or(SandboxStatus::Unspecified, |record| status(record.state))
+                .into(),
+            resource_factor: sandbox
+                .as_ref()
+                .and_then(|record| record.spec.resource_factor),
+            start: sandbox.and_then(|record| record.timeline).map(timeline),
         }))
     }
 

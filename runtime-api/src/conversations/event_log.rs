@@ -78,6 +78,14 @@ impl ConversationsService {
         let outcome = outcome.ok_or_else(refused)?;
         metrics::counter!("sandgate_events_total", "outcome" => "stored")
             .increment(u64::from(outcome.stored));
+        crate::ledger::add(
+            &self.store,
+            &id.simple().to_string(),
+            sandgate_store::Measure::Events,
+            f64::from(outcome.stored),
+            None,
+        )
+        .await;
         metrics::counter!("sandgate_events_total", "outcome" => "duplicate")
             .increment(u64::from(outcome.duplicates));
         metrics::counter!("sandgate_events_total", "outcome" => "rejected")

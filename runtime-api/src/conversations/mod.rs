@@ -269,7 +269,16 @@ impl Conversations for ConversationsService {
     ) -> Result<Response<UpsertResponse>, Status> {
         let (principal, conversation) = self.admit(request).await?;
         self.active(&principal).await;
+        let id = conversation.1.id.simple().to_string();
         self.record(&principal, conversation).await?;
+        crate::ledger::add(
+            &self.store,
+            &id,
+            sandgate_store::Measure::Webhooks,
+            1.0,
+            None,
+        )
+        .await;
         Ok(Response::new(UpsertResponse { success: true }))
     }
 

@@ -34,15 +34,17 @@ fn time_in_state(before: &StoredSandbox, after: &StoredSandbox) -> Option<Ledger
     })
 }
 
-/// Adds the time `before` spent in the state `after` left to the ledger. A store that
-/// refuses it is logged and counted (`sandgate_ledger_failures_total`); the change stands.
+/// Adds the time `before` spent in the state `after` left to its conversation's ledger.
 pub(super) async fn count_time(store: &Store, before: &StoredSandbox, after: &StoredSandbox) {
-    let Some(count) = time_in_state(before, after) else {
-        return;
-    };
-    if let Err(err) = store.ledger.add_ledger(std::slice::from_ref(&count)).await {
-        metrics::counter!("sandgate_ledger_failures_total").increment(1);
-        tracing::error!(error = %err, conversation = %count.id, ms = count.amount, "sandbox time not added to the ledger");
+    if let Some(count) = time_in_state(before, after) {
+        crate::ledger::add(
+            store,
+            &count.id,
+            count.measure,
+            count.amount,
+            Some(after.changed_at_ms),
+        )
+        .await;
     }
 }
 

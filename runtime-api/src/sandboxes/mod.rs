@@ -15,7 +15,7 @@ pub mod process;
 pub mod process_isolation;
 pub mod quota;
 pub mod reconciler;
-mod service;
+pub(crate) mod service;
 pub mod spec;
 mod timeline;
 

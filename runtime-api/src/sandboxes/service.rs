@@ -83,7 +83,7 @@ impl SandboxesService {
     }
 }
 
-fn status(state: SandboxState) -> pb::SandboxStatus {
+pub(crate) fn status(state: SandboxState) -> pb::SandboxStatus {
     match state {
         SandboxState::Starting => pb::SandboxStatus::Starting,
         SandboxState::Running => pb::SandboxStatus::Running,
@@ -93,7 +93,7 @@ fn status(state: SandboxState) -> pb::SandboxStatus {
     }
 }
 
-fn timeline(timeline: Timeline) -> pb::StartTimeline {
+pub(crate) fn timeline(timeline: Timeline) -> pb::StartTimeline {
     pb::StartTimeline {
         launch: match timeline.launch {
             Launch::Warm => pb::Launch::Warm,

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::common::{Backend, RUNTIME_KEY, Sandgate};
 
-const PASSWORD: &str = "correct horse battery staple";
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
 const JWT_SECRET: &str = "an HMAC key of at least thirty-two bytes";
 /// Few iterations: the tests exercise the protocol, not the cost.
 const ITERATIONS: &str = "1000";

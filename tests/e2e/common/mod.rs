@@ -492,3 +492,12 @@ pub fn conversation(id: &str, updated_at: &str, status: &str) -> serde_json::Val
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
+
+/// A turn of the tests that run a real agent-server, two at a time. Each start costs about
+/// ten CPU-seconds of Python imports; beside the rest of the suite on two cores, several at
+/// once made a start outlast the real clients' own waits (the SDK's workspace gives up
+/// after two minutes). Held for the whole test.
+pub async fn real_agent_server_turn() -> tokio::sync::SemaphorePermit<'static> {
+    static TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    TURNS.acquire().await.expect("the turns are never closed")
+}
