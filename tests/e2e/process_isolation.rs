@@ -27,7 +27,8 @@ fn sandbox(session: &str, script: &str) -> Value {
         "image": "local/hostile",
         "command": serving(&format!("env > environment.txt; {script};")),
         "working_dir": "/workspace",
-        "environment": {"GREETING": "hello"},
+        // A session key of the spec's own would shut Sandgate's out: it is dropped.
+        "environment": {"GREETING": "hello", "OH_SESSION_API_KEYS_0": "the-spec-s-own-key"},
         "session_id": session,
     })
 }
@@ -121,6 +122,10 @@ async fn neither_sandgate_nor_a_neighbour_is_readable(uid: Option<u32>) {
         "it reads its own environment: {seen}"
     );
     assert!(!seen.contains(SANDGATE_SECRET), "Sandgate's secret leaked");
+    assert!(
+        !seen.contains("the-spec-s-own-key"),
+        "the spec's session key reached the sandbox: {seen}"
+    );
     assert!(!seen.contains(&neighbour_key), "the neighbour's key leaked");
     // Its own PID namespace. Unprivileged, the one process it sees is its own command, as
     // pid 1; under root, bubblewrap's second stage (the sandbox's uid's, which made its

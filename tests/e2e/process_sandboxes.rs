@@ -145,9 +145,10 @@ pub(crate) async fn until_session(
 /// directory it starts in served as files, and the agent-server's session-key check on
 /// `/api/…` (`X-Session-API-Key` against its `SESSION_API_KEY`: 200, else 401), which is
 /// what Sandgate asks before it calls a sandbox ready (issue 50, point 4).
+/// Its key as every agent-server release reads it: `OH_SESSION_API_KEYS_0` first.
 pub(crate) const AGENT_SERVER: &str = r#"
 import http.server, os
-KEY = os.environ.get("SESSION_API_KEY", "")
+KEY = os.environ.get("OH_SESSION_API_KEYS_0") or os.environ.get("SESSION_API_KEY", "")
 class Handler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self):
         if not self.path.startswith("/api/"):

@@ -52,6 +52,17 @@ pub struct SandboxKeys {
     pub secret: String,
 }
 
+/// Whether `name` is a variable an agent-server reads its session keys from that Sandgate
+/// does not set: the list `OH_SESSION_API_KEYS_<n>`, which every release reads *instead
+/// of* `SESSION_API_KEY` when its first item is set. A spec's are dropped on every driver:
+/// the session key is Sandgate's to give and to rotate, and with one of them set, the
+/// agent-server would refuse the key Sandgate issued (its sandbox never identified, its
+/// conversation unreachable with the key the platform holds).
+pub fn is_foreign_session_key(name: &str) -> bool {
+    name.strip_prefix("OH_SESSION_API_KEYS_")
+        .is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
+}
+
 impl std::fmt::Debug for SandboxKeys {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str("SandboxKeys(..)")
@@ -193,5 +204,30 @@ impl SandboxDriver for LocalDriver {
                 )
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_foreign_session_key;
+
+    #[test]
+    fn the_agent_server_s_list_of_session_keys_is_foreign_and_nothing_else() {
+        for name in [
+            "OH_SESSION_API_KEYS_0",
+            "OH_SESSION_API_KEYS_1",
+            "OH_SESSION_API_KEYS_12",
+        ] {
+            assert!(is_foreign_session_key(name), "{name}");
+        }
+        for name in [
+            "SESSION_API_KEY",
+            "OH_SESSION_API_KEYS_",
+            "OH_SESSION_API_KEYS_x",
+            "OH_SECRET_KEY",
+            "OH_SESSION_API_KEYS",
+        ] {
+            assert!(!is_foreign_session_key(name), "{name}");
+        }
     }
 }

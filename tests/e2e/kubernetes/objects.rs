@@ -16,7 +16,12 @@ use super::*;
 #[tokio::test]
 async fn create_makes_the_deployment_service_ingress_and_claim() {
     let (fake, driver) = start().await;
-    let record = sandbox("a1b2c3", Some("v1_current"));
+    let mut record = sandbox("a1b2c3", Some("v1_current"));
+    // A session key list of the spec's own would shut the sandbox's key out: dropped.
+    record
+        .spec
+        .environment
+        .insert("OH_SESSION_API_KEYS_0".into(), "the-spec-s-own-key".into());
     driver.create(&record, &keys(KEY)).await.expect("create");
 
     let deployment = object(&fake, DEPLOYMENTS, "sandbox-a1b2c3");
@@ -65,6 +70,10 @@ async fn create_makes_the_deployment_service_ingress_and_claim() {
         json!({"SESSION_API_KEY": KEY, "OH_SECRET_KEY": SECRET_KEY})
     );
     assert_eq!(env_value(container, "LOG_LEVEL"), Some("debug"));
+    assert!(
+        !deployment.to_string().contains("OH_SESSION_API_KEYS"),
+        "{deployment}"
+    );
     assert_eq!(
         env_value(container, "OH_WEBHOOKS_0_BASE_URL"),
         Some("https://app.example.com")

@@ -27,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::KubernetesOptions;
-use crate::sandboxes::driver::{SECRET_KEY_ENV, SandboxKeys};
+use crate::sandboxes::driver::{SECRET_KEY_ENV, SandboxKeys, is_foreign_session_key};
 use sandgate_store::StoredSandbox;
 pub use security::refusal;
 use security::{container_security_context, pod_security_context};
@@ -195,7 +195,10 @@ fn environment(sandbox: &StoredSandbox) -> Vec<EnvVar> {
         .spec
         .environment
         .iter()
-        .filter(|(name, _)| ![SESSION_KEY_ENV, SECRET_KEY_ENV].contains(&name.as_str()))
+        .filter(|(name, _)| {
+            ![SESSION_KEY_ENV, SECRET_KEY_ENV].contains(&name.as_str())
+                && !is_foreign_session_key(name)
+        })
         .map(|(name, value)| env(name, value))
         .chain([from_secret(SESSION_KEY_ENV), from_secret(SECRET_KEY_ENV)])
         .collect()

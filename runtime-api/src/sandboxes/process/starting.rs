@@ -17,7 +17,7 @@ use super::layout::{self, check_reach};
 use super::network::{self, Egress, Handshake};
 use super::view::{ARGS_FD, View, environment_args, top_of};
 use super::{LOG_FILE, PID_FILE, PORT_FILE, ProcessDriver};
-use crate::sandboxes::driver::{DriverError, SECRET_KEY_ENV, SandboxKeys};
+use crate::sandboxes::driver::{DriverError, SECRET_KEY_ENV, SandboxKeys, is_foreign_session_key};
 use crate::sandboxes::process_isolation::{Ids, RESERVED_TOPS, start_time};
 use sandgate_store::StoredSandbox;
 
@@ -108,6 +108,7 @@ impl ProcessDriver {
                 .spec
                 .environment
                 .iter()
+                .filter(|(name, _)| !is_foreign_session_key(name))
                 .map(|(name, value)| (name.clone(), value.clone())),
         );
         // Sandgate's keys over any the spec names, as on Kubernetes.
