@@ -96,7 +96,10 @@ impl LedgerStore for EmbeddedStore {
             if from > to {
                 return Ok(rows);
             }
-            let (start, end) = (day_prefix(scope, from), day_prefix(scope, to + 1));
+            let (start, end) = (
+                day_prefix(scope, from),
+                day_prefix(scope, to.saturating_add(1)),
+            );
             for entry in ledger
                 .range(start.as_str()..end.as_str())
                 .map_err(unavailable)?

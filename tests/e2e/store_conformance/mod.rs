@@ -9,6 +9,7 @@ mod admission;
 mod audit;
 mod conversations;
 mod gateway;
+mod ledger;
 mod orgs;
 mod redis_only;
 mod sandboxes;
