@@ -26,16 +26,23 @@ fn org_metadata() -> Value {
     json!({"version": 5, "model": "litellm_proxy/claude-sonnet"})
 }
 
-/// The fake upstream's usage is 11 prompt and 7 completion tokens a call: at these
-/// prices (powers of two, exact in binary), 11/32 + 21/32 = exactly 1.0 a call.
-fn config(upstream: &FakeUpstream) -> tempfile::NamedTempFile {
+/// An entry `name` of the fake upstream's model `model` whose call costs exactly 1.0: the
+/// upstream's usage is 11 prompt and 7 completion tokens a call, and at these prices
+/// (powers of two, exact in binary) 11/32 + 21/32 = 1.0.
+pub(crate) fn one_a_call(upstream: &FakeUpstream, name: &str, model: &str) -> String {
     let base = upstream.base();
-    file_with(&format!(
-        r#"model_list:
-  - model_name: gpt
-    litellm_params: {{model: openai/gpt-4o, api_base: "{base}/openai/v1", api_key: {UPSTREAM_KEY}}}
+    format!(
+        r#"  - model_name: {name}
+    litellm_params: {{model: openai/{model}, api_base: "{base}/openai/v1", api_key: {UPSTREAM_KEY}}}
     model_info: {{input_cost_per_token: 0.03125, output_cost_per_token: 0.09375}}
 "#
+    )
+}
+
+fn config(upstream: &FakeUpstream) -> tempfile::NamedTempFile {
+    file_with(&format!(
+        "model_list:\n{}",
+        one_a_call(upstream, "gpt", "gpt-4o")
     ))
 }
 

@@ -10,24 +10,17 @@ use serde_json::{Value, json};
 use crate::admin::{login, start};
 use crate::common::{Backend, RUNTIME_KEY, Sandgate, file_with};
 use crate::gateway_keys::{chat, generate, post, send};
+use crate::gateway_orgs::one_a_call;
 use crate::model_gateway::{FakeUpstream, MASTER_KEY, UPSTREAM_KEY};
 
-/// The fake upstream's usage is 11 prompt and 7 completion tokens a call: at these prices
-/// (powers of two, exact in binary), 11/32 + 21/32 = exactly 1.0 a call. `denied` answers
-/// 401: a failed call.
+/// Two models whose calls cost exactly 1.0 each (`one_a_call`), and `denied`, whose
+/// upstream answers 401: a failed call.
 fn config(upstream: &FakeUpstream) -> tempfile::NamedTempFile {
-    let base = upstream.base();
     file_with(&format!(
-        r#"model_list:
-  - model_name: gpt
-    litellm_params: {{model: openai/gpt-4o, api_base: "{base}/openai/v1", api_key: {UPSTREAM_KEY}}}
-    model_info: {{input_cost_per_token: 0.03125, output_cost_per_token: 0.09375}}
-  - model_name: small
-    litellm_params: {{model: openai/small, api_base: "{base}/openai/v1", api_key: {UPSTREAM_KEY}}}
-    model_info: {{input_cost_per_token: 0.03125, output_cost_per_token: 0.09375}}
-  - model_name: denied
-    litellm_params: {{model: openai/deny, api_base: "{base}/openai/v1", api_key: {UPSTREAM_KEY}}}
-"#
+        "model_list:\n{}{}  - model_name: denied\n    litellm_params: {{model: openai/deny, api_base: \"{}/openai/v1\", api_key: {UPSTREAM_KEY}}}\n",
+        one_a_call(upstream, "gpt", "gpt-4o"),
+        one_a_call(upstream, "small", "small"),
+        upstream.base(),
     ))
 }
 
