@@ -141,6 +141,16 @@ pub trait LedgerStore: Send + Sync + 'static {
         from: u32,
         to: u32,
     ) -> StoreResult<LedgerRows>;
+
+    /// The models `conversation`'s calls were counted for (its
+    /// [`LedgerScope::ConversationModel`] rows' models), so that a conversation's page
+    /// reads its own rows, not every conversation's.
+    async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>>;
+}
+
+/// The conversation and model of a [`LedgerScope::ConversationModel`] id.
+pub fn split_conversation_model(id: &str) -> Option<(&str, &str)> {
+    id.split_once('\u{1f}')
 }
 
 /// Adds a stored counter's `field` (`<measure>|<id>`) and `amount` to `rows`, when `ids`

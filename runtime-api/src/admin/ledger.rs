@@ -9,7 +9,7 @@ use sandgate_proto::admin::v1::{
     LedgerRollupRequest, LedgerRollupResponse, LedgerRow,
 };
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_store::ledger::{LEDGER_RETENTION_DAYS, conversation_model};
+use sandgate_store::ledger::{LEDGER_RETENTION_DAYS, conversation_model, split_conversation_model};
 use sandgate_store::{LedgerScope, Measure, day_of};
 use tonic::{Request, Response, Status};
 
@@ -93,17 +93,22 @@ impl RuntimeAdminService {
         {
             *total.entry(measure).or_default() += ms;
         }
-        // Its models are those the gateway counted for it: the conversation-model rows
-        // whose id starts with it.
-        let prefix = conversation_model(&id, "");
+        // Its models are those the gateway counted for it; their rows alone are read.
+        let ids: Vec<String> = ledger
+            .conversation_models(&id)
+            .await
+            .map_err(store_failed)?
+            .iter()
+            .map(|model| conversation_model(&id, model))
+            .collect();
         let by_model = ledger
-            .ledger_rollup(LedgerScope::ConversationModel, from, to)
+            .ledger_of(LedgerScope::ConversationModel, &ids, from, to)
             .await
             .map_err(store_failed)?
             .into_iter()
             .filter_map(|(key, counted)| {
-                let model = key.strip_prefix(&prefix)?.to_owned();
-                Some((model, measures(&counted)))
+                let (_, model) = split_conversation_model(&key)?;
+                Some((model.to_owned(), measures(&counted)))
             })
             .collect();
         Ok(Response::new(GetConversationLedgerResponse {

@@ -6,12 +6,15 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::{EmbeddedStore, unavailable};
 use crate::StoreResult;
+use crate::ledger::conversation_model;
 use crate::ledger::{
     LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure, add_field,
     field,
 };
 
 pub(super) const LEDGER: TableDefinition<&str, [u8; 8]> = TableDefinition::new("ledger");
+/// `<conversation>\x1f<model>` for each model a conversation's calls were counted for.
+pub(super) const LEDGER_MODELS: TableDefinition<&str, ()> = TableDefinition::new("ledger_models");
 
 fn day_prefix(scope: LedgerScope, day: u32) -> String {
     format!("{}\0{day:010}\0", scope.name())
@@ -27,6 +30,7 @@ impl LedgerStore for EmbeddedStore {
         let oldest = crate::orgs::day_of(crate::now_ms()).saturating_sub(LEDGER_RETENTION_DAYS);
         self.transact(move |txn| {
             let mut ledger = txn.open_table(LEDGER).map_err(unavailable)?;
+            let mut models = txn.open_table(LEDGER_MODELS).map_err(unavailable)?;
             for count in counts {
                 let name = format!(
                     "{}{}",
@@ -40,6 +44,9 @@ impl LedgerStore for EmbeddedStore {
                 ledger
                     .insert(name.as_str(), (stored + count.amount).to_le_bytes())
                     .map_err(unavailable)?;
+                if count.scope == LedgerScope::ConversationModel {
+                    models.insert(count.id.as_str(), ()).map_err(unavailable)?;
+                }
             }
             for scope in LedgerScope::ALL {
                 let (start, end) = (day_prefix(scope, 0), day_prefix(scope, oldest));
@@ -79,6 +86,24 @@ impl LedgerStore for EmbeddedStore {
                 }
             }
             Ok(rows)
+        })
+        .await
+    }
+
+    async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>> {
+        let prefix = conversation_model(conversation, "");
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let models = txn.open_table(LEDGER_MODELS).map_err(unavailable)?;
+            let mut found = Vec::new();
+            for entry in models.range(prefix.as_str()..).map_err(unavailable)? {
+                let (id, _) = entry.map_err(unavailable)?;
+                match id.value().strip_prefix(prefix.as_str()) {
+                    Some(model) => found.push(model.to_owned()),
+                    None => break,
+                }
+            }
+            Ok(found)
         })
         .await
     }

@@ -6,10 +6,16 @@ use async_trait::async_trait;
 
 use super::{RedisStore, unavailable};
 use crate::StoreResult;
+use crate::ledger::split_conversation_model;
 use crate::ledger::{
     LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure, add_field,
     field,
 };
+
+/// The set of a conversation's models.
+fn models_key(conversation: &str) -> String {
+    format!("sandgate:{{gateway-orgs}}:ledger-models:{conversation}")
+}
 
 fn day_key(scope: LedgerScope, day: u32) -> String {
     format!("sandgate:{{gateway-orgs}}:ledger:{}:{day}", scope.name())
@@ -32,6 +38,13 @@ impl LedgerStore for RedisStore {
                 .arg(count.amount)
                 .ignore();
             pipe.cmd("PEXPIRE").arg(&key).arg(keep_ms).ignore();
+            if count.scope == LedgerScope::ConversationModel
+                && let Some((conversation, model)) = split_conversation_model(&count.id)
+            {
+                let models = models_key(conversation);
+                pipe.cmd("SADD").arg(&models).arg(model).ignore();
+                pipe.cmd("PEXPIRE").arg(&models).arg(keep_ms).ignore();
+            }
         }
         let mut connection = self.write_connection();
         pipe.query_async::<()>(&mut connection)
@@ -71,6 +84,16 @@ impl LedgerStore for RedisStore {
             }
         }
         Ok(rows)
+    }
+
+    async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>> {
+        let mut models: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(models_key(conversation))
+            .query_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        models.sort();
+        Ok(models)
     }
 
     async fn ledger_rollup(

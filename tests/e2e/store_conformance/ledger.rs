@@ -82,6 +82,33 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
         models[&conversation_model("c1", "gpt")][&Measure::Calls],
         3.0
     );
+    // A conversation's models are its own, not those of an id it is a prefix of.
+    let other = conversation_model("c10", "small");
+    ledger
+        .add_ledger(&[count(
+            today,
+            LedgerScope::ConversationModel,
+            &other,
+            Measure::Calls,
+            1.0,
+        )])
+        .await
+        .expect("add");
+    assert_eq!(
+        ledger.conversation_models("c1").await.expect("models"),
+        ["gpt"]
+    );
+    assert_eq!(
+        ledger.conversation_models("c10").await.expect("models"),
+        ["small"]
+    );
+    assert!(
+        ledger
+            .conversation_models("c")
+            .await
+            .expect("models")
+            .is_empty()
+    );
     // An empty or reversed range reads nothing, and a range at the edge of the days
     // fails nothing.
     assert!(
