@@ -153,8 +153,8 @@ pub fn split_conversation_model(id: &str) -> Option<(&str, &str)> {
     id.split_once('\u{1f}')
 }
 
-/// Adds a stored counter's `field` (`<measure>|<id>`) and `amount` to `rows`, when `ids`
-/// is `None` or holds its id.
+/// Adds a stored counter's `field` (`<measure>|<id>`) and `amount` to `rows`; a field of
+/// no known measure is skipped.
 pub(crate) fn add_field(rows: &mut LedgerRows, field: &str, amount: f64) {
     let Some((measure, id)) = field.split_once('|') else {
         return;

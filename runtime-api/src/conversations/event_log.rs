@@ -83,7 +83,6 @@ impl ConversationsService {
             &id.simple().to_string(),
             sandgate_store::Measure::Events,
             f64::from(outcome.stored),
-            None,
         )
         .await;
         metrics::counter!("sandgate_events_total", "outcome" => "duplicate")

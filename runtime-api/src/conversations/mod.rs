@@ -271,14 +271,7 @@ impl Conversations for ConversationsService {
         self.active(&principal).await;
         let id = conversation.1.id.simple().to_string();
         self.record(&principal, conversation).await?;
-        crate::ledger::add(
-            &self.store,
-            &id,
-            sandgate_store::Measure::Webhooks,
-            1.0,
-            None,
-        )
-        .await;
+        crate::ledger::add(&self.store, &id, sandgate_store::Measure::Webhooks, 1.0).await;
         Ok(Response::new(UpsertResponse { success: true }))
     }
 

@@ -37,14 +37,7 @@ fn time_in_state(before: &StoredSandbox, after: &StoredSandbox) -> Option<Ledger
 /// Adds the time `before` spent in the state `after` left to its conversation's ledger.
 pub(super) async fn count_time(store: &Store, before: &StoredSandbox, after: &StoredSandbox) {
     if let Some(count) = time_in_state(before, after) {
-        crate::ledger::add(
-            store,
-            &count.id,
-            count.measure,
-            count.amount,
-            Some(after.changed_at_ms),
-        )
-        .await;
+        crate::ledger::add_count(store, count).await;
     }
 }
 
