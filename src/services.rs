@@ -331,6 +331,7 @@ pub(crate) fn edge_config(limits: &EdgeLimits, model_gw: Option<ModelGw>) -> Edg
         body_limit: limits.body_limit,
         gateway_body_limit: limits.gateway_body_limit,
         trusted_proxies: limits.trusted_proxies.clone(),
+        console: limits.console,
         conversation_schemas: sandgate_conversation::openapi_schemas(),
     }
 }

@@ -8,6 +8,7 @@ mod body;
 mod catalog;
 pub mod channel;
 mod client;
+mod console;
 mod conversations;
 mod error;
 mod gateway_types;
@@ -69,6 +70,8 @@ pub struct EdgeConfig {
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxies`); from any
     /// other peer the peer is the client.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Whether the operator console is served at `/console` (`--console`).
+    pub console: bool,
 }
 
 /// The edge's routes, calling the runtime API over `runtime_api`.
@@ -83,12 +86,17 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
         config.body_limit,
         config.trusted_proxies,
     );
-    router
+    let api = router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.body_limit))
-        .layer(axum::middleware::from_fn(observe::observe))
-        .with_state(state)
+        .with_state(state.clone());
+    let app = if config.console {
+        console::routes(api.clone(), state).merge(api)
+    } else {
+        api
+    };
+    app.layer(axum::middleware::from_fn(observe::observe))
 }
 
 /// The OpenAPI document `/openapi.json` serves, with `conversation_schemas` (the models'

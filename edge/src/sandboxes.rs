@@ -12,6 +12,7 @@ use sandgate_proto::sandboxes::v1::{
 };
 use serde_json::Value;
 
+use crate::client::ClientAddress;
 use crate::error::{ApiError, DetailBody, ValidationBody, after_caller};
 use crate::params::ShowAll;
 use crate::runtimes::{
@@ -271,6 +272,7 @@ async fn transition(
     transition: Transition,
     state: AppState,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Runtime>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
@@ -285,21 +287,33 @@ async fn transition(
     let sandbox = match transition {
         Transition::Pause => {
             client
-                .pause(metadata::request(&headers, PauseRequest { runtime_id }))
+                .pause(metadata::request_for(
+                    &headers,
+                    address,
+                    PauseRequest { runtime_id },
+                ))
                 .await?
                 .into_inner()
                 .sandbox
         }
         Transition::Resume => {
             client
-                .resume(metadata::request(&headers, ResumeRequest { runtime_id }))
+                .resume(metadata::request_for(
+                    &headers,
+                    address,
+                    ResumeRequest { runtime_id },
+                ))
                 .await?
                 .into_inner()
                 .sandbox
         }
         Transition::Stop => {
             client
-                .stop(metadata::request(&headers, StopRequest { runtime_id }))
+                .stop(metadata::request_for(
+                    &headers,
+                    address,
+                    StopRequest { runtime_id },
+                ))
                 .await?
                 .into_inner()
                 .sandbox
@@ -347,9 +361,10 @@ enum TransitionErrors {
 pub async fn pause(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Runtime>, ApiError> {
-    transition(Transition::Pause, state, headers, payload).await
+    transition(Transition::Pause, state, headers, address, payload).await
 }
 
 #[utoipa::path(
@@ -369,9 +384,10 @@ pub async fn pause(
 pub async fn resume(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Runtime>, ApiError> {
-    transition(Transition::Resume, state, headers, payload).await
+    transition(Transition::Resume, state, headers, address, payload).await
 }
 
 #[utoipa::path(
@@ -390,9 +406,10 @@ pub async fn resume(
 pub async fn stop(
     State(state): State<AppState>,
     headers: HeaderMap,
+    address: ClientAddress,
     payload: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Runtime>, ApiError> {
-    transition(Transition::Stop, state, headers, payload).await
+    transition(Transition::Stop, state, headers, address, payload).await
 }
 
 /// `GET /api/warm-runtime-pools`: each pool's target and counts.

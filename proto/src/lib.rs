@@ -31,6 +31,7 @@ pub fn client_address<T>(request: &tonic::Request<T>) -> Option<std::net::IpAddr
         .or_else(|| request.remote_addr().map(|address| address.ip()))
         .map(|address| address.to_canonical())
 }
+pub mod console_token;
 pub mod trace;
 
 pub mod errors {

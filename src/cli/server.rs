@@ -27,6 +27,10 @@ pub struct EdgeLimits {
     /// without it, `/metrics` is open.
     #[arg(long, env = "METRICS_API_KEY", hide_env_values = true)]
     pub metrics_api_key: Option<String>,
+    /// Serve the operator console at `/console`: pages in the browser that sign in with
+    /// the admin password or the master key (docs/console.md).
+    #[arg(long, env = "SANDGATE_CONSOLE")]
+    pub console: bool,
 }
 
 /// A CIDR (`10.0.0.0/8`) or a single address.

@@ -15,6 +15,7 @@ mod catalog;
 mod chart;
 mod coding_agents;
 mod coding_agents_acp;
+mod console;
 mod docs_links;
 mod event_store;
 mod events;

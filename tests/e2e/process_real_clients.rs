@@ -29,6 +29,9 @@ async fn drive(
             MASTER_KEY,
             "--gateway-allowed-upstream-hosts",
             "127.0.0.1",
+            crate::console::CONSOLE_FLAGS[0],
+            crate::console::CONSOLE_FLAGS[1],
+            crate::console::CONSOLE_FLAGS[2],
         ],
     )
     .await;
@@ -94,6 +97,9 @@ async fn the_app_server_runs_a_real_agent_server_that_posts_back_across_a_resume
     assert_eq!(steps.get("delete")["ok"], true);
     assert_eq!(steps.get("deleted")["found"], false);
     assert!(!data.path().join("sandboxes").join(&runtime_id).exists());
+    // The conversation, in the operator's console: what its agent's calls cost and how
+    // long its sandbox ran, as the API says.
+    crate::console::a_real_conversation_in_the_console(&sandgate.url(""), MASTER_KEY).await;
     sandgate.terminate().await;
 }
 

@@ -95,6 +95,10 @@ redis://:$(REDIS_PASSWORD)@redis:6379/0
 - name: SANDGATE_MODEL_GW_URL
   value: "http://model-gw:50052"
 {{- end }}
+{{- if .Values.sandgate.edge.console }}
+- name: SANDGATE_CONSOLE
+  value: "true"
+{{- end }}
 - name: SANDGATE_LOG_FORMAT
   value: json
 {{ include "sandgate.env.store" . }}

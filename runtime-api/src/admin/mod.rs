@@ -90,7 +90,7 @@ impl Default for AdminConfig {
 /// What is needed once an admin password is configured.
 struct Admin {
     password: PasswordCheck,
-    tokens: Tokens,
+    tokens: Arc<Tokens>,
 }
 
 /// The last list answered, kept until the saved configurations or the file change.
@@ -115,6 +115,14 @@ pub struct RuntimeAdminService {
     configs: Arc<WarmConfigSource>,
     clock: Arc<dyn Clock>,
     cached: Mutex<Option<Arc<Cached>>>,
+}
+
+/// The token of `authorization: Bearer <token>`.
+fn bearer(metadata: &MetadataMap) -> Option<&str> {
+    metadata
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        .and_then(sandgate_proto::bearer_token)
 }
 
 fn forbidden() -> Status {
@@ -155,9 +163,18 @@ impl RuntimeAdminService {
             });
             Admin {
                 password: PasswordCheck::new(password),
-                tokens: Tokens::new(&secret),
+                tokens: Arc::new(Tokens::new(&secret)),
             }
         });
+        if let Some(admin) = &admin {
+            let (tokens, clock) = (admin.tokens.clone(), clock.clone());
+            auth.admit_admin_tokens(Arc::new(move |metadata| {
+                metadata
+                    .get(crate::auth::ADMIN_TOKEN_HEADER)
+                    .and_then(|value| value.to_str().ok())
+                    .is_some_and(|token| tokens.verify(token, clock.now_ms()).is_ok())
+            }));
+        }
         Self {
             store,
             auth,
@@ -189,10 +206,7 @@ impl RuntimeAdminService {
     /// the gRPC services (the support bundle), which take the same admin token.
     pub fn authorize(&self, metadata: &MetadataMap) -> Result<(), Status> {
         let admin = self.admin()?;
-        let token = metadata
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .and_then(sandgate_proto::bearer_token)
+        let token = bearer(metadata)
             .ok_or_else(|| unauthenticated("Authorization: Bearer <admin token> is required"))?;
         admin
             .tokens

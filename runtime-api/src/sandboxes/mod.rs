@@ -120,6 +120,11 @@ pub struct Sandboxes {
 }
 
 impl Sandboxes {
+    /// Where an admin's changes to sandboxes are recorded.
+    pub(crate) fn audit_store(&self) -> &dyn sandgate_store::AuditStore {
+        self.store.audit.as_ref()
+    }
+
     pub fn new(
         store: Store,
         driver: Arc<dyn SandboxDriver>,

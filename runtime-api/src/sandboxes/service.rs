@@ -18,10 +18,10 @@ use super::spec::pool_spec;
 use super::{SandboxError, SandboxView, Sandboxes, pool_status};
 use crate::admin::configs;
 use crate::ambient::random_hex;
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Operator};
 use crate::validation;
 use sandgate_conversation::ValidationError;
-use sandgate_store::{Launch, SandboxSpec, SandboxState, StoredWarmConfig, Timeline};
+use sandgate_store::{AuditEntry, Launch, SandboxSpec, SandboxState, StoredWarmConfig, Timeline};
 
 /// Session ids and runtime ids longer than this are refused unread.
 const MAX_ID_LEN: usize = 128;
@@ -43,9 +43,13 @@ impl SandboxesService {
         Self { sandboxes, auth }
     }
 
-    fn proto(&self, view: SandboxView, with_key: bool) -> pb::Sandbox {
+    /// A sandbox as answered; `full`: with its session key and environment's values.
+    fn proto(&self, view: SandboxView, full: bool) -> pb::Sandbox {
         let record = view.record;
-        let spec = record.spec;
+        let mut spec = record.spec;
+        if !full {
+            spec.environment.clear();
+        }
         pb::Sandbox {
             runtime_id: record.runtime_id,
             session_id: record.session_id.unwrap_or_default(),
@@ -68,7 +72,7 @@ impl SandboxesService {
             restart_count: record.restarts.count,
             restart_reasons: record.restarts.reasons,
             timeline: record.timeline.map(timeline),
-            session_api_key: if with_key {
+            session_api_key: if full {
                 view.session_api_key
             } else {
                 String::new()
@@ -76,10 +80,31 @@ impl SandboxesService {
         }
     }
 
-    fn answer(&self, record: sandgate_store::StoredSandbox) -> pb::Sandbox {
-        // The caller holds the runtime API key, which may drive every sandbox: it gets the
-        // current session key, derived anew, never read from the store.
-        self.proto(self.sandboxes.view(record), true)
+    /// A runtime API key may drive every sandbox: it gets the current session key,
+    /// derived anew, never read from the store. The admin (the console, in a browser) gets
+    /// neither that key nor the start's environment: what it reads is shown on a page.
+    fn answer(&self, record: sandgate_store::StoredSandbox, operator: Operator) -> pb::Sandbox {
+        self.proto(
+            self.sandboxes.view(record),
+            operator == Operator::RuntimeKey,
+        )
+    }
+
+    /// An admin's pause or stop, in the audit log (a runtime API key's are the
+    /// platform's own calls, not an operator's).
+    async fn audit<T>(&self, operator: Operator, action: &str, request: &Request<T>, id: &str) {
+        if operator != Operator::Admin {
+            return;
+        }
+        let entry = AuditEntry {
+            at_ms: self.sandboxes.now_ms(),
+            actor: "admin".to_owned(),
+            source: sandgate_proto::client_address(request).map(|address| address.to_string()),
+            action: action.to_owned(),
+            target: id.to_owned(),
+            ..AuditEntry::default()
+        };
+        sandgate_store::audit::record(self.sandboxes.audit_store(), entry).await;
     }
 }
 
@@ -208,7 +233,7 @@ impl SandboxesApi for SandboxesService {
         &self,
         request: Request<StartRequest>,
     ) -> Result<Response<StartResponse>, Status> {
-        self.auth.runtime_api_key(request.metadata())?;
+        let operator = self.auth.runtime_api_key(request.metadata())?;
         let (spec, session_id) = start_spec(request.into_inner())?;
         let (record, claimed) = self
             .sandboxes
@@ -222,7 +247,7 @@ impl SandboxesApi for SandboxesService {
             "sandbox started"
         );
         Ok(Response::new(StartResponse {
-            sandbox: Some(self.answer(record)),
+            sandbox: Some(self.answer(record, operator)),
             claimed,
         }))
     }
@@ -231,7 +256,7 @@ impl SandboxesApi for SandboxesService {
         &self,
         request: Request<GetSessionRequest>,
     ) -> Result<Response<GetSessionResponse>, Status> {
-        self.auth.runtime_api_key(request.metadata())?;
+        let operator = self.auth.runtime_api_key(request.metadata())?;
         let session_id = request.into_inner().session_id;
         let found = if is_id(&session_id) {
             self.sandboxes.session(&session_id).await.map_err(failed)?
@@ -245,7 +270,7 @@ impl SandboxesApi for SandboxesService {
             ))
         })?;
         Ok(Response::new(GetSessionResponse {
-            sandbox: Some(self.answer(record)),
+            sandbox: Some(self.answer(record, operator)),
         }))
     }
 
@@ -253,7 +278,7 @@ impl SandboxesApi for SandboxesService {
         &self,
         request: Request<BatchGetSessionsRequest>,
     ) -> Result<Response<BatchGetSessionsResponse>, Status> {
-        self.auth.runtime_api_key(request.metadata())?;
+        let operator = self.auth.runtime_api_key(request.metadata())?;
         let ids = request.into_inner().session_ids;
         if ids.len() > MAX_BATCH {
             return Err(validation::failure(vec![configs::error(
@@ -271,7 +296,7 @@ impl SandboxesApi for SandboxesService {
                 None
             };
             sessions.push(pb::SessionSlot {
-                sandbox: found.map(|record| self.answer(record)),
+                sandbox: found.map(|record| self.answer(record, operator)),
             });
         }
         Ok(Response::new(BatchGetSessionsResponse { sessions }))
@@ -281,12 +306,12 @@ impl SandboxesApi for SandboxesService {
         &self,
         request: Request<ListSandboxesRequest>,
     ) -> Result<Response<ListSandboxesResponse>, Status> {
-        self.auth.runtime_api_key(request.metadata())?;
+        let operator = self.auth.runtime_api_key(request.metadata())?;
         let records = self.sandboxes.list().await.map_err(failed)?;
         Ok(Response::new(ListSandboxesResponse {
             sandboxes: records
                 .into_iter()
-                .map(|record| self.answer(record))
+                .map(|record| self.answer(record, operator))
                 .collect(),
         }))
     }
@@ -295,12 +320,13 @@ impl SandboxesApi for SandboxesService {
         &self,
         request: Request<PauseRequest>,
     ) -> Result<Response<PauseResponse>, Status> {
-        self.auth.runtime_api_key(request.metadata())?;
-        let id = runtime_id(request.into_inner().runtime_id)?;
+        let operator = self.auth.runtime_api_key(request.metadata())?;
+        let id = runtime_id(request.get_ref().runtime_id.clone())?;
         let record = self.sandboxes.pause(&id).await.map_err(failed)?;
+        self.audit(operator, "sandbox.pause", &request, &id).await;
         tracing::info!(runtime_id = %id, "sandbox paused");
         Ok(Response::new(PauseResponse {
-            sandbox: Some(self.answer(record)),
+            sandbox: Some(self.answer(record, operator)),
         }))
     }
 
@@ -308,22 +334,23 @@ impl SandboxesApi for SandboxesService {
         &self,
         request: Request<ResumeRequest>,
     ) -> Result<Response<ResumeResponse>, Status> {
-        self.auth.runtime_api_key(request.metadata())?;
+        let operator = self.auth.runtime_api_key(request.metadata())?;
         let id = runtime_id(request.into_inner().runtime_id)?;
         let record = self.sandboxes.resume(&id).await.map_err(failed)?;
         tracing::info!(runtime_id = %id, image = %record.spec.image, "sandbox resumed");
         Ok(Response::new(ResumeResponse {
-            sandbox: Some(self.answer(record)),
+            sandbox: Some(self.answer(record, operator)),
         }))
     }
 
     async fn stop(&self, request: Request<StopRequest>) -> Result<Response<StopResponse>, Status> {
-        self.auth.runtime_api_key(request.metadata())?;
-        let id = runtime_id(request.into_inner().runtime_id)?;
+        let operator = self.auth.runtime_api_key(request.metadata())?;
+        let id = runtime_id(request.get_ref().runtime_id.clone())?;
         let record = self.sandboxes.stop(&id).await.map_err(failed)?;
+        self.audit(operator, "sandbox.stop", &request, &id).await;
         tracing::info!(runtime_id = %id, "sandbox stopped");
         Ok(Response::new(StopResponse {
-            sandbox: Some(self.answer(record)),
+            sandbox: Some(self.answer(record, operator)),
         }))
     }
 

@@ -1,0 +1,337 @@
+//! The operator console (issue 52, point 3), in a real browser and from the hostile side.
+//!
+//! One conversation is set up as a platform makes it: its sandbox started, its agent's
+//! calls through the gateway under its session, its updates posted, then paused. Tenant
+//! strings carry markup and script payloads. The browser signs in both ways, reads the
+//! conversation's ledger (equal to what the API says), changes a pool's count, revokes a
+//! key and finds both in the audit log; every page is screenshotted and checked for
+//! anything a payload could have made or run.
+
+mod browser;
+mod hostile;
+mod real;
+
+pub(crate) use real::{CONSOLE_FLAGS, a_real_conversation_in_the_console};
+
+use serde_json::{Value, json};
+
+use crate::admin::{PASSWORD, login, put, start};
+use crate::common::{Backend, RUNTIME_KEY, Sandgate, file_with};
+use crate::gateway_keys::{chat, generate, send};
+use crate::model_gateway::{FakeUpstream, MASTER_KEY, UPSTREAM_KEY};
+use browser::Browser;
+
+/// A payload for place `n`: it breaks out of an attribute, makes an image whose error
+/// handler runs, and a script; each sets `window.__pwned` to `n` if it runs. No
+/// whitespace, so that it passes where names may hold none (image references).
+fn payload(n: u32) -> String {
+    format!("\"><img/src=x/onerror=window.__pwned={n}><script>window.__pwned={n}</script>")
+}
+
+/// A gateway with `gpt` (1.0 a call) and a model whose name is a payload.
+fn gateway_config(upstream: &FakeUpstream) -> tempfile::NamedTempFile {
+    let base = upstream.base();
+    let entry = |name: &str| {
+        format!(
+            "  - model_name: '{name}'\n    litellm_params: {{model: openai/gpt-4o, api_base: \"{base}/openai/v1\", api_key: {UPSTREAM_KEY}}}\n    model_info: {{input_cost_per_token: 0.03125, output_cost_per_token: 0.09375}}\n"
+        )
+    };
+    file_with(&format!(
+        "model_list:\n{}{}",
+        entry("gpt"),
+        entry(&payload(1))
+    ))
+}
+
+pub(crate) async fn console_sandgate(
+    backend: &Backend,
+    config: &tempfile::NamedTempFile,
+) -> Sandgate {
+    let path = config.path().display().to_string();
+    start(
+        backend,
+        None,
+        &[
+            "--console",
+            "--gateway-config",
+            &path,
+            "--proxy-master-key",
+            MASTER_KEY,
+        ],
+    )
+    .await
+}
+
+fn runtime(sandgate: &Sandgate, path: &str, body: Value) -> reqwest::RequestBuilder {
+    sandgate
+        .client
+        .post(sandgate.url(path))
+        .header("x-api-key", RUNTIME_KEY)
+        .json(&body)
+}
+
+/// What the browser test set up.
+struct Conversation {
+    id: String,
+    key: String,
+    key_alias: String,
+}
+
+/// A conversation as a platform makes one, with payloads in what its tenant names.
+async fn conversation(sandgate: &Sandgate) -> Conversation {
+    let uuid = crate::common::new_id();
+    let id = uuid.replace('-', "");
+    let (status, started) = send(runtime(
+        sandgate,
+        "/start",
+        json!({"image": format!("ghcr.io/acme/agent{}", payload(2)), "command": ["agent"],
+               "working_dir": "/workspace", "environment": {}, "session_id": id}),
+    ))
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
+    let key_alias = format!("console-key{}", payload(3));
+    let (key, _) = generate(
+        sandgate,
+        &json!({"key_alias": key_alias, "user_id": format!("user{}", payload(4)),
+                "team_id": "console-team"}),
+    )
+    .await;
+    for model in ["gpt".to_owned(), payload(1)] {
+        let (status, body) = chat(sandgate, &key, &model, Some(&id)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let mut update = crate::common::conversation(&uuid, "2026-11-29T10:00:00Z", "running");
+    update["title"] = payload(5).into();
+    update["tags"] = json!({"project": payload(6)});
+    sandgate.deliver_ok(&update).await;
+    let (status, paused) = send(runtime(
+        sandgate,
+        "/pause",
+        json!({"runtime_id": runtime_id}),
+    ))
+    .await;
+    assert_eq!(status, 200, "{paused}");
+    Conversation { id, key, key_alias }
+}
+
+/// The conversation's ledger once both calls are counted.
+async fn ledger(sandgate: &Sandgate, token: &str, id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, ledger) = send(
+            sandgate
+                .client
+                .get(sandgate.url(&format!("/api/ledger/conversations/{id}")))
+                .bearer_auth(token),
+        )
+        .await;
+        assert_eq!(status, 200, "{ledger}");
+        if ledger["total"]["calls"] == 2 || tokio::time::Instant::now() > deadline {
+            return ledger;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+async fn sign_in(browser: &Browser, base: &str) {
+    sign_in_at(browser, base, MASTER_KEY).await;
+}
+
+/// Signs in with the admin password, then with `master_key`, as an operator does.
+async fn sign_in_at(browser: &Browser, base: &str, master_key: &str) {
+    browser
+        .client
+        .goto(&format!("{base}/console"))
+        .await
+        .expect("console");
+    let password = browser.find("#password-login input").await;
+    password.send_keys(PASSWORD).await.expect("type");
+    browser
+        .find("#password-login button")
+        .await
+        .click()
+        .await
+        .expect("sign in");
+    browser.until_heading("Overview").await;
+    browser.page(base, "login", "Sign in").await;
+    browser
+        .find("#master-login input")
+        .await
+        .send_keys(master_key)
+        .await
+        .expect("type");
+    browser
+        .find("#master-login button")
+        .await
+        .click()
+        .await
+        .expect("sign in");
+    browser.until_heading("Overview").await;
+    browser
+        .until_text("Signed in: admin password and master key")
+        .await;
+}
+
+/// Nothing a payload planted made an element or ran, on the page shown now.
+async fn nothing_injected(browser: &Browser, page: &str) {
+    let found = browser.injected().await;
+    assert_eq!(
+        found,
+        json!({"pwned": null, "images": 0, "scripts": 1, "handlers": 0}),
+        "on {page}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_browser() {
+    let backend = Backend::embedded();
+    let upstream = FakeUpstream::start().await;
+    let config = gateway_config(&upstream);
+    let sandgate = console_sandgate(&backend, &config).await;
+    let token = login(&sandgate).await;
+    let pool = json!({"image": "ghcr.io/acme/pool:1", "working_dir": "/workspace",
+                      "command": ["agent"], "environment": {"POOL_SECRET": "s3cret-pool-value"},
+                      "count": 1});
+    let (status, body) = put(&sandgate, &token, "console-pool", &pool).await;
+    assert!(status.is_success(), "{body}");
+    let conversation = conversation(&sandgate).await;
+    let expected = ledger(&sandgate, &token, &conversation.id).await;
+    assert_eq!(expected["total"]["calls"], 2, "{expected}");
+
+    let browser = Browser::start().await;
+    let base = sandgate.url("");
+    sign_in(&browser, &base).await;
+    browser.screenshot("overview").await;
+    nothing_injected(&browser, "overview").await;
+
+    // The conversation's ledger: what the API says, to the unit.
+    browser
+        .page(
+            &base,
+            &format!("conversation/{}", conversation.id),
+            "Conversation",
+        )
+        .await;
+    let spend = browser.find("#ledger-spend").await;
+    let shown: f64 = spend
+        .attr("data-value")
+        .await
+        .expect("attribute")
+        .expect("spend")
+        .parse()
+        .expect("number");
+    assert_eq!(shown, expected["total"]["spend"].as_f64().expect("spend"));
+    assert_eq!(shown, 2.0, "two calls at 1.0 each");
+    let running = browser.find("#ledger-running").await;
+    let running_ms: u64 = running
+        .attr("data-value")
+        .await
+        .expect("attribute")
+        .expect("running")
+        .parse()
+        .expect("number");
+    assert_eq!(
+        running_ms,
+        expected["total"]["running_ms"].as_u64().expect("ms"),
+        "the sandbox is paused: its running time no longer moves"
+    );
+    // Tenant strings are shown as the text they are.
+    let text = browser.until_text(&payload(5)).await;
+    assert!(text.contains(&payload(6)), "{text}");
+    assert!(text.contains(&payload(1)), "{text}");
+    browser.screenshot("conversation").await;
+    nothing_injected(&browser, "conversation").await;
+    // The page follows a new call without a reload.
+    let (status, body) = chat(&sandgate, &conversation.key, "gpt", Some(&conversation.id)).await;
+    assert_eq!(status, 200, "{body}");
+    browser
+        .until_attribute("#ledger-spend", "data-value", "3")
+        .await;
+
+    browser.page(&base, "conversations", "Conversations").await;
+    browser.until_text(&conversation.id).await;
+    browser.screenshot("conversations").await;
+    nothing_injected(&browser, "conversations").await;
+
+    // A pool's count, changed.
+    browser.page(&base, "pools", "Pools and sandboxes").await;
+    let text = browser.until_text("console-pool").await;
+    assert!(
+        !text.contains("s3cret-pool-value"),
+        "an environment value shown"
+    );
+    assert!(text.contains(&payload(2)), "the image, as text: {text}");
+    let count = browser.find("#count-console-pool").await;
+    count.clear().await.expect("clear");
+    count.send_keys("2").await.expect("type");
+    browser
+        .find("#count-console-pool + button")
+        .await
+        .click()
+        .await
+        .expect("set count");
+    browser.until_text("Pool console-pool set to 2.").await;
+    let (_, configs) = send(
+        sandgate
+            .client
+            .get(sandgate.url("/api/warm-runtime-configs"))
+            .header("x-api-key", RUNTIME_KEY),
+    )
+    .await;
+    let count_now = configs["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .find(|config| config["name"] == "console-pool")
+        .map(|config| config["count"].clone());
+    assert_eq!(count_now, Some(json!(2)), "{configs}");
+    browser.screenshot("pools").await;
+    nothing_injected(&browser, "pools").await;
+
+    // A key, revoked.
+    browser.page(&base, "keys", "Teams, users and keys").await;
+    browser.until_text(&conversation.key_alias).await;
+    browser.screenshot("keys").await;
+    nothing_injected(&browser, "keys").await;
+    let revoke = browser
+        .client
+        .wait()
+        .for_element(fantoccini::Locator::XPath(
+            "//tr[td[starts-with(text(), 'console-key')]]//button[text()='Revoke']",
+        ))
+        .await
+        .expect("the key's revoke button");
+    revoke.click().await.expect("revoke");
+    browser.until_text("revoked.").await;
+    let (status, listed) = send(
+        sandgate
+            .client
+            .get(sandgate.url("/key/list?return_full_object=true"))
+            .bearer_auth(MASTER_KEY),
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    assert!(
+        !listed.to_string().contains("console-key"),
+        "the key is still there: {listed}"
+    );
+
+    browser.page(&base, "spend", "Spend").await;
+    browser.until_text("Spend by team, per day").await;
+    browser
+        .find("svg[aria-label='Spend by model, per day'] rect")
+        .await;
+    browser.screenshot("spend").await;
+    nothing_injected(&browser, "spend").await;
+
+    // Both changes, in the audit log.
+    browser.page(&base, "audit", "Audit log").await;
+    let text = browser.until_text("key.delete").await;
+    assert!(text.contains("warm_config.put"), "{text}");
+    assert!(text.contains("console-pool"), "{text}");
+    browser.screenshot("audit").await;
+    nothing_injected(&browser, "audit").await;
+
+    browser.client.clone().close().await.expect("close");
+}
