@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use sandgate_store::ledger::conversation_model;
+use sandgate_store::ledger::{conversation_id, conversation_model};
 use sandgate_store::{LedgerCount, LedgerScope, Measure, SpendLogEntry, day_of};
 
 /// Counts summed per day, scope, id and measure until they are written.
@@ -30,15 +30,19 @@ pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
             entry.spend.filter(|spend| spend.is_finite()).unwrap_or(0.0),
         ),
     ];
+    // The conversation as the runtime API names it (a UUID as its 32 hex digits).
+    let conversation = entry
+        .session_id
+        .as_deref()
+        .map(|session| conversation_id(session).into_owned());
     let scopes = [
-        (LedgerScope::Conversation, entry.session_id.clone()),
         (
             LedgerScope::ConversationModel,
-            entry
-                .session_id
+            conversation
                 .as_ref()
-                .map(|session| conversation_model(session, &entry.model)),
+                .map(|conversation| conversation_model(conversation, &entry.model)),
         ),
+        (LedgerScope::Conversation, conversation),
         (LedgerScope::Team, entry.team_id.clone()),
         (LedgerScope::User, entry.key_user_id.clone()),
         (LedgerScope::Key, entry.api_key.clone()),

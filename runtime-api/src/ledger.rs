@@ -1,5 +1,9 @@
 //! What the runtime API adds to a conversation's ledger: its sandbox's time (see
-//! `sandboxes::ledger`), the events it posted and the updates it delivered.
+//! `sandboxes::ledger`), the events it posted and the updates it delivered; and which
+//! conversation a sandbox serves, when the platform's sandbox and conversation ids differ.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 use sandgate_store::{LedgerCount, LedgerScope, Measure, Store, day_of};
 
@@ -32,5 +36,65 @@ pub(crate) async fn add_count(store: &Store, count: LedgerCount) {
             amount = count.amount,
             "not added to the ledger"
         );
+    }
+}
+
+/// The sandboxes this process has linked to their conversation already, so that a
+/// sandbox's deliveries after its first cost no store read. Bounded: past it, it starts
+/// again (a link made twice stays the first).
+#[derive(Default)]
+pub(crate) struct SessionLinks(Mutex<HashSet<String>>);
+
+const MAX_LINKED: usize = 10_000;
+
+impl SessionLinks {
+    /// Links the session of sandbox `runtime_id` to `conversation`, the conversation it
+    /// delivered: the app server names its sandboxes apart from their conversations, and
+    /// the sandbox's time is its conversation's. A failure is logged; the delivery stands.
+    pub(crate) async fn link(&self, store: &Store, runtime_id: &str, conversation: &str) {
+        if self
+            .0
+            .lock()
+            .is_ok_and(|linked| linked.contains(runtime_id))
+        {
+            return;
+        }
+        let linked = match store.sandboxes.sandbox(runtime_id).await {
+            Ok(Some(sandbox)) => match sandbox.session_id {
+                Some(session) if session != conversation => {
+                    store.ledger.link_session(&session, conversation).await
+                }
+                _ => Ok(()),
+            },
+            Ok(None) => Ok(()),
+            Err(err) => Err(err),
+        };
+        match linked {
+            Ok(()) => {
+                if let Ok(mut seen) = self.0.lock() {
+                    if seen.len() >= MAX_LINKED {
+                        seen.clear();
+                    }
+                    seen.insert(runtime_id.to_owned());
+                }
+            }
+            Err(err) => {
+                metrics::counter!("sandgate_ledger_failures_total").increment(1);
+                tracing::error!(error = %err, runtime_id, "sandbox not linked to its conversation");
+            }
+        }
+    }
+}
+
+/// The conversation the time of the sandbox session `session` counts to: the one it
+/// is linked to, else the session itself.
+pub(crate) async fn conversation_of_session(store: &Store, session: String) -> String {
+    match store.ledger.session_conversation(&session).await {
+        Ok(Some(conversation)) => conversation,
+        Ok(None) => session,
+        Err(err) => {
+            tracing::warn!(error = %err, "a sandbox session's link not read; its own id counts");
+            session
+        }
     }
 }

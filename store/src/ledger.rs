@@ -119,13 +119,22 @@ pub fn conversation_model(conversation: &str, model: &str) -> String {
 /// How long a day's counters are kept after their day.
 pub const LEDGER_RETENTION_DAYS: u32 = 400;
 
+/// A page of a rollup: the rows of the ids after the page's start, in order, and how many
+/// ids the days hold in all.
+#[derive(Debug, Default, PartialEq)]
+pub struct LedgerPage {
+    pub rows: LedgerRows,
+    /// The last id of the page, when more follow.
+    pub next: Option<String>,
+    pub total: u64,
+}
+
 #[async_trait]
 pub trait LedgerStore: Send + Sync + 'static {
-    /// Adds `counts`, all or none.
+    /// Adds `counts`, at once.
     async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()>;
 
-    /// The counters of `ids` of `scope` over the days `from..=to`, summed; an id without
-    /// any is left out.
+    /// The rows of `ids`, summed over the days `from..=to`.
     async fn ledger_of(
         &self,
         scope: LedgerScope,
@@ -134,21 +143,74 @@ pub trait LedgerStore: Send + Sync + 'static {
         to: u32,
     ) -> StoreResult<LedgerRows>;
 
-    /// Every id of `scope` counted in the days `from..=to`, its counters summed.
-    async fn ledger_rollup(
+    /// The ids counted in `scope` on the days `from..=to` that sort after `after`, at
+    /// most `limit` of them, in order, and how many distinct ids those days hold. Read
+    /// from an index of the ids (not the counters), so a page costs its own rows whatever
+    /// the days hold. `ConversationModel` has no index: it is read by conversation.
+    async fn ledger_ids(
         &self,
         scope: LedgerScope,
         from: u32,
         to: u32,
-    ) -> StoreResult<LedgerRows>;
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<(Vec<String>, u64)>;
 
-    /// The models `conversation`'s calls were counted for (its
-    /// [`LedgerScope::ConversationModel`] rows' models), so that a conversation's page
-    /// reads its own rows, not every conversation's.
+    /// The models a conversation's calls were counted for.
     async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>>;
+
+    /// Links a sandbox's session to the conversation it serves, both ways, unless the
+    /// session is linked already (its first conversation keeps it). Kept as long as the
+    /// ledger's days.
+    async fn link_session(&self, session: &str, conversation: &str) -> StoreResult<()>;
+
+    /// The conversation a sandbox's session serves, once linked.
+    async fn session_conversation(&self, session: &str) -> StoreResult<Option<String>>;
+
+    /// The session of the sandbox that serves `conversation`, once linked.
+    async fn conversation_session(&self, conversation: &str) -> StoreResult<Option<String>>;
+
+    /// A page of the rollup of `scope` over `from..=to`: the rows of at most `limit` ids
+    /// after `after`.
+    async fn ledger_page(
+        &self,
+        scope: LedgerScope,
+        from: u32,
+        to: u32,
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<LedgerPage> {
+        if from > to || limit == 0 {
+            return Ok(LedgerPage::default());
+        }
+        let (mut ids, total) = self.ledger_ids(scope, from, to, after, limit + 1).await?;
+        let next = (ids.len() > limit).then(|| {
+            ids.truncate(limit);
+            ids[limit - 1].clone()
+        });
+        let rows = self.ledger_of(scope, &ids, from, to).await?;
+        Ok(LedgerPage { rows, next, total })
+    }
 }
 
-/// The conversation and model of a [`LedgerScope::ConversationModel`] id.
+/// The first `limit` of the ids each day gave, merged in order without repeats.
+pub(crate) fn merge_ids(days: impl IntoIterator<Item = Vec<String>>, limit: usize) -> Vec<String> {
+    let merged: std::collections::BTreeSet<String> = days.into_iter().flatten().collect();
+    merged.into_iter().take(limit).collect()
+}
+
+/// A conversation's id as the ledger keeps it: a UUID, however written (the agent-server
+/// names its conversation with dashes in the calls' session header, its webhooks carry
+/// it as JSON), as its 32 lowercase hex digits; any other id as it is.
+pub fn conversation_id(id: &str) -> std::borrow::Cow<'_, str> {
+    match uuid::Uuid::try_parse(id) {
+        Ok(uuid) if id.len() != 32 || id.bytes().any(|byte| byte.is_ascii_uppercase()) => {
+            std::borrow::Cow::Owned(uuid.simple().to_string())
+        }
+        _ => std::borrow::Cow::Borrowed(id),
+    }
+}
+
 pub fn split_conversation_model(id: &str) -> Option<(&str, &str)> {
     id.split_once('\u{1f}')
 }
@@ -172,4 +234,25 @@ pub(crate) fn add_field(rows: &mut LedgerRows, field: &str, amount: f64) {
 /// A counter's field within its scope and day.
 pub(crate) fn field(measure: Measure, id: &str) -> String {
     format!("{}|{id}", measure.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conversation_id;
+
+    #[test]
+    fn a_uuid_is_kept_as_its_hex_digits_however_written() {
+        let hex = "a3485230860f42cca690a0288e0d1624";
+        for written in [
+            "a3485230-860f-42cc-a690-a0288e0d1624",
+            "A3485230-860F-42CC-A690-A0288E0D1624",
+            "A3485230860F42CCA690A0288E0D1624",
+            hex,
+        ] {
+            assert_eq!(conversation_id(written), hex, "{written}");
+        }
+        for other in ["3s2MiE5Xhwi4leHf83U3pj", "conv-a", ""] {
+            assert_eq!(conversation_id(other), other);
+        }
+    }
 }

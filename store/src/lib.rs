@@ -48,7 +48,7 @@ pub use events::{
     StoredEvent,
 };
 pub use keys::{KeySpend, KeyStore, SpendCounters, StoredKey};
-pub use ledger::{LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure};
+pub use ledger::{LedgerCount, LedgerPage, LedgerRows, LedgerScope, LedgerStore, Measure};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use orgs::{
     BudgetPeriod, DaySpend, OrgStore, RateLimits, SpendCount, SpendScope, StoredTeam, StoredUser,

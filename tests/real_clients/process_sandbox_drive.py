@@ -86,6 +86,8 @@ async def main() -> None:
             "api_base": f"http://127.0.0.1:{llm.server_address[1]}/v1",
             "api_key": "sk-up",
         },
+        # Priced, so that the conversation's ledger has a spend to show.
+        "model_info": {"input_cost_per_token": 0.001, "output_cost_per_token": 0.002},
     })
     added.raise_for_status()
     generated = httpx.post(f"{args.url}/key/generate", headers=master, json={"models": ["fake"]})

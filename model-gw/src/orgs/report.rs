@@ -4,6 +4,7 @@
 
 use sandgate_proto::error::ErrorDetail;
 use sandgate_proto::models::v1::ListSpendLogsRequest;
+use sandgate_store::ledger::conversation_id;
 use sandgate_store::orgs::DAY_SPEND_RETENTION_DAYS;
 use sandgate_store::{SpendLogEntry, SpendScope, Store, day_of};
 use serde_json::{Map, Value, json};
@@ -161,7 +162,12 @@ pub(crate) fn listed(filter: &ListFilter, entry: &SpendLogEntry) -> bool {
     is(&filter.token, &entry.api_key)
         && is(&filter.user_id, &entry.key_user_id)
         && is(&filter.team_id, &entry.team_id)
-        && is(&filter.session_id, &entry.session_id)
+        // A session as the ledger names its conversation: a UUID however written.
+        && filter.session_id.as_deref().is_none_or(|wanted| {
+            entry.session_id.as_deref().is_some_and(|session| {
+                conversation_id(session) == conversation_id(wanted)
+            })
+        })
         && filter
             .start_ms
             .is_none_or(|start| entry.started_at_ms >= start)

@@ -9,11 +9,12 @@ use sandgate_proto::admin::v1::{
     LedgerRollupRequest, LedgerRollupResponse, LedgerRow,
 };
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
-use sandgate_store::ledger::{LEDGER_RETENTION_DAYS, conversation_model, split_conversation_model};
-use sandgate_store::{LedgerScope, Measure, day_of};
+use sandgate_store::ledger::{
+    LEDGER_RETENTION_DAYS, conversation_id, conversation_model, split_conversation_model,
+};
+use sandgate_store::{LedgerScope, Measure, StoredSandbox, day_of};
 use tonic::{Request, Response, Status};
 
-use super::audit::{DEFAULT_AUDIT_PAGE, MAX_AUDIT_PAGE};
 use super::{RuntimeAdminService, store_failed};
 use crate::sandboxes::ledger::so_far;
 use crate::sandboxes::service::{status, timeline};
@@ -21,6 +22,9 @@ use sandgate_proto::sandboxes::v1::SandboxStatus;
 
 /// The days read when none are asked: the last 31 to today.
 const DEFAULT_DAYS: u32 = 30;
+/// A rollup page's rows when none is asked, and the most.
+pub const DEFAULT_LEDGER_PAGE: u32 = 100;
+pub const MAX_LEDGER_PAGE: u32 = 1000;
 
 fn measures(counted: &BTreeMap<Measure, f64>) -> LedgerMeasures {
     let whole = |measure| {
@@ -59,6 +63,32 @@ impl RuntimeAdminService {
         (from.max(to.saturating_sub(LEDGER_RETENTION_DAYS)), to)
     }
 
+    /// The sandbox of `conversation`: the one whose session it is, or the one linked to
+    /// it (the app server names its sandboxes apart from their conversations).
+    async fn sandbox_of(&self, conversation: &str) -> Result<Option<StoredSandbox>, Status> {
+        let sandboxes = &self.store.sandboxes;
+        if let Some(sandbox) = sandboxes
+            .sandbox_for_session(conversation)
+            .await
+            .map_err(store_failed)?
+        {
+            return Ok(Some(sandbox));
+        }
+        let Some(session) = self
+            .store
+            .ledger
+            .conversation_session(conversation)
+            .await
+            .map_err(store_failed)?
+        else {
+            return Ok(None);
+        };
+        sandboxes
+            .sandbox_for_session(&session)
+            .await
+            .map_err(store_failed)
+    }
+
     pub(super) async fn conversation_ledger(
         &self,
         request: Request<GetConversationLedgerRequest>,
@@ -66,7 +96,7 @@ impl RuntimeAdminService {
         self.authorize(request.metadata())?;
         let request = request.into_inner();
         let (from, to) = self.days(request.from_day, request.to_day);
-        let id = request.conversation_id;
+        let id = conversation_id(&request.conversation_id).into_owned();
         let ledger = &self.store.ledger;
         let mut total = ledger
             .ledger_of(
@@ -81,12 +111,7 @@ impl RuntimeAdminService {
             .unwrap_or_default();
         // Its sandbox now; the state it is in, so far (counted in full once it leaves it).
         let now = self.clock.now_ms();
-        let sandbox = self
-            .store
-            .sandboxes
-            .sandbox_for_session(&id)
-            .await
-            .map_err(store_failed)?;
+        let sandbox = self.sandbox_of(&id).await?;
         if let Some(record) = &sandbox
             && (from..=to).contains(&day_of(now))
             && let Some((measure, ms)) = so_far(record, now)
@@ -143,37 +168,27 @@ impl RuntimeAdminService {
         };
         let (from, to) = self.days(request.from_day, request.to_day);
         let limit = match request.limit {
-            0 => DEFAULT_AUDIT_PAGE,
-            limit => limit.min(MAX_AUDIT_PAGE),
+            0 => DEFAULT_LEDGER_PAGE,
+            limit => limit.min(MAX_LEDGER_PAGE),
         } as usize;
-        let rows = self
+        let page = self
             .store
             .ledger
-            .ledger_rollup(scope, from, to)
+            .ledger_page(scope, from, to, &request.after, limit)
             .await
             .map_err(store_failed)?;
-        let total_rows = rows.len() as u64;
-        let page: Vec<LedgerRow> = rows
-            .range::<String, _>((
-                std::ops::Bound::Excluded(request.after.clone()),
-                std::ops::Bound::Unbounded,
-            ))
-            .take(limit + 1)
+        let rows = page
+            .rows
+            .iter()
             .map(|(id, counted)| LedgerRow {
                 id: id.clone(),
                 measures: Some(measures(counted)),
             })
             .collect();
-        let (page, next) = if page.len() > limit {
-            let next = page[limit - 1].id.clone();
-            (page[..limit].to_vec(), next)
-        } else {
-            (page, String::new())
-        };
         Ok(Response::new(LedgerRollupResponse {
-            rows: page,
-            next,
-            total_rows,
+            rows,
+            next: page.next.unwrap_or_default(),
+            total_rows: page.total,
         }))
     }
 }

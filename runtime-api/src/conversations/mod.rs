@@ -60,6 +60,8 @@ pub struct ConversationsService {
     activity: Arc<Activity>,
     /// New conversations each sender may create per window; `None`, unbounded.
     creation_rate: Option<creation_rate::CreationRate>,
+    /// The sandboxes linked to the conversation they serve, in the ledger.
+    links: crate::ledger::SessionLinks,
 }
 
 fn now_micros() -> i64 {
@@ -105,6 +107,7 @@ impl ConversationsService {
             retention,
             activity,
             creation_rate: Some(creation_rate::DEFAULT_CREATION_RATE),
+            links: Default::default(),
         }
     }
 
@@ -272,6 +275,9 @@ impl Conversations for ConversationsService {
         let id = conversation.1.id.simple().to_string();
         self.record(&principal, conversation).await?;
         crate::ledger::add(&self.store, &id, sandgate_store::Measure::Webhooks, 1.0).await;
+        if let Principal::Sandbox(runtime_id) = &principal {
+            self.links.link(&self.store, runtime_id, &id).await;
+        }
         Ok(Response::new(UpsertResponse { success: true }))
     }
 

@@ -1,6 +1,7 @@
 //! A conversation's sandbox time in the ledger: each time a claimed sandbox leaves the
 //! running or the paused state, the time it spent there is added to its conversation's
-//! `running_ms` or `paused_ms`, on the day it left. The state it is in now is counted when
+//! `running_ms` or `paused_ms`, on the day it left. Its conversation is the one its
+//! session is linked to (its first delivery's), else its session. The state it is in now is counted when
 //! it leaves it; [`so_far`] is that state's time until now, for a reader that wants it.
 
 use sandgate_store::{
@@ -36,7 +37,8 @@ fn time_in_state(before: &StoredSandbox, after: &StoredSandbox) -> Option<Ledger
 
 /// Adds the time `before` spent in the state `after` left to its conversation's ledger.
 pub(super) async fn count_time(store: &Store, before: &StoredSandbox, after: &StoredSandbox) {
-    if let Some(count) = time_in_state(before, after) {
+    if let Some(mut count) = time_in_state(before, after) {
+        count.id = crate::ledger::conversation_of_session(store, count.id).await;
         crate::ledger::add_count(store, count).await;
     }
 }

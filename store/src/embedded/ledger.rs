@@ -1,5 +1,6 @@
 //! The ledger in the embedded store: `<scope>\0<day>\0<measure>|<id>` → the amount
-//! (little-endian f64); days past the retention go as new counts arrive.
+//! (little-endian f64), and the day's ids, `<scope>\0<day>\0<id>`, read by range for a
+//! page; days past the retention go as new counts arrive.
 
 use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
@@ -9,15 +10,38 @@ use crate::StoreResult;
 use crate::ledger::conversation_model;
 use crate::ledger::{
     LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure, add_field,
-    field,
+    field, merge_ids,
 };
 
 pub(super) const LEDGER: TableDefinition<&str, [u8; 8]> = TableDefinition::new("ledger");
 /// `<conversation>\x1f<model>` for each model a conversation's calls were counted for.
 pub(super) const LEDGER_MODELS: TableDefinition<&str, ()> = TableDefinition::new("ledger_models");
+/// `s\0<session>` → its conversation, and `c\0<conversation>` → its sandbox's session.
+pub(super) const LEDGER_LINKS: TableDefinition<&str, &str> = TableDefinition::new("ledger_links");
+/// `<scope>\0<day>\0<id>` for each id counted on a day (not `ConversationModel`'s).
+pub(super) const LEDGER_IDS: TableDefinition<&str, ()> = TableDefinition::new("ledger_ids");
 
 fn day_prefix(scope: LedgerScope, day: u32) -> String {
     format!("{}\0{day:010}\0", scope.name())
+}
+
+/// Past every key of the day `day_prefix` starts.
+fn day_end(scope: LedgerScope, day: u32) -> String {
+    format!("{}\0{day:010}\x01", scope.name())
+}
+
+impl EmbeddedStore {
+    async fn link(&self, key: String) -> StoreResult<Option<String>> {
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let links = txn.open_table(LEDGER_LINKS).map_err(unavailable)?;
+            Ok(links
+                .get(key.as_str())
+                .map_err(unavailable)?
+                .map(|value| value.value().to_owned()))
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -31,6 +55,7 @@ impl LedgerStore for EmbeddedStore {
         self.transact(move |txn| {
             let mut ledger = txn.open_table(LEDGER).map_err(unavailable)?;
             let mut models = txn.open_table(LEDGER_MODELS).map_err(unavailable)?;
+            let mut ids = txn.open_table(LEDGER_IDS).map_err(unavailable)?;
             for count in counts {
                 let name = format!(
                     "{}{}",
@@ -46,12 +71,17 @@ impl LedgerStore for EmbeddedStore {
                     .map_err(unavailable)?;
                 if count.scope == LedgerScope::ConversationModel {
                     models.insert(count.id.as_str(), ()).map_err(unavailable)?;
+                } else {
+                    let id = format!("{}{}", day_prefix(count.scope, count.day), count.id);
+                    ids.insert(id.as_str(), ()).map_err(unavailable)?;
                 }
             }
             for scope in LedgerScope::ALL {
                 let (start, end) = (day_prefix(scope, 0), day_prefix(scope, oldest));
                 ledger
                     .retain_in(start.as_str()..end.as_str(), |_, _| false)
+                    .map_err(unavailable)?;
+                ids.retain_in(start.as_str()..end.as_str(), |_, ()| false)
                     .map_err(unavailable)?;
             }
             Ok(())
@@ -108,34 +138,97 @@ impl LedgerStore for EmbeddedStore {
         .await
     }
 
-    async fn ledger_rollup(
+    async fn link_session(&self, session: &str, conversation: &str) -> StoreResult<()> {
+        let (session, conversation) = (format!("s\0{session}"), conversation.to_owned());
+        self.transact(move |txn| {
+            let mut links = txn.open_table(LEDGER_LINKS).map_err(unavailable)?;
+            if links.get(session.as_str()).map_err(unavailable)?.is_some() {
+                return Ok(());
+            }
+            links
+                .insert(session.as_str(), conversation.as_str())
+                .map_err(unavailable)?;
+            let back = format!("c\0{conversation}");
+            if links.get(back.as_str()).map_err(unavailable)?.is_none() {
+                let linked = session.get(2..).unwrap_or_default().to_owned();
+                links
+                    .insert(back.as_str(), linked.as_str())
+                    .map_err(unavailable)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn session_conversation(&self, session: &str) -> StoreResult<Option<String>> {
+        self.link(format!("s\0{session}")).await
+    }
+
+    async fn conversation_session(&self, conversation: &str) -> StoreResult<Option<String>> {
+        self.link(format!("c\0{conversation}")).await
+    }
+
+    async fn ledger_ids(
         &self,
         scope: LedgerScope,
         from: u32,
         to: u32,
-    ) -> StoreResult<LedgerRows> {
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<(Vec<String>, u64)> {
+        let after = after.to_owned();
         self.read(move |db| {
+            if from > to || limit == 0 {
+                return Ok((Vec::new(), 0));
+            }
             let txn = db.begin_read().map_err(unavailable)?;
-            let ledger = txn.open_table(LEDGER).map_err(unavailable)?;
-            let mut rows = LedgerRows::new();
-            if from > to {
-                return Ok(rows);
-            }
-            let (start, end) = (
-                day_prefix(scope, from),
-                day_prefix(scope, to.saturating_add(1)),
-            );
-            for entry in ledger
-                .range(start.as_str()..end.as_str())
-                .map_err(unavailable)?
-            {
-                let (name, value) = entry.map_err(unavailable)?;
-                // After `<scope>\0<day>\0`, of one length for every day: the field.
-                if let Some(field) = name.value().get(start.len()..) {
-                    add_field(&mut rows, field, f64::from_le_bytes(value.value()));
+            let index = txn.open_table(LEDGER_IDS).map_err(unavailable)?;
+            let mut pages = Vec::new();
+            for day in from..=to {
+                let prefix = day_prefix(scope, day);
+                // The first key past `after`: `after` itself, then a NUL (no id holds one).
+                let start = if after.is_empty() {
+                    prefix.clone()
+                } else {
+                    format!("{prefix}{after}\0")
+                };
+                let end = day_end(scope, day);
+                let mut page = Vec::new();
+                for entry in index
+                    .range(start.as_str()..end.as_str())
+                    .map_err(unavailable)?
+                    .take(limit)
+                {
+                    let (key, _) = entry.map_err(unavailable)?;
+                    if let Some(id) = key.value().get(prefix.len()..) {
+                        page.push(id.to_owned());
+                    }
                 }
+                pages.push(page);
             }
-            Ok(rows)
+            // Distinct ids over the days: one day's are its keys; several days' are
+            // gathered once each.
+            let (start, end) = (day_prefix(scope, from), day_end(scope, to));
+            let total = if from == to {
+                index
+                    .range(start.as_str()..end.as_str())
+                    .map_err(unavailable)?
+                    .count() as u64
+            } else {
+                let mut seen = std::collections::HashSet::new();
+                for entry in index
+                    .range(start.as_str()..end.as_str())
+                    .map_err(unavailable)?
+                {
+                    let (key, _) = entry.map_err(unavailable)?;
+                    // After `<scope>\0<day:010>\0`, of one length for every day: the id.
+                    if let Some(id) = key.value().get(start.len()..) {
+                        seen.insert(id.to_owned());
+                    }
+                }
+                seen.len() as u64
+            };
+            Ok((merge_ids(pages, limit), total))
         })
         .await
     }

@@ -1,16 +1,18 @@
 //! The ledger in Redis: a hash per scope and day, `sandgate:{gateway-orgs}:ledger:<scope>:<day>`,
-//! field `<measure>|<id>` → the amount (HINCRBYFLOAT), expiring past the retention. On the
-//! gateway's slot, beside the spend counters, so that one atomic write adds a batch.
+//! field `<measure>|<id>` → the amount (HINCRBYFLOAT), and beside it the day's ids, a sorted
+//! set read by range for a page (`ledger-ids:<scope>:<day>`, every score 0, so ordered by
+//! id); both expire past the retention. On the gateway's slot, beside the spend counters,
+//! so that one atomic write adds a batch.
 
 use async_trait::async_trait;
 
 use super::{RedisStore, unavailable};
-use crate::StoreResult;
 use crate::ledger::split_conversation_model;
 use crate::ledger::{
     LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure, add_field,
-    field,
+    field, merge_ids,
 };
+use crate::{StoreError, StoreResult};
 
 /// The set of a conversation's models.
 fn models_key(conversation: &str) -> String {
@@ -21,15 +23,35 @@ fn day_key(scope: LedgerScope, day: u32) -> String {
     format!("sandgate:{{gateway-orgs}}:ledger:{}:{day}", scope.name())
 }
 
+/// A link of a sandbox's session to its conversation (`s`), or back (`c`).
+fn link_key(side: &str, id: &str) -> String {
+    format!("sandgate:{{gateway-orgs}}:ledger-link:{side}:{id}")
+}
+
+/// How long a link, an index or a counter is kept: the retention, and the day in course.
+fn keep_ms() -> u64 {
+    u64::from(LEDGER_RETENTION_DAYS + 1) * 86_400_000
+}
+
+/// The ids counted in `scope` on `day`.
+fn ids_key(scope: LedgerScope, day: u32) -> String {
+    format!(
+        "sandgate:{{gateway-orgs}}:ledger-ids:{}:{day}",
+        scope.name()
+    )
+}
+
 #[async_trait]
 impl LedgerStore for RedisStore {
     async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()> {
         if counts.is_empty() {
             return Ok(());
         }
-        let keep_ms = u64::from(LEDGER_RETENTION_DAYS + 1) * 86_400_000;
+        let keep_ms = keep_ms();
         let mut pipe = redis::pipe();
         pipe.atomic();
+        // Each id indexed once a batch (a call adds several measures of one id).
+        let mut indexed = std::collections::HashSet::new();
         for count in counts {
             let key = day_key(count.scope, count.day);
             pipe.cmd("HINCRBYFLOAT")
@@ -38,12 +60,16 @@ impl LedgerStore for RedisStore {
                 .arg(count.amount)
                 .ignore();
             pipe.cmd("PEXPIRE").arg(&key).arg(keep_ms).ignore();
-            if count.scope == LedgerScope::ConversationModel
-                && let Some((conversation, model)) = split_conversation_model(&count.id)
-            {
-                let models = models_key(conversation);
-                pipe.cmd("SADD").arg(&models).arg(model).ignore();
-                pipe.cmd("PEXPIRE").arg(&models).arg(keep_ms).ignore();
+            if count.scope == LedgerScope::ConversationModel {
+                if let Some((conversation, model)) = split_conversation_model(&count.id) {
+                    let models = models_key(conversation);
+                    pipe.cmd("SADD").arg(&models).arg(model).ignore();
+                    pipe.cmd("PEXPIRE").arg(&models).arg(keep_ms).ignore();
+                }
+            } else if indexed.insert((count.scope, count.day, count.id.as_str())) {
+                let ids = ids_key(count.scope, count.day);
+                pipe.cmd("ZADD").arg(&ids).arg(0).arg(&count.id).ignore();
+                pipe.cmd("PEXPIRE").arg(&ids).arg(keep_ms).ignore();
             }
         }
         let mut connection = self.write_connection();
@@ -96,27 +122,118 @@ impl LedgerStore for RedisStore {
         Ok(models)
     }
 
-    async fn ledger_rollup(
+    async fn link_session(&self, session: &str, conversation: &str) -> StoreResult<()> {
+        let linked: Option<String> = redis::cmd("SET")
+            .arg(link_key("s", session))
+            .arg(conversation)
+            .arg("NX")
+            .arg("PX")
+            .arg(keep_ms())
+            .query_async(&mut self.write_connection())
+            .await
+            .map_err(unavailable)?;
+        if linked.is_some() {
+            let mut connection = self.write_connection();
+            redis::cmd("SET")
+                .arg(link_key("c", conversation))
+                .arg(session)
+                .arg("NX")
+                .arg("PX")
+                .arg(keep_ms())
+                .query_async::<()>(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            self.replicated(&mut connection).await?;
+        }
+        Ok(())
+    }
+
+    async fn session_conversation(&self, session: &str) -> StoreResult<Option<String>> {
+        redis::cmd("GET")
+            .arg(link_key("s", session))
+            .query_async(&mut self.connection())
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn conversation_session(&self, conversation: &str) -> StoreResult<Option<String>> {
+        redis::cmd("GET")
+            .arg(link_key("c", conversation))
+            .query_async(&mut self.connection())
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn ledger_ids(
         &self,
         scope: LedgerScope,
         from: u32,
         to: u32,
-    ) -> StoreResult<LedgerRows> {
-        let mut rows = LedgerRows::new();
-        if from > to {
-            return Ok(rows);
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<(Vec<String>, u64)> {
+        if from > to || limit == 0 {
+            return Ok((Vec::new(), 0));
         }
+        let start = if after.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("({after}")
+        };
         let mut pipe = redis::pipe();
         for day in from..=to {
-            pipe.cmd("HGETALL").arg(day_key(scope, day));
+            let key = ids_key(scope, day);
+            pipe.cmd("ZRANGE")
+                .arg(&key)
+                .arg(&start)
+                .arg("+")
+                .arg("BYLEX")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit)
+                .cmd("ZCARD")
+                .arg(&key);
         }
-        let days: Vec<Vec<(String, f64)>> = pipe
+        let answers: Vec<redis::Value> = pipe
             .query_async(&mut self.connection())
             .await
             .map_err(unavailable)?;
-        for (name, value) in days.into_iter().flatten() {
-            add_field(&mut rows, &name, value);
+        let mut pages = Vec::new();
+        let mut counted: Vec<(u32, u64)> = Vec::new();
+        for (day, pair) in (from..=to).zip(answers.chunks(2)) {
+            let [ids, count] = pair else {
+                break;
+            };
+            let corrupt = |err: redis::ParsingError| StoreError::Corrupt(err.to_string());
+            pages.push(redis::from_redis_value::<Vec<String>>(ids.clone()).map_err(corrupt)?);
+            let count: u64 = redis::from_redis_value(count.clone()).map_err(corrupt)?;
+            if count > 0 {
+                counted.push((day, count));
+            }
         }
-        Ok(rows)
+        let total = match counted.as_slice() {
+            [] => 0,
+            [(_, count)] => *count,
+            // Ids counted on several days are counted once: the union's size, computed
+            // in Redis into a key of the same slot that goes at once.
+            days => {
+                let scratch = format!(
+                    "sandgate:{{gateway-orgs}}:ledger-ids-union:{}",
+                    rand::random::<u64>()
+                );
+                let mut union = redis::pipe();
+                union.cmd("ZUNIONSTORE").arg(&scratch).arg(days.len());
+                for (day, _) in days {
+                    union.arg(ids_key(scope, *day));
+                }
+                union.cmd("DEL").arg(&scratch).ignore();
+                let (total,): (u64,) = union
+                    .query_async(&mut self.write_connection())
+                    .await
+                    .map_err(unavailable)?;
+                total
+            }
+        };
+        Ok((merge_ids(pages, limit), total))
     }
 }

@@ -46,12 +46,16 @@ pub(crate) async fn a_real_conversation_in_the_console(base: &str, master_key: &
     .await;
     assert_eq!(status, 200, "{rollup}");
     let counted = |row: &&Value, measure: &str| row[measure].as_u64().is_some_and(|n| n > 0);
+    // One conversation: its agent's calls, its sandbox's time and its updates, joined
+    // although the app server names the sandbox apart and the agent names it with dashes.
     let row = rollup["rows"]
         .as_array()
         .expect("rows")
         .iter()
-        .find(|row| counted(row, "calls") && counted(row, "running_ms"))
-        .unwrap_or_else(|| panic!("no conversation with both calls and sandbox time: {rollup}"))
+        .find(|row| counted(row, "calls") && counted(row, "running_ms") && counted(row, "webhooks"))
+        .unwrap_or_else(|| {
+            panic!("no conversation with its calls, sandbox time and updates: {rollup}")
+        })
         .clone();
     let id = row["id"].as_str().expect("id");
     let (status, expected) = send(
@@ -91,6 +95,19 @@ pub(crate) async fn a_real_conversation_in_the_console(base: &str, master_key: &
         text.contains(&format!("{calls} (")),
         "{calls} calls: {text}"
     );
+    assert!(
+        expected["total"]["spend"].as_f64() > Some(0.0),
+        "priced calls: {expected}"
+    );
+    // Each call in the conversation's spend log (the agent named it with dashes).
+    let listed = browser
+        .client
+        .find_all(fantoccini::Locator::XPath(
+            "//h2[text()='Calls']/following-sibling::table[1]/tbody/tr",
+        ))
+        .await
+        .expect("rows");
+    assert_eq!(listed.len() as u64, calls, "{text}");
     browser.screenshot("real-conversation").await;
     browser.client.clone().close().await.expect("close");
 }

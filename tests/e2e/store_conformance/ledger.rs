@@ -1,5 +1,5 @@
 //! The ledger on every backend: counts add up per id and day, reads sum a range of days,
-//! a rollup holds every id of its scope and no other scope's.
+//! a rollup holds every id of its scope and no other scope's, a page at a time.
 
 use sandgate_store::ledger::conversation_model;
 use sandgate_store::{LedgerCount, LedgerScope, Measure};
@@ -63,21 +63,29 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
         .expect("read");
     assert_eq!(one_day["c1"][&Measure::Calls], 3.0);
     let rollup = ledger
-        .ledger_rollup(conv, yesterday, today)
+        .ledger_page(conv, yesterday, today, "", 10)
         .await
         .expect("rollup");
-    let ids: Vec<_> = rollup.keys().cloned().collect();
+    let ids: Vec<_> = rollup.rows.keys().cloned().collect();
     assert_eq!(ids, ["c1", "c2|odd\u{1f}id"], "{rollup:?}");
-    assert_eq!(rollup["c1"][&Measure::Calls], 5.0);
+    assert_eq!(rollup.rows["c1"][&Measure::Calls], 5.0);
+    // c1, counted on both days, is one id.
+    assert_eq!((rollup.total, rollup.next.as_deref()), (2, None));
     let teams = ledger
-        .ledger_rollup(LedgerScope::Team, today, today)
+        .ledger_page(LedgerScope::Team, today, today, "", 10)
         .await
         .expect("rollup");
-    assert_eq!(teams["c1"][&Measure::Calls], 7.0);
+    assert_eq!(teams.rows["c1"][&Measure::Calls], 7.0);
+    assert_eq!(teams.total, 1);
     let models = ledger
-        .ledger_rollup(LedgerScope::ConversationModel, today, today)
+        .ledger_of(
+            LedgerScope::ConversationModel,
+            &[conversation_model("c1", "gpt")],
+            today,
+            today,
+        )
         .await
-        .expect("rollup");
+        .expect("read");
     assert_eq!(
         models[&conversation_model("c1", "gpt")][&Measure::Calls],
         3.0
@@ -111,12 +119,12 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
     );
     // An empty or reversed range reads nothing, and a range at the edge of the days
     // fails nothing.
-    assert!(
+    assert_eq!(
         ledger
-            .ledger_rollup(conv, today, yesterday)
+            .ledger_page(conv, today, yesterday, "", 10)
             .await
-            .expect("rollup")
-            .is_empty()
+            .expect("rollup"),
+        sandgate_store::LedgerPage::default()
     );
     assert!(
         ledger
@@ -126,9 +134,104 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
             .is_empty()
     );
     ledger
-        .ledger_rollup(conv, u32::MAX - 3, u32::MAX)
+        .ledger_page(conv, u32::MAX - 3, u32::MAX, "", 10)
         .await
         .expect("rollup at the last day");
 }
 
-crate::on_both_backends!(the_ledger_adds_up_per_id_and_day,);
+/// A rollup is read a page at a time, in id order, across days, each id once, whatever
+/// day it was counted on; the page's start is exclusive.
+async fn a_rollup_is_paged_by_id_across_days(backend: Backend) {
+    let store = open(&backend).await;
+    let ledger = &store.ledger;
+    let today = sandgate_store::day_of(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .as_millis() as i64,
+    );
+    let user = LedgerScope::User;
+    let mut counts = Vec::new();
+    for (index, id) in ["u1", "u2", "u3", "u4", "u5"].iter().enumerate() {
+        // u1, u3 and u5 yesterday; u2, u3 and u4 today.
+        if index % 2 == 0 {
+            counts.push(count(today - 1, user, id, Measure::Calls, 1.0));
+        }
+        if (1..4).contains(&index) {
+            counts.push(count(today, user, id, Measure::Calls, 1.0));
+        }
+    }
+    ledger.add_ledger(&counts).await.expect("add");
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = ledger
+            .ledger_page(user, today - 1, today, &after, 2)
+            .await
+            .expect("page");
+        assert_eq!(page.total, 5, "{page:?}");
+        assert!(page.rows.len() <= 2, "{page:?}");
+        seen.extend(
+            page.rows
+                .iter()
+                .map(|(id, row)| (id.clone(), row[&Measure::Calls])),
+        );
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    let expected: Vec<(String, f64)> = [
+        ("u1", 1.0),
+        ("u2", 1.0),
+        ("u3", 2.0),
+        ("u4", 1.0),
+        ("u5", 1.0),
+    ]
+    .map(|(id, calls)| (id.to_owned(), calls))
+    .to_vec();
+    assert_eq!(seen, expected);
+    // Today alone: its three ids.
+    let today_only = ledger
+        .ledger_page(user, today, today, "u2", 10)
+        .await
+        .expect("page");
+    assert_eq!(today_only.total, 3);
+    assert_eq!(today_only.rows.keys().collect::<Vec<_>>(), ["u3", "u4"]);
+}
+
+/// A sandbox's session links to the first conversation it serves, both ways; a second
+/// conversation does not move it.
+async fn a_session_links_to_its_first_conversation(backend: Backend) {
+    let store = open(&backend).await;
+    let ledger = &store.ledger;
+    assert_eq!(ledger.session_conversation("s1").await.expect("read"), None);
+    ledger.link_session("s1", "conv-a").await.expect("link");
+    ledger.link_session("s1", "conv-b").await.expect("link");
+    assert_eq!(
+        ledger
+            .session_conversation("s1")
+            .await
+            .expect("read")
+            .as_deref(),
+        Some("conv-a")
+    );
+    assert_eq!(
+        ledger
+            .conversation_session("conv-a")
+            .await
+            .expect("read")
+            .as_deref(),
+        Some("s1")
+    );
+    assert_eq!(
+        ledger.conversation_session("conv-b").await.expect("read"),
+        None
+    );
+}
+
+crate::on_both_backends!(
+    the_ledger_adds_up_per_id_and_day,
+    a_rollup_is_paged_by_id_across_days,
+    a_session_links_to_its_first_conversation,
+);
