@@ -22,7 +22,7 @@ use sandgate_runtime_api::conversations::creation_rate::CreationRate;
 use sandgate_runtime_api::sandboxes::driver::{LocalDriver, SandboxDriver};
 use sandgate_runtime_api::sandboxes::kubernetes::{KubernetesDriver, KubernetesOptions};
 use sandgate_runtime_api::sandboxes::process::{NetworkOptions, ProcessDriver, ProcessOptions};
-use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxesService};
+use sandgate_runtime_api::sandboxes::{SandboxOptions, SandboxPrices, SandboxesService};
 use sandgate_runtime_api::{
     AdminConfig, AuthConfig, CatalogConfig, ConversationsService, RuntimeAdminService, RuntimeApi,
     SandboxConfig, SettingsService, StoreHealthService,
@@ -179,6 +179,10 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
             start_timeout: args.sandbox_start_timeout,
             max_runtimes: args.max_runtimes,
             start_rate: args.sandbox_start_rate,
+            prices: SandboxPrices {
+                running_hour: args.sandbox_hour_price.unwrap_or(0.0),
+                paused_hour: args.sandbox_paused_hour_price.unwrap_or(0.0),
+            },
             ..SandboxOptions::default()
         },
         session_key_secret: args

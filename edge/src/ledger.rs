@@ -39,6 +39,13 @@ pub(crate) struct Measures {
     events: u64,
     /// A conversation's updates (webhook deliveries) accepted
     webhooks: u64,
+    /// Of the input, tokens read from the provider's cache
+    cache_read_tokens: u64,
+    /// …and written to it
+    cache_write_tokens: u64,
+    /// The sandbox's time at the operator's prices per sandbox-hour (`--sandbox-hour-price`,
+    /// `--sandbox-paused-hour-price`), scaled by its resource factor
+    sandbox_cost: f64,
 }
 
 impl From<LedgerMeasures> for Measures {
@@ -53,6 +60,9 @@ impl From<LedgerMeasures> for Measures {
             paused_ms: m.paused_ms,
             events: m.events,
             webhooks: m.webhooks,
+            cache_read_tokens: m.cache_read_tokens,
+            cache_write_tokens: m.cache_write_tokens,
+            sandbox_cost: m.sandbox_cost,
         }
     }
 }
@@ -145,6 +155,8 @@ pub(crate) enum LedgerBy {
     Key,
     Model,
     Conversation,
+    /// A row a day, its id the date: everything counted that day
+    Day,
 }
 
 /// A rollup's format.
@@ -203,10 +215,11 @@ fn query_of(query: Option<&str>) -> Result<Query, ApiError> {
                     "key" => LedgerGroup::Key,
                     "model" => LedgerGroup::Model,
                     "conversation" => LedgerGroup::Conversation,
+                    "day" => LedgerGroup::Day,
                     other => {
                         return Err(invalid(
                             "by",
-                            "Value error, one of team, user, key, model, conversation",
+                            "Value error, one of team, user, key, model, conversation, day",
                             other,
                         ));
                     }
@@ -366,20 +379,23 @@ pub async fn rollup(
 /// `rows` as CSV (RFC 4180): a header line, then a row a line.
 fn csv(rows: &[RollupRow]) -> String {
     let mut text = String::from(
-        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,running_ms,paused_ms,events,webhooks\r\n",
+        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,cache_read_tokens,cache_write_tokens,running_ms,paused_ms,sandbox_cost,events,webhooks\r\n",
     );
     for row in rows {
         let m = &row.measures;
         text.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{}\r\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n",
             csv_text(&row.id),
             m.spend,
             m.calls,
             m.failed_calls,
             m.prompt_tokens,
             m.completion_tokens,
+            m.cache_read_tokens,
+            m.cache_write_tokens,
             m.running_ms,
             m.paused_ms,
+            m.sandbox_cost,
             m.events,
             m.webhooks
         ));

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use sandgate_store::ledger::{conversation_id, conversation_model};
+use sandgate_store::ledger::{EVERYTHING, conversation_id, conversation_model};
 use sandgate_store::{LedgerCount, LedgerScope, Measure, SpendLogEntry, day_of};
 
 /// Counts summed per day, scope, id and measure until they are written.
@@ -24,6 +24,14 @@ pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
         (
             Measure::CompletionTokens,
             entry.completion_tokens.unwrap_or(0) as f64,
+        ),
+        (
+            Measure::CacheReadTokens,
+            entry.cache_read_tokens.unwrap_or(0) as f64,
+        ),
+        (
+            Measure::CacheWriteTokens,
+            entry.cache_write_tokens.unwrap_or(0) as f64,
         ),
         (
             Measure::Spend,
@@ -47,6 +55,7 @@ pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
         (LedgerScope::User, entry.key_user_id.clone()),
         (LedgerScope::Key, entry.api_key.clone()),
         (LedgerScope::Model, Some(entry.model.clone())),
+        (LedgerScope::Everything, Some(EVERYTHING.to_owned())),
     ];
     for (scope, id) in scopes {
         let Some(id) = id else { continue };

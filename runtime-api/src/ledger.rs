@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use sandgate_store::ledger::EVERYTHING;
 use sandgate_store::{LedgerCount, LedgerScope, Measure, Store, day_of};
 
 use crate::ambient::{Clock, SystemClock};
@@ -24,18 +25,40 @@ pub(crate) async fn add(store: &Store, conversation: &str, measure: Measure, amo
     add_count(store, count).await;
 }
 
-/// Adds `count` to the ledger. A store that refuses it is logged and counted
-/// (`sandgate_ledger_failures_total`); what was counted stands.
+/// Adds `count` to the ledger (see [`add_counts`]).
 pub(crate) async fn add_count(store: &Store, count: LedgerCount) {
-    if let Err(err) = store.ledger.add_ledger(std::slice::from_ref(&count)).await {
+    add_counts(store, std::slice::from_ref(&count)).await;
+}
+
+/// Adds `counts` to the ledger, at once, each a conversation's also to everything's (the
+/// rollup by day); a count of nothing is left out. A store that refuses them is logged
+/// and counted (`sandgate_ledger_failures_total`); what was counted stands.
+pub(crate) async fn add_counts(store: &Store, counts: &[LedgerCount]) {
+    let mut all = Vec::with_capacity(counts.len() * 2);
+    for count in counts.iter().filter(|count| count.amount > 0.0) {
+        all.push(count.clone());
+        if count.scope == LedgerScope::Conversation {
+            all.push(LedgerCount {
+                scope: LedgerScope::Everything,
+                id: EVERYTHING.to_owned(),
+                ..count.clone()
+            });
+        }
+    }
+    if all.is_empty() {
+        return;
+    }
+    if let Err(err) = store.ledger.add_ledger(&all).await {
         metrics::counter!("sandgate_ledger_failures_total").increment(1);
-        tracing::error!(
-            error = %err,
-            id = %count.id,
-            measure = count.measure.name(),
-            amount = count.amount,
-            "not added to the ledger"
-        );
+        for count in counts {
+            tracing::error!(
+                error = %err,
+                id = %count.id,
+                measure = count.measure.name(),
+                amount = count.amount,
+                "not added to the ledger"
+            );
+        }
     }
 }
 

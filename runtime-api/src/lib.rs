@@ -122,6 +122,7 @@ pub fn grpc_routes(
     // The webhook and the event store mark the sandbox that sent them active, so that
     // idle pause leaves it running.
     let activity = sandgate_store::Activity::new(&store, sandbox.options.idle_after);
+    let prices = sandbox.options.prices;
     let pools = Arc::new(sandboxes::Sandboxes::new(
         store.clone(),
         sandbox.driver,
@@ -152,13 +153,16 @@ pub fn grpc_routes(
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let admin_service = Arc::new(RuntimeAdminService::with_clock(
-        store.clone(),
-        authenticator,
-        admin,
-        configs,
-        sandbox.clock,
-    ));
+    let admin_service = Arc::new(
+        RuntimeAdminService::with_clock(
+            store.clone(),
+            authenticator,
+            admin,
+            configs,
+            sandbox.clock,
+        )
+        .with_sandbox_prices(prices),
+    );
     let runtime_admin = RuntimeAdminServer::from_arc(admin_service.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

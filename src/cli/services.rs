@@ -225,6 +225,13 @@ pub struct SandboxArgs {
     /// quiet minute): more answer 429. Unset or 0, any number.
     #[arg(long, env = "SANDBOX_START_RATE")]
     pub sandbox_start_rate: Option<u32>,
+    /// What an hour of a running sandbox costs (at resource factor 1; a sandbox of factor
+    /// 2 costs twice), in the ledger's currency: its `sandbox_cost`. Unset, 0.
+    #[arg(long, env = "SANDBOX_HOUR_PRICE", value_parser = price)]
+    pub sandbox_hour_price: Option<f64>,
+    /// The same, for an hour of a paused sandbox (its storage kept, no compute).
+    #[arg(long, env = "SANDBOX_PAUSED_HOUR_PRICE", value_parser = price)]
+    pub sandbox_paused_hour_price: Option<f64>,
     #[command(flatten)]
     pub idle: IdleArgs,
     /// Seconds a paused sandbox may idle before it is deleted.
@@ -286,5 +293,13 @@ fn forward(text: &str) -> Result<(u16, u16), String> {
     match text.split_once(':') {
         Some((inside, outside)) => Ok((port(inside)?, port(outside)?)),
         None => port(text).map(|port| (port, port)),
+    }
+}
+
+/// A price: a finite number, not negative.
+fn price(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(price) if price.is_finite() && price >= 0.0 => Ok(price),
+        _ => Err(format!("{value:?} is not a price (a number, 0 or more)")),
     }
 }

@@ -70,10 +70,10 @@ pub struct LedgerArgs {
 pub enum LedgerCommand {
     /// Print one conversation's ledger as JSON.
     Conversation { id: String },
-    /// Print the ledger summed by team, user, key, model or conversation: every row, as
-    /// CSV (a header line, then a row a line).
+    /// Print the ledger summed by team, user, key, model, conversation or day: every row,
+    /// as CSV (a header line, then a row a line).
     Rollup {
-        #[arg(long, value_parser = ["team", "user", "key", "model", "conversation"])]
+        #[arg(long, value_parser = ["team", "user", "key", "model", "conversation", "day"])]
         by: String,
     },
 }

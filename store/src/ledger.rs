@@ -22,16 +22,22 @@ pub enum LedgerScope {
     Key,
     /// A model, by the name clients ask for.
     Model,
+    /// Everything counted, under the one id [`EVERYTHING`]: the rollup by day.
+    Everything,
 }
 
+/// The one id of [`LedgerScope::Everything`].
+pub const EVERYTHING: &str = "all";
+
 impl LedgerScope {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Conversation,
         Self::ConversationModel,
         Self::Team,
         Self::User,
         Self::Key,
         Self::Model,
+        Self::Everything,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +48,7 @@ impl LedgerScope {
             Self::User => "user",
             Self::Key => "key",
             Self::Model => "model",
+            Self::Everything => "everything",
         }
     }
 }
@@ -64,10 +71,15 @@ pub enum Measure {
     Events,
     /// Conversation updates (webhook deliveries) accepted.
     Webhooks,
+    /// Of the input, tokens read from the provider's cache, and written to it.
+    CacheReadTokens,
+    CacheWriteTokens,
+    /// A conversation's sandbox time at the operator's prices per sandbox-hour.
+    SandboxCost,
 }
 
 impl Measure {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 12] = [
         Self::Spend,
         Self::Calls,
         Self::FailedCalls,
@@ -77,6 +89,9 @@ impl Measure {
         Self::PausedMs,
         Self::Events,
         Self::Webhooks,
+        Self::CacheReadTokens,
+        Self::CacheWriteTokens,
+        Self::SandboxCost,
     ];
 
     pub fn name(self) -> &'static str {
@@ -90,6 +105,9 @@ impl Measure {
             Self::PausedMs => "paused_ms",
             Self::Events => "events",
             Self::Webhooks => "webhooks",
+            Self::CacheReadTokens => "cache_read_tokens",
+            Self::CacheWriteTokens => "cache_write_tokens",
+            Self::SandboxCost => "sandbox_cost",
         }
     }
 
@@ -239,6 +257,14 @@ pub(crate) fn field(measure: Measure, id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::conversation_id;
+
+    #[test]
+    fn days_are_dates() {
+        use crate::orgs::date_of;
+        assert_eq!(date_of(0), "1970-01-01");
+        assert_eq!(date_of(20_786), "2026-11-29");
+        assert_eq!(date_of(11_016), "2000-02-29");
+    }
 
     #[test]
     fn a_uuid_is_kept_as_its_hex_digits_however_written() {

@@ -68,6 +68,11 @@ pub struct SpendLogEntry {
     pub completion_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_tokens: Option<u64>,
+    /// Of the input, tokens read from the provider's cache, and written to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
     pub latency_ms: u64,
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -191,6 +191,13 @@ pub fn day_of(ms: i64) -> u32 {
     u32::try_from(ms.div_euclid(86_400_000)).unwrap_or(0)
 }
 
+/// Day `day` (since the epoch, UTC) as its date, `2026-11-29`.
+pub fn date_of(day: u32) -> String {
+    speedate::Date::from_timestamp(i64::from(day) * 86_400, false, &Default::default())
+        .map(|date| date.to_string())
+        .unwrap_or_default()
+}
+
 /// The gateway's teams, users and the spend counters of everything a call counts towards.
 #[async_trait]
 pub trait OrgStore: Send + Sync + 'static {

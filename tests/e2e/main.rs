@@ -36,6 +36,7 @@ mod kubernetes;
 mod kubernetes_edge;
 mod kubernetes_failures;
 mod ledger;
+mod ledger_measures;
 mod limits;
 mod llm_sdk_keys;
 mod llm_sdks;

@@ -111,6 +111,11 @@ impl CallRecord {
             self.entry.prompt_tokens = usage.prompt_tokens;
             self.entry.completion_tokens = usage.completion_tokens;
             self.entry.total_tokens = usage.total_tokens;
+            self.entry.cache_read_tokens = usage
+                .prompt_tokens_details
+                .and_then(|details| details.cached_tokens)
+                .or(usage.cache_read_input_tokens);
+            self.entry.cache_write_tokens = usage.cache_creation_input_tokens;
             self.entry.spend = self.prices.cost(&usage);
         }
         let settle = self

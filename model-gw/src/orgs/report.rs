@@ -41,10 +41,7 @@ fn parse_time(text: &str, field: &str, end: bool) -> Result<i64, ErrorDetail> {
 }
 
 fn day_text(day: u32) -> Value {
-    match crate::keys::iso_time(i64::from(day) * DAY_MS) {
-        Value::String(time) => Value::String(time.chars().take(10).collect()),
-        other => other,
-    }
+    Value::String(sandgate_store::orgs::date_of(day))
 }
 
 /// `/global/spend/report?start_date=&end_date=&group_by=`: each day's spend of every

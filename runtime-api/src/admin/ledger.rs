@@ -10,13 +10,15 @@ use sandgate_proto::admin::v1::{
 };
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::ledger::{
-    LEDGER_RETENTION_DAYS, conversation_id, conversation_model, split_conversation_model,
+    EVERYTHING, LEDGER_RETENTION_DAYS, conversation_id, conversation_model,
+    split_conversation_model,
 };
+use sandgate_store::orgs::date_of;
 use sandgate_store::{LedgerScope, Measure, StoredSandbox, day_of};
 use tonic::{Request, Response, Status};
 
 use super::{RuntimeAdminService, store_failed};
-use crate::sandboxes::ledger::so_far;
+use crate::sandboxes::ledger::{cost, so_far};
 use crate::sandboxes::service::{status, timeline};
 use sandgate_proto::sandboxes::v1::SandboxStatus;
 
@@ -42,6 +44,9 @@ fn measures(counted: &BTreeMap<Measure, f64>) -> LedgerMeasures {
         paused_ms: whole(Measure::PausedMs),
         events: whole(Measure::Events),
         webhooks: whole(Measure::Webhooks),
+        cache_read_tokens: whole(Measure::CacheReadTokens),
+        cache_write_tokens: whole(Measure::CacheWriteTokens),
+        sandbox_cost: counted.get(&Measure::SandboxCost).copied().unwrap_or(0.0),
     }
 }
 
@@ -117,6 +122,8 @@ impl RuntimeAdminService {
             && let Some((measure, ms)) = so_far(record, now)
         {
             *total.entry(measure).or_default() += ms;
+            *total.entry(Measure::SandboxCost).or_default() +=
+                cost(record, measure, ms, self.sandbox_prices);
         }
         // Its models are those the gateway counted for it; their rows alone are read.
         let ids: Vec<String> = ledger
@@ -162,11 +169,17 @@ impl RuntimeAdminService {
             LedgerGroup::Key => LedgerScope::Key,
             LedgerGroup::Model => LedgerScope::Model,
             LedgerGroup::Conversation => LedgerScope::Conversation,
+            LedgerGroup::Day => LedgerScope::Everything,
             LedgerGroup::Unspecified => {
-                return Err(bad("a rollup is by team, user, key, model or conversation"));
+                return Err(bad(
+                    "a rollup is by team, user, key, model, conversation or day",
+                ));
             }
         };
         let (from, to) = self.days(request.from_day, request.to_day);
+        if scope == LedgerScope::Everything {
+            return self.by_day(from, to, &request.after, request.limit).await;
+        }
         let limit = match request.limit {
             0 => DEFAULT_LEDGER_PAGE,
             limit => limit.min(MAX_LEDGER_PAGE),
@@ -189,6 +202,53 @@ impl RuntimeAdminService {
             rows,
             next: page.next.unwrap_or_default(),
             total_rows: page.total,
+        }))
+    }
+
+    /// The rollup by day: a row a day with something counted, its id the date, in order.
+    async fn by_day(
+        &self,
+        from: u32,
+        to: u32,
+        after: &str,
+        limit: u32,
+    ) -> Result<Response<LedgerRollupResponse>, Status> {
+        let limit = match limit {
+            0 => DEFAULT_LEDGER_PAGE,
+            limit => limit.min(MAX_LEDGER_PAGE),
+        } as usize;
+        let mut days = Vec::new();
+        for day in from..=to {
+            let mut counted = self
+                .store
+                .ledger
+                .ledger_of(LedgerScope::Everything, &[EVERYTHING.to_owned()], day, day)
+                .await
+                .map_err(store_failed)?;
+            if let Some(counted) = counted.remove(EVERYTHING) {
+                days.push((date_of(day), counted));
+            }
+        }
+        let total_rows = days.len() as u64;
+        let mut rows: Vec<LedgerRow> = days
+            .into_iter()
+            .filter(|(date, _)| after.is_empty() || date.as_str() > after)
+            .take(limit + 1)
+            .map(|(id, counted)| LedgerRow {
+                id,
+                measures: Some(measures(&counted)),
+            })
+            .collect();
+        let next = if rows.len() > limit {
+            rows.truncate(limit);
+            rows.last().map(|row| row.id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(LedgerRollupResponse {
+            rows,
+            next,
+            total_rows,
         }))
     }
 }

@@ -115,6 +115,8 @@ pub struct RuntimeAdminService {
     configs: Arc<WarmConfigSource>,
     clock: Arc<dyn Clock>,
     cached: Mutex<Option<Arc<Cached>>>,
+    /// What the sandbox time a ledger read adds so far costs.
+    sandbox_prices: crate::sandboxes::SandboxPrices,
 }
 
 /// The token of `authorization: Bearer <token>`.
@@ -187,7 +189,15 @@ impl RuntimeAdminService {
             configs,
             clock,
             cached: Mutex::new(None),
+            sandbox_prices: Default::default(),
         }
+    }
+
+    /// The prices of a sandbox's hour, for the cost of the time a ledger read adds.
+    #[must_use]
+    pub fn with_sandbox_prices(mut self, prices: crate::sandboxes::SandboxPrices) -> Self {
+        self.sandbox_prices = prices;
+        self
     }
 
     fn admin(&self) -> Result<&Admin, Status> {

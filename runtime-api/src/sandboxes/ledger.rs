@@ -8,6 +8,8 @@ use sandgate_store::{
     LedgerCount, LedgerScope, Measure, SandboxState, Store, StoredSandbox, day_of,
 };
 
+use super::SandboxPrices;
+
 /// The measure time in `state` counts towards, if any.
 fn measure_of(state: SandboxState) -> Option<Measure> {
     match state {
@@ -35,11 +37,37 @@ fn time_in_state(before: &StoredSandbox, after: &StoredSandbox) -> Option<Ledger
     })
 }
 
-/// Adds the time `before` spent in the state `after` left to its conversation's ledger.
-pub(super) async fn count_time(store: &Store, before: &StoredSandbox, after: &StoredSandbox) {
+/// What `ms` in `state` cost `sandbox`, at `prices`.
+pub fn cost(sandbox: &StoredSandbox, measure: Measure, ms: f64, prices: SandboxPrices) -> f64 {
+    let hour = match measure {
+        Measure::RunningMs => prices.running_hour,
+        Measure::PausedMs => prices.paused_hour,
+        _ => 0.0,
+    };
+    let factor = sandbox
+        .spec
+        .resource_factor
+        .filter(|factor| factor.is_finite() && *factor > 0.0)
+        .unwrap_or(1.0);
+    ms / 3_600_000.0 * hour * factor
+}
+
+/// Adds the time `before` spent in the state `after` left to its conversation's ledger,
+/// and its cost at `prices`.
+pub(super) async fn count_time(
+    store: &Store,
+    before: &StoredSandbox,
+    after: &StoredSandbox,
+    prices: SandboxPrices,
+) {
     if let Some(mut count) = time_in_state(before, after) {
         count.id = crate::ledger::conversation_of_session(store, count.id).await;
-        crate::ledger::add_count(store, count).await;
+        let cost = LedgerCount {
+            measure: Measure::SandboxCost,
+            amount: cost(before, count.measure, count.amount, prices),
+            ..count.clone()
+        };
+        crate::ledger::add_counts(store, &[count, cost]).await;
     }
 }
 

@@ -64,6 +64,15 @@ pub struct SandboxOptions {
     pub max_runtimes: Option<usize>,
     /// `SANDBOX_START_RATE`: the starts (and resumes) it may make per minute; `None`, any.
     pub start_rate: Option<u32>,
+    /// `SANDBOX_HOUR_PRICE`, `SANDBOX_PAUSED_HOUR_PRICE`: the ledger's `sandbox_cost`.
+    pub prices: SandboxPrices,
+}
+
+/// What an hour of a sandbox costs, running and paused, at resource factor 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SandboxPrices {
+    pub running_hour: f64,
+    pub paused_hour: f64,
 }
 
 impl Default for SandboxOptions {
@@ -79,6 +88,7 @@ impl Default for SandboxOptions {
             start_timeout: Duration::from_secs(600),
             max_runtimes: None,
             start_rate: None,
+            prices: SandboxPrices::default(),
         }
     }
 }
@@ -301,7 +311,7 @@ impl Sandboxes {
                 .await?
             {
                 // The one writer of this change counts the time the state it left lasted.
-                ledger::count_time(&self.store, &record, &next).await;
+                ledger::count_time(&self.store, &record, &next, self.options.prices).await;
                 return Ok(Some(next));
             }
             match self.store.sandboxes.sandbox(&record.runtime_id).await? {

@@ -232,8 +232,10 @@
     ['Failed', (row) => row.failed_calls, true],
     ['Input tokens', (row) => row.prompt_tokens, true],
     ['Output tokens', (row) => row.completion_tokens, true],
+    ['Cache read / written', (row) => row.cache_read_tokens + ' / ' + row.cache_write_tokens, true],
     ['Running', (row) => seconds(row.running_ms), true],
     ['Paused', (row) => seconds(row.paused_ms), true],
+    ['Sandbox cost', (row) => money(row.sandbox_cost), true],
     ['Events', (row) => row.events, true],
     ['Webhooks', (row) => row.webhooks, true],
   ];
@@ -254,7 +256,7 @@
         location.hash = '#/conversations?' + new URLSearchParams(data).toString();
       },
     },
-    h('label', {}, 'Group by', h('select', { name: 'by' }, ['conversation', 'team', 'user', 'key', 'model'].map((value) => h('option', { value, selected: value === by }, value)))),
+    h('label', {}, 'Group by', h('select', { name: 'by' }, ['conversation', 'team', 'user', 'key', 'model', 'day'].map((value) => h('option', { value, selected: value === by }, value)))),
     input('from', 'From', from, 'date'), input('to', 'To', to, 'date'), h('button', { type: 'submit' }, 'Show'));
     const first = by === 'conversation'
       ? ['Conversation', (row) => link(['conversation', row.id], row.id)]
@@ -291,9 +293,11 @@
         card('Tokens in / out', total.prompt_tokens + ' / ' + total.completion_tokens),
         card('Sandbox running', h('span', { id: 'ledger-running', 'data-value': total.running_ms }, seconds(total.running_ms))),
         card('Sandbox paused', seconds(total.paused_ms)),
+        card('Sandbox cost', money(total.sandbox_cost)),
+        card('Cache read / written', total.cache_read_tokens + ' / ' + total.cache_write_tokens),
         card('Events / webhooks', total.events + ' / ' + total.webhooks)),
       h('h2', {}, 'By model'),
-      table('Spend by model', [['Model', (row) => row[0]], ...measureColumns.slice(0, 5).map(([title, value, num]) => [title, (row) => value(row[1]), num])], Object.entries(ledger.by_model || {})),
+      table('Spend by model', [['Model', (row) => row[0]], ...measureColumns.slice(0, 6).map(([title, value, num]) => [title, (row) => value(row[1]), num])], Object.entries(ledger.by_model || {})),
       h('h2', {}, 'Sandbox'),
       sandbox ? h('div', {}, 'Status ' + sandbox.status + (sandbox.resource_factor ? ', resource factor ' + sandbox.resource_factor : ''), timeline(sandbox.start)) : h('p', {}, 'No sandbox now.'),
       h('h2', {}, 'Calls'),
