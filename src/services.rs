@@ -90,7 +90,11 @@ pub(crate) async fn open_store(args: &StoreArgs) -> anyhow::Result<Store> {
             data_dir: args.data_dir.clone(),
         },
     };
-    let store = Store::open(&backend).await?;
+    let mut store = Store::open(&backend).await?;
+    if args.ledger == "off" {
+        store.ledger = std::sync::Arc::new(sandgate_store::ledger::Unkept);
+        tracing::info!("ledger: off");
+    }
     match &args.redis {
         Some(url) => tracing::info!(redis = %redact_url(url), "store: Redis"),
         None => tracing::info!(data_dir = %args.data_dir.display(), "store: embedded"),

@@ -39,6 +39,12 @@ pub struct StoreArgs {
     #[arg(long, env = "REDIS_MIN_REPLICAS_ACK", default_value_t = 0, requires = "redis",
           value_parser = clap::value_parser!(u32).range(0..=16))]
     pub redis_min_replicas_ack: u32,
+    /// Keep the ledger (docs/runtime-api-and-pools.md): what each conversation, team,
+    /// user, key and model cost, counted as it happens. `off`: nothing is counted nor
+    /// read back (the ledger's reads answer empty), for a deployment that bills
+    /// elsewhere; set it alike on every service.
+    #[arg(long, env = "SANDGATE_LEDGER", default_value = "on", value_parser = ["on", "off"])]
+    pub ledger: String,
 }
 
 #[derive(Debug, Args)]

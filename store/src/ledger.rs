@@ -211,6 +211,53 @@ pub trait LedgerStore: Send + Sync + 'static {
     }
 }
 
+/// No ledger (`--ledger off`): every count is dropped, every read is empty.
+pub struct Unkept;
+
+#[async_trait]
+impl LedgerStore for Unkept {
+    async fn add_ledger(&self, _: &[LedgerCount]) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn ledger_of(
+        &self,
+        _: LedgerScope,
+        _: &[String],
+        _: u32,
+        _: u32,
+    ) -> StoreResult<LedgerRows> {
+        Ok(LedgerRows::new())
+    }
+
+    async fn ledger_ids(
+        &self,
+        _: LedgerScope,
+        _: u32,
+        _: u32,
+        _: &str,
+        _: usize,
+    ) -> StoreResult<(Vec<String>, u64)> {
+        Ok((Vec::new(), 0))
+    }
+
+    async fn conversation_models(&self, _: &str) -> StoreResult<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    async fn link_session(&self, _: &str, _: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn session_conversation(&self, _: &str) -> StoreResult<Option<String>> {
+        Ok(None)
+    }
+
+    async fn conversation_session(&self, _: &str) -> StoreResult<Option<String>> {
+        Ok(None)
+    }
+}
+
 /// The first `limit` of the ids each day gave, merged in order without repeats.
 pub(crate) fn merge_ids(days: impl IntoIterator<Item = Vec<String>>, limit: usize) -> Vec<String> {
     let merged: std::collections::BTreeSet<String> = days.into_iter().flatten().collect();

@@ -1,0 +1,130 @@
+//! What the ledger's upkeep costs (issue 52: at most 5 % of requests/s): webhook
+//! deliveries (each a new conversation, so each counts an update) and gateway calls (each
+//! under one of a thousand conversations, so each counts a call, its tokens and spend to
+//! its conversation, its model and the day's total), against the same build with
+//! `--ledger off`, on one Redis, in interleaved rounds; the medians' ratio.
+//!
+//! `cargo bench --bench ledger_upkeep`. Environment: `BENCH_SECONDS` (per run, default 5),
+//! `BENCH_CONCURRENCY` (default 16), `BENCH_ROUNDS` (default 3).
+
+#![expect(
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a benchmark: it fails loudly and prints its table"
+)]
+
+#[path = "harness/closed_loop.rs"]
+#[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
+mod closed_loop;
+mod harness;
+#[path = "harness/upstream.rs"]
+#[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
+mod upstream;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use serde_json::Value;
+
+const WEBHOOK_KEY: &str = "bench-key";
+const MASTER_KEY: &str = "sk-bench-master-key";
+const SESSIONS: u64 = 1000;
+
+fn fixture() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/webhook/accept/agent_basic_idle.json");
+    serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("JSON")
+}
+
+/// A delivery of a new conversation.
+fn delivery(template: &Value) -> http::Request<Full<Bytes>> {
+    let mut body = template.clone();
+    body["id"] = uuid::Uuid::new_v4().to_string().into();
+    http::Request::post("/api/v1/webhooks/conversations")
+        .header("host", "bench")
+        .header("content-type", "application/json")
+        .header("x-session-api-key", WEBHOOK_KEY)
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("request")
+}
+
+/// A priced chat completion of one of [`SESSIONS`] conversations.
+fn call(body: &Bytes, n: u64) -> http::Request<Full<Bytes>> {
+    http::Request::post("/v1/chat/completions")
+        .header("host", "bench")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {MASTER_KEY}"))
+        .header("x-litellm-session-id", format!("{:032x}", n % SESSIONS + 1))
+        .body(Full::new(upstream::numbered(body, n)))
+        .expect("request")
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    if std::env::args().any(|arg| arg == "--list") {
+        return;
+    }
+    let seconds = harness::env_number("BENCH_SECONDS", 5);
+    let concurrency = harness::env_number("BENCH_CONCURRENCY", 16) as usize;
+    let rounds = harness::env_number("BENCH_ROUNDS", 3);
+
+    let provider = upstream::start().await;
+    let config = upstream::gateway_config(&provider);
+    let (_redis, redis) = harness::redis().await;
+    let mut servers = Vec::new();
+    for (index, ledger) in ["on", "off"].into_iter().enumerate() {
+        let (child, url) = harness::sandgate(
+            env!("CARGO_BIN_EXE_sandgate"),
+            &[
+                "--log".into(),
+                "warn".into(),
+                "--redis".into(),
+                format!("{redis}{index}"),
+                "--gateway-config".into(),
+                config.path().display().to_string(),
+                "--ledger".into(),
+                ledger.into(),
+            ],
+            &[
+                ("PROXY_MASTER_KEY", MASTER_KEY),
+                ("SANDGATE_WEBHOOK_API_KEYS", WEBHOOK_KEY),
+            ],
+        )
+        .await;
+        servers.push((ledger, child, url));
+    }
+    let template = Arc::new(fixture());
+    // `claude`: priced, so a call counts spend too.
+    let body = upstream::chat("claude", false);
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 4];
+    for _ in 0..rounds {
+        for (index, (_, _, base)) in servers.iter().enumerate() {
+            let template = template.clone();
+            let webhooks =
+                closed_loop::load(base, concurrency, seconds, move || delivery(&template)).await;
+            let (body, counter) = (body.clone(), counter.clone());
+            let calls = closed_loop::load(base, concurrency, seconds, move || {
+                call(&body, counter.fetch_add(1, Ordering::Relaxed))
+            })
+            .await;
+            assert_eq!(webhooks.errors + calls.errors, 0, "errors");
+            rates[index].push(webhooks.rate());
+            rates[2 + index].push(calls.rate());
+        }
+    }
+    let median = |values: &[f64]| {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        sorted[sorted.len() / 2]
+    };
+    println!("c{concurrency}, {seconds} s cells, medians of {rounds} interleaved rounds\n");
+    println!("| load | ledger on, requests/s | ledger off, requests/s | on / off |");
+    println!("|---|---:|---:|---:|");
+    for (name, on, off) in [("webhook deliveries", 0, 1), ("gateway calls", 2, 3)] {
+        let (on, off) = (median(&rates[on]), median(&rates[off]));
+        println!("| {name} | {on:.0} | {off:.0} | {:.3} |", on / off);
+    }
+}
