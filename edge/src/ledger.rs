@@ -100,6 +100,16 @@ pub(crate) struct RollupRow {
     id: String,
     #[serde(flatten)]
     measures: Measures,
+    /// By conversation: its title, execution status and tags, as the catalog has them
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    tags: Option<BTreeMap<String, String>>,
 }
 
 /// A page of a rollup.
@@ -354,6 +364,9 @@ pub async fn rollup(
         .map(|row| RollupRow {
             id: row.id,
             measures: row.measures.unwrap_or_default().into(),
+            title: (!row.title.is_empty()).then_some(row.title),
+            status: (!row.status.is_empty()).then_some(row.status),
+            tags: (!row.tags.is_empty()).then(|| row.tags.into_iter().collect()),
         })
         .collect();
     if query.csv {
@@ -379,12 +392,18 @@ pub async fn rollup(
 /// `rows` as CSV (RFC 4180): a header line, then a row a line.
 fn csv(rows: &[RollupRow]) -> String {
     let mut text = String::from(
-        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,cache_read_tokens,cache_write_tokens,running_ms,paused_ms,sandbox_cost,events,webhooks\r\n",
+        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,cache_read_tokens,cache_write_tokens,running_ms,paused_ms,sandbox_cost,events,webhooks,title,status,tags\r\n",
     );
     for row in rows {
         let m = &row.measures;
+        let tags: Vec<String> = row
+            .tags
+            .iter()
+            .flatten()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
         text.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n",
             csv_text(&row.id),
             m.spend,
             m.calls,
@@ -397,7 +416,10 @@ fn csv(rows: &[RollupRow]) -> String {
             m.paused_ms,
             m.sandbox_cost,
             m.events,
-            m.webhooks
+            m.webhooks,
+            csv_text(row.title.as_deref().unwrap_or_default()),
+            csv_text(row.status.as_deref().unwrap_or_default()),
+            csv_text(&tags.join(";")),
         ));
     }
     text

@@ -190,19 +190,57 @@ impl RuntimeAdminService {
             .ledger_page(scope, from, to, &request.after, limit)
             .await
             .map_err(store_failed)?;
-        let rows = page
+        let mut rows: Vec<LedgerRow> = page
             .rows
             .iter()
             .map(|(id, counted)| LedgerRow {
                 id: id.clone(),
                 measures: Some(measures(counted)),
+                ..LedgerRow::default()
             })
             .collect();
+        if scope == LedgerScope::Conversation {
+            self.describe(&mut rows).await?;
+        }
         Ok(Response::new(LedgerRollupResponse {
             rows,
             next: page.next.unwrap_or_default(),
             total_rows: page.total,
         }))
+    }
+
+    /// Each conversation's title, status and tags, from the catalog (one read for the
+    /// page): what an operator tells conversations apart by.
+    async fn describe(&self, rows: &mut [LedgerRow]) -> Result<(), Status> {
+        let ids: Vec<uuid::Uuid> = rows
+            .iter()
+            .filter_map(|row| uuid::Uuid::try_parse(&row.id).ok())
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let records = self
+            .store
+            .conversations
+            .get_many(&ids)
+            .await
+            .map_err(store_failed)?;
+        let by_id: std::collections::HashMap<String, _> = records
+            .into_iter()
+            .map(|record| (record.id.simple().to_string(), record))
+            .collect();
+        for row in rows {
+            let Some(record) = by_id.get(&row.id) else {
+                continue;
+            };
+            row.status = record.execution_status.clone();
+            row.tags = record.tags.clone().into_iter().collect();
+            row.title = serde_json::from_str::<serde_json::Value>(record.record.get())
+                .ok()
+                .and_then(|info| info["title"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+        }
+        Ok(())
     }
 
     /// The rollup by day: a row a day with something counted, its id the date, in order.
@@ -237,6 +275,7 @@ impl RuntimeAdminService {
             .map(|(id, counted)| LedgerRow {
                 id,
                 measures: Some(measures(&counted)),
+                ..LedgerRow::default()
             })
             .collect();
         let next = if rows.len() > limit {

@@ -250,7 +250,25 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
         .await;
 
     browser.page(&base, "conversations", "Conversations").await;
-    browser.until_text(&conversation.id).await;
+    // Each conversation with its title and tags beside its counters.
+    let text = browser.until_text(&conversation.id).await;
+    assert!(
+        text.contains(&payload(5)) && text.contains(&payload(6)),
+        "{text}"
+    );
+    let (status, rollup) = send(
+        sandgate
+            .client
+            .get(sandgate.url("/api/ledger/rollup?by=conversation"))
+            .bearer_auth(&token),
+    )
+    .await;
+    assert_eq!(status, 200, "{rollup}");
+    let row = &rollup["rows"][0];
+    assert_eq!(row["id"], conversation.id.as_str(), "{rollup}");
+    assert_eq!(row["title"], payload(5).as_str(), "{rollup}");
+    assert_eq!(row["tags"]["project"], payload(6).as_str(), "{rollup}");
+    assert_eq!(row["status"], "running", "{rollup}");
     browser.screenshot("conversations").await;
     nothing_injected(&browser, "conversations").await;
 

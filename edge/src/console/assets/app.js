@@ -259,8 +259,11 @@
     h('label', {}, 'Group by', h('select', { name: 'by' }, ['conversation', 'team', 'user', 'key', 'model', 'day'].map((value) => h('option', { value, selected: value === by }, value)))),
     input('from', 'From', from, 'date'), input('to', 'To', to, 'date'), h('button', { type: 'submit' }, 'Show'));
     const first = by === 'conversation'
-      ? ['Conversation', (row) => link(['conversation', row.id], row.id)]
+      ? ['Conversation', (row) => [link(['conversation', row.id], row.title || row.id), row.title ? h('div', { class: 'note' }, row.id) : null]]
       : [by[0].toUpperCase() + by.slice(1), (row) => row.id];
+    const described = by === 'conversation'
+      ? [['Status', (row) => row.status || ''], ['Tags', (row) => Object.entries(row.tags || {}).map(([key, value]) => key + '=' + value).join(', ')]]
+      : [];
     const next = rollup.next
       ? h('a', { href: '#/conversations?' + params + '&after=' + encodeURIComponent(rollup.next) }, 'Next page')
       : null;
@@ -268,7 +271,7 @@
       h('h1', {}, 'Conversations'), form,
       h('p', {}, rollup.total_rows + ' rows. ', h('a', { href: '/console/api/api/ledger/rollup?' + params + '&format=csv', download: 'ledger.csv' }, 'Export CSV'), ' · ',
         h('a', { href: '/console/api/api/ledger/rollup?' + params + '&format=json', download: 'ledger.json' }, 'Export JSON')),
-      table('Ledger rollup', [first, ...measureColumns], rollup.rows), next,
+      table('Ledger rollup', [first, ...described, ...measureColumns], rollup.rows), next,
     ];
   }
 
