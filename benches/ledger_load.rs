@@ -28,7 +28,7 @@ const DAYS: u32 = 30;
 const TEAMS: usize = 100;
 
 async fn sandgate(store_args: &[String]) -> (Child, String) {
-    let mut args = vec!["--log".to_owned(), "warn".to_owned()];
+    let mut args = vec!["--log".to_owned(), "warn,sandgate=info".to_owned()];
     args.extend_from_slice(store_args);
     harness::sandgate(
         env!("CARGO_BIN_EXE_sandgate"),
@@ -122,9 +122,8 @@ fn counts(n: usize, today: u32) -> Vec<LedgerCount> {
     all
 }
 
-async fn fill(store: &Store, conversations: usize) {
+async fn fill(store: &Store, conversations: usize, batch: usize) {
     let today = today();
-    let batch = 500;
     for start in (0..conversations).step_by(batch) {
         let counts: Vec<_> = (start..(start + batch).min(conversations))
             .flat_map(|n| counts(n, today))
@@ -168,23 +167,36 @@ async fn main() {
     }
     let conversations = harness::env_number("BENCH_CONVERSATIONS", 100_000) as usize;
     let requests = harness::env_number("BENCH_REQUESTS", 200);
+    // `--fill-embedded <dir>`: this process fills the embedded store there, and exits,
+    // letting go of the database for the server.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|arg| arg == "--fill-embedded") {
+        let data_dir = std::path::PathBuf::from(&args[at + 1]);
+        let store = Store::open(&sandgate_store::Backend::Embedded { data_dir })
+            .await
+            .expect("store");
+        fill(&store, conversations, 10_000).await;
+        return;
+    }
 
     let (_redis, redis) = harness::redis().await;
     let data = tempfile::tempdir().expect("temp dir");
     let started = Instant::now();
-    for backend in [
-        sandgate_store::Backend::Redis {
-            url: redis.clone(),
-            tls: Default::default(),
-            min_replicas_ack: 0,
-        },
-        sandgate_store::Backend::Embedded {
-            data_dir: data.path().to_path_buf(),
-        },
-    ] {
-        let store = Store::open(&backend).await.expect("store");
-        fill(&store, conversations).await;
-    }
+    let store = Store::open(&sandgate_store::Backend::Redis {
+        url: redis.clone(),
+        tls: Default::default(),
+        min_replicas_ack: 0,
+    })
+    .await
+    .expect("store");
+    fill(&store, conversations, 500).await;
+    let filled = tokio::process::Command::new(std::env::current_exe().expect("bench"))
+        .arg("--fill-embedded")
+        .arg(data.path())
+        .status()
+        .await
+        .expect("fill");
+    assert!(filled.success(), "the embedded store's fill failed");
     println!(
         "{conversations} conversations over {DAYS} days written to both stores in {:.1} s\n",
         started.elapsed().as_secs_f64()

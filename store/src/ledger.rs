@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+pub mod coalescing;
+
 use async_trait::async_trait;
 
 use crate::StoreResult;

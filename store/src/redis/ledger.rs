@@ -1,8 +1,11 @@
 //! The ledger in Redis: a hash per scope and day, `sandgate:{gateway-orgs}:ledger:<scope>:<day>`,
 //! field `<measure>|<id>` → the amount (HINCRBYFLOAT), and beside it the day's ids, a sorted
 //! set read by range for a page (`ledger-ids:<scope>:<day>`, every score 0, so ordered by
-//! id); both expire past the retention. On the gateway's slot, beside the spend counters,
+//! id), and each id's last day (`ledger-last:<scope>`), which counts a range's ids; all
+//! expire past the retention. On the gateway's slot, beside the spend counters,
 //! so that one atomic write adds a batch.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 
@@ -33,6 +36,12 @@ fn keep_ms() -> u64 {
     u64::from(LEDGER_RETENTION_DAYS + 1) * 86_400_000
 }
 
+/// Every id counted in `scope`, scored by the last day it was counted: how many ids a
+/// range of days up to today holds is one count of it.
+fn last_key(scope: LedgerScope) -> String {
+    format!("sandgate:{{gateway-orgs}}:ledger-last:{}", scope.name())
+}
+
 /// The ids counted in `scope` on `day`.
 fn ids_key(scope: LedgerScope, day: u32) -> String {
     format!(
@@ -47,11 +56,14 @@ impl LedgerStore for RedisStore {
         if counts.is_empty() {
             return Ok(());
         }
-        let keep_ms = keep_ms();
+        // One command per counter, then one per key touched: each set's new members at
+        // once, each key's expiry once (a batch of calls touches few keys many times).
         let mut pipe = redis::pipe();
         pipe.atomic();
-        // Each id indexed once a batch (a call adds several measures of one id).
-        let mut indexed = std::collections::HashSet::new();
+        let mut touched = BTreeSet::new();
+        let mut models: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+        let mut ids: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+        let mut last: BTreeMap<LedgerScope, BTreeMap<&str, u32>> = BTreeMap::new();
         for count in counts {
             let key = day_key(count.scope, count.day);
             pipe.cmd("HINCRBYFLOAT")
@@ -59,18 +71,64 @@ impl LedgerStore for RedisStore {
                 .arg(field(count.measure, &count.id))
                 .arg(count.amount)
                 .ignore();
-            pipe.cmd("PEXPIRE").arg(&key).arg(keep_ms).ignore();
+            touched.insert(key);
             if count.scope == LedgerScope::ConversationModel {
                 if let Some((conversation, model)) = split_conversation_model(&count.id) {
-                    let models = models_key(conversation);
-                    pipe.cmd("SADD").arg(&models).arg(model).ignore();
-                    pipe.cmd("PEXPIRE").arg(&models).arg(keep_ms).ignore();
+                    models
+                        .entry(models_key(conversation))
+                        .or_default()
+                        .insert(model);
                 }
-            } else if indexed.insert((count.scope, count.day, count.id.as_str())) {
-                let ids = ids_key(count.scope, count.day);
-                pipe.cmd("ZADD").arg(&ids).arg(0).arg(&count.id).ignore();
-                pipe.cmd("PEXPIRE").arg(&ids).arg(keep_ms).ignore();
+            } else {
+                ids.entry(ids_key(count.scope, count.day))
+                    .or_default()
+                    .insert(count.id.as_str());
+                let seen = last
+                    .entry(count.scope)
+                    .or_default()
+                    .entry(&count.id)
+                    .or_default();
+                *seen = (*seen).max(count.day);
             }
+        }
+        for (key, members) in &models {
+            pipe.cmd("SADD")
+                .arg(key)
+                .arg(members.iter().collect::<Vec<_>>())
+                .ignore();
+        }
+        for (key, members) in &ids {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(key);
+            for member in members {
+                zadd.arg(0).arg(*member);
+            }
+            pipe.add_command(zadd).ignore();
+        }
+        // Ids last counted before the retention leave the last-seen index.
+        let oldest = crate::orgs::day_of(crate::now_ms()).saturating_sub(LEDGER_RETENTION_DAYS);
+        for (scope, days) in &last {
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(last_key(*scope)).arg("GT");
+            for (member, day) in days {
+                zadd.arg(*day).arg(*member);
+            }
+            pipe.add_command(zadd).ignore();
+            pipe.cmd("ZREMRANGEBYSCORE")
+                .arg(last_key(*scope))
+                .arg("-inf")
+                .arg(format!("({oldest}"))
+                .ignore();
+        }
+        let keep_ms = keep_ms();
+        let expiring = touched
+            .iter()
+            .chain(models.keys())
+            .chain(ids.keys())
+            .cloned()
+            .chain(last.keys().map(|scope| last_key(*scope)));
+        for key in expiring {
+            pipe.cmd("PEXPIRE").arg(key).arg(keep_ms).ignore();
         }
         let mut connection = self.write_connection();
         pipe.query_async::<()>(&mut connection)
@@ -211,9 +269,18 @@ impl LedgerStore for RedisStore {
                 counted.push((day, count));
             }
         }
+        let today = crate::orgs::day_of(crate::now_ms());
         let total = match counted.as_slice() {
             [] => 0,
             [(_, count)] => *count,
+            // Up to today, the ids of the range are those last counted in it.
+            _ if to >= today => redis::cmd("ZCOUNT")
+                .arg(last_key(scope))
+                .arg(from)
+                .arg("+inf")
+                .query_async(&mut self.connection())
+                .await
+                .map_err(unavailable)?,
             // Ids counted on several days are counted once: the union's size, computed
             // in Redis into a key of the same slot that goes at once.
             days => {

@@ -105,6 +105,19 @@ async fn conversation(sandgate: &Sandgate) -> Conversation {
     update["title"] = payload(5).into();
     update["tags"] = json!({"project": payload(6)});
     sandgate.deliver_ok(&update).await;
+    // An event whose kind and source are payloads: stored or refused, it is never markup.
+    let event = json!([{"kind": payload(7), "id": "e1", "timestamp": "2026-11-29T10:00:02",
+                        "source": payload(8)}]);
+    let response = sandgate
+        .client
+        .post(sandgate.url(&format!("/api/v1/webhooks/events/{id}")))
+        .header("content-type", "application/json")
+        .header("x-session-api-key", crate::common::WEBHOOK_KEY)
+        .body(event.to_string())
+        .send()
+        .await
+        .expect("events");
+    assert!(response.status().as_u16() < 500, "{}", response.status());
     let (status, paused) = send(runtime(
         sandgate,
         "/pause",

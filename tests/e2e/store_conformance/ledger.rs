@@ -191,6 +191,17 @@ async fn a_rollup_is_paged_by_id_across_days(backend: Backend) {
     .map(|(id, calls)| (id.to_owned(), calls))
     .to_vec();
     assert_eq!(seen, expected);
+    // A range that ends before today: u1 on both its days is one id.
+    ledger
+        .add_ledger(&[count(today - 2, user, "u1", Measure::Calls, 1.0)])
+        .await
+        .expect("add");
+    let past = ledger
+        .ledger_page(user, today - 2, today - 1, "", 10)
+        .await
+        .expect("page");
+    assert_eq!(past.total, 3, "{past:?}");
+    assert_eq!(past.rows["u1"][&Measure::Calls], 2.0);
     // Today alone: its three ids.
     let today_only = ledger
         .ledger_page(user, today, today, "u2", 10)

@@ -1,0 +1,160 @@
+//! A ledger written off the caller's path, merged: the runtime API counts a conversation
+//! update or an event batch as each is delivered, and a store write per delivery (one
+//! more round trip on its path, and the store's work) cost a fifth of the deliveries'
+//! rate. Here one task writes what arrived while its last write was in flight, summed by
+//! counter: under load, many deliveries make one write; alone, a count is written at once
+//! (no timer). A write the store refuses is kept, merged with what follows, and tried
+//! again a second later: a count may be late, never dropped while the process runs.
+//! A read through it first waits (a couple of seconds at most) for what this process
+//! counted before it to be written: a reader sees its own process's counts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+
+use super::{LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure};
+use crate::StoreResult;
+
+/// A write the store refused is tried again this long after.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The longest a read waits for this process's counts to be written.
+const READ_WAITS_AT_MOST: Duration = Duration::from_secs(2);
+
+type Sums = HashMap<(u32, LedgerScope, String, Measure), f64>;
+
+/// `inner`, its counts written by one task (see the module).
+pub struct Coalescing {
+    inner: Arc<dyn LedgerStore>,
+    queue: mpsc::UnboundedSender<(u64, Vec<LedgerCount>)>,
+    /// The number of the last batch sent, and of the last written.
+    sent: AtomicU64,
+    written: watch::Receiver<u64>,
+}
+
+impl Coalescing {
+    /// Starts the writer, on the current Tokio runtime. Its memory is bounded by the
+    /// distinct counters waiting (a day, a scope, an id, a measure), not by the counts.
+    pub fn new(inner: Arc<dyn LedgerStore>) -> Self {
+        let (queue, received) = mpsc::unbounded_channel();
+        let (wrote, written) = watch::channel(0);
+        tokio::spawn(write(inner.clone(), received, wrote));
+        Self {
+            inner,
+            queue,
+            sent: AtomicU64::new(0),
+            written,
+        }
+    }
+
+    /// Waits until what was sent before now is written, or [`READ_WAITS_AT_MOST`].
+    async fn settled(&self) {
+        let sent = self.sent.load(Ordering::Acquire);
+        let mut written = self.written.clone();
+        let _ =
+            tokio::time::timeout(READ_WAITS_AT_MOST, written.wait_for(|done| *done >= sent)).await;
+    }
+}
+
+fn merge(sums: &mut Sums, counts: Vec<LedgerCount>) {
+    for count in counts {
+        *sums
+            .entry((count.day, count.scope, count.id, count.measure))
+            .or_default() += count.amount;
+    }
+}
+
+async fn write(
+    inner: Arc<dyn LedgerStore>,
+    mut received: mpsc::UnboundedReceiver<(u64, Vec<LedgerCount>)>,
+    wrote: watch::Sender<u64>,
+) {
+    let mut sums = Sums::new();
+    while let Some((mut last, counts)) = received.recv().await {
+        merge(&mut sums, counts);
+        loop {
+            while let Ok((number, more)) = received.try_recv() {
+                last = last.max(number);
+                merge(&mut sums, more);
+            }
+            let batch: Vec<LedgerCount> = sums
+                .iter()
+                .map(|((day, scope, id, measure), amount)| LedgerCount {
+                    day: *day,
+                    scope: *scope,
+                    id: id.clone(),
+                    measure: *measure,
+                    amount: *amount,
+                })
+                .collect();
+            match inner.add_ledger(&batch).await {
+                Ok(()) => {
+                    sums.clear();
+                    wrote.send_replace(last);
+                    break;
+                }
+                Err(err) => {
+                    metrics::counter!("sandgate_ledger_failures_total").increment(1);
+                    tracing::error!(error = %err, counters = batch.len(),
+                        "ledger counts not written; kept, tried again in a second");
+                    tokio::time::sleep(RETRY_AFTER).await;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LedgerStore for Coalescing {
+    async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()> {
+        let number = self.sent.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.queue.send((number, counts.to_vec())).is_err() {
+            // The writer is gone (its runtime is shutting down): written here instead.
+            return self.inner.add_ledger(counts).await;
+        }
+        Ok(())
+    }
+
+    async fn ledger_of(
+        &self,
+        scope: LedgerScope,
+        ids: &[String],
+        from: u32,
+        to: u32,
+    ) -> StoreResult<LedgerRows> {
+        self.settled().await;
+        self.inner.ledger_of(scope, ids, from, to).await
+    }
+
+    async fn ledger_ids(
+        &self,
+        scope: LedgerScope,
+        from: u32,
+        to: u32,
+        after: &str,
+        limit: usize,
+    ) -> StoreResult<(Vec<String>, u64)> {
+        self.settled().await;
+        self.inner.ledger_ids(scope, from, to, after, limit).await
+    }
+
+    async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>> {
+        self.settled().await;
+        self.inner.conversation_models(conversation).await
+    }
+
+    async fn link_session(&self, session: &str, conversation: &str) -> StoreResult<()> {
+        self.inner.link_session(session, conversation).await
+    }
+
+    async fn session_conversation(&self, session: &str) -> StoreResult<Option<String>> {
+        self.inner.session_conversation(session).await
+    }
+
+    async fn conversation_session(&self, conversation: &str) -> StoreResult<Option<String>> {
+        self.inner.conversation_session(conversation).await
+    }
+}
