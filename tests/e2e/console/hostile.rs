@@ -65,6 +65,44 @@ async fn console_call(
     send(request).await
 }
 
+/// A call of the runtime API, as the platform makes it (the runtime API key).
+async fn runtime(sandgate: &Sandgate, path: &str, body: Value) -> (StatusCode, Value) {
+    send(
+        sandgate
+            .client
+            .post(sandgate.url(path))
+            .header("x-api-key", RUNTIME_KEY)
+            .json(&body),
+    )
+    .await
+}
+
+/// A sandbox started by the platform with `environment`.
+async fn start_sandbox(sandgate: &Sandgate, environment: Value) -> Value {
+    let (status, started) = runtime(
+        sandgate,
+        "/start",
+        json!({"image": "ghcr.io/acme/agent:1", "command": ["agent"],
+               "working_dir": "/workspace", "environment": environment}),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    started
+}
+
+/// The audit log's newest entries.
+async fn audit_log(sandgate: &Sandgate, token: &str) -> Value {
+    let (status, log) = send(
+        sandgate
+            .client
+            .get(sandgate.url("/api/admin/audit"))
+            .bearer_auth(token),
+    )
+    .await;
+    assert_eq!(status, 200, "{log}");
+    log
+}
+
 #[tokio::test]
 async fn the_console_is_off_unless_asked() {
     let sandgate = start(&Backend::embedded(), None, &[]).await;
@@ -186,18 +224,7 @@ async fn no_credential_but_a_console_session_gets_anything() {
     let sandgate = console_sandgate(&Backend::embedded(), &config).await;
     let (virtual_key, _) = generate(&sandgate, &json!({"key_alias": "tenant"})).await;
     let admin_token = login(&sandgate).await;
-    let started = send(
-        sandgate
-            .client
-            .post(sandgate.url("/start"))
-            .header("x-api-key", RUNTIME_KEY)
-            .json(
-                &json!({"image": "ghcr.io/acme/agent:1", "command": ["agent"],
-                          "working_dir": "/workspace", "environment": {}}),
-            ),
-    )
-    .await
-    .1;
+    let started = start_sandbox(&sandgate, json!({})).await;
     let session_key = started["session_api_key"].as_str().expect("key").to_owned();
 
     // None of them signs in as the master key.
@@ -285,19 +312,11 @@ async fn the_admin_reads_sandboxes_without_their_secrets_and_its_stop_is_audited
     let config = gateway_config(&upstream);
     let sandgate = console_sandgate(&Backend::embedded(), &config).await;
     let token = login(&sandgate).await;
-    let (status, started) = send(
-        sandgate
-            .client
-            .post(sandgate.url("/start"))
-            .header("x-api-key", RUNTIME_KEY)
-            .json(
-                &json!({"image": "ghcr.io/acme/agent:1", "command": ["agent"],
-                          "working_dir": "/workspace",
-                          "environment": {"GITHUB_TOKEN": "ghp_planted_start_secret"}}),
-            ),
+    let started = start_sandbox(
+        &sandgate,
+        json!({"GITHUB_TOKEN": "ghp_planted_start_secret"}),
     )
     .await;
-    assert_eq!(status, 200, "{started}");
     let session_key = started["session_api_key"].as_str().expect("key").to_owned();
     let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
     let cookie = format!("sandgate_console_admin={token}");
@@ -323,14 +342,7 @@ async fn the_admin_reads_sandboxes_without_their_secrets_and_its_stop_is_audited
     )
     .await;
     assert_eq!(status, 200, "{stopped}");
-    let (status, log) = send(
-        sandgate
-            .client
-            .get(sandgate.url("/api/admin/audit"))
-            .bearer_auth(&token),
-    )
-    .await;
-    assert_eq!(status, 200, "{log}");
+    let log = audit_log(&sandgate, &token).await;
     let stop = log["entries"]
         .as_array()
         .expect("entries")
@@ -341,34 +353,15 @@ async fn the_admin_reads_sandboxes_without_their_secrets_and_its_stop_is_audited
     assert_eq!(stop["actor"], "admin", "{log}");
     assert_eq!(stop["source"], "127.0.0.1", "{log}");
     // The platform's own stops, with the runtime API key, are not an operator's.
-    let (status, again) = send(
-        sandgate
-            .client
-            .post(sandgate.url("/start"))
-            .header("x-api-key", RUNTIME_KEY)
-            .json(
-                &json!({"image": "ghcr.io/acme/agent:1", "command": ["agent"],
-                          "working_dir": "/workspace", "environment": {}}),
-            ),
-    )
-    .await;
-    assert_eq!(status, 200, "{again}");
-    let (status, body) = send(
-        sandgate
-            .client
-            .post(sandgate.url("/stop"))
-            .header("x-api-key", RUNTIME_KEY)
-            .json(&json!({"runtime_id": again["runtime_id"]})),
+    let again = start_sandbox(&sandgate, json!({})).await;
+    let (status, body) = runtime(
+        &sandgate,
+        "/stop",
+        json!({"runtime_id": again["runtime_id"]}),
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    let (_, log) = send(
-        sandgate
-            .client
-            .get(sandgate.url("/api/admin/audit"))
-            .bearer_auth(&token),
-    )
-    .await;
+    let log = audit_log(&sandgate, &token).await;
     let stops = log["entries"]
         .as_array()
         .expect("entries")

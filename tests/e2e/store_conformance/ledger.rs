@@ -7,6 +7,16 @@ use sandgate_store::{LedgerCount, LedgerScope, Measure};
 use super::open;
 use crate::common::Backend;
 
+/// Today, in days since the epoch.
+fn today() -> u32 {
+    sandgate_store::day_of(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .as_millis() as i64,
+    )
+}
+
 fn count(day: u32, scope: LedgerScope, id: &str, measure: Measure, amount: f64) -> LedgerCount {
     LedgerCount {
         day,
@@ -20,12 +30,7 @@ fn count(day: u32, scope: LedgerScope, id: &str, measure: Measure, amount: f64) 
 async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
     let store = open(&backend).await;
     let ledger = &store.ledger;
-    let today = sandgate_store::day_of(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("time")
-            .as_millis() as i64,
-    );
+    let today = today();
     let (yesterday, conv) = (today - 1, LedgerScope::Conversation);
     ledger
         .add_ledger(&[
@@ -144,12 +149,7 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
 async fn a_rollup_is_paged_by_id_across_days(backend: Backend) {
     let store = open(&backend).await;
     let ledger = &store.ledger;
-    let today = sandgate_store::day_of(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("time")
-            .as_millis() as i64,
-    );
+    let today = today();
     let user = LedgerScope::User;
     let mut counts = Vec::new();
     for (index, id) in ["u1", "u2", "u3", "u4", "u5"].iter().enumerate() {
