@@ -24,6 +24,8 @@ const CREDENTIALS: &[&str] = &[
     "ocp-apim-subscription-key",
     "x-session-api-key",
     "x-amz-security-token",
+    // The admin's token where it stands for a runtime API key (the console's).
+    "x-sandgate-admin-token",
 ];
 
 /// Whether a client header (lowercase name) may be forwarded when forwarding is on.

@@ -16,6 +16,7 @@ const NAMED_CREDENTIALS: &[&str] = &[
     "x-goog-api-key",
     "x-session-api-key",
     "x-amz-security-token",
+    "x-sandgate-admin-token",
 ];
 
 /// Headers that are never the client's to pass on: credentials of this hop, the

@@ -91,6 +91,14 @@ async fn conversation(sandgate: &Sandgate) -> Conversation {
     assert_eq!(status, 200, "{started}");
     let runtime_id = started["runtime_id"].as_str().expect("id").to_owned();
     let key_alias = format!("console-key{}", payload(3));
+    let (status, team) = send(crate::gateway_keys::post(
+        sandgate,
+        "/team/new",
+        MASTER_KEY,
+        &json!({"team_id": "console-team", "team_alias": payload(9)}),
+    ))
+    .await;
+    assert_eq!(status, 200, "{team}");
     let (key, _) = generate(
         sandgate,
         &json!({"key_alias": key_alias, "user_id": format!("user{}", payload(4)),
@@ -348,6 +356,70 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
         "the key is still there: {listed}"
     );
 
+    // A key, created: shown once.
+    let alias = browser.find("input[name='key_alias']").await;
+    alias.send_keys("created-in-console").await.expect("type");
+    // Of the team: the page lists the teams its keys name.
+    browser
+        .find("input[name='team_id']")
+        .await
+        .send_keys("console-team")
+        .await
+        .expect("type");
+    browser
+        .find("form button[type='submit']")
+        .await
+        .click()
+        .await
+        .expect("create");
+    let created = browser.find("#new-key").await.text().await.expect("key");
+    assert!(created.starts_with("sk-"), "{created}");
+    let (_, listed) = send(
+        sandgate
+            .client
+            .get(sandgate.url("/key/list?key_alias=created-in-console"))
+            .bearer_auth(MASTER_KEY),
+    )
+    .await;
+    assert_eq!(listed["keys"].as_array().map(Vec::len), Some(1), "{listed}");
+    // A team's budget, set.
+    let budget = browser
+        .find("input[aria-label='Budget of team console-team']")
+        .await;
+    budget.clear().await.expect("clear");
+    budget.send_keys("25").await.expect("type");
+    browser
+        .find("input[aria-label='Budget of team console-team'] + button")
+        .await
+        .click()
+        .await
+        .expect("set budget");
+    browser.until_text("Team console-team budget set.").await;
+    let (_, info) = send(
+        sandgate
+            .client
+            .get(sandgate.url("/team/info?team_id=console-team"))
+            .bearer_auth(MASTER_KEY),
+    )
+    .await;
+    assert_eq!(info["team_info"]["max_budget"], 25.0, "{info}");
+    nothing_injected(&browser, "keys, after its actions").await;
+
+    // The conversation's sandbox, stopped by the operator.
+    browser.page(&base, "pools", "Pools and sandboxes").await;
+    browser
+        .client
+        .wait()
+        .for_element(fantoccini::Locator::XPath(
+            "//tr[td[text()='paused']]//button[text()='Stop']",
+        ))
+        .await
+        .expect("the paused sandbox's stop button")
+        .click()
+        .await
+        .expect("stop");
+    browser.until_text("stop asked.").await;
+
     browser.page(&base, "spend", "Spend").await;
     browser.until_text("Spend by team, per day").await;
     browser
@@ -359,7 +431,14 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     // Both changes, in the audit log.
     browser.page(&base, "audit", "Audit log").await;
     let text = browser.until_text("key.delete").await;
-    assert!(text.contains("warm_config.put"), "{text}");
+    for action in [
+        "warm_config.put",
+        "key.generate",
+        "team.update",
+        "sandbox.stop",
+    ] {
+        assert!(text.contains(action), "{action}: {text}");
+    }
     assert!(text.contains("console-pool"), "{text}");
     browser.screenshot("audit").await;
     nothing_injected(&browser, "audit").await;

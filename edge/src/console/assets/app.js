@@ -8,6 +8,8 @@
   const page = document.getElementById('page');
   const statusLine = document.getElementById('status');
   const session = { csrf: null, admin: false, master: false };
+  // A key just created, shown on the keys page until it is left.
+  let createdKey = null;
   const REFRESH_MS = 5000;
 
   // --- building blocks ---------------------------------------------------------------
@@ -332,7 +334,9 @@
     const users = [...new Set(all.map((key) => key.user_id).filter(Boolean))];
     const teamInfo = await Promise.all(teams.map((team) => optional('team/info?team_id=' + encodeURIComponent(team)).catch(() => null)));
     const userInfo = await Promise.all(users.map((user) => optional('user/info?user_id=' + encodeURIComponent(user)).catch(() => null)));
-    const created = h('div', { 'aria-live': 'polite' });
+    const created = h('div', { 'aria-live': 'polite' }, createdKey
+      ? h('p', {}, 'The new key, shown once: ', h('code', { class: 'secret', id: 'new-key' }, createdKey))
+      : null);
     const form = h('form', {
       onsubmit: async (event) => {
         event.preventDefault();
@@ -342,8 +346,10 @@
         if (data.get('max_budget')) body.max_budget = Number(data.get('max_budget'));
         try {
           const key = await call('POST', 'key/generate', body);
-          created.replaceChildren(h('p', {}, 'The new key, shown once: ', h('code', { class: 'secret', id: 'new-key' }, key.key)));
+          // Shown until the page is left; the page is drawn again with the new key's team.
+          createdKey = key.key;
           say('Key created.');
+          await render(false);
         } catch (error) { say(error.message, true); }
       },
     },
@@ -524,7 +530,7 @@
     if (session.admin || session.master) render(true);
   }, REFRESH_MS);
 
-  window.addEventListener('hashchange', () => { say(''); render(false); });
+  window.addEventListener('hashchange', () => { say(''); createdKey = null; render(false); });
   document.getElementById('logout').addEventListener('click', async () => {
     try { await request('POST', '/console/logout'); } catch (_) { /* signed out anyway */ }
     Object.assign(session, { csrf: null, admin: false, master: false });
