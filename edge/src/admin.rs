@@ -120,17 +120,31 @@ pub async fn login(
 ) -> Result<Json<LoginResponse>, ApiError> {
     let payload = body::buffered(payload, state.body_limit)?;
     let LoginBody { challenge, hash } = body::decode(&payload)?;
-    let login = state
+    let token = admin_token(&state, &headers, client, challenge, hash).await?;
+    Ok(Json(LoginResponse { token }))
+}
+
+/// The admin token for an answered challenge, as the RuntimeAdmin service judges it (its
+/// login rates by the client's address included): `POST /api/admin/login`'s, and the
+/// console's sign-in.
+pub(crate) async fn admin_token(
+    state: &AppState,
+    headers: &HeaderMap,
+    client: ClientAddress,
+    challenge: String,
+    hash: String,
+) -> Result<String, ApiError> {
+    Ok(state
         .admin
         .clone()
         .login(metadata::request_for(
-            &headers,
+            headers,
             client,
             LoginRequest { challenge, hash },
         ))
         .await?
-        .into_inner();
-    Ok(Json(LoginResponse { token: login.token }))
+        .into_inner()
+        .token)
 }
 
 #[utoipa::path(

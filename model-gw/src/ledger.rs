@@ -2,13 +2,8 @@
 //! spend, to its conversation (and that conversation's model), team, user, key and model,
 //! on the day it started.
 
-use std::collections::HashMap;
-
-use sandgate_store::ledger::{EVERYTHING, conversation_id, conversation_model};
+use sandgate_store::ledger::{EVERYTHING, LedgerSums, conversation_id, conversation_model};
 use sandgate_store::{LedgerCount, LedgerScope, Measure, SpendLogEntry, day_of};
-
-/// Counts summed per day, scope, id and measure until they are written.
-pub(crate) type LedgerSums = HashMap<(u32, LedgerScope, String, Measure), f64>;
 
 /// Adds `entry`'s call to `sums`.
 pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
@@ -61,30 +56,14 @@ pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
         let Some(id) = id else { continue };
         for (measure, amount) in measures {
             if amount > 0.0 {
-                *sums.entry((day, scope, id.clone(), measure)).or_default() += amount;
+                sums.add(LedgerCount {
+                    day,
+                    scope,
+                    id: id.clone(),
+                    measure,
+                    amount,
+                });
             }
         }
-    }
-}
-
-/// `sums` as the store takes them.
-pub(crate) fn counts(sums: LedgerSums) -> Vec<LedgerCount> {
-    sums.into_iter()
-        .map(|((day, scope, id, measure), amount)| LedgerCount {
-            day,
-            scope,
-            id,
-            measure,
-            amount,
-        })
-        .collect()
-}
-
-/// Puts back counts a write could not store.
-pub(crate) fn requeue(sums: &mut LedgerSums, counts: Vec<LedgerCount>) {
-    for count in counts {
-        *sums
-            .entry((count.day, count.scope, count.id, count.measure))
-            .or_default() += count.amount;
     }
 }

@@ -26,7 +26,7 @@ use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 
 use crate::admit::Settle;
-use crate::ledger::LedgerSums;
+use sandgate_store::ledger::LedgerSums;
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 
@@ -268,7 +268,7 @@ impl SpendLog {
                         std::mem::take(&mut pending.entries),
                         std::mem::take(&mut pending.settles),
                         std::mem::take(&mut pending.counts),
-                        crate::ledger::counts(std::mem::take(&mut pending.ledger)),
+                        pending.ledger.take(),
                     )
                 }
                 Ok(mut pending) => {
@@ -320,7 +320,7 @@ impl SpendLog {
                     Err(err) => {
                         tracing::warn!(error = %err, counters = ledger.len(), "ledger counters not stored yet; kept to try again");
                         if let Ok(mut pending) = self.queue.lock() {
-                            crate::ledger::requeue(&mut pending.ledger, ledger);
+                            pending.ledger.merge(ledger);
                         }
                         false
                     }

@@ -139,6 +139,50 @@ pub fn conversation_model(conversation: &str, model: &str) -> String {
 /// How long a day's counters are kept after their day.
 pub const LEDGER_RETENTION_DAYS: u32 = 400;
 
+/// Counts summed per counter (a day, a scope, an id, a measure) until they are written:
+/// what a batch of calls or deliveries adds, at most one count per counter, and what a
+/// refused write puts back. Its size is the distinct counters, not the counts.
+#[derive(Debug, Default)]
+pub struct LedgerSums(std::collections::HashMap<(u32, LedgerScope, String, Measure), f64>);
+
+impl LedgerSums {
+    pub fn add(&mut self, count: LedgerCount) {
+        *self
+            .0
+            .entry((count.day, count.scope, count.id, count.measure))
+            .or_default() += count.amount;
+    }
+
+    /// Adds `counts` (a batch, or a write that failed, put back).
+    pub fn merge(&mut self, counts: impl IntoIterator<Item = LedgerCount>) {
+        for count in counts {
+            self.add(count);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The counts as the store takes them, emptying `self`.
+    pub fn take(&mut self) -> Vec<LedgerCount> {
+        std::mem::take(&mut self.0)
+            .into_iter()
+            .map(|((day, scope, id, measure), amount)| LedgerCount {
+                day,
+                scope,
+                id,
+                measure,
+                amount,
+            })
+            .collect()
+    }
+}
+
 /// A page of a rollup: the rows of the ids after the page's start, in order, and how many
 /// ids the days hold in all.
 #[derive(Debug, Default, PartialEq)]
@@ -306,6 +350,25 @@ pub(crate) fn field(measure: Measure, id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::conversation_id;
+
+    #[test]
+    fn sums_hold_one_count_per_counter_until_taken() {
+        use super::{LedgerCount, LedgerScope, LedgerSums, Measure};
+        let count = |id: &str, amount| LedgerCount {
+            day: 1,
+            scope: LedgerScope::Team,
+            id: id.to_owned(),
+            measure: Measure::Spend,
+            amount,
+        };
+        let mut sums = LedgerSums::default();
+        sums.merge([count("a", 1.5), count("b", 1.0), count("a", 2.0)]);
+        assert_eq!(sums.len(), 2);
+        let mut taken = sums.take();
+        taken.sort_by(|left, right| left.id.cmp(&right.id));
+        assert_eq!(taken, [count("a", 3.5), count("b", 1.0)]);
+        assert!(sums.is_empty());
+    }
 
     #[test]
     fn days_are_dates() {

@@ -6,7 +6,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use sandgate_proto::admin::v1::LoginRequest;
 use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -124,17 +123,8 @@ pub(crate) async fn login(
     let mut credentials = Credentials::of(&headers);
     let cookie = match body::decode::<Login>(&payload)? {
         Login::Password { challenge, hash } => {
-            let token = state
-                .admin
-                .clone()
-                .login(metadata::request_for(
-                    &headers,
-                    client,
-                    LoginRequest { challenge, hash },
-                ))
-                .await?
-                .into_inner()
-                .token;
+            let token =
+                crate::admin::admin_token(&state, &headers, client, challenge, hash).await?;
             credentials.admin = Some(token.clone());
             (ADMIN_COOKIE, token)
         }

@@ -22,6 +22,12 @@ use crate::sandboxes::ledger::{cost, so_far};
 use crate::sandboxes::service::{status, timeline};
 use sandgate_proto::sandboxes::v1::SandboxStatus;
 
+/// Of a stored ConversationInfo, its title alone (the rest is skipped, not built).
+#[derive(serde::Deserialize)]
+struct Titled {
+    title: Option<String>,
+}
+
 /// The days read when none are asked: the last 31 to today.
 const DEFAULT_DAYS: u32 = 30;
 /// A rollup page's rows when none is asked, and the most.
@@ -235,9 +241,9 @@ impl RuntimeAdminService {
             };
             row.status = record.execution_status.clone();
             row.tags = record.tags.clone().into_iter().collect();
-            row.title = serde_json::from_str::<serde_json::Value>(record.record.get())
+            row.title = serde_json::from_str::<Titled>(record.record.get())
                 .ok()
-                .and_then(|info| info["title"].as_str().map(str::to_owned))
+                .and_then(|info| info.title)
                 .unwrap_or_default();
         }
         Ok(())

@@ -8,7 +8,6 @@
 //! A read through it first waits (a couple of seconds at most) for what this process
 //! counted before it to be written: a reader sees its own process's counts.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,15 +15,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
-use super::{LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure};
+use super::{LedgerCount, LedgerRows, LedgerScope, LedgerStore, LedgerSums};
 use crate::StoreResult;
 
 /// A write the store refused is tried again this long after.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The longest a read waits for this process's counts to be written.
 const READ_WAITS_AT_MOST: Duration = Duration::from_secs(2);
-
-type Sums = HashMap<(u32, LedgerScope, String, Measure), f64>;
 
 /// `inner`, its counts written by one task (see the module).
 pub struct Coalescing {
@@ -59,40 +56,22 @@ impl Coalescing {
     }
 }
 
-fn merge(sums: &mut Sums, counts: Vec<LedgerCount>) {
-    for count in counts {
-        *sums
-            .entry((count.day, count.scope, count.id, count.measure))
-            .or_default() += count.amount;
-    }
-}
-
 async fn write(
     inner: Arc<dyn LedgerStore>,
     mut received: mpsc::UnboundedReceiver<(u64, Vec<LedgerCount>)>,
     wrote: watch::Sender<u64>,
 ) {
-    let mut sums = Sums::new();
+    let mut sums = LedgerSums::default();
     while let Some((mut last, counts)) = received.recv().await {
-        merge(&mut sums, counts);
+        sums.merge(counts);
         loop {
             while let Ok((number, more)) = received.try_recv() {
                 last = last.max(number);
-                merge(&mut sums, more);
+                sums.merge(more);
             }
-            let batch: Vec<LedgerCount> = sums
-                .iter()
-                .map(|((day, scope, id, measure), amount)| LedgerCount {
-                    day: *day,
-                    scope: *scope,
-                    id: id.clone(),
-                    measure: *measure,
-                    amount: *amount,
-                })
-                .collect();
+            let batch = sums.take();
             match inner.add_ledger(&batch).await {
                 Ok(()) => {
-                    sums.clear();
                     wrote.send_replace(last);
                     break;
                 }
@@ -100,6 +79,7 @@ async fn write(
                     metrics::counter!("sandgate_ledger_failures_total").increment(1);
                     tracing::error!(error = %err, counters = batch.len(),
                         "ledger counts not written; kept, tried again in a second");
+                    sums.merge(batch);
                     tokio::time::sleep(RETRY_AFTER).await;
                 }
             }
