@@ -41,6 +41,7 @@ pub async fn run(args: LedgerArgs, out: &mut impl Write) -> anyhow::Result<()> {
             writeln!(out)?;
         }
         LedgerCommand::Rollup { by } => {
+            let by: String = form_urlencoded::byte_serialize(by.as_bytes()).collect();
             let mut after = String::new();
             let mut first = true;
             loop {

@@ -94,6 +94,12 @@ pub(crate) async fn open_store(args: &StoreArgs) -> anyhow::Result<Store> {
     if args.ledger == "off" {
         store.ledger = std::sync::Arc::new(sandgate_store::ledger::Unkept);
         tracing::info!("ledger: off");
+    } else {
+        // A conversation's counts are counted again under each of its tags.
+        store.ledger = std::sync::Arc::new(sandgate_store::ledger::tagging::Tagging::new(
+            store.ledger.clone(),
+            store.conversations.clone(),
+        ));
     }
     match &args.redis {
         Some(url) => tracing::info!(redis = %redact_url(url), "store: Redis"),

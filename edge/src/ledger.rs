@@ -1,6 +1,6 @@
 //! `GET /api/ledger/conversations/{id}` and `GET /api/ledger/rollup` → RuntimeAdmin's
 //! ledger, with the admin token: what a conversation cost, and sums by team, user, key,
-//! model or conversation over a range of days, as JSON or CSV.
+//! model, conversation, day or a tag's value over a range of days, as JSON or CSV.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -78,6 +78,34 @@ pub(crate) struct ConversationLedger {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     sandbox: Option<LedgerSandbox>,
+    #[serde(flatten)]
+    owner: Owner,
+}
+
+/// Who a conversation's calls are billed to: the first virtual key that counted a call
+/// for it, and that key's user and team then; absent when none did.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct Owner {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    user_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    team_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    key_alias: Option<String>,
+}
+
+impl Owner {
+    fn of(user_id: String, team_id: String, key_alias: String) -> Self {
+        let given = |text: String| (!text.is_empty()).then_some(text);
+        Self {
+            user_id: given(user_id),
+            team_id: given(team_id),
+            key_alias: given(key_alias),
+        }
+    }
 }
 
 /// A conversation's sandbox, as its ledger shows it.
@@ -110,6 +138,9 @@ pub(crate) struct RollupRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     tags: Option<BTreeMap<String, String>>,
+    /// By conversation: who its calls are billed to
+    #[serde(flatten)]
+    owner: Owner,
 }
 
 /// A page of a rollup.
@@ -142,9 +173,13 @@ pub(crate) struct LedgerDays {
 #[into_params(parameter_in = Query)]
 #[expect(dead_code, reason = "read from the raw query; here for the document")]
 pub(crate) struct RollupQuery {
-    /// What rows are: a virtual key by its token
-    #[param(inline)]
-    by: LedgerBy,
+    /// What rows are: `team`, `user`, `key` (a virtual key, by its token), `model`,
+    /// `conversation`, `day` (a row a day, its id the date: everything counted that day)
+    /// or `tag:<key>` (a row per value of the tag `<key>`, as `tag:project`: the
+    /// conversations carrying it, each counted under the tags it had when its counts were
+    /// written)
+    #[param(pattern = r"^(team|user|key|model|conversation|day|tag:.+)$")]
+    by: String,
     /// Page size; 0 or absent means 100; more than 1000 means 1000
     #[param(maximum = 4294967295.0, default = 100)]
     limit: Option<u64>,
@@ -153,20 +188,6 @@ pub(crate) struct RollupQuery {
     /// JSON (the default) or CSV
     #[param(inline)]
     format: Option<LedgerFormat>,
-}
-
-/// What a rollup's rows are.
-#[derive(ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[expect(dead_code, reason = "read from the raw query; here for the document")]
-pub(crate) enum LedgerBy {
-    Team,
-    User,
-    Key,
-    Model,
-    Conversation,
-    /// A row a day, its id the date: everything counted that day
-    Day,
 }
 
 /// A rollup's format.
@@ -207,6 +228,7 @@ struct Query {
     group: Option<LedgerGroup>,
     limit: u32,
     after: String,
+    tag: String,
     csv: bool,
 }
 
@@ -226,13 +248,19 @@ fn query_of(query: Option<&str>) -> Result<Query, ApiError> {
                     "model" => LedgerGroup::Model,
                     "conversation" => LedgerGroup::Conversation,
                     "day" => LedgerGroup::Day,
-                    other => {
-                        return Err(invalid(
-                            "by",
-                            "Value error, one of team, user, key, model, conversation, day",
-                            other,
-                        ));
-                    }
+                    other => match other.strip_prefix("tag:").filter(|key| !key.is_empty()) {
+                        Some(key) => {
+                            read.tag = key.to_owned();
+                            LedgerGroup::Tag
+                        }
+                        None => {
+                            return Err(invalid(
+                                "by",
+                                "Value error, one of team, user, key, model, conversation, day, tag:<key>",
+                                other,
+                            ));
+                        }
+                    },
                 })
             }
             "format" => {
@@ -294,6 +322,11 @@ pub async fn conversation(
         start: ledger.start.clone().map(StartTimeline::from),
     });
     Ok(Json(ConversationLedger {
+        owner: Owner::of(
+            ledger.user_id.clone(),
+            ledger.team_id.clone(),
+            ledger.key_alias.clone(),
+        ),
         conversation_id: id,
         sandbox,
         total: ledger.total.unwrap_or_default().into(),
@@ -310,7 +343,7 @@ pub async fn conversation(
     path = "/api/ledger/rollup",
     operation_id = "ledger_rollup",
     tag = "Ledger",
-    summary = "The ledger summed by team, user, key, model or conversation over a range of days",
+    summary = "The ledger summed by team, user, key, model, conversation, day or a tag's value over a range of days",
     security(("AdminToken" = [])),
     params(RollupQuery, LedgerDays),
     responses(
@@ -351,6 +384,7 @@ pub async fn rollup(
         to_day: query.to,
         limit: query.limit,
         after: query.after,
+        tag: query.tag,
     };
     let page = state
         .admin
@@ -367,6 +401,7 @@ pub async fn rollup(
             title: (!row.title.is_empty()).then_some(row.title),
             status: (!row.status.is_empty()).then_some(row.status),
             tags: (!row.tags.is_empty()).then(|| row.tags.into_iter().collect()),
+            owner: Owner::of(row.user_id, row.team_id, row.key_alias),
         })
         .collect();
     if query.csv {
@@ -392,7 +427,7 @@ pub async fn rollup(
 /// `rows` as CSV (RFC 4180): a header line, then a row a line.
 fn csv(rows: &[RollupRow]) -> String {
     let mut text = String::from(
-        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,cache_read_tokens,cache_write_tokens,running_ms,paused_ms,sandbox_cost,events,webhooks,title,status,tags\r\n",
+        "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,cache_read_tokens,cache_write_tokens,running_ms,paused_ms,sandbox_cost,events,webhooks,title,status,tags,user_id,team_id,key_alias\r\n",
     );
     for row in rows {
         let m = &row.measures;
@@ -403,7 +438,7 @@ fn csv(rows: &[RollupRow]) -> String {
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
         text.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n",
             csv_text(&row.id),
             m.spend,
             m.calls,
@@ -420,6 +455,9 @@ fn csv(rows: &[RollupRow]) -> String {
             csv_text(row.title.as_deref().unwrap_or_default()),
             csv_text(row.status.as_deref().unwrap_or_default()),
             csv_text(&tags.join(";")),
+            csv_text(row.owner.user_id.as_deref().unwrap_or_default()),
+            csv_text(row.owner.team_id.as_deref().unwrap_or_default()),
+            csv_text(row.owner.key_alias.as_deref().unwrap_or_default()),
         ));
     }
     text

@@ -203,6 +203,12 @@ pub(crate) struct User(Value);
 #[schema(value_type = Object)]
 pub(crate) struct UserInfo(Value);
 
+/// `/user/list`'s answer: `users` (each as `/v2/user/info` shows it), `total`, `page`,
+/// `page_size`, `total_pages`
+#[derive(ToSchema)]
+#[schema(value_type = Object)]
+pub(crate) struct UserList(Value);
+
 /// `POST /budget/info`'s body: budget ids, as `/team/info` gives the memberships'.
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct BudgetIds {

@@ -20,6 +20,7 @@ use crate::models::{GatewayError, body, client};
 use crate::org_types::{
     AddMembers, BudgetIds, Budgets, DeleteMember, DeleteTeams, DeleteUsers, NewTeam, NewUser,
     SpendReport, Team, TeamId, TeamInfo, UpdateMember, UpdateTeam, UpdateUser, User, UserInfo,
+    UserList,
 };
 use crate::state::AppState;
 
@@ -98,6 +99,65 @@ pub async fn team_info(
         &headers,
         address,
         OrgOperation::TeamInfo,
+        query_object(query)?,
+    )
+    .await
+}
+
+/// `GET /team/list`.
+#[utoipa::path(get, path = "/team/list", operation_id = "list_teams", tag = "Model gateway",
+    summary = "Every team with its spend (LiteLLM's `/team/list`)",
+    security(("MasterKey" = [])),
+    params(("user_id" = Option<String>, Query, description = "Only the teams this user is a member of")),
+    responses(
+        (status = 200, description = "The teams, by id", body = Vec<Team>),
+        KeyErrors,
+        (status = 403, description = "A virtual key: teams are the master key's", body = OpenAIError),
+    ),
+)]
+pub async fn team_list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    address: ClientAddress,
+    query: Params,
+) -> Result<Response, GatewayError> {
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::TeamList,
+        query_object(query)?,
+    )
+    .await
+}
+
+/// `GET /user/list`.
+#[utoipa::path(get, path = "/user/list", operation_id = "list_users", tag = "Model gateway",
+    summary = "A page of the users with their spend (LiteLLM's `/user/list`)",
+    security(("MasterKey" = [])),
+    params(
+        ("page" = Option<u64>, Query, minimum = 1, description = "The page, from 1 (default 1)"),
+        ("page_size" = Option<u64>, Query, minimum = 1, description = "Users a page (default 25, at most 100)"),
+        ("user_ids" = Option<String>, Query, description = "Only these users (comma-separated ids)"),
+    ),
+    responses(
+        (status = 200, description = "A page of the users, by id", body = UserList),
+        (status = 400, description = "`page` or `page_size` not a whole number from 1", body = OpenAIError),
+        KeyErrors,
+        (status = 403, description = "A virtual key: users are the master key's", body = OpenAIError),
+    ),
+)]
+pub async fn user_list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    address: ClientAddress,
+    query: Params,
+) -> Result<Response, GatewayError> {
+    manage(
+        &state,
+        &headers,
+        address,
+        OrgOperation::UserList,
         query_object(query)?,
     )
     .await

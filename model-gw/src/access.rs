@@ -84,6 +84,9 @@ pub struct Seen {
     /// The routing entry's metrics label, and the model it sends upstream.
     pub entry: Option<(String, String)>,
     pub bytes_in: usize,
+    /// Refused for the session it named (not its own): its entry keeps that session in
+    /// its error alone, so that it counts towards no conversation.
+    pub session_refused: bool,
 }
 
 /// The spend log entry of a call refused with `status` for `reason`: LiteLLM's failure
@@ -126,7 +129,9 @@ pub(crate) fn refused(
         .map_or(crate::metrics::UNROUTED, |(entry, _)| entry.as_str());
     crate::metrics::refused(entry, http_status);
     let headers = metadata.clone().into_headers();
-    let session_id = first_header(&headers, &SESSION_ID).map(bounded);
+    let session_id = first_header(&headers, &SESSION_ID)
+        .map(bounded)
+        .filter(|_| !seen.session_refused);
     let key_alias = seen.key.as_ref().and_then(|(_, alias)| alias.clone());
     log(&AccessLine {
         api: seen.api.unwrap_or(Api::Unspecified),

@@ -69,6 +69,8 @@ pub(crate) fn org_action(operation: OrgOperation) -> Option<&'static str> {
         OrgOperation::UserUpdate => "user.update",
         OrgOperation::UserDelete => "user.delete",
         OrgOperation::TeamInfo
+        | OrgOperation::TeamList
+        | OrgOperation::UserList
         | OrgOperation::UserInfo
         | OrgOperation::UserInfoV2
         | OrgOperation::BudgetInfo

@@ -1,8 +1,12 @@
 //! What a finished call adds to the ledger: one call (failed or not), its tokens and its
 //! spend, to its conversation (and that conversation's model), team, user, key and model,
-//! on the day it started.
+//! on the day it started; and who a conversation's calls are billed to.
 
-use sandgate_store::ledger::{EVERYTHING, LedgerSums, conversation_id, conversation_model};
+use std::collections::HashMap;
+
+use sandgate_store::ledger::{
+    ConversationOwner, EVERYTHING, LedgerSums, conversation_id, conversation_model,
+};
 use sandgate_store::{LedgerCount, LedgerScope, Measure, SpendLogEntry, day_of};
 
 /// Adds `entry`'s call to `sums`.
@@ -66,4 +70,19 @@ pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
             }
         }
     }
+}
+
+/// Notes in `owners` who `entry`'s conversation is billed to, when a virtual key made the
+/// call and none is noted yet: the key's user, team and alias.
+pub(crate) fn own(owners: &mut HashMap<String, ConversationOwner>, entry: &SpendLogEntry) {
+    let (Some(session), Some(_)) = (entry.session_id.as_deref(), entry.api_key.as_ref()) else {
+        return;
+    };
+    owners
+        .entry(conversation_id(session).into_owned())
+        .or_insert_with(|| ConversationOwner {
+            user_id: entry.key_user_id.clone(),
+            team_id: entry.team_id.clone(),
+            key_alias: entry.key_alias.clone(),
+        });
 }

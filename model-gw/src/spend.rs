@@ -18,7 +18,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use http::HeaderMap;
 use sandgate_store::admission::{ScopeSpend, Settlement};
@@ -26,7 +26,7 @@ use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 
 use crate::admit::Settle;
-use sandgate_store::ledger::LedgerSums;
+use sandgate_store::ledger::{ConversationOwner, LedgerSums};
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 
@@ -48,7 +48,13 @@ pub(crate) struct SpendLog {
     queue: Mutex<SpendQueue>,
     /// Held while the queue is written out.
     writer: tokio::sync::Mutex<()>,
+    /// The conversations whose owner this process recorded (the store keeps the first
+    /// anyway): each is written once, not with every call.
+    owned: Mutex<HashSet<String>>,
 }
+
+/// Conversations remembered as owned at most; past it the memory starts again.
+const MAX_OWNED_REMEMBERED: usize = 100_000;
 
 #[derive(Default)]
 struct SpendQueue {
@@ -59,6 +65,8 @@ struct SpendQueue {
     counts: HashMap<(u32, SpendScope, String), f64>,
     /// What the entries add to the ledger.
     ledger: LedgerSums,
+    /// Who the entries' conversations are billed to, when not yet recorded.
+    owners: HashMap<String, ConversationOwner>,
     /// A delayed write is scheduled: entries queued for one need not schedule another.
     scheduled: bool,
 }
@@ -72,6 +80,7 @@ impl SpendQueue {
     /// Adds what `entry` spent to the counters it counts towards.
     fn count(&mut self, entry: &SpendLogEntry) {
         crate::ledger::count(&mut self.ledger, entry);
+        crate::ledger::own(&mut self.owners, entry);
         let Some(amount) = entry
             .spend
             .filter(|spend| *spend > 0.0 && spend.is_finite())
@@ -161,6 +170,36 @@ impl SpendLog {
             retention,
             queue: Mutex::default(),
             writer: tokio::sync::Mutex::default(),
+            owned: Mutex::default(),
+        }
+    }
+
+    /// Records who the batch's conversations are billed to, those not recorded by this
+    /// process yet. Not money: one the store refuses is tried again with the
+    /// conversation's next call.
+    async fn own(&self, owners: HashMap<String, ConversationOwner>) {
+        let new: Vec<(String, ConversationOwner)> = match self.owned.lock() {
+            Ok(owned) => owners
+                .into_iter()
+                .filter(|(conversation, _)| !owned.contains(conversation))
+                .collect(),
+            Err(_) => return,
+        };
+        if new.is_empty() {
+            return;
+        }
+        match self.store.ledger.own_conversations(&new).await {
+            Ok(()) => {
+                if let Ok(mut owned) = self.owned.lock() {
+                    if owned.len() + new.len() > MAX_OWNED_REMEMBERED {
+                        owned.clear();
+                    }
+                    owned.extend(new.into_iter().map(|(conversation, _)| conversation));
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, conversations = new.len(), "conversations' owners not stored; tried again with their next call");
+            }
         }
     }
 
@@ -257,7 +296,7 @@ impl SpendLog {
     async fn write(&self, delayed: bool) -> bool {
         let _writing = self.writer.lock().await;
         loop {
-            let (batch, settles, counts, ledger) = match self.queue.lock() {
+            let (batch, settles, counts, ledger, owners) = match self.queue.lock() {
                 Ok(mut pending)
                     if !pending.entries.is_empty()
                         || !pending.settles.is_empty()
@@ -269,6 +308,7 @@ impl SpendLog {
                         std::mem::take(&mut pending.settles),
                         std::mem::take(&mut pending.counts),
                         pending.ledger.take(),
+                        std::mem::take(&mut pending.owners),
                     )
                 }
                 Ok(mut pending) => {
@@ -325,6 +365,7 @@ impl SpendLog {
                         false
                     }
                 };
+            self.own(owners).await;
             if !batch.is_empty()
                 && let Err(err) = self
                     .store

@@ -70,12 +70,24 @@ pub struct LedgerArgs {
 pub enum LedgerCommand {
     /// Print one conversation's ledger as JSON.
     Conversation { id: String },
-    /// Print the ledger summed by team, user, key, model, conversation or day: every row,
-    /// as CSV (a header line, then a row a line).
+    /// Print the ledger summed by team, user, key, model, conversation, day or a tag's
+    /// value: every row, as CSV (a header line, then a row a line).
     Rollup {
-        #[arg(long, value_parser = ["team", "user", "key", "model", "conversation", "day"])]
+        /// `team`, `user`, `key`, `model`, `conversation`, `day`, or `tag:<key>` (a row
+        /// per value of the tag `<key>`, as `tag:project`).
+        #[arg(long, value_parser = rollup_by)]
         by: String,
     },
+}
+
+/// A rollup's `--by`: one of the groups, or `tag:` and a tag's key.
+fn rollup_by(by: &str) -> Result<String, String> {
+    let groups = ["team", "user", "key", "model", "conversation", "day"];
+    match by.strip_prefix("tag:") {
+        Some(key) if !key.is_empty() => Ok(by.to_owned()),
+        _ if groups.contains(&by) => Ok(by.to_owned()),
+        _ => Err(format!("one of {}, or tag:<key>", groups.join(", "))),
+    }
 }
 
 /// Which service's settings `check-config` checks.

@@ -1,11 +1,12 @@
 //! The ledger: what each conversation, team, user, key and model cost, per day, as
 //! counters added to where the facts happen (a call settled, a sandbox's state changed),
 //! never by scanning records. Read by id (a conversation's page) or whole for a range of
-//! days (a rollup by team, user, key or model).
+//! days (a rollup by team, user, key, model or a tag's value).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 pub mod coalescing;
+pub mod tagging;
 
 use async_trait::async_trait;
 
@@ -26,13 +27,16 @@ pub enum LedgerScope {
     Model,
     /// Everything counted, under the one id [`EVERYTHING`]: the rollup by day.
     Everything,
+    /// The conversations carrying a tag, by [`tag_id`] of its key and value: what a
+    /// conversation counts, counted again for each tag it had when it was counted.
+    Tag,
 }
 
 /// The one id of [`LedgerScope::Everything`].
 pub const EVERYTHING: &str = "all";
 
 impl LedgerScope {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Conversation,
         Self::ConversationModel,
         Self::Team,
@@ -40,6 +44,7 @@ impl LedgerScope {
         Self::Key,
         Self::Model,
         Self::Everything,
+        Self::Tag,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +56,7 @@ impl LedgerScope {
             Self::Key => "key",
             Self::Model => "model",
             Self::Everything => "everything",
+            Self::Tag => "tag",
         }
     }
 }
@@ -136,6 +142,29 @@ pub fn conversation_model(conversation: &str, model: &str) -> String {
     format!("{conversation}\u{1f}{model}")
 }
 
+/// The id of a tag's counters: its key, then its value.
+pub fn tag_id(key: &str, value: &str) -> String {
+    format!("{}{value}", tag_prefix(key))
+}
+
+/// What the ids of a tag key's counters start with (see [`LedgerStore::ledger_ids`]'s
+/// `within`).
+pub fn tag_prefix(key: &str) -> String {
+    format!("{key}\u{1f}")
+}
+
+/// Who a conversation's calls are billed to: the first virtual key that counted a call
+/// for it (the key that owns its session), its user, team and alias as they were then.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConversationOwner {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_alias: Option<String>,
+}
+
 /// How long a day's counters are kept after their day.
 pub const LEDGER_RETENTION_DAYS: u32 = 400;
 
@@ -143,7 +172,7 @@ pub const LEDGER_RETENTION_DAYS: u32 = 400;
 /// what a batch of calls or deliveries adds, at most one count per counter, and what a
 /// refused write puts back. Its size is the distinct counters, not the counts.
 #[derive(Debug, Default)]
-pub struct LedgerSums(std::collections::HashMap<(u32, LedgerScope, String, Measure), f64>);
+pub struct LedgerSums(HashMap<(u32, LedgerScope, String, Measure), f64>);
 
 impl LedgerSums {
     pub fn add(&mut self, count: LedgerCount) {
@@ -208,17 +237,30 @@ pub trait LedgerStore: Send + Sync + 'static {
     ) -> StoreResult<LedgerRows>;
 
     /// The ids counted in `scope` on the days `from..=to` that sort after `after`, at
-    /// most `limit` of them, in order, and how many distinct ids those days hold. Read
-    /// from an index of the ids (not the counters), so a page costs its own rows whatever
-    /// the days hold. `ConversationModel` has no index: it is read by conversation.
+    /// most `limit` of them, in order, and how many distinct ids those days hold; with a
+    /// `within` (one ending in `\u{1f}`, as [`tag_prefix`]), only the ids starting with it.
+    /// Read from an index of the ids (not the counters), so a page costs its own rows
+    /// whatever the days hold. `ConversationModel` has no index: it is read by
+    /// conversation.
     async fn ledger_ids(
         &self,
         scope: LedgerScope,
         from: u32,
         to: u32,
+        within: &str,
         after: &str,
         limit: usize,
     ) -> StoreResult<(Vec<String>, u64)>;
+
+    /// Records who each conversation's calls are billed to, unless it is recorded already
+    /// (the first stays). Kept as long as the ledger's days.
+    async fn own_conversations(&self, owners: &[(String, ConversationOwner)]) -> StoreResult<()>;
+
+    /// The owners recorded of `conversations` (those with none are absent).
+    async fn conversation_owners(
+        &self,
+        conversations: &[String],
+    ) -> StoreResult<HashMap<String, ConversationOwner>>;
 
     /// The models a conversation's calls were counted for.
     async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>>;
@@ -235,19 +277,22 @@ pub trait LedgerStore: Send + Sync + 'static {
     async fn conversation_session(&self, conversation: &str) -> StoreResult<Option<String>>;
 
     /// A page of the rollup of `scope` over `from..=to`: the rows of at most `limit` ids
-    /// after `after`.
+    /// after `after` (of those starting with `within`).
     async fn ledger_page(
         &self,
         scope: LedgerScope,
         from: u32,
         to: u32,
+        within: &str,
         after: &str,
         limit: usize,
     ) -> StoreResult<LedgerPage> {
         if from > to || limit == 0 {
             return Ok(LedgerPage::default());
         }
-        let (mut ids, total) = self.ledger_ids(scope, from, to, after, limit + 1).await?;
+        let (mut ids, total) = self
+            .ledger_ids(scope, from, to, within, after, limit + 1)
+            .await?;
         let next = (ids.len() > limit).then(|| {
             ids.truncate(limit);
             ids[limit - 1].clone()
@@ -282,9 +327,21 @@ impl LedgerStore for Unkept {
         _: u32,
         _: u32,
         _: &str,
+        _: &str,
         _: usize,
     ) -> StoreResult<(Vec<String>, u64)> {
         Ok((Vec::new(), 0))
+    }
+
+    async fn own_conversations(&self, _: &[(String, ConversationOwner)]) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn conversation_owners(
+        &self,
+        _: &[String],
+    ) -> StoreResult<HashMap<String, ConversationOwner>> {
+        Ok(HashMap::new())
     }
 
     async fn conversation_models(&self, _: &str) -> StoreResult<Vec<String>> {
@@ -302,6 +359,32 @@ impl LedgerStore for Unkept {
     async fn conversation_session(&self, _: &str) -> StoreResult<Option<String>> {
         Ok(None)
     }
+}
+
+/// The first id after `after` that starts with `within` (both may be empty): where a
+/// range read of an index starts, inclusive.
+pub(crate) fn first_after<'a>(within: &'a str, after: &'a str) -> Bound<'a> {
+    if after.is_empty() || after < within {
+        Bound::From(within)
+    } else {
+        Bound::After(after)
+    }
+}
+
+/// Where a range of ids starts.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Bound<'a> {
+    From(&'a str),
+    After(&'a str),
+}
+
+/// The first id past those starting with `within`: `within` with its last character the
+/// next one; `None` when `within` is empty (no end).
+pub(crate) fn past(within: &str) -> Option<String> {
+    let mut chars = within.chars();
+    let last = chars.next_back()?;
+    let next = char::from_u32(u32::from(last) + 1).unwrap_or(char::MAX);
+    Some(format!("{}{next}", chars.as_str()))
 }
 
 /// The first `limit` of the ids each day gave, merged in order without repeats.
@@ -368,6 +451,34 @@ mod tests {
         taken.sort_by(|left, right| left.id.cmp(&right.id));
         assert_eq!(taken, [count("a", 3.5), count("b", 1.0)]);
         assert!(sums.is_empty());
+    }
+
+    #[test]
+    fn a_tag_s_ids_lie_between_its_prefix_and_the_next() {
+        use super::{Bound, first_after, past, tag_id, tag_prefix};
+        let within = tag_prefix("project");
+        let end = past(&within).expect("an end");
+        for inside in [tag_id("project", ""), tag_id("project", "zzz\u{10ffff}")] {
+            assert!(
+                inside.as_str() >= within.as_str() && inside < end,
+                "{inside:?}"
+            );
+        }
+        for outside in [
+            tag_id("projects", "a"),
+            tag_id("proj", "a"),
+            "project".to_owned(),
+        ] {
+            assert!(
+                !(outside.as_str() >= within.as_str() && outside < end),
+                "{outside:?}"
+            );
+        }
+        assert_eq!(past(""), None);
+        assert_eq!(first_after(&within, ""), Bound::From(&within));
+        assert_eq!(first_after(&within, "a"), Bound::From(&within));
+        let later = tag_id("project", "b");
+        assert_eq!(first_after(&within, &later), Bound::After(&later));
     }
 
     #[test]

@@ -219,6 +219,12 @@ pub trait OrgStore: Send + Sync + 'static {
     /// Deletes the users of `ids`; the ids that were there. Their spend stays.
     async fn delete_users(&self, ids: &[String]) -> StoreResult<Vec<String>>;
 
+    /// Every team, by id (an organisation's teams: an operator's list, not a hot path).
+    async fn list_teams(&self) -> StoreResult<Vec<StoredTeam>>;
+
+    /// Every user, by id.
+    async fn list_users(&self) -> StoreResult<Vec<StoredUser>>;
+
     /// Adds each count to its counter of its day and, where its scope has one, to its
     /// total: in one atomic write (one Redis transaction, one redb commit).
     async fn add_spend(&self, counts: &[SpendCount]) -> StoreResult<()>;

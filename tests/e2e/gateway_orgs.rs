@@ -494,6 +494,8 @@ async fn organisations_are_the_master_keys_and_bounded() {
         "/user/info?user_id=me".to_owned(),
         "/v2/user/info?user_id=me".to_owned(),
         "/global/spend/report".to_owned(),
+        "/team/list".to_owned(),
+        "/user/list".to_owned(),
     ] {
         let response = sandgate
             .client

@@ -181,9 +181,9 @@ async fn a_conversation_s_calls_are_counted_exactly_across_replicas() {
     assert_eq!(
         lines,
         [
-            "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,cache_read_tokens,cache_write_tokens,running_ms,paused_ms,sandbox_cost,events,webhooks,title,status,tags",
-            "\"conv-a\",8,9,1,88,56,0,0,0,0,0,0,0,\"\",\"\",\"\"",
-            "\"conv-b\",3,3,0,33,21,0,0,0,0,0,0,0,\"\",\"\",\"\"",
+            "id,spend,calls,failed_calls,prompt_tokens,completion_tokens,cache_read_tokens,cache_write_tokens,running_ms,paused_ms,sandbox_cost,events,webhooks,title,status,tags,user_id,team_id,key_alias",
+            "\"conv-a\",8,9,1,88,56,0,0,0,0,0,0,0,\"\",\"\",\"\",\"alice\",\"red\",\"\"",
+            "\"conv-b\",3,3,0,33,21,0,0,0,0,0,0,0,\"\",\"\",\"\",\"alice\",\"red\",\"\"",
         ],
         "{text}"
     );
@@ -302,7 +302,7 @@ async fn only_the_admin_reads_the_ledger() {
 }
 
 /// Runs `sandgate ledger <args>` against `sandgate`.
-async fn ledger_cli(sandgate: &Sandgate, args: &[&str]) -> (bool, String, String) {
+pub(crate) async fn ledger_cli(sandgate: &Sandgate, args: &[&str]) -> (bool, String, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_sandgate"))
         .arg("ledger")
         .args(args)

@@ -60,8 +60,10 @@ const REACHABLE: &[&str] = &[
     "key/generate",
     "key/delete",
     "team/info",
+    "team/list",
     "team/update",
     "user/info",
+    "user/list",
     "spend/logs",
 ];
 

@@ -232,6 +232,8 @@ pub async fn manage(
         OrgOperation::UserDelete => users::delete(store, &body).await?,
         OrgOperation::BudgetInfo => teams::budget_info(store, &body).await?,
         OrgOperation::SpendReport => report::spend_report(store, &body).await?,
+        OrgOperation::TeamList => teams::list(store, &body).await?,
+        OrgOperation::UserList => users::list(store, &body).await?,
         OrgOperation::Unspecified => return Err(bad("no operation named")),
     };
     Ok(answer(answered))

@@ -178,6 +178,42 @@ pub(super) async fn info(store: &Store, body: &Map<String, Value>) -> Result<Val
     }))
 }
 
+/// `GET /team/list`: every team, with what it spent in its budget's current period (one
+/// read of the counters for all); with `user_id`, those it is a member of.
+pub(super) async fn list(store: &Store, body: &Map<String, Value>) -> Result<Value, ErrorDetail> {
+    let member = match body.get("user_id") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(id(body, "user_id")?),
+    };
+    let teams: Vec<StoredTeam> = store
+        .orgs
+        .list_teams()
+        .await?
+        .into_iter()
+        .filter(|team| {
+            member
+                .as_ref()
+                .is_none_or(|user| team.members.iter().any(|m| &m.user_id == user))
+        })
+        .collect();
+    let now = now_ms();
+    let scopes = teams
+        .iter()
+        .map(|team| {
+            let scope = BudgetScope::Team(team.team_id.clone());
+            (scope, period_window(&team.period, now).0)
+        })
+        .collect();
+    let spent = budget_spend(store, scopes).await?;
+    Ok(Value::Array(
+        teams
+            .iter()
+            .zip(spent)
+            .map(|(team, spend)| described(team, spend))
+            .collect(),
+    ))
+}
+
 pub(super) async fn update(store: &Store, body: &Map<String, Value>) -> Result<Value, ErrorDetail> {
     let team_id = id(body, "team_id")?;
     let team = change(store, &team_id, |team| apply(team, body)).await?;

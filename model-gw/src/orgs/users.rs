@@ -231,6 +231,65 @@ pub(super) async fn info(
     }))
 }
 
+/// A `/user/list` page's users when none is asked, and the most.
+const DEFAULT_USER_PAGE: u64 = 25;
+const MAX_USER_PAGE: u64 = 100;
+
+/// A positive whole number of the query (`page`, `page_size`), or `default`.
+fn whole(body: &Map<String, Value>, field: &str, default: u64) -> Result<u64, ErrorDetail> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::String(text)) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|number| *number > 0)
+            .ok_or_else(|| bad(format!("`{field}` must be a whole number from 1"))),
+        Some(Value::Number(number)) => number
+            .as_u64()
+            .filter(|number| *number > 0)
+            .ok_or_else(|| bad(format!("`{field}` must be a whole number from 1"))),
+        Some(_) => Err(bad(format!("`{field}` must be a whole number from 1"))),
+    }
+}
+
+/// `GET /user/list`: a page of the users by id (LiteLLM's answer: `users`, `total`,
+/// `page`, `page_size`, `total_pages`), each with what it spent in its budget's current
+/// period; `user_ids` (comma-separated) keeps those alone.
+pub(super) async fn list(store: &Store, body: &Map<String, Value>) -> Result<Value, ErrorDetail> {
+    let page = whole(body, "page", 1)?;
+    let page_size = whole(body, "page_size", DEFAULT_USER_PAGE)?.min(MAX_USER_PAGE);
+    let wanted: Option<std::collections::HashSet<&str>> = match body.get("user_ids") {
+        Some(Value::String(ids)) => Some(ids.split(',').map(str::trim).collect()),
+        _ => None,
+    };
+    let users: Vec<StoredUser> = store
+        .orgs
+        .list_users()
+        .await?
+        .into_iter()
+        .filter(|user| {
+            wanted
+                .as_ref()
+                .is_none_or(|wanted| wanted.contains(user.user_id.as_str()))
+        })
+        .collect();
+    let total = users.len() as u64;
+    let start = usize::try_from((page - 1).saturating_mul(page_size)).unwrap_or(usize::MAX);
+    let shown: Vec<&StoredUser> = users.iter().skip(start).take(page_size as usize).collect();
+    let spent = budget_spend(store, shown.iter().map(|user| user_scope(user)).collect()).await?;
+    Ok(json!({
+        "users": shown
+            .iter()
+            .zip(spent)
+            .map(|(user, spend)| described(user, spend))
+            .collect::<Vec<_>>(),
+        "total": total,
+        "page": page,
+        "page_size": page_size,
+        "total_pages": total.div_ceil(page_size),
+    }))
+}
+
 pub(super) async fn update(store: &Store, body: &Map<String, Value>) -> Result<Value, ErrorDetail> {
     let user_id = id(body, "user_id")?;
     let spend = body

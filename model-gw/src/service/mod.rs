@@ -436,7 +436,8 @@ impl ModelGatewayService {
             .map(|key| (key.token.clone(), key.key_alias.clone()));
         self.sessions
             .check(metadata, sandbox.as_ref(), &caller)
-            .await?;
+            .await
+            .inspect_err(|_| seen.session_refused = true)?;
         let api = Api::try_from(message.api)
             .ok()
             .filter(|api| *api != Api::Unspecified)

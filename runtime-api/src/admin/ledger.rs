@@ -1,6 +1,6 @@
 //! The ledger read with the admin token: one conversation's (its calls in all and by
 //! model, its sandbox's time, the state it is in now counted to this moment), and rollups
-//! by team, user, key, model or conversation over a range of days.
+//! by team, user, key, model, conversation, day or a tag's value over a range of days.
 
 use std::collections::BTreeMap;
 
@@ -10,8 +10,8 @@ use sandgate_proto::admin::v1::{
 };
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::ledger::{
-    EVERYTHING, LEDGER_RETENTION_DAYS, conversation_id, conversation_model,
-    split_conversation_model,
+    ConversationOwner, EVERYTHING, LEDGER_RETENTION_DAYS, conversation_id, conversation_model,
+    split_conversation_model, tag_id, tag_prefix,
 };
 use sandgate_store::orgs::date_of;
 use sandgate_store::{LedgerScope, Measure, StoredSandbox, day_of};
@@ -149,7 +149,16 @@ impl RuntimeAdminService {
                 Some((model.to_owned(), measures(&counted)))
             })
             .collect();
+        let owner = ledger
+            .conversation_owners(std::slice::from_ref(&id))
+            .await
+            .map_err(store_failed)?
+            .remove(&id)
+            .unwrap_or_default();
         Ok(Response::new(GetConversationLedgerResponse {
+            user_id: owner.user_id.unwrap_or_default(),
+            team_id: owner.team_id.unwrap_or_default(),
+            key_alias: owner.key_alias.unwrap_or_default(),
             total: Some(measures(&total)),
             by_model,
             sandbox_status: sandbox
@@ -176,9 +185,13 @@ impl RuntimeAdminService {
             LedgerGroup::Model => LedgerScope::Model,
             LedgerGroup::Conversation => LedgerScope::Conversation,
             LedgerGroup::Day => LedgerScope::Everything,
+            LedgerGroup::Tag if request.tag.is_empty() => {
+                return Err(bad("a rollup by tag names the tag's key (`tag`)"));
+            }
+            LedgerGroup::Tag => LedgerScope::Tag,
             LedgerGroup::Unspecified => {
                 return Err(bad(
-                    "a rollup is by team, user, key, model, conversation or day",
+                    "a rollup is by team, user, key, model, conversation, day or tag",
                 ));
             }
         };
@@ -190,17 +203,29 @@ impl RuntimeAdminService {
             0 => DEFAULT_LEDGER_PAGE,
             limit => limit.min(MAX_LEDGER_PAGE),
         } as usize;
+        // By tag, the rows are the key's values: ids within its prefix, shown without it.
+        let (within, after) = match scope {
+            LedgerScope::Tag if request.after.is_empty() => {
+                (tag_prefix(&request.tag), String::new())
+            }
+            LedgerScope::Tag => (
+                tag_prefix(&request.tag),
+                tag_id(&request.tag, &request.after),
+            ),
+            _ => (String::new(), request.after),
+        };
+        let shown = |id: &str| id.strip_prefix(within.as_str()).unwrap_or(id).to_owned();
         let page = self
             .store
             .ledger
-            .ledger_page(scope, from, to, &request.after, limit)
+            .ledger_page(scope, from, to, &within, &after, limit)
             .await
             .map_err(store_failed)?;
         let mut rows: Vec<LedgerRow> = page
             .rows
             .iter()
             .map(|(id, counted)| LedgerRow {
-                id: id.clone(),
+                id: shown(id),
                 measures: Some(measures(counted)),
                 ..LedgerRow::default()
             })
@@ -210,14 +235,32 @@ impl RuntimeAdminService {
         }
         Ok(Response::new(LedgerRollupResponse {
             rows,
-            next: page.next.unwrap_or_default(),
+            next: page.next.as_deref().map(shown).unwrap_or_default(),
             total_rows: page.total,
         }))
     }
 
     /// Each conversation's title, status and tags, from the catalog (one read for the
-    /// page): what an operator tells conversations apart by.
+    /// page), and who its calls are billed to (one more): what an operator tells
+    /// conversations apart by.
     async fn describe(&self, rows: &mut [LedgerRow]) -> Result<(), Status> {
+        let conversations: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
+        let mut owners = self
+            .store
+            .ledger
+            .conversation_owners(&conversations)
+            .await
+            .map_err(store_failed)?;
+        for row in rows.iter_mut() {
+            let ConversationOwner {
+                user_id,
+                team_id,
+                key_alias,
+            } = owners.remove(&row.id).unwrap_or_default();
+            row.user_id = user_id.unwrap_or_default();
+            row.team_id = team_id.unwrap_or_default();
+            row.key_alias = key_alias.unwrap_or_default();
+        }
         let ids: Vec<uuid::Uuid> = rows
             .iter()
             .filter_map(|row| uuid::Uuid::try_parse(&row.id).ok())

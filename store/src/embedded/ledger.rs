@@ -9,14 +9,16 @@ use super::{EmbeddedStore, unavailable};
 use crate::StoreResult;
 use crate::ledger::conversation_model;
 use crate::ledger::{
-    LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure, add_field,
-    field, merge_ids,
+    Bound, ConversationOwner, LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope,
+    LedgerStore, Measure, add_field, field, first_after, merge_ids, past,
 };
+use std::collections::HashMap;
 
 pub(super) const LEDGER: TableDefinition<&str, [u8; 8]> = TableDefinition::new("ledger");
 /// `<conversation>\x1f<model>` for each model a conversation's calls were counted for.
 pub(super) const LEDGER_MODELS: TableDefinition<&str, ()> = TableDefinition::new("ledger_models");
-/// `s\0<session>` → its conversation, and `c\0<conversation>` → its sandbox's session.
+/// `s\0<session>` → its conversation, `c\0<conversation>` → its sandbox's session, and
+/// `o\0<conversation>` → its owner (JSON).
 pub(super) const LEDGER_LINKS: TableDefinition<&str, &str> = TableDefinition::new("ledger_links");
 /// `<scope>\0<day>\0<id>` for each id counted on a day (not `ConversationModel`'s).
 pub(super) const LEDGER_IDS: TableDefinition<&str, ()> = TableDefinition::new("ledger_ids");
@@ -168,31 +170,89 @@ impl LedgerStore for EmbeddedStore {
         self.link(format!("c\0{conversation}")).await
     }
 
+    async fn own_conversations(&self, owners: &[(String, ConversationOwner)]) -> StoreResult<()> {
+        if owners.is_empty() {
+            return Ok(());
+        }
+        let owners: Vec<(String, String)> = owners
+            .iter()
+            .map(|(conversation, owner)| {
+                let json = serde_json::to_string(owner).unwrap_or_default();
+                (format!("o\0{conversation}"), json)
+            })
+            .collect();
+        self.transact(move |txn| {
+            let mut links = txn.open_table(LEDGER_LINKS).map_err(unavailable)?;
+            for (key, owner) in owners {
+                if links.get(key.as_str()).map_err(unavailable)?.is_none() {
+                    links
+                        .insert(key.as_str(), owner.as_str())
+                        .map_err(unavailable)?;
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn conversation_owners(
+        &self,
+        conversations: &[String],
+    ) -> StoreResult<HashMap<String, ConversationOwner>> {
+        let conversations = conversations.to_vec();
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let links = txn.open_table(LEDGER_LINKS).map_err(unavailable)?;
+            let mut owners = HashMap::new();
+            for conversation in conversations {
+                let key = format!("o\0{conversation}");
+                if let Some(json) = links.get(key.as_str()).map_err(unavailable)?
+                    && let Ok(owner) = serde_json::from_str(json.value())
+                {
+                    owners.insert(conversation, owner);
+                }
+            }
+            Ok(owners)
+        })
+        .await
+    }
+
     async fn ledger_ids(
         &self,
         scope: LedgerScope,
         from: u32,
         to: u32,
+        within: &str,
         after: &str,
         limit: usize,
     ) -> StoreResult<(Vec<String>, u64)> {
-        let after = after.to_owned();
+        let (within, after) = (within.to_owned(), after.to_owned());
         self.read(move |db| {
             if from > to || limit == 0 {
                 return Ok((Vec::new(), 0));
             }
             let txn = db.begin_read().map_err(unavailable)?;
             let index = txn.open_table(LEDGER_IDS).map_err(unavailable)?;
+            let first = first_after(&within, &after);
+            let past = past(&within);
+            // A day's keys of the ids asked: from the first, to the end of `within` or
+            // of the day.
+            let range = |day| {
+                let prefix = day_prefix(scope, day);
+                let start = match first {
+                    Bound::From(id) => format!("{prefix}{id}"),
+                    // `after` itself, then a NUL (no id holds one).
+                    Bound::After(id) => format!("{prefix}{id}\0"),
+                };
+                let end = match &past {
+                    Some(past) => format!("{prefix}{past}"),
+                    None => day_end(scope, day),
+                };
+                (prefix, start, end)
+            };
             let mut pages = Vec::new();
             for day in from..=to {
-                let prefix = day_prefix(scope, day);
-                // The first key past `after`: `after` itself, then a NUL (no id holds one).
-                let start = if after.is_empty() {
-                    prefix.clone()
-                } else {
-                    format!("{prefix}{after}\0")
-                };
-                let end = day_end(scope, day);
+                let (prefix, start, end) = range(day);
                 let mut page = Vec::new();
                 for entry in index
                     .range(start.as_str()..end.as_str())
@@ -206,28 +266,31 @@ impl LedgerStore for EmbeddedStore {
                 }
                 pages.push(page);
             }
-            // Distinct ids over the days: one day's are its keys; several days' are
-            // gathered once each.
-            let (start, end) = (day_prefix(scope, from), day_end(scope, to));
-            let total = if from == to {
-                index
+            // Distinct ids over the days (of those within): one day's are its keys;
+            // several days' are gathered once each.
+            let mut seen = std::collections::HashSet::new();
+            let mut total = 0;
+            for day in from..=to {
+                let prefix = day_prefix(scope, day);
+                let (start, end) = match &past {
+                    Some(past) => (format!("{prefix}{within}"), format!("{prefix}{past}")),
+                    None => (prefix.clone(), day_end(scope, day)),
+                };
+                let keys = index
                     .range(start.as_str()..end.as_str())
-                    .map_err(unavailable)?
-                    .count() as u64
-            } else {
-                let mut seen = std::collections::HashSet::new();
-                for entry in index
-                    .range(start.as_str()..end.as_str())
-                    .map_err(unavailable)?
-                {
+                    .map_err(unavailable)?;
+                if from == to {
+                    total = keys.count() as u64;
+                    break;
+                }
+                for entry in keys {
                     let (key, _) = entry.map_err(unavailable)?;
-                    // After `<scope>\0<day:010>\0`, of one length for every day: the id.
-                    if let Some(id) = key.value().get(start.len()..) {
+                    if let Some(id) = key.value().get(prefix.len()..) {
                         seen.insert(id.to_owned());
                     }
                 }
-                seen.len() as u64
-            };
+                total = seen.len() as u64;
+            }
             Ok((merge_ids(pages, limit), total))
         })
         .await

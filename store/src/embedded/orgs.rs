@@ -81,6 +81,24 @@ impl EmbeddedStore {
         .await
     }
 
+    /// Every record of `table`, by id.
+    async fn records<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        table: TableDefinition<'static, &'static str, &'static [u8]>,
+    ) -> StoreResult<Vec<T>> {
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let records = txn.open_table(table).map_err(unavailable)?;
+            let mut all = Vec::new();
+            for entry in records.iter().map_err(unavailable)? {
+                let (_, data) = entry.map_err(unavailable)?;
+                all.push(serde_json::from_slice(data.value()).map_err(corrupt)?);
+            }
+            Ok(all)
+        })
+        .await
+    }
+
     async fn delete_records(
         &self,
         table: TableDefinition<'static, &'static str, &'static [u8]>,
@@ -127,6 +145,14 @@ impl OrgStore for EmbeddedStore {
 
     async fn get_user(&self, user_id: &str) -> StoreResult<Option<StoredUser>> {
         self.record(USERS, user_id).await
+    }
+
+    async fn list_teams(&self) -> StoreResult<Vec<StoredTeam>> {
+        self.records(TEAMS).await
+    }
+
+    async fn list_users(&self) -> StoreResult<Vec<StoredUser>> {
+        self.records(USERS).await
     }
 
     async fn delete_users(&self, ids: &[String]) -> StoreResult<Vec<String>> {

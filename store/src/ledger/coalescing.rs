@@ -15,8 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
-use super::{LedgerCount, LedgerRows, LedgerScope, LedgerStore, LedgerSums};
+use super::{ConversationOwner, LedgerCount, LedgerRows, LedgerScope, LedgerStore, LedgerSums};
 use crate::StoreResult;
+use std::collections::HashMap;
 
 /// A write the store refused is tried again this long after.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -114,11 +115,25 @@ impl LedgerStore for Coalescing {
         scope: LedgerScope,
         from: u32,
         to: u32,
+        within: &str,
         after: &str,
         limit: usize,
     ) -> StoreResult<(Vec<String>, u64)> {
         self.settled().await;
-        self.inner.ledger_ids(scope, from, to, after, limit).await
+        self.inner
+            .ledger_ids(scope, from, to, within, after, limit)
+            .await
+    }
+
+    async fn own_conversations(&self, owners: &[(String, ConversationOwner)]) -> StoreResult<()> {
+        self.inner.own_conversations(owners).await
+    }
+
+    async fn conversation_owners(
+        &self,
+        conversations: &[String],
+    ) -> StoreResult<HashMap<String, ConversationOwner>> {
+        self.inner.conversation_owners(conversations).await
     }
 
     async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>> {

@@ -12,10 +12,11 @@ use async_trait::async_trait;
 use super::{RedisStore, unavailable};
 use crate::ledger::split_conversation_model;
 use crate::ledger::{
-    LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope, LedgerStore, Measure, add_field,
-    field, merge_ids,
+    Bound, ConversationOwner, LEDGER_RETENTION_DAYS, LedgerCount, LedgerRows, LedgerScope,
+    LedgerStore, Measure, add_field, field, first_after, merge_ids, past,
 };
 use crate::{StoreError, StoreResult};
+use std::collections::HashMap;
 
 /// The set of a conversation's models.
 fn models_key(conversation: &str) -> String {
@@ -29,6 +30,11 @@ fn day_key(scope: LedgerScope, day: u32) -> String {
 /// A link of a sandbox's session to its conversation (`s`), or back (`c`).
 fn link_key(side: &str, id: &str) -> String {
     format!("sandgate:{{gateway-orgs}}:ledger-link:{side}:{id}")
+}
+
+/// Who a conversation's calls are billed to (JSON).
+fn owner_key(conversation: &str) -> String {
+    format!("sandgate:{{gateway-orgs}}:ledger-owner:{conversation}")
 }
 
 /// How long a link, an index or a counter is kept: the retention, and the day in course.
@@ -222,35 +228,89 @@ impl LedgerStore for RedisStore {
             .map_err(unavailable)
     }
 
+    async fn own_conversations(&self, owners: &[(String, ConversationOwner)]) -> StoreResult<()> {
+        if owners.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (conversation, owner) in owners {
+            let json = serde_json::to_string(owner).unwrap_or_default();
+            pipe.cmd("SET")
+                .arg(owner_key(conversation))
+                .arg(json)
+                .arg("NX")
+                .arg("PX")
+                .arg(keep_ms())
+                .ignore();
+        }
+        let mut connection = self.write_connection();
+        pipe.query_async::<()>(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        self.replicated(&mut connection).await
+    }
+
+    async fn conversation_owners(
+        &self,
+        conversations: &[String],
+    ) -> StoreResult<HashMap<String, ConversationOwner>> {
+        if conversations.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let keys: Vec<String> = conversations.iter().map(|id| owner_key(id)).collect();
+        let found: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(keys)
+            .query_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        Ok(conversations
+            .iter()
+            .zip(found)
+            .filter_map(|(id, json)| Some((id.clone(), serde_json::from_str(&json?).ok()?)))
+            .collect())
+    }
+
     async fn ledger_ids(
         &self,
         scope: LedgerScope,
         from: u32,
         to: u32,
+        within: &str,
         after: &str,
         limit: usize,
     ) -> StoreResult<(Vec<String>, u64)> {
         if from > to || limit == 0 {
             return Ok((Vec::new(), 0));
         }
-        let start = if after.is_empty() {
-            "-".to_owned()
-        } else {
-            format!("({after}")
+        let start = match first_after(within, after) {
+            Bound::From("") => "-".to_owned(),
+            Bound::From(id) => format!("[{id}"),
+            Bound::After(id) => format!("({id}"),
         };
+        let past = past(within);
+        let end = past
+            .as_ref()
+            .map_or("+".to_owned(), |past| format!("({past}"));
+        let everything = (
+            past.as_ref()
+                .map_or("-".to_owned(), |_| format!("[{within}")),
+            end.clone(),
+        );
         let mut pipe = redis::pipe();
         for day in from..=to {
             let key = ids_key(scope, day);
             pipe.cmd("ZRANGE")
                 .arg(&key)
                 .arg(&start)
-                .arg("+")
+                .arg(&end)
                 .arg("BYLEX")
                 .arg("LIMIT")
                 .arg(0)
                 .arg(limit)
-                .cmd("ZCARD")
-                .arg(&key);
+                .cmd("ZLEXCOUNT")
+                .arg(&key)
+                .arg(&everything.0)
+                .arg(&everything.1);
         }
         let answers: Vec<redis::Value> = pipe
             .query_async(&mut self.connection())
@@ -274,25 +334,34 @@ impl LedgerStore for RedisStore {
             [] => 0,
             [(_, count)] => *count,
             // Up to today, the ids of the range are those last counted in it.
-            _ if to >= today => redis::cmd("ZCOUNT")
+            _ if to >= today && within.is_empty() => redis::cmd("ZCOUNT")
                 .arg(last_key(scope))
                 .arg(from)
                 .arg("+inf")
                 .query_async(&mut self.connection())
                 .await
                 .map_err(unavailable)?,
-            // Ids counted on several days are counted once: the union's size, computed
-            // in Redis into a key of the same slot that goes at once.
+            // Ids counted on several days are counted once: the union's size (of those
+            // within), computed in Redis into a key of the same slot that goes at once.
             days => {
                 let scratch = format!(
                     "sandgate:{{gateway-orgs}}:ledger-ids-union:{}",
                     rand::random::<u64>()
                 );
                 let mut union = redis::pipe();
-                union.cmd("ZUNIONSTORE").arg(&scratch).arg(days.len());
+                union
+                    .cmd("ZUNIONSTORE")
+                    .arg(&scratch)
+                    .arg(days.len())
+                    .ignore();
                 for (day, _) in days {
                     union.arg(ids_key(scope, *day));
                 }
+                union
+                    .cmd("ZLEXCOUNT")
+                    .arg(&scratch)
+                    .arg(&everything.0)
+                    .arg(&everything.1);
                 union.cmd("DEL").arg(&scratch).ignore();
                 let (total,): (u64,) = union
                     .query_async(&mut self.write_connection())

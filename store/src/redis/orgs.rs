@@ -86,6 +86,19 @@ impl RedisStore {
             .transpose()
     }
 
+    /// Every record of `hash`, by id.
+    async fn all_records<T: serde::de::DeserializeOwned>(&self, hash: &str) -> StoreResult<Vec<T>> {
+        let mut all: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
+            .arg(hash)
+            .query_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        all.sort_by(|left, right| left.0.cmp(&right.0));
+        all.into_iter()
+            .map(|(_, data)| serde_json::from_slice(&data).map_err(corrupt))
+            .collect()
+    }
+
     async fn delete_records(&self, hash: &str, ids: &[String]) -> StoreResult<Vec<String>> {
         if ids.is_empty() {
             return Ok(Vec::new());
@@ -136,6 +149,14 @@ impl OrgStore for RedisStore {
 
     async fn get_user(&self, user_id: &str) -> StoreResult<Option<StoredUser>> {
         self.record(USERS, user_id).await
+    }
+
+    async fn list_teams(&self) -> StoreResult<Vec<StoredTeam>> {
+        self.all_records(TEAMS).await
+    }
+
+    async fn list_users(&self) -> StoreResult<Vec<StoredUser>> {
+        self.all_records(USERS).await
     }
 
     async fn delete_users(&self, ids: &[String]) -> StoreResult<Vec<String>> {

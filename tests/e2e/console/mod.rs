@@ -261,6 +261,16 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     let text = browser.until_text(&payload(5)).await;
     assert!(text.contains(&payload(6)), "{text}");
     assert!(text.contains(&payload(1)), "{text}");
+    // Who it is billed to: its key's user, team and alias.
+    let owner = browser
+        .find("#conversation-owner")
+        .await
+        .text()
+        .await
+        .expect("owner");
+    for part in [&payload(4), "console-team", &conversation.key_alias] {
+        assert!(owner.contains(part), "{part} in {owner}");
+    }
     browser.screenshot("conversation").await;
     nothing_injected(&browser, "conversation").await;
     // The page follows a new call without a reload.
@@ -292,6 +302,13 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     assert_eq!(row["status"], "running", "{rollup}");
     browser.screenshot("conversations").await;
     nothing_injected(&browser, "conversations").await;
+    // By a tag's value: the planted value is a row's id, shown as text.
+    browser
+        .page(&base, "conversations?by=tag&tag=project", "Conversations")
+        .await;
+    browser.until_text(&payload(6)).await;
+    browser.screenshot("conversations-by-tag").await;
+    nothing_injected(&browser, "conversations by tag").await;
 
     // A pool's count, changed.
     browser.page(&base, "pools", "Pools and sandboxes").await;
@@ -404,6 +421,37 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     .await;
     assert_eq!(info["team_info"]["max_budget"], 25.0, "{info}");
     nothing_injected(&browser, "keys, after its actions").await;
+
+    // The team's page: its members and keys; a member's page from it.
+    let (status, added) = send(crate::gateway_keys::post(
+        &sandgate,
+        "/team/member_add",
+        MASTER_KEY,
+        &json!({"team_id": "console-team",
+                "member": [{"user_id": format!("user{}", payload(4)), "role": "user"}]}),
+    ))
+    .await;
+    assert_eq!(status, 200, "{added}");
+    browser.page(&base, "team/console-team", "Team").await;
+    let text = browser.until_text("created-in-console").await;
+    assert!(text.contains(&payload(4)), "the member, as text: {text}");
+    browser.screenshot("team").await;
+    nothing_injected(&browser, "team").await;
+    browser
+        .client
+        .wait()
+        .for_element(fantoccini::Locator::XPath(
+            "//table//a[starts-with(text(), 'user')]",
+        ))
+        .await
+        .expect("the member's link")
+        .click()
+        .await
+        .expect("to the user");
+    browser.until_heading("User").await;
+    browser.until_text("console-team").await;
+    browser.screenshot("user").await;
+    nothing_injected(&browser, "user").await;
 
     // The conversation's sandbox, stopped by the operator.
     browser.page(&base, "pools", "Pools and sandboxes").await;

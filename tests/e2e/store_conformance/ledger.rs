@@ -1,7 +1,7 @@
 //! The ledger on every backend: counts add up per id and day, reads sum a range of days,
 //! a rollup holds every id of its scope and no other scope's, a page at a time.
 
-use sandgate_store::ledger::conversation_model;
+use sandgate_store::ledger::{ConversationOwner, conversation_model, tag_id, tag_prefix};
 use sandgate_store::{LedgerCount, LedgerScope, Measure};
 
 use super::open;
@@ -68,7 +68,7 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
         .expect("read");
     assert_eq!(one_day["c1"][&Measure::Calls], 3.0);
     let rollup = ledger
-        .ledger_page(conv, yesterday, today, "", 10)
+        .ledger_page(conv, yesterday, today, "", "", 10)
         .await
         .expect("rollup");
     let ids: Vec<_> = rollup.rows.keys().cloned().collect();
@@ -77,7 +77,7 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
     // c1, counted on both days, is one id.
     assert_eq!((rollup.total, rollup.next.as_deref()), (2, None));
     let teams = ledger
-        .ledger_page(LedgerScope::Team, today, today, "", 10)
+        .ledger_page(LedgerScope::Team, today, today, "", "", 10)
         .await
         .expect("rollup");
     assert_eq!(teams.rows["c1"][&Measure::Calls], 7.0);
@@ -126,7 +126,7 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
     // fails nothing.
     assert_eq!(
         ledger
-            .ledger_page(conv, today, yesterday, "", 10)
+            .ledger_page(conv, today, yesterday, "", "", 10)
             .await
             .expect("rollup"),
         sandgate_store::LedgerPage::default()
@@ -139,7 +139,7 @@ async fn the_ledger_adds_up_per_id_and_day(backend: Backend) {
             .is_empty()
     );
     ledger
-        .ledger_page(conv, u32::MAX - 3, u32::MAX, "", 10)
+        .ledger_page(conv, u32::MAX - 3, u32::MAX, "", "", 10)
         .await
         .expect("rollup at the last day");
 }
@@ -166,7 +166,7 @@ async fn a_rollup_is_paged_by_id_across_days(backend: Backend) {
     let mut after = String::new();
     loop {
         let page = ledger
-            .ledger_page(user, today - 1, today, &after, 2)
+            .ledger_page(user, today - 1, today, "", &after, 2)
             .await
             .expect("page");
         assert_eq!(page.total, 5, "{page:?}");
@@ -197,14 +197,14 @@ async fn a_rollup_is_paged_by_id_across_days(backend: Backend) {
         .await
         .expect("add");
     let past = ledger
-        .ledger_page(user, today - 2, today - 1, "", 10)
+        .ledger_page(user, today - 2, today - 1, "", "", 10)
         .await
         .expect("page");
     assert_eq!(past.total, 3, "{past:?}");
     assert_eq!(past.rows["u1"][&Measure::Calls], 2.0);
     // Today alone: its three ids.
     let today_only = ledger
-        .ledger_page(user, today, today, "u2", 10)
+        .ledger_page(user, today, today, "", "u2", 10)
         .await
         .expect("page");
     assert_eq!(today_only.total, 3);
@@ -241,8 +241,92 @@ async fn a_session_links_to_its_first_conversation(backend: Backend) {
     );
 }
 
+/// A rollup by a tag's key holds that key's values alone (not a key it prefixes, nor one
+/// that prefixes it), paged, its total counted over its days once each.
+async fn a_tag_s_rollup_holds_its_key_s_values_alone(backend: Backend) {
+    let store = open(&backend).await;
+    let ledger = &store.ledger;
+    let today = today();
+    let tag = LedgerScope::Tag;
+    let mut counts = Vec::new();
+    for (day, key, value) in [
+        (today - 1, "project", "alpha"),
+        (today - 1, "project", "beta"),
+        (today, "project", "beta"),
+        (today, "project", "gamma"),
+        (today, "projects", "alpha"),
+        (today, "proj", "alpha"),
+        (today, "team", "alpha"),
+    ] {
+        counts.push(count(day, tag, &tag_id(key, value), Measure::Calls, 1.0));
+    }
+    ledger.add_ledger(&counts).await.expect("add");
+    let within = tag_prefix("project");
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page = ledger
+            .ledger_page(tag, today - 1, today, &within, &after, 2)
+            .await
+            .expect("page");
+        assert_eq!(page.total, 3, "{page:?}");
+        seen.extend(
+            page.rows
+                .iter()
+                .map(|(id, row)| (id.clone(), row[&Measure::Calls])),
+        );
+        match page.next {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    let expected: Vec<(String, f64)> = [("alpha", 1.0), ("beta", 2.0), ("gamma", 1.0)]
+        .map(|(value, calls)| (tag_id("project", value), calls))
+        .to_vec();
+    assert_eq!(seen, expected);
+    // One day: its values of the key, after a value.
+    let today_only = ledger
+        .ledger_page(tag, today, today, &within, &tag_id("project", "beta"), 10)
+        .await
+        .expect("page");
+    assert_eq!(today_only.total, 2, "{today_only:?}");
+    assert_eq!(
+        today_only.rows.keys().collect::<Vec<_>>(),
+        [&tag_id("project", "gamma")]
+    );
+}
+
+/// A conversation's owner is the first recorded; reading many gives each its own.
+async fn a_conversation_keeps_its_first_owner(backend: Backend) {
+    let store = open(&backend).await;
+    let ledger = &store.ledger;
+    let owner = |user: &str, team: Option<&str>| ConversationOwner {
+        user_id: Some(user.to_owned()),
+        team_id: team.map(str::to_owned),
+        key_alias: Some(format!("{user}-key")),
+    };
+    ledger
+        .own_conversations(&[
+            ("c1".to_owned(), owner("u1", Some("t1"))),
+            ("c2".to_owned(), owner("u2", None)),
+        ])
+        .await
+        .expect("own");
+    ledger
+        .own_conversations(&[("c1".to_owned(), owner("thief", None))])
+        .await
+        .expect("own");
+    let ids = ["c1", "c2", "c3"].map(str::to_owned);
+    let owners = ledger.conversation_owners(&ids).await.expect("read");
+    assert_eq!(owners.len(), 2, "{owners:?}");
+    assert_eq!(owners["c1"], owner("u1", Some("t1")));
+    assert_eq!(owners["c2"], owner("u2", None));
+}
+
 crate::on_both_backends!(
     the_ledger_adds_up_per_id_and_day,
     a_rollup_is_paged_by_id_across_days,
     a_session_links_to_its_first_conversation,
+    a_tag_s_rollup_holds_its_key_s_values_alone,
+    a_conversation_keeps_its_first_owner,
 );

@@ -245,9 +245,15 @@
   async function conversations(_, query) {
     const from = query.get('from') || day(29);
     const to = query.get('to') || day(0);
-    const by = query.get('by') || 'conversation';
+    const group = query.get('by') || 'conversation';
+    const tag = query.get('tag') || '';
     const after = query.get('after') || '';
+    if (group === 'tag' && !tag) {
+      return [h('h1', {}, 'Conversations'), h('p', { role: 'alert' }, 'A rollup by tag needs the tag\'s key (project, team…).')];
+    }
+    const by = group === 'tag' ? 'tag:' + tag : group;
     const params = 'by=' + encodeURIComponent(by) + '&from=' + encodeURIComponent(from) + '&to=' + encodeURIComponent(to);
+    const here = 'by=' + encodeURIComponent(group) + '&tag=' + encodeURIComponent(tag) + '&from=' + encodeURIComponent(from) + '&to=' + encodeURIComponent(to);
     const rollup = await optional('api/ledger/rollup?' + params + '&limit=50' + (after ? '&after=' + encodeURIComponent(after) : ''));
     if (!rollup) return [h('h1', {}, 'Conversations'), needs('the admin password')];
     const input = (name, label, value, type) => h('label', {}, label, h('input', { name, type, value }));
@@ -258,16 +264,18 @@
         location.hash = '#/conversations?' + new URLSearchParams(data).toString();
       },
     },
-    h('label', {}, 'Group by', h('select', { name: 'by' }, ['conversation', 'team', 'user', 'key', 'model', 'day'].map((value) => h('option', { value, selected: value === by }, value)))),
+    h('label', {}, 'Group by', h('select', { name: 'by' }, ['conversation', 'team', 'user', 'key', 'model', 'day', 'tag'].map((value) => h('option', { value, selected: value === group }, value)))),
+    input('tag', 'Tag key (by tag)', tag, 'text'),
     input('from', 'From', from, 'date'), input('to', 'To', to, 'date'), h('button', { type: 'submit' }, 'Show'));
     const first = by === 'conversation'
       ? ['Conversation', (row) => [link(['conversation', row.id], row.title || row.id), row.title ? h('div', { class: 'note' }, row.id) : null]]
-      : [by[0].toUpperCase() + by.slice(1), (row) => row.id];
+      : [group === 'tag' ? tag : group[0].toUpperCase() + group.slice(1), (row) => row.id];
     const described = by === 'conversation'
-      ? [['Status', (row) => row.status || ''], ['Tags', (row) => Object.entries(row.tags || {}).map(([key, value]) => key + '=' + value).join(', ')]]
+      ? [['Status', (row) => row.status || ''], ['Tags', (row) => Object.entries(row.tags || {}).map(([key, value]) => key + '=' + value).join(', ')],
+        ['User', (row) => row.user_id || ''], ['Team', (row) => row.team_id || ''], ['Key', (row) => row.key_alias || '']]
       : [];
     const next = rollup.next
-      ? h('a', { href: '#/conversations?' + params + '&after=' + encodeURIComponent(rollup.next) }, 'Next page')
+      ? h('a', { href: '#/conversations?' + here + '&after=' + encodeURIComponent(rollup.next) }, 'Next page')
       : null;
     return [
       h('h1', {}, 'Conversations'), form,
@@ -292,6 +300,7 @@
       h('h1', {}, 'Conversation ', h('span', { id: 'conversation-id' }, id)),
       record ? h('p', {}, h('strong', {}, record.title || '(untitled)'), ' · status ', String(record.status || record.execution_status || ''),
         ' · tags ', Object.entries(record.tags || {}).map(([key, value]) => key + '=' + value).join(', ')) : null,
+      h('p', { id: 'conversation-owner' }, 'Billed to user ', ledger.user_id || '—', ', team ', ledger.team_id || '—', ', key ', ledger.key_alias || '—'),
       h('div', { class: 'cards' },
         card('Spend', h('span', { id: 'ledger-spend', 'data-value': total.spend }, money(total.spend))),
         card('Calls (failed)', total.calls + ' (' + total.failed_calls + ')'),
@@ -330,10 +339,7 @@
     const list = await optional('key/list?return_full_object=true&size=100');
     if (!list) return [h('h1', {}, 'Teams, users and keys'), needs('the master key')];
     const all = list.keys || [];
-    const teams = [...new Set(all.map((key) => key.team_id).filter(Boolean))];
-    const users = [...new Set(all.map((key) => key.user_id).filter(Boolean))];
-    const teamInfo = await Promise.all(teams.map((team) => optional('team/info?team_id=' + encodeURIComponent(team)).catch(() => null)));
-    const userInfo = await Promise.all(users.map((user) => optional('user/info?user_id=' + encodeURIComponent(user)).catch(() => null)));
+    const [teams, users] = await Promise.all([optional('team/list'), optional('user/list?page_size=100')]);
     const created = h('div', { 'aria-live': 'polite' }, createdKey
       ? h('p', {}, 'The new key, shown once: ', h('code', { class: 'secret', id: 'new-key' }, createdKey))
       : null);
@@ -362,7 +368,6 @@
         return 'Team ' + team.team_id + ' budget set.';
       }));
     };
-    const spendOf = (row) => money(row.spend) + (row.max_budget != null ? ' of ' + money(row.max_budget) : '');
     return [
       h('h1', {}, 'Teams, users and keys'),
       h('h2', {}, 'Keys'), form, created,
@@ -380,17 +385,68 @@
       ], all),
       h('h2', {}, 'Teams'),
       table('Teams', [
-        ['Team', (team) => team.team_id],
+        ['Team', (team) => link(['team', team.team_id], team.team_id)],
         ['Alias', (team) => team.team_alias || ''],
+        ['Members', (team) => (team.members_with_roles || []).length, true],
         ['Spend of budget', spendOf, true],
         ['Blocked', (team) => (team.blocked ? 'yes' : '')],
         ['Budget', budget],
-      ], teamInfo.filter(Boolean).map((info) => info.team_info || info)),
+      ], teams || []),
       h('h2', {}, 'Users'),
+      users && users.total > users.users.length ? h('p', {}, users.users.length + ' of ' + users.total + ' users.') : null,
       table('Users', [
-        ['User', (user) => user.user_id],
+        ['User', (user) => link(['user', user.user_id], user.user_id)],
+        ['Teams', (user) => (user.teams || []).join(', ')],
         ['Spend of budget', spendOf, true],
-      ], userInfo.filter(Boolean).map((info, index) => Object.assign({ user_id: users[index] }, info.user_info || info))),
+      ], users ? users.users : []),
+    ];
+  }
+
+  const spendOf = (row) => money(row.spend) + (row.max_budget != null ? ' of ' + money(row.max_budget) : '');
+  const keyColumns = [
+    ['Alias', (key) => key.key_alias || ''],
+    ['Key', (key) => key.key_name || ''],
+    ['Spend of budget', spendOf, true],
+    ['Blocked', (key) => (key.blocked ? 'yes' : '')],
+  ];
+
+  // One team: its budget and spend, its members with theirs, its keys.
+  async function team([id]) {
+    const info = await optional('team/info?team_id=' + encodeURIComponent(id));
+    if (!info) return [h('h1', {}, 'Team ' + id), needs('the master key')];
+    const team = info.team_info;
+    return [
+      h('h1', {}, 'Team ', h('span', { id: 'team-id' }, id)),
+      h('div', { class: 'cards' },
+        card('Spend of budget', spendOf(team)),
+        card('Budget period', team.budget_duration || 'none'),
+        card('Blocked', team.blocked ? 'yes' : 'no')),
+      h('h2', {}, 'Members'),
+      table('Members', [
+        ['User', (member) => link(['user', member.user_id], member.user_id)],
+        ['Spend of budget in team', (member) => money(member.spend)
+          + (member.litellm_budget_table ? ' of ' + money(member.litellm_budget_table.max_budget) : ''), true],
+      ], info.team_memberships || []),
+      h('h2', {}, 'Keys'),
+      table('Keys', [...keyColumns, ['User', (key) => (key.user_id ? link(['user', key.user_id], key.user_id) : '')]], info.keys || []),
+    ];
+  }
+
+  // One user: its budget and spend, its teams, its keys.
+  async function user([id]) {
+    const info = await optional('user/info?user_id=' + encodeURIComponent(id));
+    if (!info) return [h('h1', {}, 'User ' + id), needs('the master key')];
+    return [
+      h('h1', {}, 'User ', h('span', { id: 'user-id' }, id)),
+      h('div', { class: 'cards' }, card('Spend of budget', spendOf(info.user_info))),
+      h('h2', {}, 'Teams'),
+      table('Teams', [
+        ['Team', (team) => link(['team', team.team_id], team.team_id)],
+        ['Alias', (team) => team.team_alias || ''],
+        ['Blocked', (team) => (team.blocked ? 'yes' : '')],
+      ], info.teams || []),
+      h('h2', {}, 'Keys'),
+      table('Keys', [...keyColumns, ['Team', (key) => (key.team_id ? link(['team', key.team_id], key.team_id) : '')]], info.keys || []),
     ];
   }
 
@@ -505,7 +561,7 @@
 
   // --- routing -----------------------------------------------------------------------
 
-  const PAGES = { overview, pools, conversations, conversation, keys, spend, audit, login: loginPage };
+  const PAGES = { overview, pools, conversations, conversation, keys, team, user, spend, audit, login: loginPage };
 
   async function render(live) {
     const [path, search] = location.hash.replace(/^#\/?/, '').split('?');
