@@ -145,6 +145,7 @@ pub async fn serve(
         &args.store.data_dir,
     )
     .await?;
+    let ledger = runtime_api.ledger.clone();
     let services: Vec<&str> = RUNTIME_API_SERVICES
         .iter()
         .copied()
@@ -207,6 +208,7 @@ pub async fn serve(
         let _ = sandboxes_served.await;
     }
     gateway.flush_spend_log().await;
+    ledger.flush().await;
     served
 }
 
@@ -242,13 +244,14 @@ pub async fn runtime_api(
         &args.store.data_dir,
     )
     .await?;
+    let ledger = runtime_api.ledger.clone();
     let routes = runtime_api
         .routes
         .add_service(health(store, RUNTIME_API_SERVICES));
     let server = args.server.config();
     // The support bundle beside the metrics: an internal port, like the gRPC one.
     let beside_metrics = support_bundle::http::routes(runtime_api.admin.clone(), bundle);
-    with_metrics_listener(
+    let served = with_metrics_listener(
         metrics,
         args.metrics.metrics_api_key.clone(),
         Some(beside_metrics),
@@ -261,7 +264,9 @@ pub async fn runtime_api(
             )
         },
     )
-    .await
+    .await;
+    ledger.flush().await;
+    served
 }
 
 /// `sandgate model-gw`: the model gateway's gRPC service alone (with gRPC health), and

@@ -205,18 +205,13 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
 
 /// The runtime API's services, configured from the command line.
 pub(crate) async fn runtime_api_services(
-    mut store: Store,
+    store: Store,
     auth: &AuthArgs,
     catalog: &CatalogArgs,
     admin: &AdminArgs,
     sandboxes: &SandboxArgs,
     data_dir: &Path,
 ) -> anyhow::Result<RuntimeApi> {
-    // The runtime API counts each delivery into the ledger: written off the delivery's
-    // path, merged (the gateway batches its own with its spend log).
-    store.ledger = std::sync::Arc::new(sandgate_store::ledger::coalescing::Coalescing::new(
-        store.ledger.clone(),
-    ));
     let admin = AdminConfig {
         admin_password: admin
             .admin_password

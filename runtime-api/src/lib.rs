@@ -11,6 +11,7 @@ pub mod sandboxes;
 pub mod settings;
 mod validation;
 
+use sandgate_store::ledger::coalescing::Coalescing;
 use std::sync::Arc;
 
 use sandgate_proto::MAX_MESSAGE_BYTES;
@@ -72,6 +73,9 @@ pub struct RuntimeApi {
     /// The RuntimeAdmin service its routes serve, for what checks an admin token outside
     /// gRPC (the support bundle's download).
     pub admin: Arc<RuntimeAdminService>,
+    /// Its ledger writer: the counts of deliveries and sandbox time, written off their
+    /// path; flushed once the server has stopped ([`Coalescing::flush`]).
+    pub ledger: Arc<Coalescing>,
 }
 
 /// The key session keys derive from, when none is configured.
@@ -96,12 +100,16 @@ fn session_key_secret(admin: &AdminConfig) -> Vec<u8> {
 /// Every gRPC service of the runtime API, ready to serve. Fails, saying why, when the
 /// installer's warm runtimes file cannot be read.
 pub fn grpc_routes(
-    store: Store,
+    mut store: Store,
     auth: &AuthConfig,
     catalog: CatalogConfig,
     admin: AdminConfig,
     sandbox: SandboxConfig,
 ) -> Result<RuntimeApi, String> {
+    // The runtime API counts each delivery into the ledger: written off the delivery's
+    // path, merged (the gateway batches its own with its spend log).
+    let ledger = Arc::new(Coalescing::new(store.ledger.clone()));
+    store.ledger = ledger.clone();
     let authenticator = Arc::new(Authenticator::new(
         &auth.webhook_api_keys,
         &auth.runtime_api_keys,
@@ -173,5 +181,6 @@ pub fn grpc_routes(
             .add_service(sandboxes_service),
         reconciler: sandboxes::Reconciler::new(pools),
         admin: admin_service,
+        ledger,
     })
 }

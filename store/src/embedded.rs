@@ -119,6 +119,7 @@ impl EmbeddedStore {
             txn.open_table(ledger::LEDGER_MODELS).map_err(unavailable)?;
             txn.open_table(ledger::LEDGER_IDS).map_err(unavailable)?;
             txn.open_table(ledger::LEDGER_LINKS).map_err(unavailable)?;
+            txn.open_table(ledger::LEDGER_LAST).map_err(unavailable)?;
             txn.open_table(keys::KEYS).map_err(unavailable)?;
             txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
             txn.open_table(orgs::TEAMS).map_err(unavailable)?;

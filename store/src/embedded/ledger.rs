@@ -1,6 +1,7 @@
 //! The ledger in the embedded store: `<scope>\0<day>\0<measure>|<id>` → the amount
 //! (little-endian f64), and the day's ids, `<scope>\0<day>\0<id>`, read by range for a
-//! page; days past the retention go as new counts arrive.
+//! page; days past the retention go as new counts arrive, and with them what is kept of a
+//! conversation counted on none of the days left (its models, links and owner).
 
 use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
@@ -20,6 +21,8 @@ pub(super) const LEDGER_MODELS: TableDefinition<&str, ()> = TableDefinition::new
 /// `s\0<session>` → its conversation, `c\0<conversation>` → its sandbox's session, and
 /// `o\0<conversation>` → its owner (JSON).
 pub(super) const LEDGER_LINKS: TableDefinition<&str, &str> = TableDefinition::new("ledger_links");
+/// Each conversation's last day counted: what is kept of it goes when that day does.
+pub(super) const LEDGER_LAST: TableDefinition<&str, u32> = TableDefinition::new("ledger_last");
 /// `<scope>\0<day>\0<id>` for each id counted on a day (not `ConversationModel`'s).
 pub(super) const LEDGER_IDS: TableDefinition<&str, ()> = TableDefinition::new("ledger_ids");
 
@@ -46,6 +49,79 @@ impl EmbeddedStore {
     }
 }
 
+/// Forgets what is kept of each conversation whose last day counted is past the
+/// retention (`oldest`): its models, its links both ways, its owner. Those of the days
+/// about to go are looked at; one counted before this table existed (no last day) is
+/// looked for on the days kept.
+fn forget_expired(
+    txn: &redb::WriteTransaction,
+    ids: &redb::Table<&str, ()>,
+    (last, models): (&mut redb::Table<&str, u32>, &mut redb::Table<&str, ()>),
+    oldest: u32,
+) -> StoreResult<()> {
+    let scope = LedgerScope::Conversation;
+    let (start, end) = (day_prefix(scope, 0), day_prefix(scope, oldest));
+    let mut expiring = std::collections::BTreeSet::new();
+    for entry in ids
+        .range(start.as_str()..end.as_str())
+        .map_err(unavailable)?
+    {
+        let (key, _) = entry.map_err(unavailable)?;
+        // After `conversation\0<day:010>\0`, of one length for every day: the id.
+        if let Some(id) = key.value().get(start.len()..) {
+            expiring.insert(id.to_owned());
+        }
+    }
+    if expiring.is_empty() {
+        return Ok(());
+    }
+    let today = oldest + LEDGER_RETENTION_DAYS;
+    let mut links = txn.open_table(LEDGER_LINKS).map_err(unavailable)?;
+    for id in expiring {
+        let kept = match last.get(id.as_str()).map_err(unavailable)? {
+            Some(day) => day.value() >= oldest,
+            None => {
+                let mut kept = false;
+                for day in oldest..=today {
+                    let key = format!("{}{id}", day_prefix(scope, day));
+                    if ids.get(key.as_str()).map_err(unavailable)?.is_some() {
+                        kept = true;
+                        break;
+                    }
+                }
+                kept
+            }
+        };
+        if kept {
+            continue;
+        }
+        let prefix = conversation_model(&id, "");
+        let past = past(&prefix).unwrap_or_default();
+        models
+            .retain_in(prefix.as_str()..past.as_str(), |_, ()| false)
+            .map_err(unavailable)?;
+        let session = links
+            .remove(format!("c\0{id}").as_str())
+            .map_err(unavailable)?
+            .map(|session| session.value().to_owned());
+        if let Some(session) = session {
+            let key = format!("s\0{session}");
+            let linked = links
+                .get(key.as_str())
+                .map_err(unavailable)?
+                .is_some_and(|conversation| conversation.value() == id);
+            if linked {
+                links.remove(key.as_str()).map_err(unavailable)?;
+            }
+        }
+        links
+            .remove(format!("o\0{id}").as_str())
+            .map_err(unavailable)?;
+        last.remove(id.as_str()).map_err(unavailable)?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl LedgerStore for EmbeddedStore {
     async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()> {
@@ -58,6 +134,7 @@ impl LedgerStore for EmbeddedStore {
             let mut ledger = txn.open_table(LEDGER).map_err(unavailable)?;
             let mut models = txn.open_table(LEDGER_MODELS).map_err(unavailable)?;
             let mut ids = txn.open_table(LEDGER_IDS).map_err(unavailable)?;
+            let mut last = txn.open_table(LEDGER_LAST).map_err(unavailable)?;
             for count in counts {
                 let name = format!(
                     "{}{}",
@@ -77,7 +154,18 @@ impl LedgerStore for EmbeddedStore {
                     let id = format!("{}{}", day_prefix(count.scope, count.day), count.id);
                     ids.insert(id.as_str(), ()).map_err(unavailable)?;
                 }
+                if count.scope == LedgerScope::Conversation {
+                    let seen = last
+                        .get(count.id.as_str())
+                        .map_err(unavailable)?
+                        .map(|seen| seen.value());
+                    if seen.is_none_or(|seen| seen < count.day) {
+                        last.insert(count.id.as_str(), count.day)
+                            .map_err(unavailable)?;
+                    }
+                }
             }
+            forget_expired(txn, &ids, (&mut last, &mut models), oldest)?;
             for scope in LedgerScope::ALL {
                 let (start, end) = (day_prefix(scope, 0), day_prefix(scope, oldest));
                 ledger

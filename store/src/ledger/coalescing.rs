@@ -6,7 +6,8 @@
 //! (no timer). A write the store refuses is kept, merged with what follows, and tried
 //! again a second later: a count may be late, never dropped while the process runs.
 //! A read through it first waits (a couple of seconds at most) for what this process
-//! counted before it to be written: a reader sees its own process's counts.
+//! counted before it to be written: a reader sees its own process's counts. A stop waits
+//! for every count to be written ([`Coalescing::flush`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,8 @@ use std::collections::HashMap;
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The longest a read waits for this process's counts to be written.
 const READ_WAITS_AT_MOST: Duration = Duration::from_secs(2);
+/// The longest a stop waits for them (a store refusing writes is tried every second).
+const STOP_WAITS_AT_MOST: Duration = Duration::from_secs(10);
 
 /// `inner`, its counts written by one task (see the module).
 pub struct Coalescing {
@@ -48,12 +51,27 @@ impl Coalescing {
         }
     }
 
-    /// Waits until what was sent before now is written, or [`READ_WAITS_AT_MOST`].
-    async fn settled(&self) {
+    /// Waits until what was sent before now is written, or `at_most`; whether it was.
+    async fn written_within(&self, at_most: Duration) -> bool {
         let sent = self.sent.load(Ordering::Acquire);
         let mut written = self.written.clone();
-        let _ =
-            tokio::time::timeout(READ_WAITS_AT_MOST, written.wait_for(|done| *done >= sent)).await;
+        matches!(
+            tokio::time::timeout(at_most, written.wait_for(|done| *done >= sent)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    async fn settled(&self) {
+        self.written_within(READ_WAITS_AT_MOST).await;
+    }
+
+    /// Waits, at a stop, for every count this process made to be written (at most
+    /// [`STOP_WAITS_AT_MOST`]: a store that stays unreachable loses what is queued, and
+    /// that is said).
+    pub async fn flush(&self) {
+        if !self.written_within(STOP_WAITS_AT_MOST).await {
+            tracing::error!("the store stayed unreachable: ledger counts not stored at stop");
+        }
     }
 }
 
@@ -151,5 +169,101 @@ impl LedgerStore for Coalescing {
 
     async fn conversation_session(&self, conversation: &str) -> StoreResult<Option<String>> {
         self.inner.conversation_session(conversation).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::ledger::{ConversationOwner, Measure};
+
+    /// A store whose writes take a while: what was written, once each write ends.
+    #[derive(Default)]
+    struct Slow(Mutex<Vec<LedgerCount>>);
+
+    #[async_trait]
+    impl LedgerStore for Slow {
+        async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()> {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            self.0.lock().expect("lock").extend_from_slice(counts);
+            Ok(())
+        }
+        async fn ledger_of(
+            &self,
+            _: LedgerScope,
+            _: &[String],
+            _: u32,
+            _: u32,
+        ) -> StoreResult<LedgerRows> {
+            Ok(LedgerRows::new())
+        }
+        async fn ledger_ids(
+            &self,
+            _: LedgerScope,
+            _: u32,
+            _: u32,
+            _: &str,
+            _: &str,
+            _: usize,
+        ) -> StoreResult<(Vec<String>, u64)> {
+            Ok((Vec::new(), 0))
+        }
+        async fn own_conversations(&self, _: &[(String, ConversationOwner)]) -> StoreResult<()> {
+            Ok(())
+        }
+        async fn conversation_owners(
+            &self,
+            _: &[String],
+        ) -> StoreResult<HashMap<String, ConversationOwner>> {
+            Ok(HashMap::new())
+        }
+        async fn conversation_models(&self, _: &str) -> StoreResult<Vec<String>> {
+            Ok(Vec::new())
+        }
+        async fn link_session(&self, _: &str, _: &str) -> StoreResult<()> {
+            Ok(())
+        }
+        async fn session_conversation(&self, _: &str) -> StoreResult<Option<String>> {
+            Ok(None)
+        }
+        async fn conversation_session(&self, _: &str) -> StoreResult<Option<String>> {
+            Ok(None)
+        }
+    }
+
+    fn webhook(amount: f64) -> LedgerCount {
+        LedgerCount {
+            day: 1,
+            scope: LedgerScope::Conversation,
+            id: "c".to_owned(),
+            measure: Measure::Webhooks,
+            amount,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stop_waits_for_every_count_queued_behind_a_slow_write() {
+        let slow = Arc::new(Slow::default());
+        let ledger = Coalescing::new(slow.clone());
+        // The first write is in flight; the next two wait behind it, merged.
+        for amount in [1.0, 2.0, 4.0] {
+            ledger.add_ledger(&[webhook(amount)]).await.expect("queued");
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            slow.0.lock().expect("lock").is_empty(),
+            "nothing written yet"
+        );
+        ledger.flush().await;
+        let written: f64 = slow
+            .0
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|count| count.amount)
+            .sum();
+        assert_eq!(written, 7.0);
     }
 }

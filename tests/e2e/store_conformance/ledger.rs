@@ -323,6 +323,78 @@ async fn a_conversation_keeps_its_first_owner(backend: Backend) {
     assert_eq!(owners["c2"], owner("u2", None));
 }
 
+/// The embedded store forgets what it keeps of a conversation (its models, links and
+/// owner) once its last counted day is past the retention; Redis's keys expire with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_conversation_leaves_nothing_behind_in_the_embedded_store() {
+    let store = open(&Backend::embedded()).await;
+    let ledger = &store.ledger;
+    let today = today();
+    let expired = today - sandgate_store::ledger::LEDGER_RETENTION_DAYS - 1;
+    let owner = ConversationOwner {
+        user_id: Some("u".to_owned()),
+        ..ConversationOwner::default()
+    };
+    for conversation in ["gone", "kept"] {
+        ledger
+            .link_session(&format!("s-{conversation}"), conversation)
+            .await
+            .expect("link");
+        ledger
+            .own_conversations(&[(conversation.to_owned(), owner.clone())])
+            .await
+            .expect("own");
+    }
+    let mut counts = Vec::new();
+    for (conversation, days) in [("gone", vec![expired]), ("kept", vec![expired, today - 5])] {
+        for day in days {
+            let model = conversation_model(conversation, "gpt");
+            counts.push(count(
+                day,
+                LedgerScope::Conversation,
+                conversation,
+                Measure::Calls,
+                1.0,
+            ));
+            counts.push(count(
+                day,
+                LedgerScope::ConversationModel,
+                &model,
+                Measure::Calls,
+                1.0,
+            ));
+        }
+    }
+    ledger.add_ledger(&counts).await.expect("add");
+    let ids = ["gone".to_owned(), "kept".to_owned()];
+    let owners = ledger.conversation_owners(&ids).await.expect("owners");
+    assert_eq!(owners.keys().collect::<Vec<_>>(), ["kept"], "{owners:?}");
+    assert_eq!(
+        ledger.conversation_models("gone").await.expect("models"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ledger.conversation_models("kept").await.expect("models"),
+        ["gpt"]
+    );
+    assert_eq!(
+        ledger.conversation_session("gone").await.expect("link"),
+        None
+    );
+    assert_eq!(
+        ledger.session_conversation("s-gone").await.expect("link"),
+        None
+    );
+    assert_eq!(
+        ledger
+            .conversation_session("kept")
+            .await
+            .expect("link")
+            .as_deref(),
+        Some("s-kept")
+    );
+}
+
 crate::on_both_backends!(
     the_ledger_adds_up_per_id_and_day,
     a_rollup_is_paged_by_id_across_days,
