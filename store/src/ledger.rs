@@ -252,6 +252,10 @@ pub trait LedgerStore: Send + Sync + 'static {
         limit: usize,
     ) -> StoreResult<(Vec<String>, u64)>;
 
+    /// Tells the ledger `conversation`'s tags as they now are (its update was recorded):
+    /// its counts go under them from now on (see [`tagging`]). Nothing by default.
+    fn note_tags(&self, _conversation: &str, _tags: &BTreeMap<String, String>) {}
+
     /// Records who each conversation's calls are billed to, unless it is recorded already
     /// (the first stays). Kept as long as the ledger's days.
     async fn own_conversations(&self, owners: &[(String, ConversationOwner)]) -> StoreResult<()>;

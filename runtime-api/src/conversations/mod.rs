@@ -273,7 +273,9 @@ impl Conversations for ConversationsService {
         let (principal, conversation) = self.admit(request).await?;
         self.active(&principal).await;
         let id = conversation.1.id.simple().to_string();
-        self.record(&principal, conversation).await?;
+        let tags = self.record(&principal, conversation).await?;
+        // Its counts, this update's first, go under its tags as they now are.
+        self.store.ledger.note_tags(&id, &tags);
         crate::ledger::add(&self.store, &id, sandgate_store::Measure::Webhooks, 1.0).await;
         if let Principal::Sandbox(runtime_id) = &principal {
             self.links.link(&self.store, runtime_id, &id).await;

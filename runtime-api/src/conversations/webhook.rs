@@ -5,6 +5,7 @@
 use sandgate_conversation::{ConversationSummary, ValidConversation};
 use sandgate_proto::conversations::v1::{UpsertRequest, upsert_request};
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
+use std::collections::BTreeMap;
 use tonic::{Request, Status};
 use uuid::Uuid;
 
@@ -65,12 +66,13 @@ impl ConversationsService {
     }
 
     /// Writes a validated delivery: ordered by `updated_at`, atomic against concurrent
-    /// deliveries for the same id, refused when another sender owns the conversation.
+    /// deliveries for the same id, refused when another sender owns the conversation. The
+    /// conversation's tags as they now are.
     pub(super) async fn record(
         &self,
         principal: &Principal,
         admitted: Admitted,
-    ) -> Result<(), Status> {
+    ) -> Result<BTreeMap<String, String>, Status> {
         let (record, summary) = admitted;
         let owner = principal.owner();
         let id = summary.id;
@@ -96,7 +98,7 @@ impl ConversationsService {
                             .await
                             .map_err(ErrorDetail::from)?;
                         tracing::info!(conversation = %id, ?order, "delivery acknowledged without a write");
-                        return Ok(());
+                        return Ok(previous.tags.clone());
                     }
                 }
             }
@@ -122,7 +124,7 @@ impl ConversationsService {
                     lifecycle = ?next.lifecycle.last().filter(|event| event.received_at == next.received_at).map(|event| event.kind),
                     "conversation recorded"
                 );
-                return Ok(());
+                return Ok(next.tags);
             }
         }
         Err(contended(id))

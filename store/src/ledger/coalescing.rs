@@ -143,6 +143,10 @@ impl LedgerStore for Coalescing {
             .await
     }
 
+    fn note_tags(&self, conversation: &str, tags: &std::collections::BTreeMap<String, String>) {
+        self.inner.note_tags(conversation, tags);
+    }
+
     async fn own_conversations(&self, owners: &[(String, ConversationOwner)]) -> StoreResult<()> {
         self.inner.own_conversations(owners).await
     }

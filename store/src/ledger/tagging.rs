@@ -1,14 +1,20 @@
 //! The ledger by tag: what a conversation counts is counted again for each tag its
 //! catalog record carries when the count is written (`project:` → `alpha`), so a rollup
-//! by a tag's key is a read of counters like any other, never a scan of conversations. A
-//! batch of counts costs one catalog read, of the conversations it names; a tag changed
-//! later counts from then on (the days before stay with the value they had).
+//! by a tag's key is a read of counters like any other, never a scan of conversations.
+//!
+//! Each conversation's tags are remembered for [`TAGS_KEPT_FOR`]: the runtime API tells
+//! them as it records an update ([`LedgerStore::note_tags`]), so counting a delivery reads
+//! nothing; for the others (a gateway's calls, in another process), a batch of counts
+//! costs one catalog read of the conversations it names that are not remembered. A tag
+//! changed later counts from then on (the days before stay with the value they had),
+//! within [`TAGS_KEPT_FOR`] on a process that was not told.
 //!
 //! A batch whose catalog read fails is not written (the writer keeps it and tries again):
 //! a count is never written without its tags.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -18,43 +24,84 @@ use super::{
 };
 use crate::{ConversationStore, StoreResult};
 
+/// How long a conversation's tags are remembered.
+pub const TAGS_KEPT_FOR: Duration = Duration::from_secs(5);
+/// Conversations remembered at most; past it the memory starts again.
+const MAX_REMEMBERED: usize = 100_000;
+
+/// A conversation's tags as counter ids, and since when they are known.
+type Remembered = (Arc<[String]>, Instant);
+
 /// `inner`, each conversation's counts also added to its tags'.
 pub struct Tagging {
     inner: Arc<dyn LedgerStore>,
     catalog: Arc<dyn ConversationStore>,
+    tags: Mutex<HashMap<String, Remembered>>,
 }
 
 impl Tagging {
     pub fn new(inner: Arc<dyn LedgerStore>, catalog: Arc<dyn ConversationStore>) -> Self {
-        Self { inner, catalog }
+        Self {
+            inner,
+            catalog,
+            tags: Mutex::default(),
+        }
+    }
+
+    fn remember(&self, conversation: String, tags: Arc<[String]>) {
+        if let Ok(mut remembered) = self.tags.lock() {
+            if remembered.len() >= MAX_REMEMBERED {
+                remembered.clear();
+            }
+            remembered.insert(conversation, (tags, Instant::now()));
+        }
+    }
+
+    /// The tags of `conversations`: those remembered, the others read at once.
+    async fn tags_of(
+        &self,
+        conversations: BTreeSet<String>,
+    ) -> StoreResult<HashMap<String, Arc<[String]>>> {
+        let mut known = HashMap::new();
+        let mut unknown = Vec::new();
+        if let Ok(remembered) = self.tags.lock() {
+            for conversation in conversations {
+                match remembered.get(&conversation) {
+                    Some((tags, since)) if since.elapsed() < TAGS_KEPT_FOR => {
+                        known.insert(conversation, tags.clone());
+                    }
+                    _ => unknown.extend(Uuid::try_parse(&conversation).ok()),
+                }
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(known);
+        }
+        let mut read: HashMap<String, Arc<[String]>> = unknown
+            .iter()
+            .map(|id| (id.simple().to_string(), Arc::from([])))
+            .collect();
+        for record in self.catalog.get_many(&unknown).await? {
+            read.insert(record.id.simple().to_string(), counter_ids(&record.tags));
+        }
+        for (conversation, tags) in read {
+            self.remember(conversation.clone(), tags.clone());
+            known.insert(conversation, tags);
+        }
+        Ok(known)
     }
 
     /// `counts` and, for each conversation's, one per tag of that conversation.
     async fn tagged(&self, counts: &[LedgerCount]) -> StoreResult<Vec<LedgerCount>> {
-        let named: BTreeSet<Uuid> = counts
+        let named: BTreeSet<String> = counts
             .iter()
             .filter(|count| count.scope == LedgerScope::Conversation)
-            .filter_map(|count| Uuid::try_parse(&count.id).ok())
+            .map(|count| conversation_id(&count.id).into_owned())
             .collect();
         if named.is_empty() {
             return Ok(counts.to_vec());
         }
-        let ids: Vec<Uuid> = named.into_iter().collect();
-        let tags: HashMap<String, Vec<String>> = self
-            .catalog
-            .get_many(&ids)
-            .await?
-            .into_iter()
-            .filter(|record| !record.tags.is_empty())
-            .map(|record| {
-                let ids = record
-                    .tags
-                    .iter()
-                    .map(|(key, value)| tag_id(key, value))
-                    .collect();
-                (record.id.simple().to_string(), ids)
-            })
-            .collect();
+        let tags = self.tags_of(named).await?;
         let mut all = counts.to_vec();
         for count in counts {
             if count.scope != LedgerScope::Conversation {
@@ -63,7 +110,7 @@ impl Tagging {
             for tag in tags
                 .get(conversation_id(&count.id).as_ref())
                 .into_iter()
-                .flatten()
+                .flat_map(|tags| tags.iter())
             {
                 all.push(LedgerCount {
                     scope: LedgerScope::Tag,
@@ -76,11 +123,23 @@ impl Tagging {
     }
 }
 
+/// A conversation's tags as the ids of their counters.
+fn counter_ids(tags: &BTreeMap<String, String>) -> Arc<[String]> {
+    tags.iter().map(|(key, value)| tag_id(key, value)).collect()
+}
+
 #[async_trait]
 impl LedgerStore for Tagging {
     async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()> {
         let counts = self.tagged(counts).await?;
         self.inner.add_ledger(&counts).await
+    }
+
+    fn note_tags(&self, conversation: &str, tags: &BTreeMap<String, String>) {
+        self.remember(
+            conversation_id(conversation).into_owned(),
+            counter_ids(tags),
+        );
     }
 
     async fn ledger_of(
