@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use sandgate_store::ledger::{
     ConversationOwner, EVERYTHING, LedgerSums, conversation_id, conversation_model,
 };
-use sandgate_store::{LedgerCount, LedgerScope, Measure, SpendLogEntry, day_of};
+use sandgate_store::{LedgerScope, Measure, SpendLogEntry, day_of};
 
 /// Adds `entry`'s call to `sums`.
 pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
@@ -56,18 +56,13 @@ pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
         (LedgerScope::Model, Some(entry.model.clone())),
         (LedgerScope::Everything, Some(EVERYTHING.to_owned())),
     ];
+    let measures: Vec<(Measure, f64)> = measures
+        .into_iter()
+        .filter(|(_, amount)| *amount > 0.0)
+        .collect();
     for (scope, id) in scopes {
-        let Some(id) = id else { continue };
-        for (measure, amount) in measures {
-            if amount > 0.0 {
-                sums.add(LedgerCount {
-                    day,
-                    scope,
-                    id: id.clone(),
-                    measure,
-                    amount,
-                });
-            }
+        if let Some(id) = id {
+            sums.add_measures(day, scope, id, &measures);
         }
     }
 }

@@ -168,18 +168,38 @@ pub struct ConversationOwner {
 /// How long a day's counters are kept after their day.
 pub const LEDGER_RETENTION_DAYS: u32 = 400;
 
-/// Counts summed per counter (a day, a scope, an id, a measure) until they are written:
-/// what a batch of calls or deliveries adds, at most one count per counter, and what a
-/// refused write puts back. Its size is the distinct counters, not the counts.
+/// Counts summed per counter until they are written: what a batch of calls or deliveries
+/// adds, at most one count per counter, and what a refused write puts back. Kept as a row
+/// of measures per day, scope and id (a call adds several measures to each of its ids):
+/// its size is the distinct ids counted, not the counts.
 #[derive(Debug, Default)]
-pub struct LedgerSums(HashMap<(u32, LedgerScope, String, Measure), f64>);
+pub struct LedgerSums(HashMap<(u32, LedgerScope, String), [f64; Measure::ALL.len()]>);
 
 impl LedgerSums {
     pub fn add(&mut self, count: LedgerCount) {
-        *self
+        self.add_measures(
+            count.day,
+            count.scope,
+            count.id,
+            &[(count.measure, count.amount)],
+        );
+    }
+
+    /// Adds `measures` to `id`'s row of `day`, at once.
+    pub fn add_measures(
+        &mut self,
+        day: u32,
+        scope: LedgerScope,
+        id: String,
+        measures: &[(Measure, f64)],
+    ) {
+        let row = self
             .0
-            .entry((count.day, count.scope, count.id, count.measure))
-            .or_default() += count.amount;
+            .entry((day, scope, id))
+            .or_insert([0.0; Measure::ALL.len()]);
+        for (measure, amount) in measures {
+            row[*measure as usize] += amount;
+        }
     }
 
     /// Adds `counts` (a batch, or a write that failed, put back).
@@ -189,6 +209,7 @@ impl LedgerSums {
         }
     }
 
+    /// The distinct ids counted (each a row of measures).
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -197,18 +218,23 @@ impl LedgerSums {
         self.0.is_empty()
     }
 
-    /// The counts as the store takes them, emptying `self`.
+    /// The counts as the store takes them (one per counter counted), emptying `self`.
     pub fn take(&mut self) -> Vec<LedgerCount> {
-        std::mem::take(&mut self.0)
-            .into_iter()
-            .map(|((day, scope, id, measure), amount)| LedgerCount {
-                day,
-                scope,
-                id,
-                measure,
-                amount,
-            })
-            .collect()
+        let mut counts = Vec::with_capacity(self.0.len() * 4);
+        for ((day, scope, id), row) in std::mem::take(&mut self.0) {
+            for (measure, amount) in Measure::ALL.into_iter().zip(row) {
+                if amount != 0.0 {
+                    counts.push(LedgerCount {
+                        day,
+                        scope,
+                        id: id.clone(),
+                        measure,
+                        amount,
+                    });
+                }
+            }
+        }
+        counts
     }
 }
 
@@ -240,8 +266,8 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// most `limit` of them, in order, and how many distinct ids those days hold; with a
     /// `within` (one ending in `\u{1f}`, as [`tag_prefix`]), only the ids starting with it.
     /// Read from an index of the ids (not the counters), so a page costs its own rows
-    /// whatever the days hold. `ConversationModel` has no index: it is read by
-    /// conversation.
+    /// whatever the days hold. `ConversationModel` has no index (it is read by
+    /// conversation), nor has `Everything` (its one id is read by day).
     async fn ledger_ids(
         &self,
         scope: LedgerScope,
@@ -451,6 +477,10 @@ mod tests {
         let mut sums = LedgerSums::default();
         sums.merge([count("a", 1.5), count("b", 1.0), count("a", 2.0)]);
         assert_eq!(sums.len(), 2);
+        // Every measure in its own place of the row.
+        for measure in Measure::ALL {
+            assert_eq!(Measure::ALL[measure as usize], measure);
+        }
         let mut taken = sums.take();
         taken.sort_by(|left, right| left.id.cmp(&right.id));
         assert_eq!(taken, [count("a", 3.5), count("b", 1.0)]);

@@ -150,7 +150,7 @@ impl LedgerStore for EmbeddedStore {
                     .map_err(unavailable)?;
                 if count.scope == LedgerScope::ConversationModel {
                     models.insert(count.id.as_str(), ()).map_err(unavailable)?;
-                } else {
+                } else if count.scope != LedgerScope::Everything {
                     let id = format!("{}{}", day_prefix(count.scope, count.day), count.id);
                     ids.insert(id.as_str(), ()).map_err(unavailable)?;
                 }

@@ -85,7 +85,7 @@ impl LedgerStore for RedisStore {
                         .or_default()
                         .insert(model);
                 }
-            } else {
+            } else if count.scope != LedgerScope::Everything {
                 ids.entry(ids_key(count.scope, count.day))
                     .or_default()
                     .insert(count.id.as_str());
