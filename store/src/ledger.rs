@@ -119,6 +119,12 @@ impl Measure {
         }
     }
 
+    /// A count of whole things (calls, tokens, milliseconds, events), not an amount of
+    /// money.
+    pub fn is_whole(self) -> bool {
+        !matches!(self, Self::Spend | Self::SandboxCost)
+    }
+
     pub fn of_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|measure| measure.name() == name)
     }

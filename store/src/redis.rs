@@ -78,6 +78,8 @@ pub struct RedisStore {
     model_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
     /// Changes of the gateway's keys and their spend, likewise (`KeyStore::key_changes`).
     key_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
+    /// What this process's ledger writes indexed and set to expire today.
+    ledger_written: std::sync::Mutex<ledger::Written>,
 }
 
 fn unavailable(err: redis::RedisError) -> StoreError {
@@ -156,6 +158,7 @@ impl RedisStore {
             swap,
             model_changes: std::sync::OnceLock::new(),
             key_changes: std::sync::OnceLock::new(),
+            ledger_written: std::sync::Mutex::default(),
         };
         store.upgrade_catalog().await?;
         Ok(store)

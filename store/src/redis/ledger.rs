@@ -56,12 +56,56 @@ fn ids_key(scope: LedgerScope, day: u32) -> String {
     )
 }
 
+/// Ids counted today past which this process's memory of them starts again.
+const MAX_REMEMBERED: usize = 200_000;
+
+/// What this process's ledger writes have indexed today (an id in its scope's day and
+/// last-day indexes, a model in its conversation's set) and which keys it set to expire:
+/// once written, a batch need not write them again today. Only what a write the store
+/// took is remembered; a new day, or a full memory, starts again.
+#[derive(Default)]
+pub(super) struct Written {
+    day: u32,
+    ids: std::collections::HashMap<LedgerScope, std::collections::HashSet<String>>,
+    keys: std::collections::HashSet<String>,
+    remembered: usize,
+}
+
+impl Written {
+    fn today(&mut self, today: u32) -> &mut Self {
+        if self.day != today || self.remembered > MAX_REMEMBERED {
+            *self = Self {
+                day: today,
+                ..Self::default()
+            };
+        }
+        self
+    }
+
+    fn indexed(&self, count: &LedgerCount) -> bool {
+        count.day == self.day
+            && self
+                .ids
+                .get(&count.scope)
+                .is_some_and(|ids| ids.contains(count.id.as_str()))
+    }
+}
+
 #[async_trait]
 impl LedgerStore for RedisStore {
     async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()> {
         if counts.is_empty() {
             return Ok(());
         }
+        let today = crate::orgs::day_of(crate::now_ms());
+        // What today's earlier writes indexed already: not indexed again.
+        let indexed: Vec<bool> = match self.ledger_written.lock() {
+            Ok(mut written) => {
+                let written = written.today(today);
+                counts.iter().map(|count| written.indexed(count)).collect()
+            }
+            Err(_) => vec![false; counts.len()],
+        };
         // One command per counter, then one per key touched: each set's new members at
         // once, each key's expiry once (a batch of calls touches few keys many times).
         let mut pipe = redis::pipe();
@@ -70,14 +114,27 @@ impl LedgerStore for RedisStore {
         let mut models: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         let mut ids: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         let mut last: BTreeMap<LedgerScope, BTreeMap<&str, u32>> = BTreeMap::new();
-        for count in counts {
+        for (count, indexed) in counts.iter().zip(indexed) {
             let key = day_key(count.scope, count.day);
-            pipe.cmd("HINCRBYFLOAT")
-                .arg(&key)
-                .arg(field(count.measure, &count.id))
-                .arg(count.amount)
-                .ignore();
+            // A count (of calls, tokens, milliseconds) as a whole number: Redis adds those
+            // cheaper than floats, and reads them alike (a float add of whole amounts, as
+            // earlier versions made, left a whole number too).
+            let add = if count.measure.is_whole() {
+                pipe.cmd("HINCRBY")
+                    .arg(&key)
+                    .arg(field(count.measure, &count.id))
+                    .arg(count.amount.round() as i64)
+            } else {
+                pipe.cmd("HINCRBYFLOAT")
+                    .arg(&key)
+                    .arg(field(count.measure, &count.id))
+                    .arg(count.amount)
+            };
+            add.ignore();
             touched.insert(key);
+            if indexed {
+                continue;
+            }
             if count.scope == LedgerScope::ConversationModel {
                 if let Some((conversation, model)) = split_conversation_model(&count.id) {
                     models
@@ -127,20 +184,43 @@ impl LedgerStore for RedisStore {
                 .ignore();
         }
         let keep_ms = keep_ms();
-        let expiring = touched
-            .iter()
-            .chain(models.keys())
-            .chain(ids.keys())
-            .cloned()
-            .chain(last.keys().map(|scope| last_key(*scope)));
-        for key in expiring {
+        // Each key's expiry, once a day.
+        let expiring: BTreeSet<String> = {
+            let written = self.ledger_written.lock().ok();
+            let set = |key: &String| written.as_ref().is_some_and(|w| w.keys.contains(key));
+            touched
+                .iter()
+                .chain(models.keys())
+                .chain(ids.keys())
+                .cloned()
+                .chain(last.keys().map(|scope| last_key(*scope)))
+                .filter(|key| !set(key))
+                .collect()
+        };
+        for key in &expiring {
             pipe.cmd("PEXPIRE").arg(key).arg(keep_ms).ignore();
         }
         let mut connection = self.write_connection();
         pipe.query_async::<()>(&mut connection)
             .await
             .map_err(unavailable)?;
-        self.replicated(&mut connection).await
+        self.replicated(&mut connection).await?;
+        if let Ok(mut written) = self.ledger_written.lock() {
+            let written = written.today(today);
+            for count in counts.iter().filter(|count| count.day == today) {
+                if written
+                    .ids
+                    .entry(count.scope)
+                    .or_default()
+                    .insert(count.id.clone())
+                {
+                    written.remembered += 1;
+                }
+            }
+            written.remembered += expiring.len();
+            written.keys.extend(expiring);
+        }
+        Ok(())
     }
 
     async fn ledger_of(
