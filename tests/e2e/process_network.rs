@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{RedisServer, SandgateProcess, require_root};
-use crate::process_sandboxes::{act, call, serve_as, serving, until_session};
+use crate::process_sandboxes::{
+    SANDGATE_SECRET, act, call, serve_args, serve_as, serving, until_session,
+};
 
 /// What the prober tries, from inside its sandbox: each `(host, port)` of `TARGETS`
 /// connected to (`connected`, or the error's name), each URL of `URLS` fetched (its
@@ -332,4 +334,68 @@ async fn without_egress_a_sandbox_reaches_only_what_is_forwarded() {
         assert_eq!(seen["dns"] == "answered", !internet, "{egress}: {seen}");
         sandgate.terminate().await;
     }
+}
+
+/// A machine whose `/etc/resolv.conf` is a link, as systemd-resolved makes it (to
+/// `../run/systemd/resolve/stub-resolv.conf`): Sandgate runs in a mount namespace of its
+/// own whose `/etc` is this machine's with that link in place of the file. A sandbox
+/// with egress still starts, and asks its names of pasta. (bwrap cannot bind a file onto
+/// a link whose target the sandbox's view lacks: every such start failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_resolv_conf_still_gives_a_sandbox_names() {
+    if !require_root("process sandboxes' network namespaces (root makes them)") {
+        return;
+    }
+    assert!(
+        host_resolver_answers(),
+        "this machine's resolver does not answer: the test needs one"
+    );
+    // The link's target on this machine's /run, with this machine's resolver in it.
+    let run = tempfile::Builder::new()
+        .prefix("sandgate-resolve-")
+        .tempdir_in("/run")
+        .expect("a folder on /run");
+    std::fs::copy("/etc/resolv.conf", run.path().join("stub-resolv.conf")).expect("copy");
+    // /etc as this machine has it, its resolv.conf the link.
+    let etc = tempfile::tempdir().expect("etc");
+    let copied = std::process::Command::new("cp")
+        .args(["-a", "/etc/."])
+        .arg(etc.path())
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let conf = etc.path().join("resolv.conf");
+    std::fs::remove_file(&conf).expect("remove");
+    let target = format!("..{}/stub-resolv.conf", run.path().display());
+    std::os::unix::fs::symlink(&target, &conf).expect("link");
+    let data = tempfile::tempdir().expect("data");
+    let etc_path = etc.path().display().to_string();
+    let wrapper = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        "mount --bind \"$0\" /etc && exec \"$@\"",
+        &etc_path,
+    ];
+    let mut sandgate = SandgateProcess::spawn_wrapped(
+        &wrapper,
+        &serve_args(data.path(), "8000", &["--sandbox-egress", "internet"]),
+        &[("JWT_SECRET", SANDGATE_SECRET)],
+    )
+    .await;
+    let edge = port_of(&sandgate.url(""));
+    let urls = json!({"health": format!("http://127.0.0.1:{edge}/health")});
+    let id = running(
+        &sandgate,
+        prober("linked", &json!({}), &urls, &BTreeMap::new()),
+    )
+    .await;
+    let seen = findings(data.path(), &id).await;
+    assert_eq!(seen["health"], 200, "{seen}");
+    assert_eq!(seen["dns"], "answered", "{seen}");
+    sandgate.terminate().await;
 }

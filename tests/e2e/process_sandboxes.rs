@@ -37,6 +37,16 @@ pub(crate) async fn serve_as(
     port: &str,
     extra: &[&str],
 ) -> SandgateProcess {
+    SandgateProcess::spawn_as(
+        uid,
+        &serve_args(data_dir, port, extra),
+        &[("JWT_SECRET", SANDGATE_SECRET)],
+    )
+    .await
+}
+
+/// `serve`'s arguments for the process driver on `data_dir`, sandboxes on `port`.
+pub(crate) fn serve_args(data_dir: &Path, port: &str, extra: &[&str]) -> Vec<String> {
     let mut args = [
         "serve",
         "--listen",
@@ -58,7 +68,7 @@ pub(crate) async fn serve_as(
         args.extend(["--sandbox-read-only-paths".to_owned(), interpreter]);
     }
     args.extend(extra.iter().map(|arg| (*arg).to_owned()));
-    SandgateProcess::spawn_as(uid, &args, &[("JWT_SECRET", SANDGATE_SECRET)]).await
+    args
 }
 
 /// The installation of the interpreter the real clients' virtual environments run, which

@@ -599,6 +599,7 @@ fn run_probe(
         granted: &[],
         network: false,
         resolv_conf: None,
+        resolv_at: Path::new("/etc/resolv.conf"),
     };
     let line = view.command_line(&tools.shell, &["-c".into(), "exit 0".into()]);
     let mapping = starting::args_fd(&view::environment_args([])).ok()?;

@@ -40,6 +40,20 @@ impl SandgateProcess {
         if let Some(uid) = uid {
             command.uid(uid).gid(uid);
         }
+        Self::spawn_command(command, args, envs).await
+    }
+
+    /// As [`Self::spawn`], run by `wrapper` (a command that ends by running the one it is
+    /// given: `unshare … sh -c '… exec "$@"'`).
+    pub async fn spawn_wrapped(wrapper: &[&str], args: &[String], envs: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(wrapper[0]);
+        command
+            .args(&wrapper[1..])
+            .arg(env!("CARGO_BIN_EXE_sandgate"));
+        Self::spawn_command(command, args, envs).await
+    }
+
+    async fn spawn_command(mut command: Command, args: &[String], envs: &[(&str, &str)]) -> Self {
         let mut child = command
             .args(args)
             .envs(envs.iter().copied())

@@ -391,6 +391,13 @@ fn onlink_default(routes: &str) -> Option<Vec<String>> {
     })
 }
 
+/// Where this machine's `/etc/resolv.conf` leads: itself, or the file its links end at
+/// (systemd-resolved's `/run/systemd/resolve/stub-resolv.conf`, resolvconf's
+/// `/run/resolvconf/resolv.conf`), where a sandbox's is bound (`view.rs`).
+pub(super) fn resolv_conf_path() -> std::path::PathBuf {
+    std::fs::canonicalize("/etc/resolv.conf").unwrap_or_else(|_| "/etc/resolv.conf".into())
+}
+
 /// The `/etc/resolv.conf` a sandbox with names sees: [`DNS_FORWARD`], with the search
 /// domains and options of this machine's (`host`).
 pub(super) fn resolv_conf(host: &str) -> String {

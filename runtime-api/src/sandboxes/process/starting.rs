@@ -123,6 +123,7 @@ impl ProcessDriver {
         // With egress, names, asked of pasta: the machine's resolver may be out of reach.
         let resolv_conf = (networked && self.options.network.egress == Egress::Internet)
             .then(|| state.join(RESOLV_CONF_FILE));
+        let resolv_at = network::resolv_conf_path();
         if let Some(conf) = &resolv_conf {
             let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
             std::fs::write(conf, network::resolv_conf(&host))
@@ -165,6 +166,7 @@ impl ProcessDriver {
                     granted: &granted,
                     network: networked,
                     resolv_conf: resolv_conf.as_deref(),
+                    resolv_at: &resolv_at,
                 };
                 let line = self.isolation.limited(
                     view.command_line(&program, args),

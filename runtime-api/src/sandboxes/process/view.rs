@@ -85,6 +85,10 @@ pub(super) struct View<'a> {
     /// What it sees at `/etc/resolv.conf` in place of this machine's (a file the stage
     /// binds at [`RESOLV_CONF`]): its names are asked of pasta (`network.rs`).
     pub resolv_conf: Option<&'a Path>,
+    /// Where `/etc/resolv.conf` leads on this machine (`network::resolv_conf_path`): the
+    /// file itself, or, where it is a link (systemd-resolved's, resolvconf's), the file
+    /// the link ends at, which the sandbox's `/etc` (this machine's) leads to as well.
+    pub resolv_at: &'a Path,
 }
 
 impl View<'_> {
@@ -179,7 +183,21 @@ impl View<'_> {
             line.extend(strings(&["--ro-bind", &source, &dir.display().to_string()]));
         }
         if let (true, Some(_)) = (staged, self.resolv_conf) {
-            line.extend(strings(&["--ro-bind", RESOLV_CONF, "/etc/resolv.conf"]));
+            // Bound where the link leads (a bind onto a link follows it, and bwrap cannot
+            // make a file under a directory the view lacks): the directories on the way
+            // are made, readable by the sandbox's user.
+            // (A directory there already is left as it is.)
+            let mut dirs: Vec<&Path> = self.resolv_at.ancestors().skip(1).collect();
+            dirs.reverse();
+            for dir in dirs.into_iter().filter(|dir| dir.parent().is_some()) {
+                line.extend(strings(&["--perms", "0755", "--dir"]));
+                line.push(dir.display().to_string());
+            }
+            line.extend(strings(&[
+                "--ro-bind",
+                RESOLV_CONF,
+                &self.resolv_at.display().to_string(),
+            ]));
         }
         if staged {
             // The stage's own PID namespace; only root could mount a new proc for it.
@@ -307,6 +325,7 @@ mod tests {
             granted: &[PathBuf::from("/root/.pyenv/versions/3.12.1")],
             network: true,
             resolv_conf: Some(Path::new("/root/data/sandbox-state/abc/resolv.conf")),
+            resolv_at: Path::new("/etc/resolv.conf"),
         };
         let line = view.command_line(Path::new("/opt/agent/.venv/bin/python"), &["-m".into()]);
         assert_eq!(line[0], "/usr/bin/bwrap");
@@ -404,6 +423,7 @@ mod tests {
             granted: &[],
             network: false,
             resolv_conf: None,
+            resolv_at: Path::new("/etc/resolv.conf"),
         };
         let line = view.command_line(Path::new("/bin/true"), &[]);
         assert!(
@@ -424,6 +444,57 @@ mod tests {
                 .iter()
                 .any(|arg| arg == "/home/sg/data/sandboxes/abc/tmp")
         );
+    }
+
+    /// Where this machine's `/etc/resolv.conf` is a link (systemd-resolved's, to
+    /// `/run/systemd/resolve/stub-resolv.conf`), the sandbox's is bound where the link
+    /// leads, with the directories on the way made readable: bwrap cannot bind onto a
+    /// link whose target the view lacks (`Can't create file at /etc/resolv.conf`).
+    #[test]
+    fn a_linked_resolv_conf_is_bound_where_its_link_leads() {
+        let tools = tools();
+        let view = View {
+            tools: &tools,
+            system: &[SystemDir::Dir("/etc".into())],
+            host: Some(Ids {
+                uid: 200_123,
+                gid: 200_123,
+            }),
+            inside: None,
+            folder: Path::new("/root/data/sandboxes/abc"),
+            cwd: Path::new("/workspace"),
+            installs: &[],
+            granted: &[],
+            network: true,
+            resolv_conf: Some(Path::new("/root/data/sandbox-state/abc/resolv.conf")),
+            resolv_at: Path::new("/run/systemd/resolve/stub-resolv.conf"),
+        };
+        let line = view.command_line(Path::new("/bin/true"), &[]);
+        let second = position(&line, &["--args", "3", "--unshare-user"]);
+        let inner = &line[second..];
+        let etc = position(inner, &["--ro-bind", "/run/host/etc", "/etc"]);
+        let dirs = position(
+            inner,
+            &[
+                "--perms",
+                "0755",
+                "--dir",
+                "/run",
+                "--perms",
+                "0755",
+                "--dir",
+                "/run/systemd",
+                "--perms",
+                "0755",
+                "--dir",
+                "/run/systemd/resolve",
+                "--ro-bind",
+                "/run/resolv.conf",
+                "/run/systemd/resolve/stub-resolv.conf",
+            ],
+        );
+        assert!(etc < dirs, "after the machine's /etc");
+        assert!(!inner.iter().any(|arg| arg == "/etc/resolv.conf"));
     }
 
     #[test]
