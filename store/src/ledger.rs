@@ -268,6 +268,25 @@ pub trait LedgerStore: Send + Sync + 'static {
         to: u32,
     ) -> StoreResult<LedgerRows>;
 
+    /// `id`'s row of each day of `from..=to` that counted something, in order: what the
+    /// rollup by day reads. By default a read a day; a backend may read them at once.
+    async fn ledger_days(
+        &self,
+        scope: LedgerScope,
+        id: &str,
+        from: u32,
+        to: u32,
+    ) -> StoreResult<Vec<(u32, BTreeMap<Measure, f64>)>> {
+        let mut days = Vec::new();
+        let ids = [id.to_owned()];
+        for day in from..=to {
+            if let Some(row) = self.ledger_of(scope, &ids, day, day).await?.remove(id) {
+                days.push((day, row));
+            }
+        }
+        Ok(days)
+    }
+
     /// The ids counted in `scope` on the days `from..=to` that sort after `after`, at
     /// most `limit` of them, in order, and how many distinct ids those days hold; with a
     /// `within` (one ending in `\u{1f}`, as [`tag_prefix`]), only the ids starting with it.

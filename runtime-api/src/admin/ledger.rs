@@ -304,18 +304,15 @@ impl RuntimeAdminService {
             0 => DEFAULT_LEDGER_PAGE,
             limit => limit.min(MAX_LEDGER_PAGE),
         } as usize;
-        let mut days = Vec::new();
-        for day in from..=to {
-            let mut counted = self
-                .store
-                .ledger
-                .ledger_of(LedgerScope::Everything, &[EVERYTHING.to_owned()], day, day)
-                .await
-                .map_err(store_failed)?;
-            if let Some(counted) = counted.remove(EVERYTHING) {
-                days.push((date_of(day), counted));
-            }
-        }
+        let days: Vec<(String, BTreeMap<Measure, f64>)> = self
+            .store
+            .ledger
+            .ledger_days(LedgerScope::Everything, EVERYTHING, from, to)
+            .await
+            .map_err(store_failed)?
+            .into_iter()
+            .map(|(day, counted)| (date_of(day), counted))
+            .collect();
         let total_rows = days.len() as u64;
         let mut rows: Vec<LedgerRow> = days
             .into_iter()

@@ -158,6 +158,17 @@ impl LedgerStore for Coalescing {
         self.inner.conversation_owners(conversations).await
     }
 
+    async fn ledger_days(
+        &self,
+        scope: LedgerScope,
+        id: &str,
+        from: u32,
+        to: u32,
+    ) -> StoreResult<Vec<(u32, std::collections::BTreeMap<super::Measure, f64>)>> {
+        self.settled().await;
+        self.inner.ledger_days(scope, id, from, to).await
+    }
+
     async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>> {
         self.settled().await;
         self.inner.conversation_models(conversation).await

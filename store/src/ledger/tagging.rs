@@ -177,6 +177,16 @@ impl LedgerStore for Tagging {
         self.inner.conversation_owners(conversations).await
     }
 
+    async fn ledger_days(
+        &self,
+        scope: LedgerScope,
+        id: &str,
+        from: u32,
+        to: u32,
+    ) -> StoreResult<Vec<(u32, BTreeMap<super::Measure, f64>)>> {
+        self.inner.ledger_days(scope, id, from, to).await
+    }
+
     async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>> {
         self.inner.conversation_models(conversation).await
     }

@@ -256,6 +256,39 @@ impl LedgerStore for RedisStore {
         Ok(rows)
     }
 
+    async fn ledger_days(
+        &self,
+        scope: LedgerScope,
+        id: &str,
+        from: u32,
+        to: u32,
+    ) -> StoreResult<Vec<(u32, BTreeMap<Measure, f64>)>> {
+        if from > to {
+            return Ok(Vec::new());
+        }
+        // Every day's row in one round trip.
+        let fields: Vec<String> = Measure::ALL.map(|measure| field(measure, id)).to_vec();
+        let mut pipe = redis::pipe();
+        for day in from..=to {
+            pipe.cmd("HMGET").arg(day_key(scope, day)).arg(&fields);
+        }
+        let days: Vec<Vec<Option<f64>>> = pipe
+            .query_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        Ok((from..=to)
+            .zip(days)
+            .filter_map(|(day, values)| {
+                let row: BTreeMap<Measure, f64> = Measure::ALL
+                    .into_iter()
+                    .zip(values)
+                    .filter_map(|(measure, value)| Some((measure, value?)))
+                    .collect();
+                (!row.is_empty()).then_some((day, row))
+            })
+            .collect())
+    }
+
     async fn conversation_models(&self, conversation: &str) -> StoreResult<Vec<String>> {
         let mut models: Vec<String> = redis::cmd("SMEMBERS")
             .arg(models_key(conversation))

@@ -395,7 +395,43 @@ async fn an_expired_conversation_leaves_nothing_behind_in_the_embedded_store() {
     );
 }
 
+/// The rollup by day's read: an id's row of each day that counted something, in order.
+async fn an_id_is_read_day_by_day(backend: Backend) {
+    let store = open(&backend).await;
+    let ledger = &store.ledger;
+    let today = today();
+    let all = LedgerScope::Everything;
+    ledger
+        .add_ledger(&[
+            count(today - 2, all, "all", Measure::Calls, 2.0),
+            count(today - 2, all, "all", Measure::Spend, 0.5),
+            count(today, all, "all", Measure::Calls, 1.0),
+            count(today - 1, all, "other", Measure::Calls, 9.0),
+        ])
+        .await
+        .expect("add");
+    let days = ledger
+        .ledger_days(all, "all", today - 3, today)
+        .await
+        .expect("days");
+    let shown: Vec<(u32, Vec<(Measure, f64)>)> = days
+        .into_iter()
+        .map(|(day, row)| (day, row.into_iter().collect()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                today - 2,
+                vec![(Measure::Spend, 0.5), (Measure::Calls, 2.0)]
+            ),
+            (today, vec![(Measure::Calls, 1.0)]),
+        ]
+    );
+}
+
 crate::on_both_backends!(
+    an_id_is_read_day_by_day,
     the_ledger_adds_up_per_id_and_day,
     a_rollup_is_paged_by_id_across_days,
     a_session_links_to_its_first_conversation,
