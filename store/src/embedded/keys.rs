@@ -199,19 +199,7 @@ impl KeyStore for EmbeddedStore {
     }
 
     async fn list_keys(&self) -> StoreResult<Vec<StoredKey>> {
-        let mut keys = self
-            .read(move |db| {
-                let txn = db.begin_read().map_err(unavailable)?;
-                let keys = txn.open_table(KEYS).map_err(unavailable)?;
-                keys.iter()
-                    .map_err(unavailable)?
-                    .map(|entry| {
-                        let (_, data) = entry.map_err(unavailable)?;
-                        serde_json::from_slice::<StoredKey>(data.value()).map_err(corrupt)
-                    })
-                    .collect::<StoreResult<Vec<_>>>()
-            })
-            .await?;
+        let mut keys: Vec<StoredKey> = self.records(KEYS).await?;
         keys.sort_by(|a, b| (a.created_at_ms, &a.token).cmp(&(b.created_at_ms, &b.token)));
         Ok(keys)
     }

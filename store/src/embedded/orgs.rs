@@ -82,7 +82,7 @@ impl EmbeddedStore {
     }
 
     /// Every record of `table`, by id.
-    async fn records<T: serde::de::DeserializeOwned + Send + 'static>(
+    pub(super) async fn records<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
         table: TableDefinition<'static, &'static str, &'static [u8]>,
     ) -> StoreResult<Vec<T>> {

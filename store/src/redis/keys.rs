@@ -114,16 +114,7 @@ impl KeyStore for RedisStore {
     }
 
     async fn list_keys(&self) -> StoreResult<Vec<StoredKey>> {
-        let mut connection = self.connection();
-        let entries: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
-            .arg(RECORDS)
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        let mut keys = entries
-            .into_iter()
-            .map(|(_, data)| serde_json::from_slice::<StoredKey>(&data).map_err(corrupt))
-            .collect::<StoreResult<Vec<_>>>()?;
+        let mut keys: Vec<StoredKey> = self.all_records(RECORDS).await?;
         keys.sort_by(|a, b| (a.created_at_ms, &a.token).cmp(&(b.created_at_ms, &b.token)));
         Ok(keys)
     }

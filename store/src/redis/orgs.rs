@@ -87,7 +87,10 @@ impl RedisStore {
     }
 
     /// Every record of `hash`, by id.
-    async fn all_records<T: serde::de::DeserializeOwned>(&self, hash: &str) -> StoreResult<Vec<T>> {
+    pub(super) async fn all_records<T: serde::de::DeserializeOwned>(
+        &self,
+        hash: &str,
+    ) -> StoreResult<Vec<T>> {
         let mut all: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL")
             .arg(hash)
             .query_async(&mut self.connection())
