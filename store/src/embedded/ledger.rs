@@ -135,7 +135,9 @@ impl LedgerStore for EmbeddedStore {
             let mut models = txn.open_table(LEDGER_MODELS).map_err(unavailable)?;
             let mut ids = txn.open_table(LEDGER_IDS).map_err(unavailable)?;
             let mut last = txn.open_table(LEDGER_LAST).map_err(unavailable)?;
-            for count in counts {
+            // Each conversation's last day counted in the batch, written once below.
+            let mut counted: std::collections::BTreeMap<&str, u32> = Default::default();
+            for count in &counts {
                 let name = format!(
                     "{}{}",
                     day_prefix(count.scope, count.day),
@@ -155,14 +157,17 @@ impl LedgerStore for EmbeddedStore {
                     ids.insert(id.as_str(), ()).map_err(unavailable)?;
                 }
                 if count.scope == LedgerScope::Conversation {
-                    let seen = last
-                        .get(count.id.as_str())
-                        .map_err(unavailable)?
-                        .map(|seen| seen.value());
-                    if seen.is_none_or(|seen| seen < count.day) {
-                        last.insert(count.id.as_str(), count.day)
-                            .map_err(unavailable)?;
-                    }
+                    let day = counted.entry(count.id.as_str()).or_default();
+                    *day = (*day).max(count.day);
+                }
+            }
+            for (conversation, day) in counted {
+                let seen = last
+                    .get(conversation)
+                    .map_err(unavailable)?
+                    .map(|seen| seen.value());
+                if seen.is_none_or(|seen| seen < day) {
+                    last.insert(conversation, day).map_err(unavailable)?;
                 }
             }
             forget_expired(txn, &ids, (&mut last, &mut models), oldest)?;

@@ -68,12 +68,17 @@ pub(super) struct Written {
     day: u32,
     ids: std::collections::HashMap<LedgerScope, std::collections::HashSet<String>>,
     keys: std::collections::HashSet<String>,
-    remembered: usize,
 }
 
 impl Written {
     fn today(&mut self, today: u32) -> &mut Self {
-        if self.day != today || self.remembered > MAX_REMEMBERED {
+        let remembered = self.keys.len()
+            + self
+                .ids
+                .values()
+                .map(std::collections::HashSet::len)
+                .sum::<usize>();
+        if self.day != today || remembered > MAX_REMEMBERED {
             *self = Self {
                 day: today,
                 ..Self::default()
@@ -208,16 +213,12 @@ impl LedgerStore for RedisStore {
         if let Ok(mut written) = self.ledger_written.lock() {
             let written = written.today(today);
             for count in counts.iter().filter(|count| count.day == today) {
-                if written
+                written
                     .ids
                     .entry(count.scope)
                     .or_default()
-                    .insert(count.id.clone())
-                {
-                    written.remembered += 1;
-                }
+                    .insert(count.id.clone());
             }
-            written.remembered += expiring.len();
             written.keys.extend(expiring);
         }
         Ok(())
