@@ -48,12 +48,16 @@ impl Tagging {
         }
     }
 
-    fn remember(&self, conversation: String, tags: Arc<[String]>) {
+    /// Remembers the tags of `conversations`, at once.
+    fn remember(&self, conversations: impl IntoIterator<Item = (String, Arc<[String]>)>) {
         if let Ok(mut remembered) = self.tags.lock() {
-            if remembered.len() >= MAX_REMEMBERED {
-                remembered.clear();
+            let now = Instant::now();
+            for (conversation, tags) in conversations {
+                if remembered.len() >= MAX_REMEMBERED {
+                    remembered.clear();
+                }
+                remembered.insert(conversation, (tags, now));
             }
-            remembered.insert(conversation, (tags, Instant::now()));
         }
     }
 
@@ -84,10 +88,8 @@ impl Tagging {
         for record in self.catalog.get_many(&unknown).await? {
             read.insert(record.id.simple().to_string(), counter_ids(&record.tags));
         }
-        for (conversation, tags) in read {
-            self.remember(conversation.clone(), tags.clone());
-            known.insert(conversation, tags);
-        }
+        self.remember(read.iter().map(|(id, tags)| (id.clone(), tags.clone())));
+        known.extend(read);
         Ok(known)
     }
 
@@ -136,10 +138,10 @@ impl LedgerStore for Tagging {
     }
 
     fn note_tags(&self, conversation: &str, tags: &BTreeMap<String, String>) {
-        self.remember(
+        self.remember([(
             conversation_id(conversation).into_owned(),
             counter_ids(tags),
-        );
+        )]);
     }
 
     async fn ledger_of(
