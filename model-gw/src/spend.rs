@@ -18,7 +18,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use http::HeaderMap;
 use sandgate_store::admission::{ScopeSpend, Settlement};
@@ -26,7 +26,7 @@ use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 
 use crate::admit::Settle;
-use sandgate_store::ledger::{ConversationOwner, LedgerSums};
+use sandgate_store::ledger::{ConversationOwner, LedgerSums, WrittenOnce};
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
 
@@ -50,7 +50,7 @@ pub(crate) struct SpendLog {
     writer: tokio::sync::Mutex<()>,
     /// The conversations whose owner this process recorded (the store keeps the first
     /// anyway): each is written once, not with every call.
-    owned: Mutex<HashSet<String>>,
+    owned: WrittenOnce,
 }
 
 /// Conversations remembered as owned at most; past it the memory starts again.
@@ -170,7 +170,7 @@ impl SpendLog {
             retention,
             queue: Mutex::default(),
             writer: tokio::sync::Mutex::default(),
-            owned: Mutex::default(),
+            owned: WrittenOnce::new(MAX_OWNED_REMEMBERED),
         }
     }
 
@@ -178,25 +178,17 @@ impl SpendLog {
     /// process yet. Not money: one the store refuses is tried again with the
     /// conversation's next call.
     async fn own(&self, owners: HashMap<String, ConversationOwner>) {
-        let new: Vec<(String, ConversationOwner)> = match self.owned.lock() {
-            Ok(owned) => owners
-                .into_iter()
-                .filter(|(conversation, _)| !owned.contains(conversation))
-                .collect(),
-            Err(_) => return,
-        };
+        let new: Vec<(String, ConversationOwner)> = owners
+            .into_iter()
+            .filter(|(conversation, _)| !self.owned.contains(conversation))
+            .collect();
         if new.is_empty() {
             return;
         }
         match self.store.ledger.own_conversations(&new).await {
-            Ok(()) => {
-                if let Ok(mut owned) = self.owned.lock() {
-                    if owned.len() + new.len() > MAX_OWNED_REMEMBERED {
-                        owned.clear();
-                    }
-                    owned.extend(new.into_iter().map(|(conversation, _)| conversation));
-                }
-            }
+            Ok(()) => self
+                .owned
+                .extend(new.into_iter().map(|(conversation, _)| conversation)),
             Err(err) => {
                 tracing::warn!(error = %err, conversations = new.len(), "conversations' owners not stored; tried again with their next call");
             }

@@ -2,10 +2,7 @@
 //! `sandboxes::ledger`), the events it posted and the updates it delivered; and which
 //! conversation a sandbox serves, when the platform's sandbox and conversation ids differ.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
-
-use sandgate_store::ledger::EVERYTHING;
+use sandgate_store::ledger::{EVERYTHING, WrittenOnce};
 use sandgate_store::{LedgerCount, LedgerScope, Measure, Store, day_of};
 
 use crate::ambient::{Clock, SystemClock};
@@ -65,21 +62,22 @@ pub(crate) async fn add_counts(store: &Store, counts: &[LedgerCount]) {
 /// The sandboxes this process has linked to their conversation already, so that a
 /// sandbox's deliveries after its first cost no store read. Bounded: past it, it starts
 /// again (a link made twice stays the first).
-#[derive(Default)]
-pub(crate) struct SessionLinks(Mutex<HashSet<String>>);
+pub(crate) struct SessionLinks(WrittenOnce);
 
 const MAX_LINKED: usize = 10_000;
+
+impl Default for SessionLinks {
+    fn default() -> Self {
+        Self(WrittenOnce::new(MAX_LINKED))
+    }
+}
 
 impl SessionLinks {
     /// Links the session of sandbox `runtime_id` to `conversation`, the conversation it
     /// delivered: the app server names its sandboxes apart from their conversations, and
     /// the sandbox's time is its conversation's. A failure is logged; the delivery stands.
     pub(crate) async fn link(&self, store: &Store, runtime_id: &str, conversation: &str) {
-        if self
-            .0
-            .lock()
-            .is_ok_and(|linked| linked.contains(runtime_id))
-        {
+        if self.0.contains(runtime_id) {
             return;
         }
         let linked = match store.sandboxes.sandbox(runtime_id).await {
@@ -93,14 +91,7 @@ impl SessionLinks {
             Err(err) => Err(err),
         };
         match linked {
-            Ok(()) => {
-                if let Ok(mut seen) = self.0.lock() {
-                    if seen.len() >= MAX_LINKED {
-                        seen.clear();
-                    }
-                    seen.insert(runtime_id.to_owned());
-                }
-            }
+            Ok(()) => self.0.extend([runtime_id.to_owned()]),
             Err(err) => {
                 metrics::counter!("sandgate_ledger_failures_total").increment(1);
                 tracing::error!(error = %err, runtime_id, "sandbox not linked to its conversation");

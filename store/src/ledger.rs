@@ -244,6 +244,42 @@ impl LedgerSums {
     }
 }
 
+/// What this process wrote already and need not write again (a link, an owner, each
+/// kept by the store first-wins): at most `max` remembered, past it the memory starts
+/// again (a write made twice changes nothing).
+#[derive(Debug)]
+pub struct WrittenOnce {
+    max: usize,
+    written: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl WrittenOnce {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            written: std::sync::Mutex::default(),
+        }
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.written
+            .lock()
+            .is_ok_and(|written| written.contains(id))
+    }
+
+    /// Remembers `ids` as written.
+    pub fn extend(&self, ids: impl IntoIterator<Item = String>) {
+        if let Ok(mut written) = self.written.lock() {
+            for id in ids {
+                if written.len() >= self.max {
+                    written.clear();
+                }
+                written.insert(id);
+            }
+        }
+    }
+}
+
 /// A page of a rollup: the rows of the ids after the page's start, in order, and how many
 /// ids the days hold in all.
 #[derive(Debug, Default, PartialEq)]
@@ -538,6 +574,16 @@ mod tests {
         assert_eq!(first_after(&within, "a"), Bound::From(&within));
         let later = tag_id("project", "b");
         assert_eq!(first_after(&within, &later), Bound::After(&later));
+    }
+
+    #[test]
+    fn what_was_written_is_remembered_up_to_its_bound() {
+        let written = super::WrittenOnce::new(2);
+        written.extend(["a".to_owned(), "b".to_owned()]);
+        assert!(written.contains("a") && written.contains("b"));
+        // Past the bound the memory starts again, with the newest.
+        written.extend(["c".to_owned()]);
+        assert!(written.contains("c") && !written.contains("a"));
     }
 
     #[test]
