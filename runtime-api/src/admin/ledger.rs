@@ -245,13 +245,27 @@ impl RuntimeAdminService {
     /// conversations apart by.
     async fn describe(&self, rows: &mut [LedgerRow]) -> Result<(), Status> {
         let conversations: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
-        let mut owners = self
-            .store
-            .ledger
-            .conversation_owners(&conversations)
-            .await
-            .map_err(store_failed)?;
-        for row in rows.iter_mut() {
+        let ids: Vec<uuid::Uuid> = rows
+            .iter()
+            .filter_map(|row| uuid::Uuid::try_parse(&row.id).ok())
+            .collect();
+        // Both reads at once.
+        let (owners, records) = tokio::join!(
+            self.store.ledger.conversation_owners(&conversations),
+            async {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.store.conversations.get_many(&ids).await
+            },
+        );
+        let mut owners = owners.map_err(store_failed)?;
+        let by_id: std::collections::HashMap<String, _> = records
+            .map_err(store_failed)?
+            .into_iter()
+            .map(|record| (record.id.simple().to_string(), record))
+            .collect();
+        for row in rows {
             let ConversationOwner {
                 user_id,
                 team_id,
@@ -260,25 +274,6 @@ impl RuntimeAdminService {
             row.user_id = user_id.unwrap_or_default();
             row.team_id = team_id.unwrap_or_default();
             row.key_alias = key_alias.unwrap_or_default();
-        }
-        let ids: Vec<uuid::Uuid> = rows
-            .iter()
-            .filter_map(|row| uuid::Uuid::try_parse(&row.id).ok())
-            .collect();
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let records = self
-            .store
-            .conversations
-            .get_many(&ids)
-            .await
-            .map_err(store_failed)?;
-        let by_id: std::collections::HashMap<String, _> = records
-            .into_iter()
-            .map(|record| (record.id.simple().to_string(), record))
-            .collect();
-        for row in rows {
             let Some(record) = by_id.get(&row.id) else {
                 continue;
             };
