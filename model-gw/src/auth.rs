@@ -3,9 +3,11 @@
 //! are spent already (the store's admission, `admit`, decides the rest).
 //!
 //! A virtual key and its spend are read from the store in one read (on Redis one round
-//! trip), and kept until the store says a key or a spend changed (`KeyStore::key_changes`:
-//! on Redis a notification every replica follows, within milliseconds), at most 30 s: a
-//! changed or deleted key holds on every replica within that notification's delay.
+//! trip), and kept until the store says a key changed (`KeyStore::key_changes`: on Redis a
+//! notification every replica follows, within milliseconds), at most 30 s: a changed or
+//! deleted key holds on every replica within that notification's delay. The spend kept
+//! with it only refuses early a call already over budget; the store's admission
+//! (`admit`) judges every budget as stored.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,18 +49,17 @@ fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item
 
 /// How long a kept read serves at most, whatever the generation says: a bound should the
 /// store's notifications stop without it noticing.
-const KEEP_AT_MOST: Duration = Duration::from_secs(30);
+pub(crate) const KEEP_AT_MOST: Duration = Duration::from_secs(30);
 /// How long one call's refresh of a stale read may take before another call tries.
 const REFRESH_AT_MOST: Duration = Duration::from_secs(1);
 /// Keys kept at most, and sessions of one key; past it the cache starts again.
-const MAX_KEPT: usize = 10_000;
+pub(crate) const MAX_KEPT: usize = 10_000;
 
 /// What `key_for_call` read, by the key as presented and the session as named (a hit
 /// costs no digest of either), each with the generation it was read under. Once the
 /// generation moves, the first call reads again while the calls that come meanwhile are
-/// served what was read before (one read for all of them, not one each: under load every
-/// spend write moves the generation); so a change is seen one store round trip after its
-/// notification.
+/// served what was read before (one read for all of them, not one each); so a change is
+/// seen one store round trip after its notification.
 #[derive(Default)]
 pub struct KeyCache(Mutex<HashMap<String, HashMap<Option<String>, Kept>>>);
 
@@ -152,7 +153,7 @@ pub(crate) struct Authenticator {
     /// sha256 of the master key: compared in constant time, whatever the lengths.
     master_key: Option<[u8; 32]>,
     store: Store,
-    /// The store's generation of virtual keys and their spend (`KeyStore::key_changes`).
+    /// The store's generation of virtual keys' records (`KeyStore::key_changes`).
     key_changes: watch::Receiver<Option<u64>>,
     /// What the last calls of each virtual key read, until that generation moves.
     keys: KeyCache,

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{KeyOperation, ManageKeysRequest};
-use sandgate_store::{Store, StoredKey};
+use sandgate_store::{KeyOwner, Store, StoredKey};
 use serde_json::{Map, Value, json};
 
 use crate::budget::key_window;
@@ -82,10 +82,10 @@ async fn check_alias(store: &Store, key: &StoredKey) -> Result<(), ErrorDetail> 
     };
     let taken = store
         .keys
-        .list_keys()
+        .keys_of(&KeyOwner::Alias(alias.clone()))
         .await?
         .iter()
-        .any(|other| other.token != key.token && other.key_alias.as_ref() == Some(alias));
+        .any(|other| other.token != key.token);
     if taken {
         return Err(ErrorDetail::new(
             ErrorCode::Conflict,
@@ -177,15 +177,10 @@ async fn update(store: &Store, body: &Map<String, Value>) -> Result<Bytes, Error
 
 async fn delete(store: &Store, body: &Map<String, Value>) -> Result<Bytes, ErrorDetail> {
     let (mut tokens, aliases) = keys::deleted_names(body)?;
-    if !aliases.is_empty() {
-        let all = store.keys.list_keys().await?;
-        for alias in &aliases {
-            let key = all
-                .iter()
-                .find(|key| key.key_alias.as_ref() == Some(alias))
-                .ok_or_else(|| not_found(alias))?;
-            tokens.push(key.token.clone());
-        }
+    for alias in &aliases {
+        let named = store.keys.keys_of(&KeyOwner::Alias(alias.clone())).await?;
+        let key = named.first().ok_or_else(|| not_found(alias))?;
+        tokens.push(key.token.clone());
     }
     // Every named key must exist before any is deleted, as LiteLLM does.
     for token in &tokens {
@@ -224,10 +219,20 @@ async fn list(store: &Store, body: &Map<String, Value>) -> Result<Bytes, ErrorDe
         || body.get("return_full_object").and_then(Value::as_str) == Some("true");
     let wanted = |field: &str| body.get(field).and_then(Value::as_str).map(str::to_owned);
     let (alias, user, team) = (wanted("key_alias"), wanted("user_id"), wanted("team_id"));
-    let all: Vec<StoredKey> = store
-        .keys
-        .list_keys()
-        .await?
+    // One filter read from its index (an alias names fewest keys), the others checked.
+    let indexed = [
+        alias.clone().map(KeyOwner::Alias),
+        team.clone().map(KeyOwner::Team),
+        user.clone().map(KeyOwner::User),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    let candidates = match &indexed {
+        Some(owner) => store.keys.keys_of(owner).await?,
+        None => store.keys.list_keys().await?,
+    };
+    let all: Vec<StoredKey> = candidates
         .into_iter()
         .filter(|key| alias.is_none() || key.key_alias == alias)
         .filter(|key| user.is_none() || key.user_id == user)

@@ -12,6 +12,7 @@ mod audit;
 mod catalog;
 mod conversations;
 mod events;
+mod key_owners;
 mod keys;
 mod ledger;
 mod models;
@@ -61,8 +62,10 @@ pub struct EmbeddedStore {
     key_spend_memory: keys::SpendMemory,
     /// The gateway's calls in flight and the minutes' counts (`KeyStore::admit`).
     holds: admission::Holds,
-    /// Moved on by every change of a key or of its spend (`KeyStore::key_changes`).
+    /// Moved on by every change of a key's record (`KeyStore::key_changes`).
     key_changes: tokio::sync::watch::Sender<Option<u64>>,
+    /// Moved on by every change of a team or user record (`OrgStore::org_changes`).
+    org_changes: tokio::sync::watch::Sender<Option<u64>>,
     /// The runtime API key's admitted starts, in memory as the rate limits are.
     quotas: quota::Quotas,
 }
@@ -122,6 +125,7 @@ impl EmbeddedStore {
             txn.open_table(ledger::LEDGER_LAST).map_err(unavailable)?;
             txn.open_table(keys::KEYS).map_err(unavailable)?;
             txn.open_table(keys::KEY_SPEND).map_err(unavailable)?;
+            key_owners::upgrade(&txn)?;
             txn.open_table(orgs::TEAMS).map_err(unavailable)?;
             txn.open_table(orgs::USERS).map_err(unavailable)?;
             txn.open_table(orgs::SPEND).map_err(unavailable)?;
@@ -153,6 +157,7 @@ impl EmbeddedStore {
             key_spend_memory: keys::SpendMemory::default(),
             holds: admission::Holds::default(),
             key_changes: tokio::sync::watch::Sender::new(Some(0)),
+            org_changes: tokio::sync::watch::Sender::new(Some(0)),
             quotas: quota::Quotas::default(),
         })
     }

@@ -51,6 +51,61 @@ pub struct StoredKey {
     pub updated_at_ms: i64,
 }
 
+/// What a key belongs to or is named by, as the stores index keys (so that a team's, a
+/// user's or an alias's keys are found without reading every key).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KeyOwner {
+    User(String),
+    Team(String),
+    Alias(String),
+}
+
+impl KeyOwner {
+    /// Whether `key` belongs to (or is named by) this owner.
+    pub fn owns(&self, key: &StoredKey) -> bool {
+        let field = match self {
+            Self::User(_) => &key.user_id,
+            Self::Team(_) => &key.team_id,
+            Self::Alias(_) => &key.key_alias,
+        };
+        field.as_deref() == Some(self.id())
+    }
+
+    /// The owner's kind, as the stores' index entries name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::User(_) => "user",
+            Self::Team(_) => "team",
+            Self::Alias(_) => "alias",
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        match self {
+            Self::User(id) | Self::Team(id) | Self::Alias(id) => id,
+        }
+    }
+}
+
+impl StoredKey {
+    /// Everything this key is indexed under.
+    pub fn owners(&self) -> Vec<KeyOwner> {
+        [
+            self.user_id.clone().map(KeyOwner::User),
+            self.team_id.clone().map(KeyOwner::Team),
+            self.key_alias.clone().map(KeyOwner::Alias),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+/// Keys in the order every listing shows them: oldest first.
+pub fn oldest_first(keys: &mut [StoredKey]) {
+    keys.sort_by(|a, b| (a.created_at_ms, &a.token).cmp(&(b.created_at_ms, &b.token)));
+}
+
 /// Spend to add to a key's counters, once a call's cost is known.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KeySpend {
@@ -106,6 +161,11 @@ pub trait KeyStore: Send + Sync + 'static {
     /// Every key, oldest first.
     async fn list_keys(&self) -> StoreResult<Vec<StoredKey>>;
 
+    /// The keys of `owner`, oldest first, from an index kept with every write (not a
+    /// read of every key): `/team/info`, `/user/info` and `/key/list?user_id=` at any
+    /// number of keys.
+    async fn keys_of(&self, owner: &KeyOwner) -> StoreResult<Vec<StoredKey>>;
+
     /// Deletes the keys of `tokens`, with their spend; the tokens that were there.
     async fn delete_keys(&self, tokens: &[String]) -> StoreResult<Vec<String>>;
 
@@ -147,9 +207,11 @@ pub trait KeyStore: Send + Sync + 'static {
         spend: f64,
     ) -> StoreResult<()>;
 
-    /// A generation that moves on with every change of a key or of its spend, this
-    /// replica's or another's (on Redis, within milliseconds, by a notification), so that
-    /// a replica may keep what `key_for_call` read until it moves. `None` while changes
+    /// A generation that moves on with every change of a key's record (written or
+    /// deleted), this replica's or another's (on Redis, within milliseconds, by a
+    /// notification), so that a replica may keep what `key_for_call` read until it moves.
+    /// Spend does not move it: the counters kept only refuse early a call already over
+    /// budget, and [`Self::admit`] judges every budget as stored. `None` while changes
     /// could go unseen (the notifications are down): then nothing may be kept.
     fn key_changes(&self) -> watch::Receiver<Option<u64>>;
 }

@@ -219,6 +219,12 @@ pub trait OrgStore: Send + Sync + 'static {
     /// Deletes the users of `ids`; the ids that were there. Their spend stays.
     async fn delete_users(&self, ids: &[String]) -> StoreResult<Vec<String>>;
 
+    /// A generation that moves on with every change of a team or a user record, this
+    /// replica's or another's (on Redis, within milliseconds, by a notification), so that
+    /// the gateway may keep the records a call reads until it moves. `None` while changes
+    /// could go unseen (the notifications are down): then nothing may be kept.
+    fn org_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>>;
+
     /// Every team, by id (an organisation's teams: an operator's list, not a hot path).
     async fn list_teams(&self) -> StoreResult<Vec<StoredTeam>>;
 

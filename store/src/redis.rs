@@ -21,6 +21,7 @@ mod catalog;
 pub(super) mod cluster;
 mod conversations;
 mod events;
+mod key_owners;
 mod keys;
 mod ledger;
 mod models;
@@ -76,8 +77,10 @@ pub struct RedisStore {
     /// Model additions, followed once someone asks (`ModelStore::model_changes`), until the
     /// store is dropped with this receiver.
     model_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
-    /// Changes of the gateway's keys and their spend, likewise (`KeyStore::key_changes`).
+    /// Changes of the gateway's key records, likewise (`KeyStore::key_changes`).
     key_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
+    /// Changes of team and user records, likewise (`OrgStore::org_changes`).
+    org_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
     /// What this process's ledger writes indexed and set to expire today.
     ledger_written: std::sync::Mutex<ledger::Written>,
 }
@@ -158,9 +161,11 @@ impl RedisStore {
             swap,
             model_changes: std::sync::OnceLock::new(),
             key_changes: std::sync::OnceLock::new(),
+            org_changes: std::sync::OnceLock::new(),
             ledger_written: std::sync::Mutex::default(),
         };
         store.upgrade_catalog().await?;
+        store.index_key_owners().await?;
         Ok(store)
     }
 

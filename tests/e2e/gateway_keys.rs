@@ -493,6 +493,52 @@ async fn keys_and_budgets_hold_across_replicas_on_redis() {
     passes_then(401, || chat(&one, &key, "claude", None)).await;
 }
 
+/// Team records are kept by each replica (no store read on a call's path) until a change
+/// is published: a team's lowered budget and its block hold on the other replica within
+/// the notification's delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_changed_on_one_replica_holds_on_the_other_on_redis() {
+    let backend = Backend::redis().await;
+    let upstream = FakeUpstream::start().await;
+    let config = config(&upstream);
+    let path = config.path().display().to_string();
+    let args = [
+        "--gateway-config",
+        path.as_str(),
+        "--proxy-master-key",
+        MASTER_KEY,
+    ];
+    let one = Sandgate::start_with(&backend, &args).await;
+    let two = Sandgate::start_with(&backend, &args).await;
+    let team = |path: &'static str, body: Value| {
+        let one = &one;
+        async move {
+            let (status, answer) = send(post(one, path, MASTER_KEY, &body)).await;
+            assert_eq!(status, 200, "{path}: {answer}");
+        }
+    };
+    team("/team/new", json!({"team_id": "red", "max_budget": 100.0})).await;
+    team("/team/new", json!({"team_id": "blue"})).await;
+    let (red, red_token) = generate(&one, &json!({"models": ["gpt"], "team_id": "red"})).await;
+    let (blue, _) = generate(&one, &json!({"models": ["gpt"], "team_id": "blue"})).await;
+    // Replica two reads both teams' records, and keeps them.
+    for key in [&red, &red, &blue] {
+        let (status, body) = chat(&two, key, "gpt", None).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    spend_reaches(&one, &red_token, 2.0 * CALL_COST).await;
+    team(
+        "/team/update",
+        json!({"team_id": "red", "max_budget": CALL_COST}),
+    )
+    .await;
+    let body = passes_then(400, || chat(&two, &red, "gpt", None)).await;
+    assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
+    team("/team/block", json!({"team_id": "blue"})).await;
+    let body = passes_then(401, || chat(&two, &blue, "gpt", None)).await;
+    assert_eq!(body["error"]["type"], "auth_error", "{body}");
+}
+
 /// Calls of one client that may still pass on a replica after a change made on the other
 /// is acknowledged (or after a budget's spend is written), at most. A replica holds the
 /// change once the store's notification reaches it, within milliseconds

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::{ManageOrgsRequest, OrgOperation};
 use sandgate_store::admission::BudgetScope;
-use sandgate_store::{BudgetPeriod, RateLimits, SpendScope, Store, StoredKey};
+use sandgate_store::{BudgetPeriod, KeyOwner, RateLimits, SpendScope, Store};
 use serde_json::{Map, Value};
 
 pub(crate) use report::{ListFilter, listed};
@@ -180,17 +180,8 @@ fn shown_period(period: &BudgetPeriod, now_ms: i64) -> Value {
 
 /// The keys of a user or a team, as `/user/info` and `/team/info` list them, with the
 /// spend each made (its counter in all, kept when the key goes).
-async fn keys_of(
-    store: &Store,
-    wanted: impl Fn(&StoredKey) -> bool,
-) -> Result<Vec<Value>, ErrorDetail> {
-    let keys: Vec<StoredKey> = store
-        .keys
-        .list_keys()
-        .await?
-        .into_iter()
-        .filter(|key| wanted(key))
-        .collect();
+async fn keys_of(store: &Store, owner: KeyOwner) -> Result<Vec<Value>, ErrorDetail> {
+    let keys = store.keys.keys_of(&owner).await?;
     let spent = totals(
         store,
         keys.iter()

@@ -2,7 +2,7 @@
 
 use sandgate_proto::error::ErrorDetail;
 use sandgate_store::admission::BudgetScope;
-use sandgate_store::{Store, StoredTeam, TeamMember};
+use sandgate_store::{KeyOwner, Store, StoredTeam, TeamMember};
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -169,7 +169,7 @@ pub(super) async fn info(store: &Store, body: &Map<String, Value>) -> Result<Val
             })
         })
         .collect();
-    let keys = keys_of(store, |key| key.team_id.as_deref() == Some(&team_id)).await?;
+    let keys = keys_of(store, KeyOwner::Team(team_id.clone())).await?;
     Ok(json!({
         "team_id": team_id,
         "team_info": described(&team, spent.first().copied().unwrap_or(0.0)),

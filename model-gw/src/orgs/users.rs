@@ -2,7 +2,7 @@
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::admission::BudgetScope;
-use sandgate_store::{Store, StoredUser};
+use sandgate_store::{KeyOwner, Store, StoredUser};
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -210,7 +210,7 @@ pub(super) async fn info(
     if !whole {
         return Ok(user_info);
     }
-    let keys = keys_of(store, |key| key.user_id.as_deref() == Some(&user_id)).await?;
+    let keys = keys_of(store, KeyOwner::User(user_id.clone())).await?;
     let mut teams = Vec::new();
     for team_id in &user.teams {
         if let Some(team) = store.orgs.get_team(team_id).await? {
@@ -322,18 +322,11 @@ pub(super) async fn delete(store: &Store, body: &Map<String, Value>) -> Result<V
         );
     }
     // As LiteLLM does: the users' keys go with them, and they leave their teams.
-    let tokens: Vec<String> = store
-        .keys
-        .list_keys()
-        .await?
-        .into_iter()
-        .filter(|key| {
-            key.user_id
-                .as_ref()
-                .is_some_and(|user| user_ids.contains(user))
-        })
-        .map(|key| key.token)
-        .collect();
+    let mut tokens = Vec::new();
+    for user_id in &user_ids {
+        let keys = store.keys.keys_of(&KeyOwner::User(user_id.clone())).await?;
+        tokens.extend(keys.into_iter().map(|key| key.token));
+    }
     store.keys.delete_keys(&tokens).await?;
     for user in &users {
         for team_id in &user.teams {

@@ -38,6 +38,7 @@ use crate::forward::{AnswerLimits, Forwarder, ForwarderOptions};
 use crate::keys::{Caller, model_refused};
 use crate::loops::{Held, InFlight};
 use crate::metrics::metric_label;
+use crate::org_budget::OrgRecords;
 use crate::prepare::prepare;
 use crate::rewrite::ChatRequest;
 use crate::routing::{RouteError, Upstream, route};
@@ -87,6 +88,8 @@ pub struct Gateway {
     config: ConfigFile,
     store: Store,
     auth: Authenticator,
+    /// The team and user records keys' calls read, kept until one changes.
+    org_records: OrgRecords,
     entries: Entries,
     /// The forwarding core: every call that passed routing goes upstream through it.
     forwarder: Forwarder,
@@ -121,6 +124,7 @@ impl ModelGatewayService {
         Ok(Self(Arc::new(Gateway {
             config: options.config,
             auth: Authenticator::new(store.clone(), options.master_key),
+            org_records: OrgRecords::new(store.clone()),
             entries: Entries::new(store.clone()),
             sessions: Sessions::new(store.clone()),
             store,
@@ -494,7 +498,7 @@ impl ModelGatewayService {
                 session,
             } => {
                 check_budget(key, counters, session.as_deref())?;
-                let orgs = crate::org_budget::org_scopes(&self.store, key).await?;
+                let orgs = crate::org_budget::org_scopes(&self.org_records, key).await?;
                 let scopes = CallScopes::of_key(key, session.as_deref(), crate::support::now_ms())
                     .with(orgs);
                 let bytes = call

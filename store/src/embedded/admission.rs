@@ -209,7 +209,6 @@ impl EmbeddedStore {
         })
         .await?;
         self.key_spend_memory.set(vec![(name, value)]);
-        self.keys_changed();
         Ok(())
     }
 
@@ -247,7 +246,6 @@ impl EmbeddedStore {
                 .await?;
             // The spend is in the memory before the holds go: no admission counts neither.
             self.key_spend_memory.set(changed);
-            self.keys_changed();
         }
         let minute = minute(now);
         let mut states = self.holds.0.lock().unwrap_or_else(PoisonError::into_inner);

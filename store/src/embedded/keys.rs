@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{EmbeddedStore, unavailable};
+use super::{EmbeddedStore, key_owners, unavailable};
 use crate::admission::{Admission, BudgetScope, Refusal, Settlement};
-use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
+use crate::keys::{
+    KeyOwner, KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey, oldest_first,
+};
 use crate::{StoreError, StoreResult, now_ms};
 
 /// token → the key's JSON.
@@ -155,7 +157,8 @@ fn corrupt(err: serde_json::Error) -> StoreError {
 }
 
 impl EmbeddedStore {
-    /// This process is the store's only writer: every change passes here.
+    /// This process is the store's only writer: every change of a key's record passes
+    /// here.
     pub(super) fn keys_changed(&self) {
         self.key_changes
             .send_modify(|generation| *generation = generation.map(|at| at + 1));
@@ -167,14 +170,22 @@ impl KeyStore for EmbeddedStore {
     async fn put_key(&self, key: &StoredKey, create: bool) -> StoreResult<bool> {
         let token = key.token.clone();
         let json = serde_json::to_vec(key).map_err(corrupt)?;
+        let written = key.clone();
         let stored = self
             .transact(move |txn| {
                 let mut keys = txn.open_table(KEYS).map_err(unavailable)?;
-                if create && keys.get(token.as_str()).map_err(unavailable)?.is_some() {
+                let old = keys
+                    .get(token.as_str())
+                    .map_err(unavailable)?
+                    .map(|data| key_owners::decode(data.value()))
+                    .transpose()?;
+                if create && old.is_some() {
                     return Ok(false);
                 }
                 keys.insert(token.as_str(), json.as_slice())
                     .map_err(unavailable)?;
+                let mut owners = key_owners::open(txn)?;
+                key_owners::reindex(&mut owners, old.as_ref(), Some(&written))?;
                 Ok(true)
             })
             .await?;
@@ -200,8 +211,12 @@ impl KeyStore for EmbeddedStore {
 
     async fn list_keys(&self) -> StoreResult<Vec<StoredKey>> {
         let mut keys: Vec<StoredKey> = self.records(KEYS).await?;
-        keys.sort_by(|a, b| (a.created_at_ms, &a.token).cmp(&(b.created_at_ms, &b.token)));
+        oldest_first(&mut keys);
         Ok(keys)
+    }
+
+    async fn keys_of(&self, owner: &KeyOwner) -> StoreResult<Vec<StoredKey>> {
+        self.owned_keys(owner).await
     }
 
     async fn delete_keys(&self, tokens: &[String]) -> StoreResult<Vec<String>> {
@@ -210,11 +225,14 @@ impl KeyStore for EmbeddedStore {
             .transact(move |txn| {
                 let mut keys = txn.open_table(KEYS).map_err(unavailable)?;
                 let mut spend = txn.open_table(KEY_SPEND).map_err(unavailable)?;
+                let mut owners = key_owners::open(txn)?;
                 let mut deleted = Vec::new();
                 for token in wanted {
-                    if keys.remove(token.as_str()).map_err(unavailable)?.is_none() {
+                    let Some(old) = keys.remove(token.as_str()).map_err(unavailable)? else {
                         continue;
-                    }
+                    };
+                    let old = key_owners::decode(old.value())?;
+                    key_owners::reindex(&mut owners, Some(&old), None)?;
                     let end = format!("{token}\u{1}");
                     spend
                         .retain_in(token.as_str()..end.as_str(), |name, _| {
@@ -327,7 +345,6 @@ impl KeyStore for EmbeddedStore {
             })
             .await?;
         self.key_spend_memory.set(changed);
-        self.keys_changed();
         Ok(())
     }
 

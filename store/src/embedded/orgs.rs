@@ -81,6 +81,13 @@ impl EmbeddedStore {
         .await
     }
 
+    /// This process is the store's only writer: every change of a team or user record
+    /// passes here.
+    fn orgs_changed(&self) {
+        self.org_changes
+            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+    }
+
     /// Every record of `table`, by id.
     pub(super) async fn records<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
@@ -125,7 +132,11 @@ impl OrgStore for EmbeddedStore {
         let mut team = team.clone();
         team.version = expected + 1;
         let data = serde_json::to_vec(&team).map_err(corrupt)?;
-        self.swap(TEAMS, team.team_id, expected, data).await
+        let stored = self.swap(TEAMS, team.team_id, expected, data).await?;
+        if stored {
+            self.orgs_changed();
+        }
+        Ok(stored)
     }
 
     async fn get_team(&self, team_id: &str) -> StoreResult<Option<StoredTeam>> {
@@ -133,18 +144,28 @@ impl OrgStore for EmbeddedStore {
     }
 
     async fn delete_teams(&self, ids: &[String]) -> StoreResult<Vec<String>> {
-        self.delete_records(TEAMS, ids).await
+        let deleted = self.delete_records(TEAMS, ids).await?;
+        self.orgs_changed();
+        Ok(deleted)
     }
 
     async fn put_user(&self, user: &StoredUser, expected: u64) -> StoreResult<bool> {
         let mut user = user.clone();
         user.version = expected + 1;
         let data = serde_json::to_vec(&user).map_err(corrupt)?;
-        self.swap(USERS, user.user_id, expected, data).await
+        let stored = self.swap(USERS, user.user_id, expected, data).await?;
+        if stored {
+            self.orgs_changed();
+        }
+        Ok(stored)
     }
 
     async fn get_user(&self, user_id: &str) -> StoreResult<Option<StoredUser>> {
         self.record(USERS, user_id).await
+    }
+
+    fn org_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.org_changes.subscribe()
     }
 
     async fn list_teams(&self) -> StoreResult<Vec<StoredTeam>> {
@@ -156,7 +177,9 @@ impl OrgStore for EmbeddedStore {
     }
 
     async fn delete_users(&self, ids: &[String]) -> StoreResult<Vec<String>> {
-        self.delete_records(USERS, ids).await
+        let deleted = self.delete_records(USERS, ids).await?;
+        self.orgs_changed();
+        Ok(deleted)
     }
 
     async fn add_spend(&self, counts: &[SpendCount]) -> StoreResult<()> {

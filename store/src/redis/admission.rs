@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use super::keys::{RECORDS, session_key, spend_key, tell_replicas};
+use super::keys::{RECORDS, session_key, spend_key};
 use super::{RedisStore, unavailable};
 use crate::StoreResult;
 use crate::admission::{Admission, BudgetScope, Refusal, Settlement, minute};
@@ -299,9 +299,7 @@ pub(super) async fn set_budget_spend(
         .query_async::<()>(&mut connection)
         .await
         .map_err(unavailable)?;
-    store.replicated(&mut connection).await?;
-    tell_replicas(&mut connection).await;
-    Ok(())
+    store.replicated(&mut connection).await
 }
 
 pub(super) async fn settle(store: &RedisStore, settlement: &Settlement) -> StoreResult<()> {
@@ -339,9 +337,7 @@ pub(super) async fn settle(store: &RedisStore, settlement: &Settlement) -> Store
         .invoke_async::<i64>(&mut connection)
         .await
         .map_err(unavailable)?;
-    store.replicated(&mut connection).await?;
-    if !settlement.spend.is_empty() {
-        tell_replicas(&mut connection).await;
-    }
-    Ok(())
+    // Spend changes publish nothing: the gateway's kept reads are of key records, and a
+    // budget is judged by the store's admission, not by what a replica kept.
+    store.replicated(&mut connection).await
 }

@@ -5,13 +5,16 @@
 //! - `sandgate:{gateway-keys}:records`: a hash, token → the key's JSON;
 //! - `sandgate:{gateway-keys}:spend:<token>`: a hash, `window` and its `spend`;
 //! - `sandgate:{gateway-keys}:session:<token>:<session>`: a session's spend, expiring
-//!   [`SESSION_SPEND_TTL_MS`] after its last call.
+//!   [`SESSION_SPEND_TTL_MS`] after its last call;
+//! - `sandgate:{gateway-keys}:owned:<kind>:<id>`: the tokens of a user's, a team's or an
+//!   alias's keys (see `key_owners`).
 //!
 //! A call reads its key and counters in one round trip (`key_for_call`), which the gateway
-//! keeps until a change of a key or of its spend is published on `KEYS_CHANGED` (every
-//! replica follows it), so that most calls make none.
+//! keeps until a change of a key's record is published on `KEYS_CHANGED` (every replica
+//! follows it), so that most calls make none. Spend changes are not published: the
+//! counters kept only refuse early a call over budget; the store's admission judges.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use redis::Script;
@@ -20,22 +23,29 @@ use tokio::sync::watch;
 use super::{RedisStore, corrupt, unavailable};
 use crate::StoreResult;
 use crate::admission::{Admission, BudgetScope, Refusal, Settlement};
-use crate::keys::{KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey};
+use crate::keys::{
+    KeyOwner, KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey, oldest_first,
+};
 
 pub(super) const RECORDS: &str = "sandgate:{gateway-keys}:records";
 /// A Pub/Sub channel told of every change of a key or of its spend.
 const KEYS_CHANGED: &str = "sandgate:gateway-keys:changed";
 
-/// Tells every replica that keys or their spend changed. A notification that fails only
+/// Tells every replica that a key's record changed. A notification that fails only
 /// leaves their kept reads to age out (30 s at most).
 pub(super) async fn tell_replicas(connection: &mut super::Connection) {
+    publish(connection, KEYS_CHANGED).await;
+}
+
+/// Tells every replica following `channel` (see `RedisStore::followed`) of a change.
+pub(super) async fn publish(connection: &mut super::Connection, channel: &str) {
     if let Err(err) = redis::cmd("PUBLISH")
-        .arg(KEYS_CHANGED)
+        .arg(channel)
         .arg("")
         .query_async::<()>(connection)
         .await
     {
-        tracing::warn!(error = %err, "cannot tell other replicas of a changed key");
+        tracing::warn!(error = %err, channel, "cannot tell other replicas of a change");
     }
 }
 
@@ -84,21 +94,7 @@ fn parse_spend(value: Option<String>) -> f64 {
 #[async_trait]
 impl KeyStore for RedisStore {
     async fn put_key(&self, key: &StoredKey, create: bool) -> StoreResult<bool> {
-        let data = serde_json::to_vec(key).map_err(corrupt)?;
-        let mut connection = self.write_connection();
-        let stored: bool = redis::cmd(if create { "HSETNX" } else { "HSET" })
-            .arg(RECORDS)
-            .arg(&key.token)
-            .arg(data)
-            .query_async::<i64>(&mut connection)
-            .await
-            .map_err(unavailable)
-            .map(|added| !create || added == 1)?;
-        if stored {
-            self.replicated(&mut connection).await?;
-            tell_replicas(&mut connection).await;
-        }
-        Ok(stored)
+        self.put_key_indexed(key, create).await
     }
 
     async fn get_key(&self, token: &str) -> StoreResult<Option<StoredKey>> {
@@ -115,16 +111,24 @@ impl KeyStore for RedisStore {
 
     async fn list_keys(&self) -> StoreResult<Vec<StoredKey>> {
         let mut keys: Vec<StoredKey> = self.all_records(RECORDS).await?;
-        keys.sort_by(|a, b| (a.created_at_ms, &a.token).cmp(&(b.created_at_ms, &b.token)));
+        oldest_first(&mut keys);
         Ok(keys)
     }
 
+    async fn keys_of(&self, owner: &KeyOwner) -> StoreResult<Vec<StoredKey>> {
+        self.owned_keys(owner).await
+    }
+
     async fn delete_keys(&self, tokens: &[String]) -> StoreResult<Vec<String>> {
+        let owner_sets = self.owner_sets_of(tokens).await?;
         let mut pipe = redis::pipe();
         pipe.atomic();
-        for token in tokens {
+        for (token, sets) in tokens.iter().zip(&owner_sets) {
             pipe.cmd("HDEL").arg(RECORDS).arg(token);
             pipe.cmd("DEL").arg(spend_key(token)).ignore();
+            for set in sets {
+                pipe.cmd("SREM").arg(set).arg(token).ignore();
+            }
         }
         let mut connection = self.write_connection();
         let removed: Vec<i64> = pipe
@@ -216,9 +220,7 @@ impl KeyStore for RedisStore {
             .invoke_async::<i64>(&mut connection)
             .await
             .map_err(unavailable)?;
-        self.replicated(&mut connection).await?;
-        tell_replicas(&mut connection).await;
-        Ok(())
+        self.replicated(&mut connection).await
     }
 
     async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
@@ -243,17 +245,6 @@ impl KeyStore for RedisStore {
     }
 
     fn key_changes(&self) -> watch::Receiver<Option<u64>> {
-        // Followed from the first caller on (the model gateway).
-        self.key_changes
-            .get_or_init(|| {
-                let (generation, changes) = watch::channel(None);
-                tokio::spawn(super::models::follow_changes(
-                    Arc::downgrade(&self.primary),
-                    KEYS_CHANGED,
-                    generation,
-                ));
-                changes
-            })
-            .clone()
+        self.followed(&self.key_changes, KEYS_CHANGED)
     }
 }

@@ -49,7 +49,29 @@ async fn subscribe(
 /// unsubscribed. Each subscription is to the primary of the moment (the sentinels may have
 /// named another), or to a cluster's seed nodes in turn (a message published on any node
 /// reaches the subscribers of every one).
-pub(super) async fn follow_changes(
+impl RedisStore {
+    /// The generation of what `channel` announces, followed from the first caller on
+    /// (the model gateway), not by every process that opens the store: the runtime API
+    /// never asks.
+    pub(super) fn followed(
+        &self,
+        kept: &std::sync::OnceLock<watch::Receiver<Option<u64>>>,
+        channel: &'static str,
+    ) -> watch::Receiver<Option<u64>> {
+        kept.get_or_init(|| {
+            let (generation, changes) = watch::channel(None);
+            tokio::spawn(follow_changes(
+                Arc::downgrade(&self.primary),
+                channel,
+                generation,
+            ));
+            changes
+        })
+        .clone()
+    }
+}
+
+async fn follow_changes(
     primary: Weak<RwLock<Primary>>,
     channel: &'static str,
     generation: watch::Sender<Option<u64>>,
@@ -162,19 +184,7 @@ impl ModelStore for RedisStore {
     }
 
     fn model_changes(&self) -> watch::Receiver<Option<u64>> {
-        // Followed from the first caller on (the model gateway), not by every process
-        // that opens the store: the runtime API never asks.
-        self.model_changes
-            .get_or_init(|| {
-                let (generation, changes) = watch::channel(None);
-                tokio::spawn(follow_changes(
-                    Arc::downgrade(&self.primary),
-                    MODELS_CHANGED,
-                    generation,
-                ));
-                changes
-            })
-            .clone()
+        self.followed(&self.model_changes, MODELS_CHANGED)
     }
 }
 

@@ -24,6 +24,8 @@ use crate::orgs::{
 const TEAMS: &str = "sandgate:{gateway-orgs}:teams";
 const USERS: &str = "sandgate:{gateway-orgs}:users";
 const TOTAL: &str = "sandgate:{gateway-orgs}:total";
+/// A Pub/Sub channel told of every change of a team or user record.
+const ORGS_CHANGED: &str = "sandgate:gateway-orgs:changed";
 
 fn day_key(day: u32, scope: SpendScope) -> String {
     format!("sandgate:{{gateway-orgs}}:day:{day}:{}", scope.name())
@@ -67,6 +69,7 @@ impl RedisStore {
             .map_err(unavailable)?;
         if stored == 1 {
             self.replicated(&mut connection).await?;
+            super::keys::publish(&mut connection, ORGS_CHANGED).await;
         }
         Ok(stored == 1)
     }
@@ -117,6 +120,7 @@ impl RedisStore {
             .await
             .map_err(unavailable)?;
         self.replicated(&mut connection).await?;
+        super::keys::publish(&mut connection, ORGS_CHANGED).await;
         Ok(ids
             .iter()
             .zip(removed)
@@ -152,6 +156,10 @@ impl OrgStore for RedisStore {
 
     async fn get_user(&self, user_id: &str) -> StoreResult<Option<StoredUser>> {
         self.record(USERS, user_id).await
+    }
+
+    fn org_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.followed(&self.org_changes, ORGS_CHANGED)
     }
 
     async fn list_teams(&self) -> StoreResult<Vec<StoredTeam>> {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use sandgate_store::models::SpendLogRetention;
-use sandgate_store::{KeySpend, SpendLogEntry, StoredKey, StoredModel};
+use sandgate_store::{KeyOwner, KeySpend, SpendLogEntry, StoredKey, StoredModel};
 
 use crate::common::Backend;
 
@@ -289,7 +289,101 @@ async fn virtual_keys_and_their_spend_round_trip(backend: Backend) {
     assert_eq!(counters.in_window(1), 0.0);
 }
 
+/// The tokens of `owner`'s keys, as the store's index finds them.
+async fn owned(store: &sandgate_store::Store, owner: KeyOwner) -> Vec<String> {
+    store
+        .keys
+        .keys_of(&owner)
+        .await
+        .expect("keys of")
+        .into_iter()
+        .map(|key| key.token)
+        .collect()
+}
+
+async fn keys_are_found_by_their_user_team_and_alias(backend: Backend) {
+    let store = open(&backend).await;
+    let owned_by = |token: &str, alias: &str, at, user: &str, team: &str| StoredKey {
+        user_id: Some(user.into()),
+        team_id: Some(team.into()),
+        ..key(token, alias, at)
+    };
+    for key in [
+        owned_by("k3", "c", 3, "ann", "red"),
+        owned_by("k1", "a", 1, "ann", "red"),
+        owned_by("k2", "b", 2, "bob", "red"),
+        // Ids that contain the index's separators find their own keys only.
+        owned_by("k4", "d", 4, "ann:red", "red:x"),
+        owned_by("k5", "e", 5, "ann\0red", "r\0"),
+    ] {
+        assert!(store.keys.put_key(&key, true).await.expect("put"));
+    }
+    assert_eq!(
+        owned(&store, KeyOwner::Team("red".into())).await,
+        ["k1", "k2", "k3"]
+    );
+    assert_eq!(
+        owned(&store, KeyOwner::User("ann".into())).await,
+        ["k1", "k3"]
+    );
+    assert_eq!(
+        owned(&store, KeyOwner::User("ann:red".into())).await,
+        ["k4"]
+    );
+    assert_eq!(owned(&store, KeyOwner::Alias("b".into())).await, ["k2"]);
+    assert!(
+        owned(&store, KeyOwner::Team("blue".into()))
+            .await
+            .is_empty()
+    );
+
+    // A key that changes team, user and alias leaves the old ones' lists.
+    let moved = StoredKey {
+        team_id: Some("blue".into()),
+        user_id: None,
+        key_alias: Some("z".into()),
+        ..owned_by("k1", "a", 1, "ann", "red")
+    };
+    assert!(store.keys.put_key(&moved, false).await.expect("update"));
+    assert_eq!(
+        owned(&store, KeyOwner::Team("red".into())).await,
+        ["k2", "k3"]
+    );
+    assert_eq!(owned(&store, KeyOwner::Team("blue".into())).await, ["k1"]);
+    assert_eq!(owned(&store, KeyOwner::User("ann".into())).await, ["k3"]);
+    assert!(owned(&store, KeyOwner::Alias("a".into())).await.is_empty());
+    assert_eq!(owned(&store, KeyOwner::Alias("z".into())).await, ["k1"]);
+    // A refused create changes nothing.
+    assert!(
+        !store
+            .keys
+            .put_key(&owned_by("k1", "a", 1, "ann", "green"), true)
+            .await
+            .expect("put")
+    );
+    assert!(
+        owned(&store, KeyOwner::Team("green".into()))
+            .await
+            .is_empty()
+    );
+
+    // Deleted keys leave every list.
+    store
+        .keys
+        .delete_keys(&["k3".into(), "k1".into()])
+        .await
+        .expect("delete");
+    assert_eq!(owned(&store, KeyOwner::Team("red".into())).await, ["k2"]);
+    assert!(
+        owned(&store, KeyOwner::Team("blue".into()))
+            .await
+            .is_empty()
+    );
+    assert!(owned(&store, KeyOwner::User("ann".into())).await.is_empty());
+}
+
 crate::on_both_backends!(
+    keys_are_found_by_their_user_team_and_alias,
     added_models_are_kept_per_scope_in_order,
     the_spend_log_lists_newest_first,
     the_spend_log_drops_what_is_past_its_age,

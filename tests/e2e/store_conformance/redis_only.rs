@@ -145,3 +145,52 @@ async fn redis_writes_survive_a_flushed_script_cache() {
         Some(2)
     );
 }
+
+/// Keys written before the index of keys by owner existed are indexed when a replica of
+/// this version connects, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_written_before_the_owner_index_are_found_by_owner() {
+    let backend = Backend::redis().await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    // As an earlier version left them: the records, no index, no mark.
+    let record = serde_json::json!({
+        "token": "t-old", "key_name": "sk-...old", "team_id": "red",
+        "created_at_ms": 1, "updated_at_ms": 1,
+    });
+    let mut connection = redis.connection().await;
+    ::redis::cmd("HSET")
+        .arg("sandgate:{gateway-keys}:records")
+        .arg("t-old")
+        .arg(record.to_string())
+        .query_async::<()>(&mut connection)
+        .await
+        .expect("HSET");
+    let store = open(&backend).await;
+    let red = store
+        .keys
+        .keys_of(&sandgate_store::KeyOwner::Team("red".into()))
+        .await
+        .expect("keys of");
+    assert_eq!(
+        red.iter().map(|key| key.token.as_str()).collect::<Vec<_>>(),
+        ["t-old"]
+    );
+    // Indexed once: a key written behind the index's back later is not listed, which
+    // shows the index (not a read of every key) answers.
+    ::redis::cmd("HSET")
+        .arg("sandgate:{gateway-keys}:records")
+        .arg("t-late")
+        .arg(record.to_string().replace("t-old", "t-late"))
+        .query_async::<()>(&mut connection)
+        .await
+        .expect("HSET");
+    let reopened = open(&backend).await;
+    let red = reopened
+        .keys
+        .keys_of(&sandgate_store::KeyOwner::Team("red".into()))
+        .await
+        .expect("keys of");
+    assert_eq!(red.len(), 1);
+}
