@@ -218,17 +218,25 @@ impl SpendLog {
     /// The entry of an answer about to reach its client's last event: a call that holds
     /// part of its budgets settles now, its hold released and its spend added before the
     /// client can make its next call (which would otherwise find the hold still taken and
-    /// be refused over budget); any other is queued as [`Self::log_soon`] queues it.
-    pub(crate) async fn log_answered(self: &Arc<Self>, finished: Finished) {
-        if finished
-            .1
+    /// be refused over budget), in one store write; its entry, reporting counters and
+    /// ledger follow in the batch, as [`Self::log_soon`] queues them. A settlement the
+    /// store refuses is queued with them, and tried again until it is stored.
+    pub(crate) async fn log_answered(self: &Arc<Self>, (entry, settle): Finished) {
+        let held = settle
             .as_ref()
-            .is_some_and(|settle| settle.release.is_some())
-        {
-            self.log_now(finished).await;
-        } else {
-            self.log_soon(finished);
+            .is_some_and(|settle| settle.release.is_some());
+        if !held {
+            self.log_soon((entry, settle));
+            return;
         }
+        let settlement = summed(settle.into_iter().collect());
+        if let Err(err) = self.store.keys.settle(&settlement).await {
+            tracing::warn!(error = %err, "a call's settlement not stored yet; kept to try again");
+            if let Ok(mut pending) = self.queue.lock() {
+                pending.requeue_settlement(settlement);
+            }
+        }
+        self.log_soon((entry, None));
     }
 
     /// Writes `entry` now, with whatever else waits: for a failed answer, whose entry is in

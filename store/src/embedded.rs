@@ -59,7 +59,7 @@ pub struct EmbeddedStore {
     /// Moved on by every added model (`ModelStore::model_changes`).
     model_changes: tokio::sync::watch::Sender<Option<u64>>,
     /// The virtual keys' spend counters read or written so far.
-    key_spend_memory: keys::SpendMemory,
+    key_spend_memory: Arc<keys::SpendMemory>,
     /// The gateway's calls in flight and the minutes' counts (`KeyStore::admit`).
     holds: admission::Holds,
     /// Moved on by every change of a key's record (`KeyStore::key_changes`).
@@ -154,7 +154,7 @@ impl EmbeddedStore {
             warm_version: AtomicU64::new(1),
             rate_limits: Mutex::new(HashMap::new()),
             model_changes: tokio::sync::watch::Sender::new(Some(0)),
-            key_spend_memory: keys::SpendMemory::default(),
+            key_spend_memory: Arc::default(),
             holds: admission::Holds::default(),
             key_changes: tokio::sync::watch::Sender::new(Some(0)),
             org_changes: tokio::sync::watch::Sender::new(Some(0)),

@@ -430,67 +430,88 @@ async fn a_session_budget_stops_one_session_and_not_another() {
     );
 }
 
+/// Two replicas of the gateway on one Redis, with their upstream and configuration.
+struct Replicas {
+    one: Sandgate,
+    two: Sandgate,
+    _backend: Backend,
+    _upstream: FakeUpstream,
+    _config: tempfile::NamedTempFile,
+}
+
+impl Replicas {
+    async fn start() -> Self {
+        let backend = Backend::redis().await;
+        let upstream = FakeUpstream::start().await;
+        let config = config(&upstream);
+        let path = config.path().display().to_string();
+        let args = [
+            "--gateway-config",
+            path.as_str(),
+            "--proxy-master-key",
+            MASTER_KEY,
+        ];
+        Self {
+            one: Sandgate::start_with(&backend, &args).await,
+            two: Sandgate::start_with(&backend, &args).await,
+            _backend: backend,
+            _upstream: upstream,
+            _config: config,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_and_budgets_hold_across_replicas_on_redis() {
-    let backend = Backend::redis().await;
-    let upstream = FakeUpstream::start().await;
-    let config = config(&upstream);
-    let path = config.path().display().to_string();
-    let args = [
-        "--gateway-config",
-        path.as_str(),
-        "--proxy-master-key",
-        MASTER_KEY,
-    ];
-    let one = Sandgate::start_with(&backend, &args).await;
-    let two = Sandgate::start_with(&backend, &args).await;
+    let replicas = Replicas::start().await;
+    let (one, two) = (&replicas.one, &replicas.two);
     let (key, token) = generate(
-        &one,
+        one,
         &json!({"models": ["gpt"], "max_budget": 2.0 * CALL_COST}),
     )
     .await;
     // Generated on one replica, it works on the other at once.
-    let (status, body) = chat(&two, &key, "gpt", None).await;
+    let (status, body) = chat(two, &key, "gpt", None).await;
     assert_eq!(status, 200, "{body}");
     // Its hold (up to 32,768 output tokens: more than the budget) is released once its
     // settlement is written, just after its answer (see docs/model-gateway.md).
-    spend_reaches(&one, &token, CALL_COST).await;
-    let (status, _) = chat(&one, &key, "gpt", None).await;
+    spend_reaches(one, &token, CALL_COST).await;
+    let (status, _) = chat(one, &key, "gpt", None).await;
     assert_eq!(status, 200);
     // The spend of both counts on each.
     assert_eq!(
-        spend_reaches(&one, &token, 2.0 * CALL_COST).await,
+        spend_reaches(one, &token, 2.0 * CALL_COST).await,
         2.0 * CALL_COST
     );
     assert_eq!(
-        spend_reaches(&two, &token, 2.0 * CALL_COST).await,
+        spend_reaches(two, &token, 2.0 * CALL_COST).await,
         2.0 * CALL_COST
     );
     // Each replica keeps what it read until the store's notification of the spend
     // arrives (milliseconds): then it refuses, and goes on refusing.
-    for replica in [&one, &two] {
+    for replica in [one, two] {
         let body = passes_then(422, || chat(replica, &key, "gpt", None)).await;
         assert_budget_exceeded(StatusCode::UNPROCESSABLE_ENTITY, &body);
     }
     // A change on one replica holds on the other once notified: a model taken away.
     let (status, _) = send(post(
-        &one,
+        one,
         "/key/update",
         MASTER_KEY,
         &json!({"key": token, "models": ["claude"], "max_budget": null}),
     ))
     .await;
     assert_eq!(status, 200);
-    passes_then(403, || chat(&two, &key, "gpt", None)).await;
+    passes_then(403, || chat(two, &key, "gpt", None)).await;
     let (status, _) = send(post(
-        &two,
+        two,
         "/key/delete",
         MASTER_KEY,
         &json!({"keys": [key]}),
     ))
     .await;
     assert_eq!(status, 200);
-    passes_then(401, || chat(&one, &key, "claude", None)).await;
+    passes_then(401, || chat(one, &key, "claude", None)).await;
 }
 
 /// Team records are kept by each replica (no store read on a call's path) until a change
@@ -498,44 +519,31 @@ async fn keys_and_budgets_hold_across_replicas_on_redis() {
 /// the notification's delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_team_changed_on_one_replica_holds_on_the_other_on_redis() {
-    let backend = Backend::redis().await;
-    let upstream = FakeUpstream::start().await;
-    let config = config(&upstream);
-    let path = config.path().display().to_string();
-    let args = [
-        "--gateway-config",
-        path.as_str(),
-        "--proxy-master-key",
-        MASTER_KEY,
-    ];
-    let one = Sandgate::start_with(&backend, &args).await;
-    let two = Sandgate::start_with(&backend, &args).await;
-    let team = |path: &'static str, body: Value| {
-        let one = &one;
-        async move {
-            let (status, answer) = send(post(one, path, MASTER_KEY, &body)).await;
-            assert_eq!(status, 200, "{path}: {answer}");
-        }
+    let replicas = Replicas::start().await;
+    let (one, two) = (&replicas.one, &replicas.two);
+    let team = |path: &'static str, body: Value| async move {
+        let (status, answer) = send(post(one, path, MASTER_KEY, &body)).await;
+        assert_eq!(status, 200, "{path}: {answer}");
     };
     team("/team/new", json!({"team_id": "red", "max_budget": 100.0})).await;
     team("/team/new", json!({"team_id": "blue"})).await;
-    let (red, red_token) = generate(&one, &json!({"models": ["gpt"], "team_id": "red"})).await;
-    let (blue, _) = generate(&one, &json!({"models": ["gpt"], "team_id": "blue"})).await;
+    let (red, red_token) = generate(one, &json!({"models": ["gpt"], "team_id": "red"})).await;
+    let (blue, _) = generate(one, &json!({"models": ["gpt"], "team_id": "blue"})).await;
     // Replica two reads both teams' records, and keeps them.
     for key in [&red, &red, &blue] {
-        let (status, body) = chat(&two, key, "gpt", None).await;
+        let (status, body) = chat(two, key, "gpt", None).await;
         assert_eq!(status, 200, "{body}");
     }
-    spend_reaches(&one, &red_token, 2.0 * CALL_COST).await;
+    spend_reaches(one, &red_token, 2.0 * CALL_COST).await;
     team(
         "/team/update",
         json!({"team_id": "red", "max_budget": CALL_COST}),
     )
     .await;
-    let body = passes_then(400, || chat(&two, &red, "gpt", None)).await;
+    let body = passes_then(400, || chat(two, &red, "gpt", None)).await;
     assert_eq!(body["error"]["type"], "budget_exceeded", "{body}");
     team("/team/block", json!({"team_id": "blue"})).await;
-    let body = passes_then(401, || chat(&two, &blue, "gpt", None)).await;
+    let body = passes_then(401, || chat(two, &blue, "gpt", None)).await;
     assert_eq!(body["error"]["type"], "auth_error", "{body}");
 }
 

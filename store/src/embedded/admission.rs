@@ -199,53 +199,51 @@ impl EmbeddedStore {
     ) -> StoreResult<()> {
         let name = counter_name(scope);
         let value = pack(window, spend);
-        let stored = name.clone();
+        let memory = self.key_spend_memory.clone();
         self.transact(move |txn| {
             let mut counters = txn.open_table(KEY_SPEND).map_err(unavailable)?;
-            counters
-                .insert(stored.as_str(), value)
-                .map_err(unavailable)?;
+            counters.insert(name.as_str(), value).map_err(unavailable)?;
+            memory.set(vec![(name, value)]);
             Ok(())
         })
-        .await?;
-        self.key_spend_memory.set(vec![(name, value)]);
-        Ok(())
+        .await
     }
 
     pub(super) async fn settle_calls(&self, settlement: &Settlement) -> StoreResult<()> {
         let spend = settlement.spend.clone();
         let now = settlement.now_ms;
         if !spend.is_empty() {
-            let changed = self
-                .transact(move |txn| {
-                    let keys = txn.open_table(KEYS).map_err(unavailable)?;
-                    let mut counters = txn.open_table(KEY_SPEND).map_err(unavailable)?;
-                    let mut changed = Vec::new();
-                    for item in spend {
-                        if let Some(token) = item.scope.key_token()
-                            && keys.get(token).map_err(unavailable)?.is_none()
-                        {
-                            continue;
-                        }
-                        let name = counter_name(&item.scope);
-                        let stored = counters
-                            .get(name.as_str())
-                            .map_err(unavailable)?
-                            .map(|value| value.value());
-                        let value = match item.scope {
-                            BudgetScope::Session { .. } => {
-                                pack(now as u64, session_spent(stored, now) + item.amount)
-                            }
-                            _ => pack(item.window, key_spent(stored, item.window) + item.amount),
-                        };
-                        counters.insert(name.as_str(), value).map_err(unavailable)?;
-                        changed.push((name, value));
+            let memory = self.key_spend_memory.clone();
+            self.transact(move |txn| {
+                let keys = txn.open_table(KEYS).map_err(unavailable)?;
+                let mut counters = txn.open_table(KEY_SPEND).map_err(unavailable)?;
+                let mut changed = Vec::new();
+                for item in spend {
+                    if let Some(token) = item.scope.key_token()
+                        && keys.get(token).map_err(unavailable)?.is_none()
+                    {
+                        continue;
                     }
-                    Ok(changed)
-                })
-                .await?;
-            // The spend is in the memory before the holds go: no admission counts neither.
-            self.key_spend_memory.set(changed);
+                    let name = counter_name(&item.scope);
+                    let stored = counters
+                        .get(name.as_str())
+                        .map_err(unavailable)?
+                        .map(|value| value.value());
+                    let value = match item.scope {
+                        BudgetScope::Session { .. } => {
+                            pack(now as u64, session_spent(stored, now) + item.amount)
+                        }
+                        _ => pack(item.window, key_spent(stored, item.window) + item.amount),
+                    };
+                    counters.insert(name.as_str(), value).map_err(unavailable)?;
+                    changed.push((name, value));
+                }
+                // In the memory in the order the writer applies them (settlements
+                // run at once), and before the holds go: no admission counts neither.
+                memory.set(changed);
+                Ok(())
+            })
+            .await?;
         }
         let minute = minute(now);
         let mut states = self.holds.0.lock().unwrap_or_else(PoisonError::into_inner);

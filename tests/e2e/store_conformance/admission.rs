@@ -297,9 +297,51 @@ async fn parallel_requests_and_tokens_are_limited(backend: Backend) {
     assert_eq!(keys.admit(&later).await.expect("admit"), None);
 }
 
+/// Calls settle on their own, many at once: every settlement counts, in what a call's
+/// read of its key serves and in what the admission judges (the embedded store keeps
+/// both in memory, which must follow the writes in the order they were applied).
+async fn settlements_made_at_once_all_count(backend: Backend) {
+    let store = open(&backend).await;
+    put_key(store.keys.as_ref(), "k1").await;
+    // Spent exactly once every settlement counts: then refused.
+    let key = ScopeLimits {
+        max_budget: Some(50.0),
+        ..scope(BudgetScope::Key("k1".into()))
+    };
+    let settles: Vec<_> = (0..200)
+        .map(|_| {
+            let (keys, scope) = (store.keys.clone(), key.scope.clone());
+            tokio::spawn(async move {
+                let spend = ScopeSpend {
+                    scope,
+                    window: 0,
+                    amount: 0.25,
+                    tokens: 0,
+                };
+                keys.settle(&settlement(vec![spend], Vec::new())).await
+            })
+        })
+        .collect();
+    for settle in settles {
+        settle.await.expect("joined").expect("settle");
+    }
+    let (_, counters) = store
+        .keys
+        .key_for_call("k1", None)
+        .await
+        .expect("read")
+        .expect("the key");
+    assert_eq!(counters.in_window(0), 50.0);
+    assert!(matches!(
+        store.keys.admit(&admission("a", 1.0, &[key])).await.expect("admit"),
+        Some(Refusal::Budget { spent, .. }) if spent == 50.0
+    ));
+}
+
 crate::on_both_backends!(
     calls_are_held_against_budgets_and_settled,
     parallel_requests_and_tokens_are_limited,
+    settlements_made_at_once_all_count,
 );
 
 /// Replicas share holds on Redis: one whose lease has passed (its replica died before
