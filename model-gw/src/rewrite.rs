@@ -284,14 +284,28 @@ impl<'a> ChatRequest<'a> {
 /// `response` or `message` object (the Responses and Anthropic APIs' stream events).
 /// A body that is not a JSON object, or already names `model`, is returned as it is.
 pub fn rename_model<'a>(body: &'a [u8], model: &str) -> (Cow<'a, [u8]>, Option<Usage>) {
-    let Ok(members) = serde_json::from_slice::<Members<'_>>(body) else {
-        return (Cow::Borrowed(body), None);
+    let (renamed, usage) = stream_event(body, model, false);
+    (renamed.unwrap_or(Cow::Borrowed(body)), usage)
+}
+
+/// A stream event's data, parsed once: the data to pass on, `model` renamed as
+/// [`rename_model`] renames it, and its usage; with `hide_usage`, no data for an event
+/// that carries usage and nothing else a client reads (no choices: the usage chunk the
+/// gateway asked for on the client's behalf).
+pub(crate) fn stream_event<'a>(
+    data: &'a [u8],
+    model: &str,
+    hide_usage: bool,
+) -> (Option<Cow<'a, [u8]>>, Option<Usage>) {
+    let Ok(members) = serde_json::from_slice::<Members<'_>>(data) else {
+        return (Some(Cow::Borrowed(data)), None);
     };
     let usage = usage_of(&members);
-    (
-        renamed(&members, model).map_or(Cow::Borrowed(body), Cow::Owned),
-        usage,
-    )
+    if hide_usage && usage.is_some() && no_choices(&members) {
+        return (None, usage);
+    }
+    let renamed = renamed(&members, model).map_or(Cow::Borrowed(data), Cow::Owned);
+    (Some(renamed), usage)
 }
 
 /// The usage a whole answer reports, read as [`rename_model`] reads it, without renaming.
@@ -315,15 +329,13 @@ fn renamed(members: &Members<'_>, model: &str) -> Option<Vec<u8>> {
     })
 }
 
-/// The usage of a chunk that carries nothing else a client reads (no choices).
-pub(crate) fn usage_only(data: &[u8]) -> Option<Usage> {
-    let members = serde_json::from_slice::<Members<'_>>(data).ok()?;
-    let no_choices = members.get("choices").is_some_and(|choices| {
+/// Whether a chunk's `choices` is an empty list.
+fn no_choices(members: &Members<'_>) -> bool {
+    members.get("choices").is_some_and(|choices| {
         choices.get().trim_start().starts_with('[')
             && serde_json::from_str::<Vec<serde::de::IgnoredAny>>(choices.get())
                 .is_ok_and(|choices| choices.is_empty())
-    });
-    if no_choices { usage_of(&members) } else { None }
+    })
 }
 
 #[cfg(test)]

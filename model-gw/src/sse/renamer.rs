@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::lines::Lines;
-use crate::rewrite::{Usage, rename_model, usage_only};
+use crate::rewrite::{Usage, stream_event};
 
 /// Renames `model` in every `data:` event of a server-sent event stream, line by line as
 /// the bytes arrive, and keeps the usage seen.
@@ -123,17 +123,15 @@ impl SseRenamer {
             return;
         };
         let data = data.strip_prefix(b" ").unwrap_or(data);
-        if self.hide_usage
-            && let Some(usage) = usage_only(data)
-        {
-            self.usage = Some(self.usage.unwrap_or_default().merge(usage));
-            self.hidden = true;
-            return;
-        }
-        let (renamed, usage) = rename_model(data, &self.model);
+        // Parsed once: its usage, whether it is hidden, its model renamed.
+        let (renamed, usage) = stream_event(data, &self.model, self.hide_usage);
         if let Some(usage) = usage {
             self.usage = Some(self.usage.unwrap_or_default().merge(usage));
         }
+        let Some(renamed) = renamed else {
+            self.hidden = true;
+            return;
+        };
         if let Cow::Owned(renamed) = renamed {
             out.extend_from_slice(b"data: ");
             out.extend_from_slice(&renamed);
