@@ -487,8 +487,8 @@ async fn keys_and_budgets_hold_across_replicas_on_redis() {
         spend_reaches(two, &token, 2.0 * CALL_COST).await,
         2.0 * CALL_COST
     );
-    // Each replica keeps what it read until the store's notification of the spend
-    // arrives (milliseconds): then it refuses, and goes on refusing.
+    // Each replica refuses, and goes on refusing: the admission judges the spend as
+    // stored, whatever a replica kept of the key.
     for replica in [one, two] {
         let body = passes_then(422, || chat(replica, &key, "gpt", None)).await;
         assert_budget_exceeded(StatusCode::UNPROCESSABLE_ENTITY, &body);
@@ -548,9 +548,8 @@ async fn a_team_changed_on_one_replica_holds_on_the_other_on_redis() {
 }
 
 /// Calls of one client that may still pass on a replica after a change made on the other
-/// is acknowledged (or after a budget's spend is written), at most. A replica holds the
-/// change once the store's notification reaches it, within milliseconds
-/// (docs/model-gateway.md), and each of these calls, one after the other, takes a round
+/// is acknowledged, at most. A replica holds the change once the store's notification
+/// reaches it, within milliseconds (docs/model-gateway.md), and each of these calls, one after the other, takes a round
 /// trip through the gateway to its upstream: ten calls is that delay's worth, with room
 /// for a loaded machine. A replica that missed the notification would serve its kept read
 /// for 30 s, thousands of calls.
