@@ -28,7 +28,7 @@ use crate::keys::{
 };
 
 pub(super) const RECORDS: &str = "sandgate:{gateway-keys}:records";
-/// A Pub/Sub channel told of every change of a key or of its spend.
+/// A Pub/Sub channel told of every change of a key's record (written or deleted).
 const KEYS_CHANGED: &str = "sandgate:gateway-keys:changed";
 
 /// Tells every replica that a key's record changed. A notification that fails only
