@@ -106,17 +106,6 @@ pub fn oldest_first(keys: &mut [StoredKey]) {
     keys.sort_by(|a, b| (a.created_at_ms, &a.token).cmp(&(b.created_at_ms, &b.token)));
 }
 
-/// Spend to add to a key's counters, once a call's cost is known.
-#[derive(Clone, Debug, PartialEq)]
-pub struct KeySpend {
-    pub token: String,
-    /// The budget window the call ended in (0 for a key whose budget never resets).
-    pub window: u64,
-    pub amount: f64,
-    /// The call's session, as [`session_digest`] names it.
-    pub session: Option<String>,
-}
-
 /// A key's counters as stored: the caller knows the window it is in.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpendCounters {
@@ -177,11 +166,6 @@ pub trait KeyStore: Send + Sync + 'static {
         token: &str,
         session: Option<&str>,
     ) -> StoreResult<Option<(StoredKey, SpendCounters)>>;
-
-    /// Adds each item to its key's counter of its window (a counter of an earlier window
-    /// starts again from nothing) and to its session's, in one round trip. Spend of a key
-    /// that is gone is dropped.
-    async fn add_key_spend(&self, spend: &[KeySpend]) -> StoreResult<()>;
 
     /// Admits a call against every scope of `admission` at once, or refuses it: see
     /// [`crate::admission`]. `Ok(None)`: admitted, its hold taken until [`Self::settle`]

@@ -47,7 +47,7 @@ pub use events::{
     AppendOutcome, DeadLetter, EventPage, EventRetention, EventStats, EventStore, NewEvent,
     StoredEvent,
 };
-pub use keys::{KeyOwner, KeySpend, KeyStore, SpendCounters, StoredKey};
+pub use keys::{KeyOwner, KeyStore, SpendCounters, StoredKey};
 pub use ledger::{LedgerCount, LedgerPage, LedgerRows, LedgerScope, LedgerStore, Measure};
 pub use models::{ModelStore, SpendLogEntry, SpendLogStore, StoredModel};
 pub use orgs::{

@@ -13,7 +13,7 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use super::{EmbeddedStore, key_owners, unavailable};
 use crate::admission::{Admission, BudgetScope, Refusal, Settlement};
 use crate::keys::{
-    KeyOwner, KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey, oldest_first,
+    KeyOwner, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey, oldest_first,
 };
 use crate::{StoreError, StoreResult, now_ms};
 
@@ -301,51 +301,6 @@ impl KeyStore for EmbeddedStore {
             value
         });
         Ok(key.map(|key| (key, counters(Some(counter), session, now))))
-    }
-
-    async fn add_key_spend(&self, items: &[KeySpend]) -> StoreResult<()> {
-        let items = items.to_vec();
-        let now = now_ms();
-        let memory = self.key_spend_memory.clone();
-        self.transact(move |txn| {
-            let keys = txn.open_table(KEYS).map_err(unavailable)?;
-            let mut spend = txn.open_table(KEY_SPEND).map_err(unavailable)?;
-            let mut changed = Vec::new();
-            for item in items {
-                if keys
-                    .get(item.token.as_str())
-                    .map_err(unavailable)?
-                    .is_none()
-                {
-                    continue;
-                }
-                let stored = spend
-                    .get(item.token.as_str())
-                    .map_err(unavailable)?
-                    .map(|value| value.value());
-                let total = key_spent(stored, item.window) + item.amount;
-                let value = pack(item.window, total);
-                spend
-                    .insert(item.token.as_str(), value)
-                    .map_err(unavailable)?;
-                changed.push((item.token.clone(), value));
-                if let Some(session) = &item.session {
-                    let name = session_name(&item.token, session);
-                    let stored = spend
-                        .get(name.as_str())
-                        .map_err(unavailable)?
-                        .map(|value| value.value());
-                    let total = session_spent(stored, now) + item.amount;
-                    let value = pack(now as u64, total);
-                    spend.insert(name.as_str(), value).map_err(unavailable)?;
-                    changed.push((name, value));
-                }
-            }
-            // In the memory in the order the writer applies writes.
-            memory.set(changed);
-            Ok(())
-        })
-        .await
     }
 
     async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {

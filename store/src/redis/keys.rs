@@ -5,7 +5,7 @@
 //! - `sandgate:{gateway-keys}:records`: a hash, token → the key's JSON;
 //! - `sandgate:{gateway-keys}:spend:<token>`: a hash, `window` and its `spend`;
 //! - `sandgate:{gateway-keys}:session:<token>:<session>`: a session's spend, expiring
-//!   [`SESSION_SPEND_TTL_MS`] after its last call;
+//!   [`crate::keys::SESSION_SPEND_TTL_MS`] after its last call;
 //! - `sandgate:{gateway-keys}:owned:<kind>:<id>`: the tokens of a user's, a team's or an
 //!   alias's keys (see `key_owners`).
 //!
@@ -14,18 +14,13 @@
 //! follows it), so that most calls make none. Spend changes are not published: the
 //! counters kept only refuse early a call over budget; the store's admission judges.
 
-use std::sync::LazyLock;
-
 use async_trait::async_trait;
-use redis::Script;
 use tokio::sync::watch;
 
 use super::{RedisStore, corrupt, unavailable};
 use crate::StoreResult;
 use crate::admission::{Admission, BudgetScope, Refusal, Settlement};
-use crate::keys::{
-    KeyOwner, KeySpend, KeyStore, SESSION_SPEND_TTL_MS, SpendCounters, StoredKey, oldest_first,
-};
+use crate::keys::{KeyOwner, KeyStore, SpendCounters, StoredKey, oldest_first};
 
 pub(super) const RECORDS: &str = "sandgate:{gateway-keys}:records";
 /// A Pub/Sub channel told of every change of a key's record (written or deleted).
@@ -56,33 +51,6 @@ pub(super) fn spend_key(token: &str) -> String {
 pub(super) fn session_key(token: &str, session: &str) -> String {
     format!("sandgate:{{gateway-keys}}:session:{token}:{session}")
 }
-
-/// KEYS: the records, then for each item its spend hash and its session's counter (the
-/// spend hash again when it has none). ARGV: the session TTL in milliseconds, then for
-/// each item its token, window, amount and `1` when it has a session. Spend of a key
-/// that is gone is dropped.
-static ADD_SPEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local items = (#ARGV - 1) / 4
-for i = 0, items - 1 do
-  local token, window, amount, session = ARGV[2 + 4 * i], ARGV[3 + 4 * i], ARGV[4 + 4 * i], ARGV[5 + 4 * i]
-  local spend, counter = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
-  if redis.call('HEXISTS', KEYS[1], token) == 1 then
-    if redis.call('HGET', spend, 'window') ~= window then
-      redis.call('HSET', spend, 'window', window, 'spend', '0')
-    end
-    redis.call('HINCRBYFLOAT', spend, 'spend', amount)
-    if session == '1' then
-      redis.call('INCRBYFLOAT', counter, amount)
-      redis.call('PEXPIRE', counter, ARGV[1])
-    end
-  end
-end
-return items
-",
-    )
-});
 
 fn parse_spend(value: Option<String>) -> f64 {
     value
@@ -193,34 +161,6 @@ impl KeyStore for RedisStore {
                 session: parse_spend(session_spent),
             },
         )))
-    }
-
-    async fn add_key_spend(&self, items: &[KeySpend]) -> StoreResult<()> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let mut invocation = ADD_SPEND.prepare_invoke();
-        invocation.key(RECORDS).arg(SESSION_SPEND_TTL_MS);
-        for item in items {
-            let spend = spend_key(&item.token);
-            let counter = item.session.as_deref().map_or_else(
-                || spend.clone(),
-                |session| session_key(&item.token, session),
-            );
-            invocation
-                .key(spend)
-                .key(counter)
-                .arg(&item.token)
-                .arg(item.window)
-                .arg(item.amount)
-                .arg(if item.session.is_some() { "1" } else { "0" });
-        }
-        let mut connection = self.write_connection();
-        invocation
-            .invoke_async::<i64>(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        self.replicated(&mut connection).await
     }
 
     async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {

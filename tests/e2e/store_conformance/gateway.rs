@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use sandgate_store::admission::{BudgetScope, ScopeSpend, Settlement};
 use sandgate_store::models::SpendLogRetention;
-use sandgate_store::{KeyOwner, KeySpend, SpendLogEntry, StoredKey, StoredModel};
+use sandgate_store::{KeyOwner, SpendLogEntry, StoredKey, StoredModel};
 
 use crate::common::Backend;
 
@@ -218,12 +219,33 @@ async fn virtual_keys_and_their_spend_round_trip(backend: Backend) {
         .collect();
     assert_eq!(listed, ["t1", "t2"]);
 
-    // Spend counts per window and per session, in one read with the key.
-    let spend = |window, amount, session: Option<&str>| KeySpend {
-        token: "t1".into(),
-        window,
-        amount,
-        session: session.map(str::to_owned),
+    // Spend counts per window and per session, in one read with the key: settled as a
+    // call settles it, to its key's window and to its session.
+    let spend = |window, amount, session: Option<&str>| {
+        let mut spend = vec![ScopeSpend {
+            scope: BudgetScope::Key("t1".into()),
+            window,
+            amount,
+            tokens: 0,
+        }];
+        spend.extend(session.map(|session| ScopeSpend {
+            scope: BudgetScope::Session {
+                token: "t1".into(),
+                session: session.into(),
+            },
+            window: 0,
+            amount,
+            tokens: 0,
+        }));
+        spend
+    };
+    let settle = |spend: Vec<Vec<ScopeSpend>>| Settlement {
+        spend: spend.concat(),
+        releases: Vec::new(),
+        now_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .as_millis() as i64,
     };
     let (read, counters) = keys
         .key_for_call("t1", Some("s1"))
@@ -232,9 +254,12 @@ async fn virtual_keys_and_their_spend_round_trip(backend: Backend) {
         .expect("the key");
     assert_eq!(read, changed);
     assert_eq!((counters.in_window(0), counters.session), (0.0, 0.0));
-    keys.add_key_spend(&[spend(0, 0.25, Some("s1")), spend(0, 0.5, None)])
-        .await
-        .expect("add");
+    keys.settle(&settle(vec![
+        spend(0, 0.25, Some("s1")),
+        spend(0, 0.5, None),
+    ]))
+    .await
+    .expect("add");
     let (_, counters) = keys
         .key_for_call("t1", Some("s1"))
         .await
@@ -248,7 +273,7 @@ async fn virtual_keys_and_their_spend_round_trip(backend: Backend) {
         .expect("the key");
     assert_eq!(counters.session, 0.0);
     // A new window starts from nothing.
-    keys.add_key_spend(&[spend(1, 0.125, Some("s1"))])
+    keys.settle(&settle(vec![spend(1, 0.125, Some("s1"))]))
         .await
         .expect("add");
     let (_, counters) = keys
@@ -273,7 +298,7 @@ async fn virtual_keys_and_their_spend_round_trip(backend: Backend) {
         ["t1"]
     );
     assert_eq!(keys.key_for_call("t1", None).await.expect("read"), None);
-    keys.add_key_spend(&[spend(1, 1.0, None)])
+    keys.settle(&settle(vec![spend(1, 1.0, None)]))
         .await
         .expect("add");
     assert!(
