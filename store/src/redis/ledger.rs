@@ -96,6 +96,25 @@ impl Written {
     }
 }
 
+impl RedisStore {
+    /// `fields` of `scope`'s hash of each day of `from..=to`, in one round trip.
+    async fn day_fields(
+        &self,
+        scope: LedgerScope,
+        fields: &[String],
+        from: u32,
+        to: u32,
+    ) -> StoreResult<Vec<Vec<Option<f64>>>> {
+        let mut pipe = redis::pipe();
+        for day in from..=to {
+            pipe.cmd("HMGET").arg(day_key(scope, day)).arg(fields);
+        }
+        pipe.query_async(&mut self.connection())
+            .await
+            .map_err(unavailable)
+    }
+}
+
 #[async_trait]
 impl LedgerStore for RedisStore {
     async fn add_ledger(&self, counts: &[LedgerCount]) -> StoreResult<()> {
@@ -239,14 +258,7 @@ impl LedgerStore for RedisStore {
             .iter()
             .flat_map(|id| Measure::ALL.map(|measure| field(measure, id)))
             .collect();
-        let mut pipe = redis::pipe();
-        for day in from..=to {
-            pipe.cmd("HMGET").arg(day_key(scope, day)).arg(&fields);
-        }
-        let days: Vec<Vec<Option<f64>>> = pipe
-            .query_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+        let days = self.day_fields(scope, &fields, from, to).await?;
         for values in days {
             for (name, value) in fields.iter().zip(values) {
                 if let Some(value) = value {
@@ -269,14 +281,7 @@ impl LedgerStore for RedisStore {
         }
         // Every day's row in one round trip.
         let fields: Vec<String> = Measure::ALL.map(|measure| field(measure, id)).to_vec();
-        let mut pipe = redis::pipe();
-        for day in from..=to {
-            pipe.cmd("HMGET").arg(day_key(scope, day)).arg(&fields);
-        }
-        let days: Vec<Vec<Option<f64>>> = pipe
-            .query_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+        let days = self.day_fields(scope, &fields, from, to).await?;
         Ok((from..=to)
             .zip(days)
             .filter_map(|(day, values)| {
