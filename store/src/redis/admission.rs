@@ -5,12 +5,16 @@
 //!
 //! - its spend: the key's counter (`spend:<token>`), the session's (`session:<token>:<s>`),
 //!   else `budget:<name>`, a hash of `window` and its `spend`;
-//! - `holds:<name>`: a hash, hold id → amount, with `#reserved` (their sum) and `#count`;
+//! - `holds:<name>`: a hash, hold id → amount, with `#reserved` (their sum), `#count`,
+//!   and `#until`: when it and the leases expire, by Redis's clock (set to twice the
+//!   lease ahead whenever a new hold's lease would outlive it, or the scope held nothing;
+//!   so their time to live is not read and set at every call);
 //! - `leases:<name>`: a sorted set, hold id → when its lease ends (milliseconds); the
 //!   scope's next admission drops the holds whose lease has passed;
 //! - `rpm:<name>:<minute>` and `tpm:<name>:<minute>`: the minute's calls and tokens,
 //!   expiring two minutes on.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use redis::Script;
@@ -47,10 +51,15 @@ local hold, amount, now, expiry, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), AR
 local n = #KEYS / 5
 local function arg(i, j) return ARGV[5 + 6 * i + j] end
 local function key(i, j) return KEYS[5 * i + j] end
+local refresh = {}
+-- Redis's own clock for the keys' expiry: the replicas' clocks may disagree.
+local time = redis.call('TIME')
+local clock = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 for i = 0, n - 1 do
   local kind, window, max, par, rpm, tpm = arg(i, 1), arg(i, 2), arg(i, 3), arg(i, 4), arg(i, 5), arg(i, 6)
   local holds, leases = key(i, 2), key(i, 3)
   local count = 0
+  refresh[i] = true
   if max ~= '' or par ~= '' then
     local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
     for _, gone in ipairs(expired) do
@@ -62,10 +71,12 @@ for i = 0, n - 1 do
       end
     end
     if #expired > 0 then redis.call('ZREMRANGEBYSCORE', leases, '-inf', now) end
-    local state = redis.call('HMGET', holds, '#reserved', '#count')
+    local state = redis.call('HMGET', holds, '#reserved', '#count', '#until')
     local reserved = tonumber(state[1] or '0') or 0
     count = tonumber(state[2] or '0') or 0
     if count <= 0 then reserved, count = 0, 0 end
+    -- An empty scope's leases may be gone (an emptied sorted set is deleted): set again.
+    refresh[i] = count == 0 or (tonumber(state[3] or '0') or 0) < clock + tonumber(lease)
     if max ~= '' then
       local spent = 0
       if kind == 's' then
@@ -92,13 +103,17 @@ for i = 0, n - 1 do
   local max, par, rpm = arg(i, 3), arg(i, 4), arg(i, 5)
   if max ~= '' or par ~= '' then
     local holds, leases = key(i, 2), key(i, 3)
-    redis.call('HSET', holds, hold, amount)
     redis.call('HINCRBYFLOAT', holds, '#reserved', amount)
     redis.call('HINCRBY', holds, '#count', 1)
     redis.call('ZADD', leases, expiry, hold)
     -- Kept as long as the longest lease in them (replicas may have different ones).
-    if redis.call('PTTL', holds) < tonumber(lease) then redis.call('PEXPIRE', holds, lease) end
-    if redis.call('PTTL', leases) < tonumber(lease) then redis.call('PEXPIRE', leases, lease) end
+    if refresh[i] then
+      redis.call('HSET', holds, hold, amount, '#until', clock + 2 * tonumber(lease))
+      redis.call('PEXPIRE', holds, 2 * tonumber(lease))
+      redis.call('PEXPIRE', leases, 2 * tonumber(lease))
+    else
+      redis.call('HSET', holds, hold, amount)
+    end
   end
   if rpm ~= '' then
     redis.call('INCR', key(i, 4))
@@ -110,11 +125,13 @@ return 0
     )
 });
 
-/// KEYS: the key records, per spend item its counter and tpm counter, then per released
-/// scope its holds and leases. ARGV: the session TTL, the number of spend items, per item
-/// its kind (`s`: a session counter), its key's token (`''`: a scope that outlives keys),
-/// window, amount and tokens, then per released scope the hold id. Spend first, then
-/// releases: no moment counts neither.
+/// KEYS: the key records, per spend item its counter and tpm counter, then per group of
+/// releases its scope's holds and leases. ARGV: the session TTL, the number of spend
+/// items, per item its kind (`s`: a session counter), its key's token (`''`: a scope that
+/// outlives keys), window, amount and tokens, then per group of releases (one scope's,
+/// at most [`RELEASES_AT_ONCE`]) their number and their hold ids. Spend first, then
+/// releases: no moment counts neither. A group's holds go in one command each (read,
+/// deleted, their sum taken off), whatever their number.
 static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -142,22 +159,30 @@ for i = 0, items - 1 do
 end
 local k = 2 + 2 * items
 while a <= #ARGV do
-  local hold, holds, leases = ARGV[a], KEYS[k], KEYS[k + 1]
-  a, k = a + 1, k + 2
-  local held = redis.call('HGET', holds, hold)
-  if held then
-    redis.call('HDEL', holds, hold)
-    redis.call('HINCRBYFLOAT', holds, '#reserved', '-' .. held)
-    if redis.call('HINCRBY', holds, '#count', -1) <= 0 then
+  local n, holds, leases = tonumber(ARGV[a]), KEYS[k], KEYS[k + 1]
+  local ids = {unpack(ARGV, a + 1, a + n)}
+  a, k = a + 1 + n, k + 2
+  local sum, count = 0, 0
+  for _, held in ipairs(redis.call('HMGET', holds, unpack(ids))) do
+    if held then sum, count = sum + tonumber(held), count + 1 end
+  end
+  if count > 0 then
+    redis.call('HDEL', holds, unpack(ids))
+    redis.call('HINCRBYFLOAT', holds, '#reserved', -sum)
+    if redis.call('HINCRBY', holds, '#count', -count) <= 0 then
       redis.call('HSET', holds, '#reserved', '0', '#count', '0')
     end
   end
-  redis.call('ZREM', leases, hold)
+  redis.call('ZREM', leases, unpack(ids))
 end
 return items
 ",
     )
 });
+
+/// A scope's releases in one group of the settlement script at most (within Lua's
+/// bound on a call's arguments).
+const RELEASES_AT_ONCE: usize = 1000;
 
 fn limit<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(String::new, |value| value.to_string())
@@ -323,13 +348,24 @@ pub(super) async fn settle(store: &RedisStore, settlement: &Settlement) -> Store
             .arg(item.amount)
             .arg(item.tokens);
     }
+    // Released holds by scope: a busy replica's settlement releases many calls' holds of
+    // the same few scopes.
+    let mut releases: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for release in &settlement.releases {
         for scope in &release.scopes {
-            let name = scope.name();
+            releases
+                .entry(scope.name())
+                .or_default()
+                .push(&release.hold);
+        }
+    }
+    for (name, holds) in &releases {
+        for group in holds.chunks(RELEASES_AT_ONCE) {
             invocation
-                .key(tagged("holds", &name))
-                .key(tagged("leases", &name))
-                .arg(&release.hold);
+                .key(tagged("holds", name))
+                .key(tagged("leases", name))
+                .arg(group.len())
+                .arg(group);
         }
     }
     let mut connection = store.write_connection();

@@ -388,3 +388,65 @@ async fn a_hold_past_its_lease_is_dropped() {
         })
     );
 }
+
+/// On Redis a scope's holds and leases expire (a replica that dies with holds leaves
+/// nothing for ever), within twice the longest lease, by Redis's clock whatever the
+/// replicas' (this test's `now` is weeks ahead): set when the scope takes its first hold,
+/// and again when it took none since its holds were all released (its emptied leases are
+/// gone), not at every call. Many holds of a scope released in one settlement leave it
+/// empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_scopes_expire_on_redis() {
+    let backend = Backend::redis().await;
+    let store = open(&backend).await;
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let keys = store.keys.as_ref();
+    let team = ScopeLimits {
+        max_parallel_requests: Some(3),
+        ..scope(BudgetScope::Team("expiring".into()))
+    };
+    let mut connection = redis.connection().await;
+    let mut ttls = async || -> [i64; 2] {
+        let ttl = |kind: &str| {
+            ::redis::cmd("PTTL")
+                .arg(format!("sandgate:{{gateway-keys}}:{kind}:team:expiring"))
+                .clone()
+        };
+        let holds: i64 = ttl("holds")
+            .query_async(&mut connection)
+            .await
+            .expect("PTTL");
+        let leases: i64 = ttl("leases")
+            .query_async(&mut connection)
+            .await
+            .expect("PTTL");
+        [holds, leases]
+    };
+    let mut holds = Vec::new();
+    for round in 0..2 {
+        for n in 0..3 {
+            let hold = format!("h{round}{n}");
+            assert_eq!(
+                keys.admit(&admission(&hold, 0.1, std::slice::from_ref(&team)))
+                    .await
+                    .expect("admit"),
+                None,
+                "{hold}"
+            );
+            holds.push(Release {
+                hold,
+                scopes: vec![team.scope.clone()],
+            });
+        }
+        for ttl in ttls().await {
+            assert!(ttl > 60_000 && ttl <= 120_000, "round {round}: {ttl} ms");
+        }
+        // All three released at once: the scope holds nothing, its leases are gone.
+        keys.settle(&settlement(Vec::new(), std::mem::take(&mut holds)))
+            .await
+            .expect("settle");
+        assert_eq!(ttls().await[1], -2, "round {round}: the emptied leases");
+    }
+}
