@@ -2,9 +2,10 @@
 //! master key against the same build with a virtual key whose budgets (the key's, the
 //! session's, its user's, its team's and its membership's) and parallel limit are
 //! enforced, each call admitted with a hold of its largest possible cost on all five and
-//! settled when it ends (on Redis two round trips per call: the admission, and the
-//! settlement before the answer's last event; the key, its user and its team are kept
-//! between calls), on Redis and on the embedded store, side by side in one run, rounds
+//! settled when it ends (on Redis one round trip on the call's path, the admission; the
+//! settlement is written as the answer's last event leaves, summed with those of the
+//! calls that end meanwhile; the key, its user and its team are kept between calls), on
+//! Redis and on the embedded store, side by side in one run, rounds
 //! interleaved. Reports requests per second at concurrency 64 and p50 at 1, and
 //! the ratios the issue holds them to (≥ 0.9× the rate, ≤ +0.05 ms at p50); and fails
 //! unless the spend of each virtual key, its user, its team and its membership is

@@ -28,6 +28,7 @@ use tonic::Status;
 use crate::budget::{Prices, key_window};
 use crate::keys::descriptor;
 use crate::rewrite::ChatRequest;
+use crate::settling::Settling;
 use crate::support::now_ms;
 
 /// The output tokens a call holds when neither it nor its entry bounds them.
@@ -208,9 +209,12 @@ impl Charge {
 }
 
 /// Admits `key`'s call of `scopes`, costing at most `amount`: its charge, or the refusal
-/// LiteLLM answers (429 for a rate limit, `budget_exceeded` for a budget).
+/// LiteLLM answers (429 for a rate limit, `budget_exceeded` for a budget). A refusal
+/// while holds are taken is tried once more after `settling` has caught up: a hold may
+/// be the client's own last call's, its settlement still under way.
 pub(crate) async fn admit(
     store: &Store,
+    settling: &Settling,
     key: &StoredKey,
     scopes: CallScopes,
     amount: f64,
@@ -244,12 +248,22 @@ pub(crate) async fn admit(
         now_ms: now_ms(),
         scopes: limited,
     };
-    match store
-        .keys
-        .admit(&admission)
-        .await
-        .map_err(|err| ErrorDetail::from(err).into_status())?
+    let admit = || async {
+        store
+            .keys
+            .admit(&admission)
+            .await
+            .map_err(|err| ErrorDetail::from(err).into_status())
+    };
+    let mut answer = admit().await?;
+    if answer
+        .as_ref()
+        .is_some_and(|refusal| only_held(&admission, refusal))
     {
+        settling.before_retry().await;
+        answer = admit().await?;
+    }
+    match answer {
         None => {
             let held: Vec<BudgetScope> = admission
                 .scopes
@@ -268,6 +282,35 @@ pub(crate) async fn admit(
             Ok(charge)
         }
         Some(refusal) => Err(refused(key, &admission, refusal)),
+    }
+}
+
+/// Whether `refusal` is owed to holds alone: without the calls in flight, the call
+/// would have been admitted.
+fn only_held(admission: &Admission, refusal: &Refusal) -> bool {
+    match refusal {
+        Refusal::Budget {
+            spent,
+            reserved,
+            max_budget,
+            ..
+        } => *reserved > 0.0 && spent < max_budget,
+        Refusal::Rate {
+            scope,
+            in_flight,
+            requests,
+            tokens,
+        } => admission
+            .scopes
+            .iter()
+            .find(|limits| &limits.scope == scope)
+            .is_some_and(|limits| {
+                let below =
+                    |count: u64, limit: Option<u64>| limit.is_none_or(|limit| count < limit);
+                *in_flight > 0
+                    && below(*requests, limits.rpm_limit)
+                    && below(*tokens, limits.tpm_limit)
+            }),
     }
 }
 
@@ -406,6 +449,66 @@ mod tests {
             largest_cost(Api::Embeddings, &request, 10, &Prices::default()),
             0.0
         );
+    }
+
+    /// A client that makes its next call the moment its answer is whole: the last call's
+    /// settlement is still queued (it is written off the call's path), and the next
+    /// admission, first refused over the hold, waits for it and passes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_call_made_as_the_last_one_ends_is_admitted() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let backend = sandgate_store::Backend::Embedded {
+            data_dir: dir.path().to_owned(),
+        };
+        let store = Store::open(&backend)
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+        let spend = std::sync::Arc::new(crate::spend::SpendLog::new(
+            store.clone(),
+            sandgate_store::models::SpendLogRetention::default(),
+        ));
+        let mut key = key();
+        key.limits.max_parallel_requests = Some(1);
+        let held = || {
+            let scopes = CallScopes::of_key(&key, None, now_ms());
+            admit(
+                &store,
+                spend.settling(),
+                &key,
+                scopes,
+                1.0,
+                Duration::from_secs(5),
+            )
+        };
+        for call in 0..3 {
+            let charge = held()
+                .await
+                .unwrap_or_else(|status| panic!("call {call}: {status:?}"));
+            let entry = sandgate_store::SpendLogEntry::default();
+            spend.log_answered((entry, charge.settle(Some(0.5), 10)));
+            // Nothing has yielded to the settlement's writer: the store still holds the
+            // call, and only the retry after the settlement admits the next.
+            let probe = Admission {
+                hold: format!("probe-{call}"),
+                amount: 1.0,
+                lease_ms: 10_000,
+                now_ms: now_ms(),
+                scopes: CallScopes::of_key(&key, None, now_ms()).scopes,
+            };
+            let refused = store.keys.admit(&probe).await;
+            assert!(
+                matches!(refused, Ok(Some(Refusal::Rate { in_flight: 1, .. }))),
+                "{refused:?}"
+            );
+        }
+        // A refusal owed to calls in flight, not to a settlement: still refused.
+        let first = held().await.unwrap_or_else(|status| panic!("{status:?}"));
+        let second = held().await;
+        assert_eq!(
+            second.map(|_| ()).map_err(|status| status.code()),
+            Err(tonic::Code::ResourceExhausted),
+        );
+        drop(first);
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod rewrite;
 mod routing;
 mod service;
 mod session;
+mod settling;
 mod spend;
 #[doc(hidden)]
 pub mod sse;

@@ -26,6 +26,7 @@ use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 
 use crate::admit::Settle;
+use crate::settling::{CATCH_UP_AT_MOST, Settling};
 use sandgate_store::ledger::{ConversationOwner, LedgerSums, WrittenOnce};
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
@@ -51,6 +52,8 @@ pub(crate) struct SpendLog {
     /// The conversations whose owner this process recorded (the store keeps the first
     /// anyway): each is written once, not with every call.
     owned: WrittenOnce,
+    /// Held calls' settlements, written as their calls end.
+    settling: Settling,
 }
 
 /// Conversations remembered as owned at most; past it the memory starts again.
@@ -171,7 +174,14 @@ impl SpendLog {
             queue: Mutex::default(),
             writer: tokio::sync::Mutex::default(),
             owned: WrittenOnce::new(MAX_OWNED_REMEMBERED),
+            settling: Settling::default(),
         }
+    }
+
+    /// Held calls' settlements on their way to the store: what a refused admission waits
+    /// for before it tries again.
+    pub(crate) fn settling(&self) -> &Settling {
+        &self.settling
     }
 
     /// Records who the batch's conversations are billed to, those not recorded by this
@@ -216,27 +226,41 @@ impl SpendLog {
     }
 
     /// The entry of an answer about to reach its client's last event: a call that holds
-    /// part of its budgets settles now, its hold released and its spend added before the
-    /// client can make its next call (which would otherwise find the hold still taken and
-    /// be refused over budget), in one store write; its entry, reporting counters and
-    /// ledger follow in the batch, as [`Self::log_soon`] queues them. A settlement the
-    /// store refuses is queued with them, and tried again until it is stored.
-    pub(crate) async fn log_answered(self: &Arc<Self>, (entry, settle): Finished) {
-        let held = settle
-            .as_ref()
-            .is_some_and(|settle| settle.release.is_some());
-        if !held {
-            self.log_soon((entry, settle));
-            return;
-        }
-        let settlement = summed(settle.into_iter().collect());
-        if let Err(err) = self.store.keys.settle(&settlement).await {
-            tracing::warn!(error = %err, "a call's settlement not stored yet; kept to try again");
-            if let Ok(mut pending) = self.queue.lock() {
-                pending.requeue_settlement(settlement);
+    /// part of its budgets starts its settlement now (its hold released, its spend added),
+    /// written apart from the batch and without the client waiting for it, together with
+    /// those of the calls that end meanwhile (see [`crate::settling`]); its entry,
+    /// reporting counters and ledger follow in the batch, as [`Self::log_soon`] queues
+    /// them.
+    pub(crate) fn log_answered(self: &Arc<Self>, (entry, settle): Finished) {
+        match settle {
+            Some(settle) if settle.release.is_some() => {
+                if self.settling.push(settle) {
+                    tokio::spawn(self.clone().settle_queued());
+                }
+                self.log_soon((entry, None));
             }
+            settle => self.log_soon((entry, settle)),
         }
-        self.log_soon((entry, None));
+    }
+
+    /// Writes the queued settlements, each batch summed in one store write, until none is
+    /// queued. A settlement the store refuses goes to the batch's queue, tried again
+    /// until it is stored (its hold's lease ends it meanwhile).
+    async fn settle_queued(self: Arc<Self>) {
+        while let Some((settles, through)) = self.settling.take() {
+            let settlement = summed(settles);
+            if let Err(err) = self.store.keys.settle(&settlement).await {
+                tracing::warn!(error = %err, "calls' settlement not stored yet; kept to try again");
+                let schedule = self.queue.lock().is_ok_and(|mut pending| {
+                    pending.requeue_settlement(settlement);
+                    !std::mem::replace(&mut pending.scheduled, true)
+                });
+                if schedule {
+                    self.spawn_writer();
+                }
+            }
+            self.settling.written(through);
+        }
     }
 
     /// Writes `entry` now, with whatever else waits: for a failed answer, whose entry is in
@@ -250,29 +274,36 @@ impl SpendLog {
     /// that end meanwhile: one store round trip for many calls, and none on a call's path.
     pub(crate) fn log_soon(self: &Arc<Self>, (entry, charge): Finished) {
         if self.enqueue(entry, charge, true) {
-            // Weak: a stopped gateway (which flushed its queue) is not kept alive, nor its
-            // store open, by a write that has nothing left to do.
-            let log = Arc::downgrade(self);
-            tokio::spawn(async move {
-                tokio::time::sleep(SPEND_LOG_DELAY).await;
-                let mut wait = RETRY_FIRST;
-                // Until the counters are stored: this write stays the scheduled one, so
-                // that the calls meanwhile schedule no other.
-                while let Some(log) = log.upgrade() {
-                    if log.write(true).await {
-                        return;
-                    }
-                    drop(log);
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RETRY_AT_MOST);
-                }
-            });
+            self.spawn_writer();
         }
+    }
+
+    /// Starts the delayed write, which writes what is queued within [`SPEND_LOG_DELAY`].
+    fn spawn_writer(self: &Arc<Self>) {
+        // Weak: a stopped gateway (which flushed its queue) is not kept alive, nor its
+        // store open, by a write that has nothing left to do.
+        let log = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(SPEND_LOG_DELAY).await;
+            let mut wait = RETRY_FIRST;
+            // Until the counters are stored: this write stays the scheduled one, so
+            // that the calls meanwhile schedule no other.
+            while let Some(log) = log.upgrade() {
+                if log.write(true).await {
+                    return;
+                }
+                drop(log);
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_AT_MOST);
+            }
+        });
     }
 
     /// Writes the entries still queued: once the server has stopped, so that a stop loses
     /// none.
     pub(crate) async fn flush(&self) {
+        // The settlements under way first: one the store refuses joins the queue.
+        self.settling.caught_up(CATCH_UP_AT_MOST).await;
         for _ in 0..3 {
             if self.write(false).await {
                 return;

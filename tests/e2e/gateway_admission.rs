@@ -3,7 +3,8 @@
 //! user's, a membership's) passes one call, on one replica and on two sharing Redis; LiteLLM's `max_parallel_requests`, `rpm_limit` and
 //! `tpm_limit` answer its 429 across replicas, a key's and (for all their keys together)
 //! a team's and a user's; a client that leaves mid-call releases its hold, and a replica
-//! killed mid-call leaves a hold that ends with its lease.
+//! killed mid-call leaves a hold that ends with its lease; calls made one after another
+//! are never refused over their own last call's hold, settled off its path.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -700,4 +701,38 @@ async fn a_killed_replicas_hold_ends_with_its_lease() {
     })
     .await;
     assert_eq!(status, 200, "the dead replica's hold never ended: {body}");
+}
+
+/// A client that makes each call the moment it has the last one's answer, on one replica
+/// then the other: its last call's settlement, written off that call's path, starts as
+/// the answer leaves (left to the spend log's 10 ms batch, call 1 is refused over call 0's
+/// hold), so no call is refused over its hold; the budget still stops the calls at
+/// exactly its forty. (The retry of an admission refused over a hold is
+/// `admit::tests::a_call_made_as_the_last_one_ends_is_admitted`'s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_one_after_another_are_never_refused_over_their_own_holds() {
+    let backend = Backend::redis().await;
+    let upstream = GatedUpstream::start(true).await;
+    let config = config(&upstream);
+    let replicas = replicas(&backend, &config, 2).await;
+    let budget = 40.0 * CALL_COST;
+    let (key, token) = generate(
+        &replicas[0],
+        &json!({"max_parallel_requests": 1, "max_budget": budget}),
+    )
+    .await;
+    for n in 0..40 {
+        let replica = &replicas[n % 2];
+        let (status, body, _) = limited(call(&replica.client, &replica.url(""), &key, false)).await;
+        assert_eq!(status, 200, "call {n} on replica {}: {body}", n % 2);
+    }
+    let spent = spend(&replicas[1], &token, budget).await;
+    assert!((spent - budget).abs() < 1e-9, "{spent}");
+    let (status, body, _) =
+        limited(call(&replicas[0].client, &replicas[0].url(""), &key, false)).await;
+    assert_eq!(status, 422, "the spent budget: {body}");
+    assert!(
+        body.to_string().contains("Budget has been exceeded!"),
+        "{body}"
+    );
 }

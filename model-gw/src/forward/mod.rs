@@ -338,9 +338,9 @@ impl Forwarder {
                 self.spend.log_now(entry).await;
                 return Err(failure);
             }
-            // The client does not wait for the spend log, unless the call holds part of
-            // its budgets: then the hold is released before the answer leaves.
-            self.spend.log_answered(entry).await;
+            // The client does not wait for the spend log, nor for a held call's
+            // settlement, which starts now (see `settling`).
+            self.spend.log_answered(entry);
             return Ok(Box::pin(futures::stream::iter(
                 messages.into_iter().map(Ok),
             )));

@@ -107,18 +107,19 @@ impl Relay {
                     }
                     live.record.bytes_out += out.len() as u64;
                     if live.editor.ended() {
-                        // The answer's last event: a client that has it makes its next
-                        // call at once, so the call settles first (its hold released).
-                        // What the upstream still sends after it is read on apart.
+                        // The answer's last event: the call's settlement starts now,
+                        // so that its hold is released as soon as the store can (see
+                        // `settling`). What the upstream still sends after it is read on
+                        // apart.
                         let entry = self.settle_at_last_event()?;
-                        self.spend.log_answered(entry).await;
+                        self.spend.log_answered(entry);
                     }
                     return Some(Ok(message(out)));
                 }
                 Read::End(rest) => {
                     live.record.bytes_out += rest.len() as u64;
                     let entry = self.finish(self.status, true)?;
-                    self.spend.log_answered(entry).await;
+                    self.spend.log_answered(entry);
                     return (!rest.is_empty()).then(|| Ok(message(rest)));
                 }
                 Read::Failed(code, failed, message) => {

@@ -508,7 +508,17 @@ impl ModelGatewayService {
                     .sum::<usize>()
                     .max(body.len());
                 let amount = largest_cost(api, &request, bytes, &upstream.prices);
-                Some(admit(&self.store, key, scopes, amount, self.call_deadline).await?)
+                Some(
+                    admit(
+                        &self.store,
+                        self.spend.settling(),
+                        key,
+                        scopes,
+                        amount,
+                        self.call_deadline,
+                    )
+                    .await?,
+                )
             }
             Caller::Master => None,
         };
