@@ -122,13 +122,19 @@ impl LedgerStore for RedisStore {
             return Ok(());
         }
         let today = crate::orgs::day_of(crate::now_ms());
+        // A row is an id's counts of a day (its measures, one after the other as
+        // `LedgerSums::take` gives them): its key, its index entries and what today's
+        // writes indexed are looked at once per row, not once per measure.
+        let rows: Vec<&[LedgerCount]> = counts
+            .chunk_by(|a, b| (a.day, a.scope, &a.id) == (b.day, b.scope, &b.id))
+            .collect();
         // What today's earlier writes indexed already: not indexed again.
         let indexed: Vec<bool> = match self.ledger_written.lock() {
             Ok(mut written) => {
                 let written = written.today(today);
-                counts.iter().map(|count| written.indexed(count)).collect()
+                rows.iter().map(|row| written.indexed(&row[0])).collect()
             }
-            Err(_) => vec![false; counts.len()],
+            Err(_) => vec![false; rows.len()],
         };
         // One command per counter, then one per key touched: each set's new members at
         // once, each key's expiry once (a batch of calls touches few keys many times).
@@ -138,23 +144,26 @@ impl LedgerStore for RedisStore {
         let mut models: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         let mut ids: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         let mut last: BTreeMap<LedgerScope, BTreeMap<&str, u32>> = BTreeMap::new();
-        for (count, indexed) in counts.iter().zip(indexed) {
+        for (row, indexed) in rows.iter().zip(indexed) {
+            let count = &row[0];
             let key = day_key(count.scope, count.day);
-            // A count (of calls, tokens, milliseconds) as a whole number: Redis adds those
-            // cheaper than floats, and reads them alike (a float add of whole amounts, as
-            // earlier versions made, left a whole number too).
-            let add = if count.measure.is_whole() {
-                pipe.cmd("HINCRBY")
-                    .arg(&key)
-                    .arg(field(count.measure, &count.id))
-                    .arg(count.amount.round() as i64)
-            } else {
-                pipe.cmd("HINCRBYFLOAT")
-                    .arg(&key)
-                    .arg(field(count.measure, &count.id))
-                    .arg(count.amount)
-            };
-            add.ignore();
+            for count in *row {
+                // A count (of calls, tokens, milliseconds) as a whole number: Redis adds
+                // those cheaper than floats, and reads them alike (a float add of whole
+                // amounts, as earlier versions made, left a whole number too).
+                let add = if count.measure.is_whole() {
+                    pipe.cmd("HINCRBY")
+                        .arg(&key)
+                        .arg(field(count.measure, &count.id))
+                        .arg(count.amount.round() as i64)
+                } else {
+                    pipe.cmd("HINCRBYFLOAT")
+                        .arg(&key)
+                        .arg(field(count.measure, &count.id))
+                        .arg(count.amount)
+                };
+                add.ignore();
+            }
             touched.insert(key);
             if indexed {
                 continue;
@@ -231,12 +240,12 @@ impl LedgerStore for RedisStore {
         self.replicated(&mut connection).await?;
         if let Ok(mut written) = self.ledger_written.lock() {
             let written = written.today(today);
-            for count in counts.iter().filter(|count| count.day == today) {
+            for row in rows.iter().filter(|row| row[0].day == today) {
                 written
                     .ids
-                    .entry(count.scope)
+                    .entry(row[0].scope)
                     .or_default()
-                    .insert(count.id.clone());
+                    .insert(row[0].id.clone());
             }
             written.keys.extend(expiring);
         }
