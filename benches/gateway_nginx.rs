@@ -13,7 +13,8 @@
 //! default 6), `BENCH_WARMUP` (seconds before each cell, default 2), `BENCH_ROUNDS`
 //! (default 3), `BENCH_STREAMS` (streamed calls per cell, default 1000),
 //! `BENCH_STORE` (`redis`, the default, or `embedded`), `BENCH_KEY` (`virtual`, the
-//! default, or `master`: the master key, no budget).
+//! default, or `master`: the master key, no budget), `BENCH_LEDGER` (`on`, the default,
+//! or `off`: Sandgate with `--ledger off`, what the ledger's upkeep costs).
 //!
 //! With `BENCH_CALLGRIND=N` it counts instead the instructions Sandgate executes per call
 //! (callgrind, stable where time is not): `sandgate serve` under valgrind, N calls of
@@ -135,11 +136,14 @@ async fn main() {
     let config = proxies::gateway_config(&upstream);
     let (_redis, redis) = harness::redis().await;
     let data = tempfile::tempdir().expect("data dir");
-    let store_args = if embedded {
+    let mut store_args = if embedded {
         vec!["--data-dir".to_owned(), data.path().display().to_string()]
     } else {
         vec!["--redis".to_owned(), redis]
     };
+    if std::env::var("BENCH_LEDGER").is_ok_and(|ledger| ledger == "off") {
+        store_args.extend(["--ledger".to_owned(), "off".to_owned()]);
+    }
     if let Some(calls) = std::env::var("BENCH_CALLGRIND")
         .ok()
         .and_then(|calls| calls.parse().ok())

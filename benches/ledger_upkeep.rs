@@ -2,10 +2,10 @@
 //! deliveries (each a new conversation, so each counts an update) and gateway calls (each
 //! under one of a thousand conversations, so each counts a call, its tokens and spend to
 //! its conversation, its model and the day's total), against the same build with
-//! `--ledger off`, on one Redis, in interleaved rounds; the medians' ratio.
+//! `--ledger off`, on one Redis, in rounds of paired cells; the median of the rounds' ratios.
 //!
-//! `cargo bench --bench ledger_upkeep`. Environment: `BENCH_SECONDS` (per run, default 5),
-//! `BENCH_CONCURRENCY` (default 16), `BENCH_ROUNDS` (default 3).
+//! `cargo bench --bench ledger_upkeep`. Environment: `BENCH_SECONDS` (per cell, default
+//! 3), `BENCH_CONCURRENCY` (default 16), `BENCH_ROUNDS` (default 9).
 
 #![expect(
     clippy::expect_used,
@@ -66,9 +66,9 @@ async fn main() {
     if std::env::args().any(|arg| arg == "--list") {
         return;
     }
-    let seconds = harness::env_number("BENCH_SECONDS", 5);
+    let seconds = harness::env_number("BENCH_SECONDS", 3);
     let concurrency = harness::env_number("BENCH_CONCURRENCY", 16) as usize;
-    let rounds = harness::env_number("BENCH_ROUNDS", 3);
+    let rounds = harness::env_number("BENCH_ROUNDS", 9);
 
     let provider = upstream::start().await;
     let config = upstream::gateway_config(&provider);
@@ -102,20 +102,32 @@ async fn main() {
     // `claude`: priced, so a call counts spend too.
     let body = upstream::chat("claude", false);
     let counter = Arc::new(AtomicU64::new(0));
+    // Per load, the two builds' cells back to back, which of them first alternating from
+    // round to round: each round's ratio is of two cells a few seconds apart, so that the
+    // machine's drift (neighbours come and go) moves both, and the order favours neither.
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 4];
-    for _ in 0..rounds {
-        for (index, (_, _, base)) in servers.iter().enumerate() {
-            let template = template.clone();
-            let webhooks =
-                closed_loop::load(base, concurrency, seconds, move || delivery(&template)).await;
-            let (body, counter) = (body.clone(), counter.clone());
-            let calls = closed_loop::load(base, concurrency, seconds, move || {
-                call(&body, counter.fetch_add(1, Ordering::Relaxed))
-            })
-            .await;
-            assert_eq!(webhooks.errors + calls.errors, 0, "errors");
-            rates[index].push(webhooks.rate());
-            rates[2 + index].push(calls.rate());
+    let mut ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for (load, ratios) in ratios.iter_mut().enumerate() {
+            let mut pair = [0.0; 2];
+            for index in order {
+                let base = &servers[index].2;
+                let result = if load == 0 {
+                    let template = template.clone();
+                    closed_loop::load(base, concurrency, seconds, move || delivery(&template)).await
+                } else {
+                    let (body, counter) = (body.clone(), counter.clone());
+                    closed_loop::load(base, concurrency, seconds, move || {
+                        call(&body, counter.fetch_add(1, Ordering::Relaxed))
+                    })
+                    .await
+                };
+                assert_eq!(result.errors, 0, "errors");
+                pair[index] = result.rate();
+                rates[2 * load + index].push(result.rate());
+            }
+            ratios.push(pair[0] / pair[1]);
         }
     }
     let median = |values: &[f64]| {
@@ -123,11 +135,25 @@ async fn main() {
         sorted.sort_by(f64::total_cmp);
         sorted[sorted.len() / 2]
     };
-    println!("c{concurrency}, {seconds} s cells, medians of {rounds} interleaved rounds\n");
-    println!("| load | ledger on, requests/s | ledger off, requests/s | on / off |");
-    println!("|---|---:|---:|---:|");
-    for (name, on, off) in [("webhook deliveries", 0, 1), ("gateway calls", 2, 3)] {
-        let (on, off) = (median(&rates[on]), median(&rates[off]));
-        println!("| {name} | {on:.0} | {off:.0} | {:.3} |", on / off);
+    let spread = |values: &[f64]| {
+        let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = values.iter().copied().fold(0.0, f64::max);
+        format!("{low:.3}–{high:.3}")
+    };
+    println!("c{concurrency}, {seconds} s cells, {rounds} rounds of paired cells\n");
+    println!(
+        "| load | ledger on, requests/s | ledger off, requests/s | on / off, median of the rounds' | rounds' range |"
+    );
+    println!("|---|---:|---:|---:|---|");
+    for (load, name) in ["webhook deliveries", "gateway calls"]
+        .into_iter()
+        .enumerate()
+    {
+        let (on, off) = (median(&rates[2 * load]), median(&rates[2 * load + 1]));
+        println!(
+            "| {name} | {on:.0} | {off:.0} | {:.3} | {} |",
+            median(&ratios[load]),
+            spread(&ratios[load])
+        );
     }
 }
