@@ -302,8 +302,15 @@ impl SpendLog {
     /// Writes the entries still queued: once the server has stopped, so that a stop loses
     /// none.
     pub(crate) async fn flush(&self) {
-        // The settlements under way first: one the store refuses joins the queue.
+        // The settlements under way first: one the store refuses joins the queue. Any
+        // still queued (their writer never ran: the runtime is stopping) join it too.
         self.settling.caught_up(CATCH_UP_AT_MOST).await;
+        if let Some((settles, through)) = self.settling.take() {
+            if let Ok(mut pending) = self.queue.lock() {
+                pending.settles.extend(settles);
+            }
+            self.settling.written(through);
+        }
         for _ in 0..3 {
             if self.write(false).await {
                 return;

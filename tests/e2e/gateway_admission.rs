@@ -4,7 +4,8 @@
 //! `tpm_limit` answer its 429 across replicas, a key's and (for all their keys together)
 //! a team's and a user's; a client that leaves mid-call releases its hold, and a replica
 //! killed mid-call leaves a hold that ends with its lease; calls made one after another
-//! are never refused over their own last call's hold, settled off its path.
+//! are never refused over their own last call's hold, settled off its path, and a stop
+//! right after the answers loses none of their settlements.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -735,4 +736,39 @@ async fn calls_one_after_another_are_never_refused_over_their_own_holds() {
         body.to_string().contains("Budget has been exceeded!"),
         "{body}"
     );
+}
+
+/// A replica stopped (SIGTERM) the moment its calls are answered: their settlements,
+/// written off the calls' paths, are written before it exits; none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_right_after_the_answers_loses_no_settlement() {
+    let backend = Backend::redis().await;
+    let upstream = GatedUpstream::start(true).await;
+    let config = config(&upstream);
+    let survivor = &replicas(&backend, &config, 1).await[0];
+    let mut args = serve_args(&backend);
+    args.extend(
+        [
+            "--gateway-config",
+            &config.path().display().to_string(),
+            "--proxy-master-key",
+            MASTER_KEY,
+        ]
+        .map(str::to_owned),
+    );
+    let mut stopping = SandgateProcess::spawn(&args, &[]).await;
+    let (key, token) = generate(survivor, &json!({"max_budget": 1000.0})).await;
+    let client = reqwest::Client::new();
+    let calls = 20;
+    let answers = futures::future::join_all(
+        (0..calls).map(|_| limited(call(&client, &stopping.url(""), &key, false))),
+    )
+    .await;
+    for (status, body, _) in &answers {
+        assert_eq!(*status, 200, "{body}");
+    }
+    assert_eq!(stopping.terminate().await, Some(0));
+    let expected = f64::from(calls) * CALL_COST;
+    let spent = spend(survivor, &token, expected).await;
+    assert!((spent - expected).abs() < 1e-9, "{spent} of {expected}");
 }
