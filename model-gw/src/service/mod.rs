@@ -355,6 +355,7 @@ impl ModelGateway for ModelGatewayService {
         request: Request<ManageKeysRequest>,
     ) -> Result<Response<ManageKeysResponse>, Status> {
         let caller = self.auth.authenticate(request.metadata()).await?;
+        self.settled().await;
         let source = sandgate_proto::client_address(&request);
         let request = request.into_inner();
         let audited = crate::audit::key_action(request.operation())
@@ -380,6 +381,7 @@ impl ModelGateway for ModelGatewayService {
         request: Request<ManageOrgsRequest>,
     ) -> Result<Response<ManageOrgsResponse>, Status> {
         let caller = self.auth.authenticate(request.metadata()).await?;
+        self.settled().await;
         let source = sandgate_proto::client_address(&request);
         let request = request.into_inner();
         let audited = crate::audit::org_action(request.operation())
@@ -409,6 +411,18 @@ fn span_name(api: Api) -> &'static str {
 }
 
 impl ModelGatewayService {
+    /// Waits (at most [`crate::settling::CATCH_UP_AT_MOST`]) for the settlements of the
+    /// calls this replica has answered: a management call reads spend (`/key/info`,
+    /// `/user/info`, `/team/info`) and sets it (`/user/update` with `spend`), and must see
+    /// its replica's answered calls counted, and not have a spend it sets moved by an
+    /// earlier call's settlement landing after it.
+    async fn settled(&self) {
+        self.spend
+            .settling()
+            .caught_up(crate::settling::CATCH_UP_AT_MOST)
+            .await;
+    }
+
     /// Who may call, what is asked, and where it goes: everything decided before the
     /// upstream is called.
     async fn route_call(
