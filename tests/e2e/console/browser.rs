@@ -82,6 +82,41 @@ impl Browser {
         }
     }
 
+    /// Types `text` into the field `css`, emptied first. The pages redraw as live changes
+    /// arrive: a field found just before a redraw is gone (stale) by the time it is
+    /// typed into, so it is found again, for up to 30 s.
+    pub async fn fill(&self, css: &str, text: &str) {
+        self.on_fresh(css, |field| async move {
+            field.clear().await?;
+            field.send_keys(text).await
+        })
+        .await;
+    }
+
+    /// Clicks `css`, found again if a redraw made it stale before the click.
+    pub async fn press(&self, css: &str) {
+        self.on_fresh(css, |button| async move { button.click().await })
+            .await;
+    }
+
+    /// `act` on the element `css`, found again each time a redraw made it stale.
+    async fn on_fresh<F, Fut>(&self, css: &str, act: F)
+    where
+        F: Fn(fantoccini::elements::Element) -> Fut,
+        Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match act(self.find(css).await).await {
+                Ok(()) => return,
+                Err(fantoccini::error::CmdError::Standard(err))
+                    if err.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && tokio::time::Instant::now() < deadline => {}
+                Err(err) => panic!("{css}: {err:?}"),
+            }
+        }
+    }
+
     /// The page's text, as the user reads it.
     pub async fn text(&self) -> String {
         match self.client.find(Locator::Css("body")).await {

@@ -318,15 +318,8 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
         "an environment value shown"
     );
     assert!(text.contains(&payload(2)), "the image, as text: {text}");
-    let count = browser.find("#count-console-pool").await;
-    count.clear().await.expect("clear");
-    count.send_keys("2").await.expect("type");
-    browser
-        .find("#count-console-pool + button")
-        .await
-        .click()
-        .await
-        .expect("set count");
+    browser.fill("#count-console-pool", "2").await;
+    browser.press("#count-console-pool + button").await;
     browser.until_text("Pool console-pool set to 2.").await;
     let (_, configs) = send(
         sandgate
@@ -400,17 +393,12 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     .await;
     assert_eq!(listed["keys"].as_array().map(Vec::len), Some(1), "{listed}");
     // A team's budget, set.
-    let budget = browser
-        .find("input[aria-label='Budget of team console-team']")
-        .await;
-    budget.clear().await.expect("clear");
-    budget.send_keys("25").await.expect("type");
     browser
-        .find("input[aria-label='Budget of team console-team'] + button")
-        .await
-        .click()
-        .await
-        .expect("set budget");
+        .fill("input[aria-label='Budget of team console-team']", "25")
+        .await;
+    browser
+        .press("input[aria-label='Budget of team console-team'] + button")
+        .await;
     browser.until_text("Team console-team budget set.").await;
     let (_, info) = send(
         sandgate
