@@ -15,6 +15,7 @@
 //! entry's `model_info.max_output_tokens` when it has one, else that, else
 //! [`DEFAULT_MAX_OUTPUT_TOKENS`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
@@ -28,7 +29,7 @@ use tonic::Status;
 use crate::budget::{Prices, key_window};
 use crate::keys::descriptor;
 use crate::rewrite::ChatRequest;
-use crate::settling::Settling;
+use crate::spend::SpendLog;
 use crate::support::now_ms;
 
 /// The output tokens a call holds when neither it nor its entry bounds them.
@@ -124,9 +125,10 @@ pub(crate) struct Settle {
 }
 
 /// A call's hold on its scopes: released when the call settles, or when it is dropped
-/// unsettled (the call's future was dropped: its client left before an answer).
+/// unsettled (the call's future was dropped: its client left before an answer), its
+/// release then written as settlements are (see `settling`).
 pub(crate) struct Hold {
-    store: Store,
+    spend: Arc<SpendLog>,
     release: Option<Release>,
 }
 
@@ -135,20 +137,13 @@ impl Drop for Hold {
         let Some(release) = self.release.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let store = self.store.clone();
-        runtime.spawn(async move {
-            let settlement = sandgate_store::admission::Settlement {
-                releases: vec![release],
-                now_ms: now_ms(),
-                ..Default::default()
-            };
-            if let Err(err) = store.keys.settle(&settlement).await {
-                tracing::warn!(error = %err, "a dropped call's hold was not released; its lease ends it");
-            }
-        });
+        // Outside a runtime (its shutdown) nothing can be written: the lease ends it.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.spend.settle_soon(Settle {
+                spend: Vec::new(),
+                release: Some(release),
+            });
+        }
     }
 }
 
@@ -210,11 +205,11 @@ impl Charge {
 
 /// Admits `key`'s call of `scopes`, costing at most `amount`: its charge, or the refusal
 /// LiteLLM answers (429 for a rate limit, `budget_exceeded` for a budget). A refusal
-/// while holds are taken is tried once more after `settling` has caught up: a hold may
-/// be the client's own last call's, its settlement still under way.
+/// while holds are taken is tried once more after `spend`'s settlements have caught up:
+/// a hold may be the client's own last call's, its settlement still under way.
 pub(crate) async fn admit(
     store: &Store,
-    settling: &Settling,
+    spend: &Arc<SpendLog>,
     key: &StoredKey,
     scopes: CallScopes,
     amount: f64,
@@ -260,7 +255,7 @@ pub(crate) async fn admit(
         .as_ref()
         .is_some_and(|refusal| only_held(&admission, refusal))
     {
-        settling.before_retry().await;
+        spend.settling().before_retry().await;
         answer = admit().await?;
     }
     match answer {
@@ -273,7 +268,7 @@ pub(crate) async fn admit(
                 .collect();
             // Only rate counted (`rpm_limit`, `tpm_limit`): nothing to release.
             charge.hold = (!held.is_empty()).then(|| Hold {
-                store: store.clone(),
+                spend: spend.clone(),
                 release: Some(Release {
                     hold: admission.hold,
                     scopes: held,
@@ -463,7 +458,7 @@ mod tests {
         let store = Store::open(&backend)
             .await
             .unwrap_or_else(|err| panic!("{err}"));
-        let spend = std::sync::Arc::new(crate::spend::SpendLog::new(
+        let spend = Arc::new(SpendLog::new(
             store.clone(),
             sandgate_store::models::SpendLogRetention::default(),
         ));
@@ -471,14 +466,7 @@ mod tests {
         key.limits.max_parallel_requests = Some(1);
         let held = || {
             let scopes = CallScopes::of_key(&key, None, now_ms());
-            admit(
-                &store,
-                spend.settling(),
-                &key,
-                scopes,
-                1.0,
-                Duration::from_secs(5),
-            )
+            admit(&store, &spend, &key, scopes, 1.0, Duration::from_secs(5))
         };
         for call in 0..3 {
             let charge = held()

@@ -125,6 +125,12 @@ impl SpendQueue {
             }));
     }
 
+    /// Asks for the delayed write; `true` when none was scheduled yet (the caller starts
+    /// it).
+    fn schedule(&mut self) -> bool {
+        !std::mem::replace(&mut self.scheduled, true)
+    }
+
     /// Puts back counts a write could not store.
     fn requeue(&mut self, counts: Vec<SpendCount>) {
         for count in counts {
@@ -220,9 +226,7 @@ impl SpendLog {
             return false;
         }
         pending.entries.push(entry);
-        let first = schedule && !pending.scheduled;
-        pending.scheduled |= schedule;
-        first
+        schedule && pending.schedule()
     }
 
     /// The entry of an answer about to reach its client's last event: a call that holds
@@ -234,12 +238,17 @@ impl SpendLog {
     pub(crate) fn log_answered(self: &Arc<Self>, (entry, settle): Finished) {
         match settle {
             Some(settle) if settle.release.is_some() => {
-                if self.settling.push(settle) {
-                    tokio::spawn(self.clone().settle_queued());
-                }
+                self.settle_soon(settle);
                 self.log_soon((entry, None));
             }
             settle => self.log_soon((entry, settle)),
+        }
+    }
+
+    /// Queues `settle` for the settlements' writer, started if none runs.
+    pub(crate) fn settle_soon(self: &Arc<Self>, settle: Settle) {
+        if self.settling.push(settle) {
+            tokio::spawn(self.clone().settle_queued());
         }
     }
 
@@ -253,7 +262,7 @@ impl SpendLog {
                 tracing::warn!(error = %err, "calls' settlement not stored yet; kept to try again");
                 let schedule = self.queue.lock().is_ok_and(|mut pending| {
                     pending.requeue_settlement(settlement);
-                    !std::mem::replace(&mut pending.scheduled, true)
+                    pending.schedule()
                 });
                 if schedule {
                     self.spawn_writer();

@@ -525,7 +525,7 @@ impl ModelGatewayService {
                 Some(
                     admit(
                         &self.store,
-                        self.spend.settling(),
+                        &self.spend,
                         key,
                         scopes,
                         amount,
