@@ -110,6 +110,23 @@ async fn replicas(
     replicas
 }
 
+/// A replica in a process of its own (one a test kills or stops), with `extra` arguments.
+async fn replica_process(
+    backend: &Backend,
+    config: &tempfile::NamedTempFile,
+    extra: &[&str],
+) -> SandgateProcess {
+    let mut args = serve_args(backend);
+    let path = config.path().display().to_string();
+    args.extend(
+        ["--gateway-config", &path, "--proxy-master-key", MASTER_KEY]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .map(str::to_owned),
+    );
+    SandgateProcess::spawn(&args, &[]).await
+}
+
 /// A call of about 1,080 bytes asking at most 1,000 tokens; `hold`: one the upstream never
 /// answers. Each call's prompt is its own, as concurrent calls' are: the gateway refuses
 /// the same prompt in flight several times at once as a loop.
@@ -673,19 +690,7 @@ async fn a_killed_replicas_hold_ends_with_its_lease() {
     let upstream = GatedUpstream::start(true).await;
     let config = config(&upstream);
     let survivor = &replicas(&backend, &config, 1).await[0];
-    let mut args = serve_args(&backend);
-    args.extend(
-        [
-            "--gateway-config",
-            &config.path().display().to_string(),
-            "--proxy-master-key",
-            MASTER_KEY,
-            "--gateway-call-deadline",
-            "5",
-        ]
-        .map(str::to_owned),
-    );
-    let mut doomed = SandgateProcess::spawn(&args, &[]).await;
+    let mut doomed = replica_process(&backend, &config, &["--gateway-call-deadline", "5"]).await;
     let (key, _) = generate(survivor, &json!({"max_parallel_requests": 1})).await;
     let client = reqwest::Client::new();
     let held = tokio::spawn(send(call(&client, &doomed.url(""), &key, true)));
@@ -746,17 +751,7 @@ async fn a_stop_right_after_the_answers_loses_no_settlement() {
     let upstream = GatedUpstream::start(true).await;
     let config = config(&upstream);
     let survivor = &replicas(&backend, &config, 1).await[0];
-    let mut args = serve_args(&backend);
-    args.extend(
-        [
-            "--gateway-config",
-            &config.path().display().to_string(),
-            "--proxy-master-key",
-            MASTER_KEY,
-        ]
-        .map(str::to_owned),
-    );
-    let mut stopping = SandgateProcess::spawn(&args, &[]).await;
+    let mut stopping = replica_process(&backend, &config, &[]).await;
     let (key, token) = generate(survivor, &json!({"max_budget": 1000.0})).await;
     let client = reqwest::Client::new();
     let calls = 20;
