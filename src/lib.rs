@@ -6,6 +6,7 @@
 pub mod admin_client;
 pub mod check_config;
 pub mod cli;
+mod doors;
 pub mod gen_secrets;
 mod grpc_peer;
 pub mod health_check;
@@ -22,6 +23,7 @@ use anyhow::Context;
 use axum::Router;
 use check_config::{Settings, refuse_on_fatal};
 use sandgate_edge::{GrpcChannel, ModelGw};
+use sandgate_runtime_api::sandboxes::process::Doors;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
@@ -115,16 +117,16 @@ pub async fn serve(
     let settings = Settings::serve(&args);
     refuse_on_fatal(&settings)?;
     // Process sandboxes with a network of their own reach Sandgate's port through a
-    // listener of their own: the edge without `/metrics`, the support bundle or the
-    // public gRPC routes.
-    let for_sandboxes = match args.sandboxes.sandbox_driver {
+    // listener each (`doors.rs`): the edge without `/metrics`, the support bundle or the
+    // public gRPC routes, knowing which sandbox calls.
+    let doors = match args.sandboxes.sandbox_driver {
         cli::SandboxDriverKind::Process => {
-            let sandboxes = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
-            args.sandboxes.sandbox_edge_forward = Some((
-                listener.local_addr()?.port(),
-                sandboxes.local_addr()?.port(),
-            ));
-            Some(sandboxes)
+            let doors = doors::EdgeDoors::new(args.server.config());
+            args.sandboxes.sandbox_doors = Some(Doors {
+                inside: listener.local_addr()?.port(),
+                opener: doors.clone(),
+            });
+            Some(doors)
         }
         _ => None,
     };
@@ -169,18 +171,9 @@ pub async fn serve(
         Some(metrics.clone()),
     )?;
     let edge = sandgate_edge::router(channel, edge_config(&args.edge, Some(model_gw)));
-    let sandboxes_served = for_sandboxes.map(|sandboxes| {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(http_server::serve(
-            sandboxes,
-            edge.clone(),
-            async move {
-                let _ = stopped.await;
-            },
-            args.server.config(),
-        ));
-        (stop, served)
-    });
+    if let Some(doors) = &doors {
+        doors.serve_with(edge.clone());
+    }
     let mut app = edge
         .merge(telemetry::metrics::routes(
             metrics,
@@ -203,9 +196,8 @@ pub async fn serve(
         run_http(listener, app, shutdown, args.server.config()),
     )
     .await;
-    if let Some((stop, sandboxes_served)) = sandboxes_served {
-        drop(stop);
-        let _ = sandboxes_served.await;
+    if let Some(doors) = &doors {
+        doors.close().await;
     }
     gateway.flush_spend_log().await;
     ledger.flush().await;

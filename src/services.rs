@@ -158,14 +158,10 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
                 port: args.sandbox_port,
                 stop_grace: PROCESS_STOP_GRACE,
                 network: NetworkOptions {
-                    forwards: args
-                        .sandbox_edge_forward
-                        .iter()
-                        .chain(&args.sandbox_forward_ports)
-                        .copied()
-                        .collect(),
+                    forwards: args.sandbox_forward_ports.clone(),
                     egress: args.sandbox_egress,
                 },
+                doors: args.sandbox_doors.clone(),
             };
             tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
             tracing::warn!(

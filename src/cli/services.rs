@@ -180,10 +180,10 @@ pub struct SandboxArgs {
     /// API.
     #[arg(long, env = "SANDBOX_FORWARD_PORTS", value_delimiter = ',', value_parser = forward)]
     pub sandbox_forward_ports: Vec<(u16, u16)>,
-    /// `serve`: Sandgate's own port, and the port of its listener for sandboxes (the edge
-    /// without `/metrics`) that a sandbox reaches there.
+    /// `serve`: how a `process` sandbox in a network of its own reaches Sandgate's port, a
+    /// listener of its own (its door: the edge without `/metrics`).
     #[arg(skip)]
-    pub sandbox_edge_forward: Option<(u16, u16)>,
+    pub sandbox_doors: Option<sandgate_runtime_api::sandboxes::process::Doors>,
     /// The port the agent server listens on inside a sandbox (`kubernetes`); with
     /// `process`, the port sandbox commands name, rewritten to each sandbox's own.
     #[arg(long, env = "SANDBOX_PORT", default_value_t = 8000)]

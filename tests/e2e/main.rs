@@ -56,6 +56,7 @@ mod process_isolation;
 mod process_network;
 mod process_real_clients;
 mod process_sandboxes;
+mod process_sessions;
 mod process_view;
 mod quotas;
 mod redaction;

@@ -1,5 +1,5 @@
 //! The `process` driver's network (issue 50) from the hostile side, inside real
-//! sandboxes on the real `sandgate` binary as root: a sandbox reaches Sandgate's webhooks
+//! sandboxes on the real `sandgate` binary, as root and as another user: a sandbox reaches Sandgate's webhooks
 //! and gateway and the webhook its start names, and nothing else of this machine: not
 //! Sandgate's Redis, not a service on its loopback or on all its addresses, not another
 //! sandbox's agent-server, not the metadata address, not Sandgate's `/metrics`; and its
@@ -18,6 +18,7 @@ use crate::common::{RedisServer, SandgateProcess, require_root};
 use crate::process_sandboxes::{
     SANDGATE_SECRET, act, call, serve_args, serve_as, serving, until_session,
 };
+use crate::process_view::{UNPRIVILEGED, closed_data_dir};
 
 /// What the prober tries, from inside its sandbox: each `(host, port)` of `TARGETS`
 /// connected to (`connected`, or the error's name), each URL of `URLS` fetched (its
@@ -137,7 +138,7 @@ async fn findings(data: &Path, runtime_id: &str) -> Value {
     }
 }
 
-fn port_of(url: &str) -> u16 {
+pub(crate) fn port_of(url: &str) -> u16 {
     url.rsplit(':')
         .next()
         .and_then(|port| port.trim_end_matches('/').parse().ok())
@@ -149,10 +150,39 @@ async fn a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else_of_this_mac
     if !require_root("process sandboxes' network namespaces (root makes them)") {
         return;
     }
+    reaches_only_what_it_may(None).await;
+}
+
+/// As above, under a Sandgate that is not root, its data directory in a parent of mode
+/// 0700: the network comes from a stage in a user namespace of its own (`view.rs`), and
+/// pasta opens `/dev/net/tun` as Sandgate's user (`scripts/test` makes it 0666, as
+/// Debian's udev does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_root_a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else() {
+    if !require_root("a Sandgate run as another user (root starts it)") {
+        return;
+    }
+    let tun = std::fs::metadata("/dev/net/tun").expect("/dev/net/tun");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&tun.permissions()) & 0o666,
+        0o666,
+        "/dev/net/tun must be open to every user, as Debian's udev makes it (scripts/test does)"
+    );
+    reaches_only_what_it_may(Some(UNPRIVILEGED)).await;
+}
+
+/// A prober and a neighbour under a Sandgate run as `uid` (root without one).
+async fn reaches_only_what_it_may(uid: Option<u32>) {
     let redis = RedisServer::start().await;
-    let data = tempfile::tempdir().expect("data");
+    let (_parent, data) = closed_data_dir(uid);
+    let data = data.as_path();
     let redis_url = redis.url();
-    let mut sandgate = serve_as(None, data.path(), "8000", &["--redis", &redis_url]).await;
+    let mut sandgate = serve_as(uid, data, "8000", &["--redis", &redis_url]).await;
+    assert!(
+        !sandgate.log().contains("no network of its own"),
+        "{}",
+        sandgate.log()
+    );
     let edge = port_of(&sandgate.url(""));
     // A service on this machine's loopback, one on all its addresses, a webhook target.
     let (canary, canary_seen) = counting("127.0.0.1:0").await;
@@ -197,7 +227,7 @@ async fn a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else_of_this_mac
         format!("http://127.0.0.1:{webhook}/api/v1/webhooks"),
     )]);
     let id = running(&sandgate, prober("prober", &targets, &urls, &environment)).await;
-    let seen = findings(data.path(), &id).await;
+    let seen = findings(data, &id).await;
     let log = sandgate.log();
     // Sandgate's webhooks and gateway answer (the gateway asks for a key), and the
     // webhook target the start names.
@@ -218,14 +248,11 @@ async fn a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else_of_this_mac
         assert_eq!(seen[name], "EACCES", "{name}: {seen}");
     }
 
-    // A pause ends its network; a resume brings it back.
+    // A pause ends its network; a resume brings it back. As root, its namespace has a
+    // name; without root, none: it lives as long as the sandbox's processes.
     let namespace = Path::new("/run/netns").join(format!("sandgate-{id}"));
-    assert!(namespace.exists(), "{}", namespace.display());
-    let pasta = data
-        .path()
-        .join("sandbox-state")
-        .join(&id)
-        .join("pasta.pid");
+    assert_eq!(namespace.exists(), uid.is_none(), "{}", namespace.display());
+    let pasta = data.join("sandbox-state").join(&id).join("pasta.pid");
     let pasta_pid = std::fs::read_to_string(&pasta).expect("pasta's pid");
     let alive = |pid: &str| {
         std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))
@@ -241,21 +268,21 @@ async fn a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else_of_this_mac
     assert!(!pasta.exists(), "its pasta's pid is gone");
     assert!(!alive(&pasta_pid), "its pasta is gone");
     std::fs::remove_file(
-        data.path()
-            .join("sandboxes")
+        data.join("sandboxes")
             .join(&id)
             .join("workspace/network.json"),
     )
     .expect("rm");
     assert_eq!(act(&sandgate, "resume", &id).await, 200);
     until_session(&sandgate, "prober", "running").await;
-    let again = findings(data.path(), &id).await;
+    let again = findings(data, &id).await;
     assert_eq!(again["health"], 200, "{again}");
     assert_eq!(again["webhook"], 200, "{again}");
     assert_eq!(again["canary"], "ECONNREFUSED", "{again}");
     assert_eq!(again["metadata"], "EACCES", "{again}");
 
     // Nothing of either sandbox's network outlives it.
+    let pasta_pid = std::fs::read_to_string(&pasta).expect("pasta's pid");
     for runtime_id in [&id, &neighbour] {
         assert_eq!(act(&sandgate, "stop", runtime_id).await, 200);
         let namespace = Path::new("/run/netns").join(format!("sandgate-{runtime_id}"));
@@ -264,6 +291,14 @@ async fn a_sandbox_reaches_sandgate_and_its_webhook_and_nothing_else_of_this_mac
             assert!(tokio::time::Instant::now() < deadline, "{namespace:?} left");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while alive(&pasta_pid) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pasta outlived its sandbox"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     sandgate.terminate().await;
 }

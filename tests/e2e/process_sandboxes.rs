@@ -415,6 +415,7 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
             port: 8000,
             stop_grace: Duration::from_secs(1),
             network: Default::default(),
+            doors: None,
         },
         &SystemClock,
     )

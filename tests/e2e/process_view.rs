@@ -27,6 +27,15 @@ pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// Whether a Sandgate run as another user gives its sandboxes a network of their own (and
+/// with it a stage, as root's: `view.rs`): where pasta may open `/dev/net/tun` as that
+/// user, as `scripts/test` makes it (Debian's udev's mode, 0666).
+pub(crate) fn unprivileged_network() -> bool {
+    std::fs::metadata("/dev/net/tun").is_ok_and(|tun| {
+        std::os::unix::fs::PermissionsExt::mode(&tun.permissions()) & 0o666 == 0o666
+    })
+}
+
 /// A data directory inside a parent of mode 0700 (its owner's: `uid`'s, else root's), as
 /// `/root/…` is on a new machine; the parent is kept alive with it.
 pub(crate) fn closed_data_dir(uid: Option<u32>) -> (tempfile::TempDir, PathBuf) {
@@ -175,14 +184,34 @@ async fn settled(sandgate: &SandgateProcess, session: &str, wanted: &str) -> Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_swapped_into_the_working_directory_is_never_followed_by_sandgate() {
-    let (_parent, data) = closed_data_dir(None);
-    // What the links point at: a directory of someone else's, with a file in it.
+    links_are_never_followed(None).await;
+}
+
+/// As above, under a Sandgate run as another user: the links point at a directory of
+/// that user's, which Sandgate could change if it followed them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_an_unprivileged_sandgate_a_swapped_link_is_never_followed_either() {
+    if !crate::common::require_root("a Sandgate run as another user (root starts it)") {
+        return;
+    }
+    links_are_never_followed(Some(UNPRIVILEGED)).await;
+}
+
+/// Links swapped in for each level of a two-level working directory, under a Sandgate
+/// run as `uid` (root without one).
+async fn links_are_never_followed(uid: Option<u32>) {
+    let (_parent, data) = closed_data_dir(uid);
+    // What the links point at: a directory of someone else's (or, without root, of
+    // Sandgate's user's own), with a file in it.
     let target = tempfile::tempdir().expect("target");
     std::fs::write(target.path().join("keep.txt"), "mine").expect("write");
     std::fs::set_permissions(target.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    if let Some(uid) = uid {
+        std::os::unix::fs::chown(target.path(), Some(uid), Some(uid)).expect("chown");
+    }
     let before = state_of(target.path());
     let args = ["--runtime-idle-seconds", "2", "--reconcile-interval", "0.2"];
-    let mut sandgate = serve_as(None, &data, "8000", &args).await;
+    let mut sandgate = serve_as(uid, &data, "8000", &args).await;
     // One sandbox per level, each working in /workspace/a/b.
     let mut ids = Vec::new();
     for session in ["level-two", "level-one", "level-zero"] {
@@ -233,7 +262,7 @@ async fn a_link_swapped_into_the_working_directory_is_never_followed_by_sandgate
     until_session(&sandgate, zero, "paused").await;
     sandgate.terminate().await;
     swap_for_link(zero_ws, target.path());
-    let mut sandgate = serve_as(None, &data, "8000", &args).await;
+    let mut sandgate = serve_as(uid, &data, "8000", &args).await;
     // Its start fails (the folder's `workspace` is a link) and the sandbox stays paused.
     let status = act(&sandgate, "resume", zero_id).await;
     assert_eq!(

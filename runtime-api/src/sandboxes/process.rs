@@ -11,9 +11,11 @@
 //!   `workspace/` it sees at the top of its spec's working directory (`/workspace` for
 //!   `/workspace/project`, and without one), `HOME` its `home/`, `TMPDIR` and `/tmp` its
 //!   `tmp/`. Its port, pid and output (`sandbox.log`) are in
-//!   `{data_dir}/sandbox-state/{runtime_id}/`, which no sandbox sees. As root, it has a
-//!   network of its own (`process/network.rs`): Sandgate's port, its webhooks and the
-//!   internet, never this machine's loopback services nor another sandbox.
+//!   `{data_dir}/sandbox-state/{runtime_id}/`, which no sandbox sees. Where this machine
+//!   allows (as root, or without root where `/dev/net/tun` is open to Sandgate's user),
+//!   it has a network of its own (`process/network.rs`): Sandgate's port through a door of
+//!   its own (`process/door.rs`, by which the gateway knows its calls), its webhooks and
+//!   the internet, never this machine's loopback services nor another sandbox.
 //! - Its environment is the spec's, `SESSION_API_KEY`, `OH_SECRET_KEY`, `PORT`, `HOME` and
 //!   `TMPDIR`, and of Sandgate's own only `PATH`, the locale and the time zone: Sandgate's
 //!   secrets never reach a sandbox. It runs in PID and user namespaces of its own, as a
@@ -41,6 +43,7 @@
 //! processes in memory.
 
 mod command_line;
+mod door;
 mod layout;
 mod network;
 mod readiness;
@@ -48,8 +51,9 @@ mod starting;
 mod stopping;
 mod view;
 
+pub use door::{Door, Doors, OpenDoor, door_peer};
 pub use layout::{Unreachable, check_reach};
-pub use network::{Egress, NetworkOptions, NetworkTools};
+pub use network::{Egress, Joining, NetworkOptions, NetworkTools};
 pub use view::ViewTools;
 
 use std::collections::HashMap;
@@ -91,6 +95,8 @@ pub struct ProcessOptions {
     pub stop_grace: Duration,
     /// What a sandbox's network lets through, where it has one of its own.
     pub network: NetworkOptions,
+    /// Where it has one, how it reaches Sandgate: through a door of its own (`door.rs`).
+    pub doors: Option<Doors>,
 }
 
 /// What the driver knows of one sandbox's process.
@@ -114,6 +120,8 @@ struct Sandbox {
     /// The keys its process was started with, until the server on its port has shown it
     /// holds them (`readiness.rs`); `None` once it has.
     unidentified: Option<SandboxKeys>,
+    /// Its way to Sandgate while its process runs in a network of its own.
+    door: Option<Door>,
 }
 
 impl Sandbox {
@@ -191,6 +199,7 @@ impl ProcessDriver {
                         process: Process::Stopped,
                         webhook_ports: Vec::new(),
                         unidentified: None,
+                        door: None,
                     },
                 );
             }
@@ -261,12 +270,24 @@ impl ProcessDriver {
         let id = &sandbox.runtime_id;
         self.stop(id).await;
         let port = self.port(id)?;
+        // Its way to Sandgate, where it may get a network of its own: opened before its
+        // process, which waits for its network, and kept only if it gets one.
+        let door = match (&self.options.doors, &self.isolation.network) {
+            (Some(doors), Some(_)) => Some(doors.opener.open().map_err(|err| {
+                DriverError(format!(
+                    "cannot start sandbox {id}: {NAMESPACE_SETUP}: cannot open its way to Sandgate: {err}"
+                ))
+            })?),
+            _ => None,
+        };
         let (child, handshake) = self.spawn(sandbox, port, keys)?;
+        let door = door.filter(|_| handshake.is_some());
         let webhook_ports = network::loopback_ports(
             super::init::webhook_urls(&sandbox.spec.environment)
                 .iter()
                 .map(String::as_str),
         );
+        let door_port = door.as_ref().map(|door| door.port);
         self.sandboxes().insert(
             id.clone(),
             Sandbox {
@@ -274,11 +295,13 @@ impl ProcessDriver {
                 process: Process::Running(child),
                 webhook_ports: webhook_ports.clone(),
                 unidentified: Some(keys.clone()),
+                door,
             },
         );
-        if let (Some(handshake), Some(plan)) =
-            (handshake, self.network_plan(id, port, webhook_ports))
-        {
+        if let (Some(handshake), Some(plan)) = (
+            handshake,
+            self.network_plan(id, port, webhook_ports, door_port),
+        ) {
             let attached = tokio::time::timeout(
                 network::SETUP_TIMEOUT,
                 tokio::task::spawn_blocking(move || plan.attach(handshake)),
@@ -301,15 +324,21 @@ impl ProcessDriver {
     }
 
     /// How `runtime_id`'s network is made, where sandboxes get one of their own.
+    /// `door`: the port of its door, which Sandgate's port inside leads to.
     fn network_plan(
         &self,
         runtime_id: &str,
         port: u16,
         webhook_ports: Vec<u16>,
+        door: Option<u16>,
     ) -> Option<network::Plan> {
+        let mut options = self.options.network.clone();
+        if let (Some(doors), Some(door)) = (&self.options.doors, door) {
+            options.forwards.push((doors.inside, door));
+        }
         Some(network::Plan {
             tools: self.isolation.network.clone()?,
-            options: self.options.network.clone(),
+            options,
             runtime_id: runtime_id.to_owned(),
             port,
             webhook_ports,
@@ -327,10 +356,18 @@ impl ProcessDriver {
 
     /// Stops the sandbox's process, if it has one running, and waits for it to go.
     async fn stop(&self, runtime_id: &str) {
-        let process = self
+        let (process, door) = self
             .sandboxes()
             .get_mut(runtime_id)
-            .map(|sandbox| std::mem::replace(&mut sandbox.process, Process::Stopped));
+            .map(|sandbox| {
+                (
+                    std::mem::replace(&mut sandbox.process, Process::Stopped),
+                    sandbox.door.take(),
+                )
+            })
+            .unzip();
+        // Closed: nothing comes in as this sandbox any longer.
+        drop(door);
         match process {
             Some(Process::Running(child)) => {
                 terminate(child, self.options.stop_grace).await;
@@ -365,10 +402,18 @@ impl SandboxDriver for ProcessDriver {
                 .iter()
                 .map(String::as_str),
         );
-        let (port, ports) = {
+        let (port, ports, door, stage) = {
             let sandboxes = self.sandboxes();
             let Some(known) = sandboxes.get(id) else {
                 return Ok(());
+            };
+            // The first process of its namespaces: the child of the bwrap Sandgate holds.
+            let stage = match &known.process {
+                Process::Running(child) => child
+                    .id()
+                    .and_then(|pid| i32::try_from(pid).ok())
+                    .and_then(super::process_isolation::sandbox_init),
+                _ => None,
             };
             if wanted.iter().all(|port| known.webhook_ports.contains(port)) {
                 return Ok(());
@@ -377,13 +422,18 @@ impl SandboxDriver for ProcessDriver {
             ports.extend(wanted);
             ports.sort_unstable();
             ports.dedup();
-            (known.port, ports)
+            (
+                known.port,
+                ports,
+                known.door.as_ref().map(|door| door.port),
+                stage,
+            )
         };
-        let Some(plan) = self.network_plan(id, port, ports.clone()) else {
+        let Some(plan) = self.network_plan(id, port, ports.clone(), door) else {
             return Ok(());
         };
         // pasta forwards what it was started with: a new one, for the claim's webhooks.
-        tokio::task::spawn_blocking(move || plan.reattach())
+        tokio::task::spawn_blocking(move || plan.reattach(stage))
             .await
             .map_err(|err| DriverError(err.to_string()))?
             .map_err(|err| DriverError(format!("cannot reach the claim's webhooks: {err}")))?;
@@ -455,11 +505,12 @@ impl SandboxDriver for ProcessDriver {
                         &sandbox.process,
                         sandbox.port,
                         sandbox.probe(networked, first),
+                        sandbox.door.as_ref().map(|door| door.peer.to_string()),
                     )
                 });
                 match process {
-                    Some((Process::Running(_), port, probe)) => {
-                        probes.push((id.clone(), port, probe));
+                    Some((Process::Running(_), port, probe, peer)) => {
+                        probes.push((id.clone(), port, probe, peer));
                     }
                     Some((Process::Exited { detail, .. }, ..)) => {
                         observed.insert(id.clone(), error(detail.clone()));
@@ -484,10 +535,10 @@ impl SandboxDriver for ProcessDriver {
         let ready = futures::future::join_all(
             probes
                 .iter()
-                .map(|(_, port, probe)| probe.passes(&self.client, *port)),
+                .map(|(_, port, probe, _)| probe.passes(&self.client, *port)),
         )
         .await;
-        for ((id, _, probe), ready) in probes.into_iter().zip(ready) {
+        for ((id, _, probe, peer), ready) in probes.into_iter().zip(ready) {
             if let (true, Probe::Identify { keys, .. }) = (ready, &probe) {
                 // Its own: unless its process was started again since, with other keys.
                 if let Some(sandbox) = self.sandboxes().get_mut(&id)
@@ -501,7 +552,10 @@ impl SandboxDriver for ProcessDriver {
             } else {
                 SandboxState::Starting
             };
-            observed.insert(id, Observed::new(state, None));
+            // Its calls are known by its door's address, as a pod's by its IP.
+            let mut seen = Observed::new(state, None);
+            seen.source_address = peer;
+            observed.insert(id, seen);
         }
         Ok(observed)
     }

@@ -10,10 +10,11 @@
 //!   (derived from its runtime id in `SANDBOX_UID_BASE..`), whatever its spec's
 //!   `run_as_user`, which is the uid it sees itself as inside its user namespace: limits
 //!   counted per uid (processes) and file ownership are per sandbox.
-//! - When Sandgate runs as root: a network namespace of its own, joined to this machine
-//!   by pasta (`process/network.rs`): Sandgate's ports for sandboxes, the webhooks its
-//!   start names and the internet, never this machine's loopback services, another
-//!   sandbox or the metadata service.
+//! - A network namespace of its own, joined to this machine by pasta
+//!   (`process/network.rs`): Sandgate's ports for sandboxes, the webhooks its start names
+//!   and the internet, never this machine's loopback services, another sandbox or the
+//!   metadata service. As root, or without root where pasta may open `/dev/net/tun` as
+//!   Sandgate's user ([`network_tools`]).
 //! - rlimits by `prlimit`: address space, and processes when the uid is its own (the
 //!   count is per uid), scaled by `resource_factor`.
 //!
@@ -27,7 +28,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 
-pub use super::process::{NetworkTools, ViewTools};
+pub use super::process::{Joining, NetworkTools, ViewTools};
 
 /// First uid of the range sandboxes get when Sandgate runs as root: far above the uids
 /// of a machine's real users and services.
@@ -60,8 +61,8 @@ pub struct Isolation {
     /// bubblewrap, setpriv and sh, when a sandbox's view can be made here.
     pub view: Option<ViewTools>,
     pub prlimit: Option<PathBuf>,
-    /// iproute2's `ip` and pasta, when Sandgate is root and both are here: each sandbox
-    /// gets a network of its own.
+    /// iproute2's `ip` and pasta (and without root, what else it needs:
+    /// [`network_tools`]), when they are here: each sandbox gets a network of its own.
     pub network: Option<NetworkTools>,
     /// The system directories of this machine, as a view shows them.
     pub system: Vec<SystemDir>,
@@ -100,15 +101,7 @@ impl Isolation {
         let root = rustix::process::geteuid().is_root();
         let system = system_dirs(Path::new("/"));
         let view = view_tools().filter(|tools| probe(tools, root, &system));
-        let network = root
-            .then(|| {
-                Some(NetworkTools {
-                    ip: find_program("ip")?,
-                    pasta: find_program("pasta")?,
-                })
-            })
-            .flatten()
-            .filter(|_| view.is_some());
+        let network = view.as_ref().and_then(|view| network_tools(view, root));
         Self {
             root,
             view,
@@ -159,7 +152,10 @@ impl Isolation {
                  is missing, or there is no view): sandboxes share this machine's network, \
                  its loopback services and each other's ports"
                 } else {
-                    "no network of its own (it needs Sandgate as root): sandboxes share this \
+                    "no network of its own (without root it needs pasta, from Debian's package \
+                 passt, iproute2's ip, util-linux's nsenter, /dev/net/tun open to Sandgate's \
+                 user for reading and writing (mode 0666, as Debian's udev makes it), and \
+                 user namespaces with capabilities inside them): sandboxes share this \
                  machine's network, its loopback services and each other's ports"
                 }
                 .to_owned(),
@@ -234,6 +230,51 @@ fn system_dirs(root: &Path) -> Vec<SystemDir> {
             }
         })
         .collect()
+}
+
+/// The tools of a network of its own for every sandbox, where this machine has them: as
+/// root, `ip` and pasta; without root, also `nsenter`, a `/dev/net/tun` Sandgate's user
+/// may open (pasta opens it in the namespace as that user), and a stage that keeps its
+/// capabilities in a user namespace of its own, with the sandbox's inside it (`view.rs`:
+/// a setuid bwrap refuses `--cap-add` to a user, and some machines refuse nested user
+/// namespaces).
+fn network_tools(view: &ViewTools, root: bool) -> Option<NetworkTools> {
+    let ip = find_program("ip")?;
+    let pasta = find_program("pasta")?;
+    let joining = if root {
+        Joining::Root
+    } else {
+        let nsenter = find_program("nsenter")?;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")
+            .ok()?;
+        let bwrap = view.bwrap.display().to_string();
+        let staged = std::process::Command::new(&view.bwrap)
+            .args([
+                "--unshare-user",
+                "--uid",
+                "0",
+                "--gid",
+                "0",
+                "--cap-add",
+                "ALL",
+            ])
+            .args(["--unshare-net", "--dev-bind", "/", "/", "--"])
+            .args([&bwrap, "--unshare-user", "--uid", "1", "--gid", "1"])
+            .args(["--ro-bind", "/", "/", "--", "/bin/sh", "-c", "exit 0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?;
+        if !staged.success() {
+            return None;
+        }
+        Joining::Rootless { nsenter }
+    };
+    Some(NetworkTools { ip, pasta, joining })
 }
 
 fn view_tools() -> Option<ViewTools> {

@@ -1,17 +1,18 @@
-//! A `process` sandbox's network, when Sandgate is root: a network namespace of its own,
-//! reaching what a sandbox pod's NetworkPolicy lets it reach on Kubernetes
+//! A `process` sandbox's network: a network namespace of its own, reaching what a sandbox
+//! pod's NetworkPolicy lets it reach on Kubernetes
 //! (`k8s/chart/templates/sandbox-networkpolicies.yaml`), and nothing else of this machine.
 //!
-//! - The stage's bwrap (root's) makes the namespace (`--unshare-net`): it belongs to the
-//!   machine's user namespace, so nothing the sandbox runs, as its own uid in a user
-//!   namespace of its own, may change its addresses, routes or rules.
+//! - The stage's bwrap makes the namespace (`--unshare-net`). As root, it belongs to the
+//!   machine's user namespace; without root, to the stage's ([`Joining::Rootless`]),
+//!   where Sandgate's uid is root. Either way, nothing the sandbox runs, as its own uid in
+//!   a user namespace of its own, may change its addresses, routes or rules.
 //! - pasta (from passt, the network of rootless Podman) joins it to the machine: its
 //!   address and default route are the machine's (`--config-net`), its connections out
 //!   become connections of pasta's on this machine, and the gateway's address is not
 //!   this machine (`--no-map-gw`): the machine's loopback is not reachable from inside.
 //! - What a sandbox reaches at its own `127.0.0.1` (pasta's `-T`, port to port): the ports
-//!   Sandgate serves sandboxes on ([`NetworkOptions::forwards`]: the webhooks and the
-//!   gateway, on a listener without `/metrics`), and the loopback webhook targets its
+//!   Sandgate serves sandboxes on (its door, `door.rs`: the webhooks and the gateway,
+//!   without `/metrics`; and [`NetworkOptions::forwards`]), and the loopback webhook targets its
 //!   start names (`OH_WEBHOOKS*`), each at its own port.
 //! - Out: the internet when the operator allows it ([`Egress::Internet`], the default,
 //!   as the chart's `sandboxEgress.internet`), less IANA's special-purpose blocks (private
@@ -29,8 +30,9 @@
 //!   on this machine.
 //!
 //! The steps of a start: bwrap writes its first process's pid (`--info-fd`) and waits
-//! (`--block-fd`); Sandgate names the namespace (`ip netns attach sandgate-{id}`: pasta
-//! of Debian 12 joins a namespace by name, not by pid, as root), adds the rules
+//! (`--block-fd`); as root, Sandgate names the namespace (`ip netns attach sandgate-{id}`:
+//! pasta of Debian 12 joins a namespace by name, not by pid, as root; without root, it is
+//! reached by that pid), adds the rules
 //! (`ip -n … rule add … prohibit`), starts pasta, which returns once the namespace is
 //! configured and goes on as a daemon (its pid in the sandbox's state), then lets bwrap
 //! go on. Stopping a sandbox ends its pasta and removes the name. What it costs a start
@@ -70,6 +72,27 @@ pub struct NetworkTools {
     /// iproute2's `ip`.
     pub ip: PathBuf,
     pub pasta: PathBuf,
+    pub joining: Joining,
+}
+
+/// How Sandgate's tools reach a sandbox's network namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Joining {
+    /// Sandgate is root: the namespace is named (`ip netns attach`), pasta runs as root.
+    Root,
+    /// Sandgate is not root: the namespace belongs to the stage's user namespace, where
+    /// Sandgate's uid is root (`view.rs`). util-linux's `nsenter` enters both for `ip`
+    /// (keeping Sandgate's uid, which is that root), and pasta joins them by the stage's
+    /// pid, as rootless Podman's does. pasta then opens `/dev/net/tun` as Sandgate's uid.
+    Rootless { nsenter: PathBuf },
+}
+
+/// Where one sandbox's namespace is, for the tools that configure it.
+enum Namespace<'a> {
+    /// By its name in `/run/netns` (root).
+    Named(String),
+    /// By the host pid of its stage's first process (without root), entered by `nsenter`.
+    Stage { pid: i32, nsenter: &'a Path },
 }
 
 /// Where sandboxes' connections may go out.
@@ -153,21 +176,24 @@ impl Plan {
     pub fn attach(&self, handshake: Handshake) -> Result<(), String> {
         let Handshake { mut info, mut go } = handshake;
         let pid = child_pid(&mut info)?;
-        let name = namespace_name(&self.runtime_id);
-        run(
-            Command::new(&self.tools.ip).args(["netns", "attach", &name, &pid.to_string()]),
-            None,
-        )?;
+        let namespace = match &self.tools.joining {
+            Joining::Root => {
+                let name = namespace_name(&self.runtime_id);
+                run(
+                    Command::new(&self.tools.ip).args(["netns", "attach", &name, &pid.to_string()]),
+                    None,
+                )?;
+                Namespace::Named(name)
+            }
+            Joining::Rootless { nsenter } => {
+                until_mapped(pid)?;
+                Namespace::Stage { pid, nsenter }
+            }
+        };
         let (v4, v6) = rules(self.options.egress);
-        run(
-            Command::new(&self.tools.ip).args(["-n", &name, "-batch", "-"]),
-            Some(&v4),
-        )?;
-        run(
-            Command::new(&self.tools.ip).args(["-6", "-n", &name, "-batch", "-"]),
-            Some(&v6),
-        )?;
-        self.start_pasta(&name)?;
+        run(&mut self.ip(&namespace, &["-batch", "-"]), Some(&v4))?;
+        run(&mut self.ip(&namespace, &["-6", "-batch", "-"]), Some(&v6))?;
+        self.start_pasta(&namespace)?;
         go.write_all(b"1").map_err(|err| {
             // bubblewrap is gone: what it said is in the sandbox's log.
             let log = std::fs::read_to_string(self.state.join(super::LOG_FILE)).unwrap_or_default();
@@ -184,19 +210,47 @@ impl Plan {
     }
 
     /// Joins the sandbox's namespace to this machine again, with this plan's forwards
-    /// (a claim's webhooks): its pasta ended, then a new one; blocking.
-    pub fn reattach(&self) -> Result<(), String> {
+    /// (a claim's webhooks): its pasta ended, then a new one; blocking. `stage`: the host
+    /// pid of its stage's first process, by which it is found without root.
+    pub fn reattach(&self, stage: Option<i32>) -> Result<(), String> {
+        let namespace = match (&self.tools.joining, stage) {
+            (Joining::Root, _) => Namespace::Named(namespace_name(&self.runtime_id)),
+            (Joining::Rootless { nsenter }, Some(pid)) => Namespace::Stage { pid, nsenter },
+            (Joining::Rootless { .. }, None) => {
+                return Err("its namespace is gone (its processes ended)".to_owned());
+            }
+        };
         stop_pasta(&self.state);
-        self.start_pasta(&namespace_name(&self.runtime_id))
+        self.start_pasta(&namespace)
     }
 
-    fn start_pasta(&self, name: &str) -> Result<(), String> {
+    /// `ip args` in the namespace.
+    fn ip(&self, namespace: &Namespace, args: &[&str]) -> Command {
+        match namespace {
+            Namespace::Named(name) => {
+                let mut command = Command::new(&self.tools.ip);
+                command.args(["-n", name]).args(args);
+                command
+            }
+            Namespace::Stage { pid, nsenter } => {
+                let mut command = Command::new(nsenter);
+                command
+                    .args(["--target", &pid.to_string()])
+                    .args(["--user", "--net", "--preserve-credentials", "--"])
+                    .arg(&self.tools.ip)
+                    .args(args);
+                command
+            }
+        }
+    }
+
+    fn start_pasta(&self, namespace: &Namespace) -> Result<(), String> {
         let _ = std::fs::remove_file(self.state.join(PASTA_PID_FILE));
         run(
-            Command::new(&self.tools.pasta).args(self.pasta_args(name)),
+            Command::new(&self.tools.pasta).args(self.pasta_args(namespace)),
             None,
         )?;
-        self.default_routes(name)
+        self.default_routes(namespace)
     }
 
     /// The machine's default routes in the namespace, `onlink`. pasta copies them, but the
@@ -206,7 +260,7 @@ impl Plan {
     /// skips that lookup; the rules still refuse the gateway itself as a destination. A
     /// route the namespace does not take (a family pasta did not configure) leaves the
     /// sandbox without that way out, said in the log: not a failed start.
-    fn default_routes(&self, name: &str) -> Result<(), String> {
+    fn default_routes(&self, namespace: &Namespace) -> Result<(), String> {
         if self.options.egress == Egress::None {
             return Ok(());
         }
@@ -219,16 +273,16 @@ impl Plan {
             let Some(route) = onlink_default(&String::from_utf8_lossy(&output.stdout)) else {
                 continue;
             };
-            let mut args = vec![family.to_owned(), "-n".into(), name.into()];
-            args.extend(route);
-            if let Err(err) = run(Command::new(&self.tools.ip).args(&args), None) {
-                tracing::warn!(namespace = name, error = %err, "a sandbox's default route was not added: it has no way out of that family");
+            let mut args = vec![family];
+            args.extend(route.iter().map(String::as_str));
+            if let Err(err) = run(&mut self.ip(namespace, &args), None) {
+                tracing::warn!(runtime_id = %self.runtime_id, error = %err, "a sandbox's default route was not added: it has no way out of that family");
             }
         }
         Ok(())
     }
 
-    fn pasta_args(&self, name: &str) -> Vec<String> {
+    fn pasta_args(&self, namespace: &Namespace) -> Vec<String> {
         let mut forwards: Vec<String> = self
             .options
             .forwards
@@ -256,10 +310,15 @@ impl Plan {
             Egress::Internet => &["--dns-forward", DNS_FORWARD],
             Egress::None => &[],
         };
+        // As root, the namespace by its name (pasta as root: see the module's notes);
+        // without root, by the stage's pid, whose user namespace pasta joins with it.
+        let (runas, target): (&[&str], Vec<String>) = match namespace {
+            Namespace::Named(name) => (&["--runas", "0:0"], vec!["--netns".into(), name.clone()]),
+            Namespace::Stage { pid, .. } => (&[], vec![pid.to_string()]),
+        };
         dns.iter()
+            .chain(runas)
             .chain(&[
-                "--runas",
-                "0:0",
                 "--config-net",
                 "--no-map-gw",
                 "--quiet",
@@ -273,10 +332,9 @@ impl Plan {
                 "none",
                 "--pid",
                 &self.state.join(PASTA_PID_FILE).display().to_string(),
-                "--netns",
-                name,
             ])
             .map(|arg| (*arg).to_owned())
+            .chain(target)
             .collect()
     }
 }
@@ -342,6 +400,23 @@ fn child_pid(info: &mut std::fs::File) -> Result<i32, String> {
                 String::from_utf8_lossy(&text)
             )
         })
+}
+
+/// Waits until the stage's user namespace maps its root to Sandgate's uid: bwrap writes
+/// its pid before the map, and a tool entering the namespace before the map would be
+/// nobody there, without the capabilities to set up its network.
+fn until_mapped(pid: i32) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + SETUP_TIMEOUT;
+    loop {
+        match std::fs::read_to_string(format!("/proc/{pid}/uid_map")) {
+            Ok(map) if !map.trim().is_empty() => return Ok(()),
+            Ok(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(_) => return Err("its user namespace was never mapped".to_owned()),
+            Err(err) => return Err(format!("bubblewrap's stage is gone: {err}")),
+        }
+    }
 }
 
 /// The `ip -batch` lines of the namespace's rules, IPv4 and IPv6.
@@ -547,6 +622,7 @@ mod tests {
         let tools = NetworkTools {
             ip: "/usr/bin/ip".into(),
             pasta: "/usr/bin/pasta".into(),
+            joining: Joining::Root,
         };
         let options = NetworkOptions {
             forwards: vec![(8080, 41234)],
@@ -560,16 +636,18 @@ mod tests {
             webhook_ports: vec![8080, 3000],
             state: "/data/sandbox-state/abc".into(),
         };
-        let args = plan.pasta_args("sandgate-abc");
+        let named = Namespace::Named("sandgate-abc".into());
+        let args = plan.pasta_args(&named);
         let after = |flag: &str| {
             let at = args.iter().position(|arg| arg == flag).expect(flag);
             args[at + 1].clone()
         };
         assert_eq!(after("--tcp-ports"), "127.0.0.1/45000");
-        // Sandgate's own port leads to its listener for sandboxes, not to the edge.
+        // Sandgate's own port leads to the sandbox's door, not to the edge.
         assert_eq!(after("--tcp-ns"), "3000,8080:41234");
         assert_eq!(after("--udp-ns"), "none");
         assert_eq!(after("--netns"), "sandgate-abc");
+        assert_eq!(after("--runas"), "0:0");
         assert!(args.iter().any(|arg| arg == "--no-map-gw"));
         assert_eq!(after("--dns-forward"), DNS_FORWARD);
         // Without egress, no names either.
@@ -586,10 +664,55 @@ mod tests {
         };
         assert!(
             !plan
-                .pasta_args("sandgate-abc")
+                .pasta_args(&named)
                 .iter()
                 .any(|arg| arg == "--dns-forward")
         );
+    }
+
+    /// Without root: pasta joins the stage's namespaces by its pid, as Sandgate's uid, and
+    /// `ip` runs in them through `nsenter`, keeping Sandgate's uid (the stage's root).
+    #[test]
+    fn without_root_the_tools_join_the_stage_by_its_pid() {
+        let nsenter = Path::new("/usr/bin/nsenter");
+        let plan = Plan {
+            tools: NetworkTools {
+                ip: "/usr/bin/ip".into(),
+                pasta: "/usr/bin/pasta".into(),
+                joining: Joining::Rootless {
+                    nsenter: nsenter.into(),
+                },
+            },
+            options: NetworkOptions::default(),
+            runtime_id: "abc".into(),
+            port: 45000,
+            webhook_ports: Vec::new(),
+            state: "/data/sandbox-state/abc".into(),
+        };
+        let stage = Namespace::Stage { pid: 4242, nsenter };
+        let args = plan.pasta_args(&stage);
+        assert_eq!(args.last().map(String::as_str), Some("4242"));
+        assert!(!args.iter().any(|arg| arg == "--runas" || arg == "--netns"));
+        let ip = plan.ip(&stage, &["-6", "-batch", "-"]);
+        assert_eq!(ip.get_program(), nsenter);
+        let ip_args: Vec<_> = ip.get_args().map(|arg| arg.to_string_lossy()).collect();
+        assert_eq!(
+            ip_args,
+            [
+                "--target",
+                "4242",
+                "--user",
+                "--net",
+                "--preserve-credentials",
+                "--",
+                "/usr/bin/ip",
+                "-6",
+                "-batch",
+                "-"
+            ]
+        );
+        // Its namespace has no name: a new pasta needs the stage's pid.
+        assert!(plan.reattach(None).is_err());
     }
 
     #[test]

@@ -117,8 +117,9 @@ impl ProcessDriver {
         environment.push((SECRET_KEY_ENV.into(), keys.secret.clone()));
 
         let own_uid = identity.host.is_some();
-        // Its own network where the stage is root's.
-        let networked = own_uid && self.isolation.network.is_some();
+        // Its own network where this machine allows (as root, or without: `network.rs`),
+        // made by the stage of its view.
+        let networked = self.isolation.network.is_some() && self.isolation.view.is_some();
         let mut handshake = None;
         // With egress, names, asked of pasta: the machine's resolver may be out of reach.
         let resolv_conf = (networked && self.options.network.egress == Egress::Internet)

@@ -28,7 +28,20 @@
 //! with that uid's rights only, inside its own view. The environment reaches only that
 //! second bwrap, through descriptor 3 (`--args`), never a process of root's, and never a
 //! command line that `ps` shows. Without root, the second alone, with the PID namespace,
-//! its sources the machine's own paths.
+//! its sources the machine's own paths; but where the sandbox gets a network of its own
+//! (`network.rs`), a stage too, in a user namespace of its own that maps its root to
+//! Sandgate's uid alone and owns the network namespace:
+//!
+//! ```text
+//! bwrap --unshare-user --uid 0 --gid 0 --cap-add ALL --unshare-pid --as-pid-1
+//!     --unshare-net --info-fd 4 --block-fd 5 <as root's stage> --
+//!   bwrap --args 3 --unshare-user --uid X --gid Y <as above>
+//! ```
+//!
+//! Sandgate's tools join the stage's namespaces as their root to set the network up; the
+//! second bwrap makes the sandbox's own user namespace inside, where it holds no
+//! capability over the stage's (nor is its uid there: X maps to the stage's root, whose
+//! capabilities bwrap drops for the sandbox).
 //!
 //! The process Sandgate holds is the first bwrap, which waits for the namespace's first
 //! process: killing its process group (which a stop does past the grace period) ends the
@@ -95,18 +108,32 @@ impl View<'_> {
     /// `program args` in the view: the command line to run (its program first).
     pub fn command_line(&self, program: &Path, args: &[String]) -> Vec<String> {
         let mut line = Vec::new();
-        let staged = self.host.is_some();
+        // Without root, a network of its own needs a stage too (below).
+        let staged = self.host.is_some() || self.network;
         let (host, sandbox) = if staged {
             (HOST.to_owned(), SANDBOX.to_owned())
         } else {
             (String::new(), self.folder.display().to_string())
         };
-        if let Some(ids) = self.host {
-            line.extend(strings(&[
-                &self.tools.bwrap.display().to_string(),
-                "--unshare-pid",
-                "--as-pid-1",
-            ]));
+        if staged {
+            line.push(self.tools.bwrap.display().to_string());
+            if self.host.is_none() {
+                // Without root: the stage's user namespace maps its root to Sandgate's uid
+                // alone, and owns the network namespace, which Sandgate's tools then join as
+                // that root (`network.rs`); its capabilities are kept for the second bwrap,
+                // which makes the sandbox's own user namespace inside it. The sandbox holds
+                // none of them: its uid is mapped in that second namespace only.
+                line.extend(strings(&[
+                    "--unshare-user",
+                    "--uid",
+                    "0",
+                    "--gid",
+                    "0",
+                    "--cap-add",
+                    "ALL",
+                ]));
+            }
+            line.extend(strings(&["--unshare-pid", "--as-pid-1"]));
             if self.network {
                 line.extend(strings(&[
                     "--unshare-net",
@@ -140,19 +167,26 @@ impl View<'_> {
                 SANDBOX, "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
                 "--",
             ]));
-            line.extend(strings(&[
-                &self.tools.setpriv.display().to_string(),
-                &format!("--reuid={}", ids.uid),
-                &format!("--regid={}", ids.gid),
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--",
-            ]));
+            if let Some(ids) = self.host {
+                line.extend(strings(&[
+                    &self.tools.setpriv.display().to_string(),
+                    &format!("--reuid={}", ids.uid),
+                    &format!("--regid={}", ids.gid),
+                    "--clear-groups",
+                    "--inh-caps=-all",
+                    "--bounding-set=-all",
+                    "--",
+                ]));
+            }
         }
         line.push(self.tools.bwrap.display().to_string());
         line.extend(strings(&["--args", &ARGS_FD.to_string(), "--unshare-user"]));
-        if let Some(inside) = self.inside {
+        // Under the stage without root, the second bwrap is the stage's root: without a
+        // uid asked for, the sandbox is Sandgate's uid, as without a stage.
+        let inside = self
+            .inside
+            .or_else(|| (staged && self.host.is_none()).then(super::starting::own_ids));
+        if let Some(inside) = inside {
             line.extend(strings(&[
                 "--uid",
                 &inside.uid.to_string(),
@@ -444,6 +478,68 @@ mod tests {
                 .iter()
                 .any(|arg| arg == "/home/sg/data/sandboxes/abc/tmp")
         );
+    }
+
+    /// Without root, a network of its own: a stage in a user namespace of its own, where
+    /// Sandgate's uid is root with every capability (so that its tools may configure the
+    /// namespace's network, `network.rs`), which makes the network namespace and does not
+    /// drop to another uid; the second bwrap makes the sandbox's own user namespace, where
+    /// it is Sandgate's uid without a `run_as_user`.
+    #[test]
+    fn without_root_a_network_of_its_own_has_a_stage_of_its_own_user_namespace() {
+        let tools = tools();
+        let view = View {
+            tools: &tools,
+            system: &[SystemDir::Dir("/usr".into())],
+            host: None,
+            inside: None,
+            folder: Path::new("/home/sg/data/sandboxes/abc"),
+            cwd: Path::new("/workspace"),
+            installs: &[],
+            granted: &[],
+            network: true,
+            resolv_conf: Some(Path::new("/home/sg/data/sandbox-state/abc/resolv.conf")),
+            resolv_at: Path::new("/etc/resolv.conf"),
+        };
+        let line = view.command_line(Path::new("/bin/true"), &[]);
+        let second = position(&line, &["/usr/bin/bwrap", "--args", "3", "--unshare-user"]);
+        let (stage, inner) = line.split_at(second);
+        position(
+            stage,
+            &[
+                "/usr/bin/bwrap",
+                "--unshare-user",
+                "--uid",
+                "0",
+                "--gid",
+                "0",
+                "--cap-add",
+                "ALL",
+                "--unshare-pid",
+                "--as-pid-1",
+                "--unshare-net",
+                "--info-fd",
+                "4",
+                "--block-fd",
+                "5",
+            ],
+        );
+        assert!(!line.iter().any(|arg| arg.contains("setpriv")));
+        let own = super::super::starting::own_ids();
+        position(
+            inner,
+            &["--uid", &own.uid.to_string(), "--gid", &own.gid.to_string()],
+        );
+        assert!(
+            !inner
+                .iter()
+                .any(|arg| arg == "--unshare-net" || arg == "--cap-add")
+        );
+        position(
+            inner,
+            &["--ro-bind", "/run/resolv.conf", "/etc/resolv.conf"],
+        );
+        position(inner, &["--bind", "/proc", "/proc"]);
     }
 
     /// Where this machine's `/etc/resolv.conf` is a link (systemd-resolved's, to
