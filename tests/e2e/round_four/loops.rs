@@ -63,9 +63,38 @@ async fn forward(State(hop): State<Hop>, request: http::Request<Body>) -> Respon
     }
 }
 
-/// The file descriptors this process has open.
-fn open_descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+/// The sockets this process has open with an end on one of `ports` (of this machine's
+/// loopback): the connections of one test, where a count of every descriptor would count
+/// those of the tests running beside it too.
+fn sockets_on(ports: &[u16]) -> usize {
+    // The inodes of the TCP sockets with either end on one of the ports.
+    let mut inodes = std::collections::HashSet::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let port = |field: Option<&&str>| {
+                field
+                    .and_then(|address| address.rsplit(':').next())
+                    .and_then(|port| u16::from_str_radix(port, 16).ok())
+            };
+            let ends = [port(fields.get(1)), port(fields.get(2))];
+            if ends.iter().flatten().any(|end| ports.contains(end))
+                && let Some(inode) = fields.get(9)
+            {
+                inodes.insert(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| {
+            std::fs::read_link(entry.path())
+                .is_ok_and(|link| inodes.contains(link.to_string_lossy().as_ref()))
+        })
+        .count()
 }
 
 /// One call to a model whose entry goes to a hop that calls the gateway back without the
@@ -100,7 +129,12 @@ async fn a_loop_through_a_hop_that_drops_the_header_stops_within_a_few_calls() {
     )
     .await;
     hop.gateway.set(sandgate.url("")).expect("set once");
-    let before = open_descriptors();
+    let gateway_port = reqwest::Url::parse(&sandgate.url(""))
+        .ok()
+        .and_then(|url| url.port())
+        .expect("the gateway's port");
+    let ports = [hop_address.port(), gateway_port];
+    let before = sockets_on(&ports);
     let (status, body) = send(post(
         &sandgate,
         "/v1/chat/completions",
@@ -115,8 +149,11 @@ async fn a_loop_through_a_hop_that_drops_the_header_stops_within_a_few_calls() {
         body.to_string().contains("in flight"),
         "the error says why: {body}"
     );
-    let grown = open_descriptors().saturating_sub(before);
-    assert!(grown < 40, "{grown} more file descriptors");
+    let grown = sockets_on(&ports).saturating_sub(before);
+    assert!(
+        grown < 40,
+        "{grown} more connections to the hop or the gateway"
+    );
 }
 
 /// An entry's `max_parallel_requests` is the most of its calls in flight at once: past
