@@ -17,6 +17,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::http_server::{self, Config};
 
+/// The connections one sandbox may hold open to its door at once: an agent-server holds
+/// a few (its webhooks, its LLM calls); past it, new ones wait in the listen backlog. A
+/// sandbox cannot take Sandgate's descriptors (nor, as with one listener for all, the
+/// others' connections).
+const DOOR_MAX_CONNECTIONS: usize = 256;
+
 /// Opens doors once the edge exists ([`EdgeDoors::serve_with`]).
 pub(crate) struct EdgeDoors {
     /// The edge, from [`EdgeDoors::serve_with`] until [`EdgeDoors::close`]: the edge holds
@@ -32,7 +38,8 @@ pub(crate) struct EdgeDoors {
 
 impl EdgeDoors {
     /// Doors served with `config`, on the calling runtime.
-    pub fn new(config: Config) -> Arc<Self> {
+    pub fn new(mut config: Config) -> Arc<Self> {
+        config.limits.max_connections = config.limits.max_connections.min(DOOR_MAX_CONNECTIONS);
         Arc::new(Self {
             edge: Mutex::new(None),
             config,

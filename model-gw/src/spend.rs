@@ -37,6 +37,12 @@ pub(crate) type Finished = (SpendLogEntry, Option<Settle>);
 /// How long a spend log entry waits for others to share its write, at most.
 const SPEND_LOG_DELAY: Duration = Duration::from_millis(10);
 
+/// How long the ledger's counts wait, at most, for the calls after them: the calls of one
+/// conversation meanwhile add to one counter write, not one each. The ledger is
+/// reporting; the spend counters and settlements, which budgets hold to, keep
+/// [`SPEND_LOG_DELAY`].
+const LEDGER_DELAY: Duration = Duration::from_secs(1);
+
 /// Spend log entries queued behind a slow store at most; past it new ones are dropped
 /// (and said so in the log) rather than growing memory.
 const MAX_QUEUED_SPEND_ENTRIES: usize = 10_000;
@@ -72,6 +78,11 @@ struct SpendQueue {
     owners: HashMap<String, ConversationOwner>,
     /// A delayed write is scheduled: entries queued for one need not schedule another.
     scheduled: bool,
+    /// The ledger's counts are written with the next batch (their [`LEDGER_DELAY`] is
+    /// over, a write of them failed, or the gateway stops); until then batches leave them.
+    ledger_due: bool,
+    /// The ledger's delay runs: counts queued meanwhile need not start another.
+    ledger_scheduled: bool,
 }
 
 /// How long a failed write of the counters waits before it is tried again, at first and
@@ -129,6 +140,22 @@ impl SpendQueue {
     /// it).
     fn schedule(&mut self) -> bool {
         !std::mem::replace(&mut self.scheduled, true)
+    }
+
+    /// Asks for the ledger's delayed write, when it has counts waiting; `true` when none
+    /// was scheduled yet (the caller starts it).
+    fn schedule_ledger(&mut self) -> bool {
+        !self.ledger.is_empty()
+            && !self.ledger_due
+            && !std::mem::replace(&mut self.ledger_scheduled, true)
+    }
+
+    /// Whether a batch has anything to write now.
+    fn has_work(&self) -> bool {
+        !self.entries.is_empty()
+            || !self.settles.is_empty()
+            || !self.counts.is_empty()
+            || (self.ledger_due && !self.ledger.is_empty())
     }
 
     /// Puts back counts a write could not store.
@@ -212,8 +239,14 @@ impl SpendLog {
     }
 
     /// Queues `entry` for the spend log; `true` when it is the first to wait for a delayed
-    /// write (and `schedule` asks for one), so that its caller schedules it.
-    fn enqueue(&self, entry: SpendLogEntry, settle: Option<Settle>, schedule: bool) -> bool {
+    /// write (and `schedule` asks for one), so that its caller schedules it. Starts the
+    /// ledger's delay when its counts are the first to wait.
+    fn enqueue(
+        self: &Arc<Self>,
+        entry: SpendLogEntry,
+        settle: Option<Settle>,
+        schedule: bool,
+    ) -> bool {
         let Ok(mut pending) = self.queue.lock() else {
             return false;
         };
@@ -221,12 +254,35 @@ impl SpendLog {
         // they are what budgets and bills hold to.
         pending.settles.extend(settle);
         pending.count(&entry);
+        if pending.schedule_ledger() {
+            self.spawn_ledger_writer();
+        }
         if pending.entries.len() >= MAX_QUEUED_SPEND_ENTRIES {
             tracing::warn!(request_id = %entry.request_id, "spend log queue full; entry dropped");
             return false;
         }
         pending.entries.push(entry);
         schedule && pending.schedule()
+    }
+
+    /// After [`LEDGER_DELAY`], the ledger's counts are due: written with a batch, one now
+    /// if none is under way.
+    fn spawn_ledger_writer(self: &Arc<Self>) {
+        let log = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(LEDGER_DELAY).await;
+            let Some(log) = log.upgrade() else {
+                return;
+            };
+            if let Ok(mut pending) = log.queue.lock() {
+                pending.ledger_due = true;
+                pending.ledger_scheduled = false;
+            }
+            let schedule = log.queue.lock().is_ok_and(|mut pending| pending.schedule());
+            if schedule {
+                log.spawn_writer();
+            }
+        });
     }
 
     /// The entry of an answer about to reach its client's last event: a call that holds
@@ -274,7 +330,7 @@ impl SpendLog {
 
     /// Writes `entry` now, with whatever else waits: for a failed answer, whose entry is in
     /// the log by the time the client has the answer.
-    pub(crate) async fn log_now(&self, (entry, charge): Finished) {
+    pub(crate) async fn log_now(self: &Arc<Self>, (entry, charge): Finished) {
         self.enqueue(entry, charge, false);
         self.write(false).await;
     }
@@ -320,6 +376,9 @@ impl SpendLog {
             }
             self.settling.written(through);
         }
+        if let Ok(mut pending) = self.queue.lock() {
+            pending.ledger_due = true;
+        }
         for _ in 0..3 {
             if self.write(false).await {
                 return;
@@ -344,17 +403,17 @@ impl SpendLog {
         let _writing = self.writer.lock().await;
         loop {
             let (batch, settles, counts, ledger, owners) = match self.queue.lock() {
-                Ok(mut pending)
-                    if !pending.entries.is_empty()
-                        || !pending.settles.is_empty()
-                        || !pending.counts.is_empty()
-                        || !pending.ledger.is_empty() =>
-                {
+                Ok(mut pending) if pending.has_work() => {
+                    let ledger = if std::mem::take(&mut pending.ledger_due) {
+                        pending.ledger.take()
+                    } else {
+                        Default::default()
+                    };
                     (
                         std::mem::take(&mut pending.entries),
                         std::mem::take(&mut pending.settles),
                         std::mem::take(&mut pending.counts),
-                        pending.ledger.take(),
+                        ledger,
                         std::mem::take(&mut pending.owners),
                     )
                 }
@@ -408,6 +467,8 @@ impl SpendLog {
                         tracing::warn!(error = %err, counters = ledger.len(), "ledger counters not stored yet; kept to try again");
                         if let Ok(mut pending) = self.queue.lock() {
                             pending.ledger.merge(ledger);
+                            // With the retries of this write, not after another delay.
+                            pending.ledger_due = true;
                         }
                         false
                     }
@@ -466,6 +527,64 @@ pub(crate) fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn call(session: &str) -> SpendLogEntry {
+        SpendLogEntry {
+            request_id: "req".into(),
+            started_at_ms: 1_764_000_000_000,
+            model: "chat".into(),
+            status: 200,
+            session_id: Some(session.into()),
+            prompt_tokens: Some(10),
+            completion_tokens: Some(5),
+            spend: Some(0.5),
+            ..Default::default()
+        }
+    }
+
+    /// A batch writes the entries, the spend counters and the settlements, and leaves the
+    /// ledger's counts until their delay is over; those of the calls meanwhile sum with
+    /// them, a counter each; one delay runs at a time; a stop (or a failed write) makes
+    /// them due at once.
+    #[test]
+    fn the_ledger_waits_for_its_delay_and_sums_the_calls_meanwhile() {
+        let mut queue = SpendQueue::default();
+        queue.count(&call("conv-a"));
+        assert!(queue.schedule_ledger(), "the first count starts the delay");
+        queue.entries.push(call("conv-a"));
+        assert!(queue.has_work());
+        // The batch takes the entries and the spend counters; the ledger stays.
+        queue.entries.clear();
+        queue.counts.clear();
+        assert!(!queue.has_work(), "nothing but the ledger, not due");
+        // Calls meanwhile: summed into the same rows, and no second delay.
+        queue.count(&call("conv-a"));
+        queue.count(&call("conv-a"));
+        assert!(!queue.schedule_ledger());
+        let rows = queue.ledger.len();
+        // The delay is over: due, and written once.
+        queue.ledger_due = true;
+        queue.ledger_scheduled = false;
+        assert!(queue.has_work());
+        let counts = queue.ledger.take();
+        let calls: f64 = counts
+            .iter()
+            .filter(|count| {
+                count.measure == sandgate_store::Measure::Calls
+                    && count.scope == sandgate_store::LedgerScope::Conversation
+            })
+            .map(|count| count.amount)
+            .sum();
+        assert_eq!(calls, 3.0);
+        assert_eq!(
+            rows, 4,
+            "conversation, its model, the model, everything: {counts:?}"
+        );
+        // Nothing waiting (the spend counters written too), nothing to schedule.
+        queue.ledger_due = false;
+        queue.counts.clear();
+        assert!(!queue.schedule_ledger() && !queue.has_work());
+    }
 
     #[test]
     fn a_kept_text_is_cut_at_its_bound_and_at_a_character_boundary() {
