@@ -96,21 +96,20 @@ async fn answered(sandgate: &SandgateProcess, token: &str, count: usize) -> Vec<
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_sandbox_s_calls_carry_its_own_session_and_no_other() {
-    if !require_root("process sandboxes' network namespaces (root makes them)") {
-        return;
-    }
-    let upstream = ScriptedUpstream::start(Vec::new()).await;
+/// Sandgate as root with a gateway entry answered by `upstream`, sandboxes under `data`;
+/// its configuration file beside, kept as long as it runs.
+async fn gateway_sandgate(
+    upstream: &ScriptedUpstream,
+    data: &Path,
+) -> (SandgateProcess, tempfile::NamedTempFile) {
     let config = file_with(&format!(
         "model_list:\n  - model_name: chat\n    litellm_params: {{model: openai/up-model, api_base: \"{}/v1\", api_key: k}}\n",
         upstream.base()
     ));
-    let data = tempfile::tempdir().expect("data");
     let config_path = config.path().display().to_string();
-    let mut sandgate = serve_as(
+    let sandgate = serve_as(
         None,
-        data.path(),
+        data,
         "8000",
         &[
             "--gateway-config",
@@ -120,15 +119,48 @@ async fn a_process_sandbox_s_calls_carry_its_own_session_and_no_other() {
         ],
     )
     .await;
+    (sandgate, config)
+}
+
+/// A new virtual key: the key and its token.
+async fn new_key(sandgate: &SandgateProcess) -> (String, String) {
     let (status, generated) = master(
-        &sandgate,
+        sandgate,
         "/key/generate",
         Some(json!({"key_alias": "sandbox-key"})),
     )
     .await;
     assert_eq!(status, 200, "{generated}");
-    let key = generated["key"].as_str().expect("key");
-    let token = generated["token"].as_str().expect("token");
+    let field = |name: &str| generated[name].as_str().expect(name).to_owned();
+    (field("key"), field("token"))
+}
+
+/// A sandbox of conversation `own` that runs [`CALLER`] with `key`, naming `other` last.
+fn caller(sandgate: &SandgateProcess, key: &str, own: &str, other: &str) -> Value {
+    let port = port_of(&sandgate.url(""));
+    json!({
+        "image": "local/caller",
+        "command": serving("/usr/bin/python3 -c \"$CALLER\" &"),
+        "working_dir": "/workspace",
+        "session_id": own,
+        "environment": {
+            "CALLER": CALLER,
+            "GATEWAY": format!("http://127.0.0.1:{port}/v1/chat/completions"),
+            "KEY": key, "OWN": own, "OTHER": other,
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_sandbox_s_calls_carry_its_own_session_and_no_other() {
+    if !require_root("process sandboxes' network namespaces (root makes them)") {
+        return;
+    }
+    let upstream = ScriptedUpstream::start(Vec::new()).await;
+    let data = tempfile::tempdir().expect("data");
+    let (mut sandgate, _config) = gateway_sandgate(&upstream, data.path()).await;
+    let (key, token) = new_key(&sandgate).await;
+    let (key, token) = (key.as_str(), token.as_str());
     // The other conversation: a sandbox of its own.
     let (status, other) = call(
         &sandgate,
@@ -138,21 +170,10 @@ async fn a_process_sandbox_s_calls_carry_its_own_session_and_no_other() {
     )
     .await;
     assert_eq!(status, 200, "{other}");
-    let port = port_of(&sandgate.url(""));
     let (status, started) = call(
         &sandgate,
         "/start",
-        Some(json!({
-            "image": "local/caller",
-            "command": serving("/usr/bin/python3 -c \"$CALLER\" &"),
-            "working_dir": "/workspace",
-            "session_id": "conv-a",
-            "environment": {
-                "CALLER": CALLER,
-                "GATEWAY": format!("http://127.0.0.1:{port}/v1/chat/completions"),
-                "KEY": key, "OWN": "conv-a", "OTHER": "conv-b",
-            },
-        })),
+        Some(caller(&sandgate, key, "conv-a", "conv-b")),
     )
     .await;
     assert_eq!(status, 200, "{started}");
@@ -201,5 +222,113 @@ async fn a_process_sandbox_s_calls_carry_its_own_session_and_no_other() {
     );
     // The four answered calls reached the upstream; no refused one did.
     assert_eq!(upstream.bodies().len(), 4);
+    sandgate.terminate().await;
+}
+
+/// What the hog does: opens as many connections to Sandgate's port (its door) as its
+/// descriptors allow, up to 2,000, holds them without a request, writes how many
+/// connected (`held.txt`), and keeps them.
+const HOG: &str = r#"
+import os, resource, socket, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+for _ in range(min(2000, hard - 50)):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", int(os.environ["SANDGATE_PORT"])))
+    except OSError:
+        break
+    held.append(s)
+with open("held.txt.part", "w") as out:
+    out.write(str(len(held)))
+os.rename("held.txt.part", "held.txt")
+time.sleep(3600)
+"#;
+
+/// Sandgate's open descriptors.
+fn descriptors(sandgate: &SandgateProcess) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", sandgate.pid())).map_or(0, Iterator::count)
+}
+
+/// A sandbox that holds a thousand idle connections to its door takes no more of
+/// Sandgate's descriptors than a door holds (256), and another sandbox's calls go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_holding_connections_takes_neither_sandgate_s_descriptors_nor_others_calls() {
+    if !require_root("process sandboxes' network namespaces (root makes them)") {
+        return;
+    }
+    let upstream = ScriptedUpstream::start(Vec::new()).await;
+    let data = tempfile::tempdir().expect("data");
+    let (mut sandgate, _config) = gateway_sandgate(&upstream, data.path()).await;
+    let (key, _) = new_key(&sandgate).await;
+    let port = port_of(&sandgate.url(""));
+    let (status, started) = call(
+        &sandgate,
+        "/start",
+        Some(caller(&sandgate, &key, "conv-calls", "conv-hog")),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let caller_id = started["runtime_id"].as_str().expect("id").to_owned();
+    until_session(&sandgate, "conv-calls", "running").await;
+    let before = descriptors(&sandgate);
+    let (status, started) = call(
+        &sandgate,
+        "/start",
+        Some(json!({
+            "image": "local/hog",
+            "command": serving("/usr/bin/python3 -c \"$HOG\" &"),
+            "working_dir": "/workspace",
+            "session_id": "conv-hog",
+            "environment": {"HOG": HOG, "SANDGATE_PORT": port.to_string()},
+        })),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let hog = data
+        .path()
+        .join("sandboxes")
+        .join(started["runtime_id"].as_str().expect("id"))
+        .join("workspace");
+    until_session(&sandgate, "conv-hog", "running").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let held: usize = loop {
+        if let Ok(text) = std::fs::read_to_string(hog.join("held.txt")) {
+            break text.trim().parse().expect("a count");
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the hog never held");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        held > 500,
+        "the hog held only {held}: the test needs more than a door's"
+    );
+    // Until Sandgate has taken what pasta brings it (its count stops moving), the most it
+    // held: a door's connections, not the hog's.
+    let (mut most, mut last, mut still) = (0, 0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while still < 20 && tokio::time::Instant::now() < deadline {
+        let now = descriptors(&sandgate);
+        most = most.max(now);
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let grown = most.saturating_sub(before);
+    assert!(
+        grown <= 256 + 20,
+        "a sandbox holding {held} connections took {grown} of Sandgate's descriptors"
+    );
+    // The other sandbox's calls go through its own door meanwhile.
+    let workspace = data
+        .path()
+        .join("sandboxes")
+        .join(&caller_id)
+        .join("workspace");
+    let seen = calls(&workspace).await;
+    assert_eq!(seen["none"], 200, "{seen}");
+    assert_eq!(seen["other"], 403, "{seen}");
     sandgate.terminate().await;
 }
