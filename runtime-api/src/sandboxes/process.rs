@@ -54,6 +54,7 @@ mod view;
 pub use door::{Door, Doors, OpenDoor, door_peer};
 pub use layout::{Unreachable, check_reach};
 pub use network::{Egress, Joining, NetworkOptions, NetworkTools};
+pub(crate) use view::ROOTLESS_STAGE;
 pub use view::ViewTools;
 
 use std::collections::HashMap;

@@ -252,15 +252,7 @@ fn network_tools(view: &ViewTools, root: bool) -> Option<NetworkTools> {
             .ok()?;
         let bwrap = view.bwrap.display().to_string();
         let staged = std::process::Command::new(&view.bwrap)
-            .args([
-                "--unshare-user",
-                "--uid",
-                "0",
-                "--gid",
-                "0",
-                "--cap-add",
-                "ALL",
-            ])
+            .args(super::process::ROOTLESS_STAGE)
             .args(["--unshare-net", "--dev-bind", "/", "/", "--"])
             .args([&bwrap, "--unshare-user", "--uid", "1", "--gid", "1"])
             .args(["--ro-bind", "/", "/", "--", "/bin/sh", "-c", "exit 0"])

@@ -61,6 +61,17 @@ const SANDBOX: &str = "/run/sandbox";
 const GRANTED: &str = "/run/granted";
 /// Where the stage shows the sandbox's own `/etc/resolv.conf`.
 const RESOLV_CONF: &str = "/run/resolv.conf";
+/// Without root, the stage's own user namespace: its root Sandgate's uid alone, with the
+/// capabilities the second bwrap needs to make the sandbox's inside it (`network.rs`).
+pub(crate) const ROOTLESS_STAGE: &[&str] = &[
+    "--unshare-user",
+    "--uid",
+    "0",
+    "--gid",
+    "0",
+    "--cap-add",
+    "ALL",
+];
 /// The descriptor that carries the second bwrap's environment (`--args`).
 pub(super) const ARGS_FD: i32 = 3;
 /// Makes the working directory inside the view, as the sandbox's uid, and runs the rest.
@@ -123,15 +134,7 @@ impl View<'_> {
                 // that root (`network.rs`); its capabilities are kept for the second bwrap,
                 // which makes the sandbox's own user namespace inside it. The sandbox holds
                 // none of them: its uid is mapped in that second namespace only.
-                line.extend(strings(&[
-                    "--unshare-user",
-                    "--uid",
-                    "0",
-                    "--gid",
-                    "0",
-                    "--cap-add",
-                    "ALL",
-                ]));
+                line.extend(strings(ROOTLESS_STAGE));
             }
             line.extend(strings(&["--unshare-pid", "--as-pid-1"]));
             if self.network {
