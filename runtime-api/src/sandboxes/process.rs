@@ -367,8 +367,6 @@ impl ProcessDriver {
                 )
             })
             .unzip();
-        // Closed: nothing comes in as this sandbox any longer.
-        drop(door);
         match process {
             Some(Process::Running(child)) => {
                 terminate(child, self.options.stop_grace).await;
@@ -382,6 +380,9 @@ impl ProcessDriver {
             }
             Some(Process::Stopped) | None => return,
         }
+        // Closed once its processes are gone (a server told to stop may post its last
+        // update on the way): nothing comes in as this sandbox any longer.
+        drop(door);
         self.detach(runtime_id).await;
     }
 }

@@ -10,10 +10,10 @@
 //!   address and default route are the machine's (`--config-net`), its connections out
 //!   become connections of pasta's on this machine, and the gateway's address is not
 //!   this machine (`--no-map-gw`): the machine's loopback is not reachable from inside.
-//! - What a sandbox reaches at its own `127.0.0.1` (pasta's `-T`, port to port): the ports
-//!   Sandgate serves sandboxes on (its door, `door.rs`: the webhooks and the gateway,
-//!   without `/metrics`; and [`NetworkOptions::forwards`]), and the loopback webhook targets its
-//!   start names (`OH_WEBHOOKS*`), each at its own port.
+//! - What a sandbox reaches at its own `127.0.0.1` (pasta's `-T`, port to port): Sandgate's
+//!   port, led to its door (`door.rs`: the webhooks and the gateway, without `/metrics`),
+//!   the ports of [`NetworkOptions::forwards`], and the loopback webhook targets its start
+//!   names (`OH_WEBHOOKS*`), each at its own port.
 //! - Out: the internet when the operator allows it ([`Egress::Internet`], the default,
 //!   as the chart's `sandboxEgress.internet`), less IANA's special-purpose blocks (private
 //!   networks, link-local and the metadata service at 169.254.169.254, this machine's
