@@ -70,15 +70,20 @@ impl Browser {
 
     /// The element `css` once it is on the page.
     pub async fn find(&self, css: &str) -> fantoccini::elements::Element {
+        self.find_at(Locator::Css(css)).await
+    }
+
+    /// The element `locator` finds, once it is on the page.
+    async fn find_at(&self, locator: Locator<'_>) -> fantoccini::elements::Element {
         let found = self
             .client
             .wait()
             .at_most(Duration::from_secs(30))
-            .for_element(Locator::Css(css))
+            .for_element(locator)
             .await;
         match found {
             Ok(element) => element,
-            Err(err) => panic!("{css}: {err}\n{}", self.text().await),
+            Err(err) => panic!("{locator:?}: {err}\n{}", self.text().await),
         }
     }
 
@@ -86,7 +91,7 @@ impl Browser {
     /// arrive: a field found just before a redraw is gone (stale) by the time it is
     /// typed into, so it is found again, for up to 30 s.
     pub async fn fill(&self, css: &str, text: &str) {
-        self.on_fresh(css, |field| async move {
+        self.on_fresh(Locator::Css(css), |field| async move {
             field.clear().await?;
             field.send_keys(text).await
         })
@@ -95,24 +100,36 @@ impl Browser {
 
     /// Clicks `css`, found again if a redraw made it stale before the click.
     pub async fn press(&self, css: &str) {
-        self.on_fresh(css, |button| async move { button.click().await })
-            .await;
+        self.on_fresh(
+            Locator::Css(css),
+            |button| async move { button.click().await },
+        )
+        .await;
     }
 
-    /// `act` on the element `css`, found again each time a redraw made it stale.
-    async fn on_fresh<F, Fut>(&self, css: &str, act: F)
+    /// Clicks what `xpath` finds (a row's button, found by the row's text), found again if
+    /// a redraw made it stale before the click.
+    pub async fn press_xpath(&self, xpath: &str) {
+        self.on_fresh(Locator::XPath(xpath), |button| async move {
+            button.click().await
+        })
+        .await;
+    }
+
+    /// `act` on the element `locator` finds, found again each time a redraw made it stale.
+    async fn on_fresh<F, Fut>(&self, locator: Locator<'_>, act: F)
     where
         F: Fn(fantoccini::elements::Element) -> Fut,
         Fut: std::future::Future<Output = Result<(), fantoccini::error::CmdError>>,
     {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            match act(self.find(css).await).await {
+            match act(self.find_at(locator).await).await {
                 Ok(()) => return,
                 Err(fantoccini::error::CmdError::Standard(err))
                     if err.error == fantoccini::error::ErrorStatus::StaleElementReference
                         && tokio::time::Instant::now() < deadline => {}
-                Err(err) => panic!("{css}: {err:?}"),
+                Err(err) => panic!("{locator:?}: {err:?}"),
             }
         }
     }

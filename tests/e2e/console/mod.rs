@@ -166,28 +166,14 @@ async fn sign_in_at(browser: &Browser, base: &str, master_key: &str) {
         .goto(&format!("{base}/console"))
         .await
         .expect("console");
-    let password = browser.find("#password-login input").await;
-    password.send_keys(PASSWORD).await.expect("type");
-    browser
-        .find("#password-login button")
-        .await
-        .click()
-        .await
-        .expect("sign in");
+    browser.fill("#password-login input", PASSWORD).await;
+    browser.press("#password-login button").await;
     browser.until_heading("Overview").await;
+    // Signed in, the page is drawn again as live changes arrive: the helpers find a
+    // field again if a redraw replaced it.
     browser.page(base, "login", "Sign in").await;
-    browser
-        .find("#master-login input")
-        .await
-        .send_keys(master_key)
-        .await
-        .expect("type");
-    browser
-        .find("#master-login button")
-        .await
-        .click()
-        .await
-        .expect("sign in");
+    browser.fill("#master-login input", master_key).await;
+    browser.press("#master-login button").await;
     browser.until_heading("Overview").await;
     browser
         .until_text("Signed in: admin password and master key")
@@ -343,15 +329,9 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     browser.until_text(&conversation.key_alias).await;
     browser.screenshot("keys").await;
     nothing_injected(&browser, "keys").await;
-    let revoke = browser
-        .client
-        .wait()
-        .for_element(fantoccini::Locator::XPath(
-            "//tr[td[starts-with(text(), 'console-key')]]//button[text()='Revoke']",
-        ))
-        .await
-        .expect("the key's revoke button");
-    revoke.click().await.expect("revoke");
+    browser
+        .press_xpath("//tr[td[starts-with(text(), 'console-key')]]//button[text()='Revoke']")
+        .await;
     browser.until_text("revoked.").await;
     let (status, listed) = send(
         sandgate
@@ -366,22 +346,14 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
         "the key is still there: {listed}"
     );
 
-    // A key, created: shown once.
-    let alias = browser.find("input[name='key_alias']").await;
-    alias.send_keys("created-in-console").await.expect("type");
+    // A key, created: shown once. (Once a field is typed into, the page is not drawn
+    // again until it loses focus: what was typed stays.)
+    browser
+        .fill("input[name='key_alias']", "created-in-console")
+        .await;
     // Of the team: the page lists the teams its keys name.
-    browser
-        .find("input[name='team_id']")
-        .await
-        .send_keys("console-team")
-        .await
-        .expect("type");
-    browser
-        .find("form button[type='submit']")
-        .await
-        .click()
-        .await
-        .expect("create");
+    browser.fill("input[name='team_id']", "console-team").await;
+    browser.press("form button[type='submit']").await;
     let created = browser.find("#new-key").await.text().await.expect("key");
     assert!(created.starts_with("sk-"), "{created}");
     let (_, listed) = send(
@@ -426,16 +398,8 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     browser.screenshot("team").await;
     nothing_injected(&browser, "team").await;
     browser
-        .client
-        .wait()
-        .for_element(fantoccini::Locator::XPath(
-            "//table//a[starts-with(text(), 'user')]",
-        ))
-        .await
-        .expect("the member's link")
-        .click()
-        .await
-        .expect("to the user");
+        .press_xpath("//table//a[starts-with(text(), 'user')]")
+        .await;
     browser.until_heading("User").await;
     browser.until_text("console-team").await;
     browser.screenshot("user").await;
@@ -444,16 +408,8 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
     // The conversation's sandbox, stopped by the operator.
     browser.page(&base, "pools", "Pools and sandboxes").await;
     browser
-        .client
-        .wait()
-        .for_element(fantoccini::Locator::XPath(
-            "//tr[td[text()='paused']]//button[text()='Stop']",
-        ))
-        .await
-        .expect("the paused sandbox's stop button")
-        .click()
-        .await
-        .expect("stop");
+        .press_xpath("//tr[td[text()='paused']]//button[text()='Stop']")
+        .await;
     browser.until_text("stop asked.").await;
 
     browser.page(&base, "spend", "Spend").await;
