@@ -250,12 +250,15 @@ fn network_tools(view: &ViewTools, root: bool) -> Option<NetworkTools> {
             .write(true)
             .open("/dev/net/tun")
             .ok()?;
-        let bwrap = view.bwrap.display().to_string();
+        let (bwrap, shell) = (
+            view.bwrap.display().to_string(),
+            view.shell.display().to_string(),
+        );
         let staged = std::process::Command::new(&view.bwrap)
             .args(super::process::ROOTLESS_STAGE)
             .args(["--unshare-net", "--dev-bind", "/", "/", "--"])
             .args([&bwrap, "--unshare-user", "--uid", "1", "--gid", "1"])
-            .args(["--ro-bind", "/", "/", "--", "/bin/sh", "-c", "exit 0"])
+            .args(["--ro-bind", "/", "/", "--", &shell, "-c", "exit 0"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

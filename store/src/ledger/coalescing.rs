@@ -3,8 +3,8 @@
 //! more round trip on its path, and the store's work) cost a fifth of the deliveries'
 //! rate. Here one task writes what arrived in the [`GATHER_FOR`] after a first count, and
 //! while its last write was in flight, summed by counter: under load, hundreds of
-//! deliveries make one write, where a write at once made one write of two or three (its
-//! transaction's fixed work, per delivery, cost a tenth of their rate). A write the store
+//! deliveries make one write, where a write at once held two or three (each paying its
+//! transaction's fixed work: BENCHMARKS.md, `ledger_upkeep`). A write the store
 //! refuses is kept, merged with what follows, and tried again a second later: a count
 //! may be late, never dropped while the process runs.
 //! A read through it first waits (a couple of seconds at most) for what this process
