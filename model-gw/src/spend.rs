@@ -150,6 +150,14 @@ impl SpendQueue {
             && !std::mem::replace(&mut self.ledger_scheduled, true)
     }
 
+    /// The ledger's delay is over: its counts go with the next batch. Asks for that
+    /// batch's write, as [`Self::schedule`] does.
+    fn ledger_delay_over(&mut self) -> bool {
+        self.ledger_due = true;
+        self.ledger_scheduled = false;
+        self.schedule()
+    }
+
     /// Whether a batch has anything to write now.
     fn has_work(&self) -> bool {
         !self.entries.is_empty()
@@ -274,11 +282,10 @@ impl SpendLog {
             let Some(log) = log.upgrade() else {
                 return;
             };
-            if let Ok(mut pending) = log.queue.lock() {
-                pending.ledger_due = true;
-                pending.ledger_scheduled = false;
-            }
-            let schedule = log.queue.lock().is_ok_and(|mut pending| pending.schedule());
+            let schedule = log
+                .queue
+                .lock()
+                .is_ok_and(|mut pending| pending.ledger_delay_over());
             if schedule {
                 log.spawn_writer();
             }
@@ -562,9 +569,8 @@ mod tests {
         queue.count(&call("conv-a"));
         assert!(!queue.schedule_ledger());
         let rows = queue.ledger.len();
-        // The delay is over: due, and written once.
-        queue.ledger_due = true;
-        queue.ledger_scheduled = false;
+        // The delay is over: due, a write asked for, and written once.
+        assert!(queue.ledger_delay_over());
         assert!(queue.has_work());
         let counts = queue.ledger.take();
         let calls: f64 = counts

@@ -118,16 +118,13 @@ async fn running(sandgate: &SandgateProcess, body: Value) -> String {
     started["runtime_id"].as_str().expect("id").to_owned()
 }
 
-/// The prober's findings, once written.
-async fn findings(data: &Path, runtime_id: &str) -> Value {
-    let file = data
-        .join("sandboxes")
-        .join(runtime_id)
-        .join("workspace/network.json");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+/// The text of `file`, once a sandbox has written it (each writes it whole, by a rename),
+/// waiting at most `within`.
+pub(crate) async fn written(file: &Path, within: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + within;
     loop {
-        if let Ok(text) = std::fs::read_to_string(&file) {
-            return serde_json::from_str(&text).expect("json");
+        if let Ok(text) = std::fs::read_to_string(file) {
+            return text;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -136,6 +133,15 @@ async fn findings(data: &Path, runtime_id: &str) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The prober's findings, once written.
+async fn findings(data: &Path, runtime_id: &str) -> Value {
+    let file = data
+        .join("sandboxes")
+        .join(runtime_id)
+        .join("workspace/network.json");
+    serde_json::from_str(&written(&file, Duration::from_secs(60)).await).expect("json")
 }
 
 pub(crate) fn port_of(url: &str) -> u16 {

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::common::scripted_upstream::ScriptedUpstream;
 use crate::common::{SandgateProcess, file_with, require_root};
 use crate::model_gateway::MASTER_KEY;
-use crate::process_network::port_of;
+use crate::process_network::{port_of, written};
 use crate::process_sandboxes::{act, call, serve_as, serving, until_session};
 
 /// What the caller does once `go` appears in its working directory: a chat completion
@@ -60,19 +60,8 @@ async fn master(sandgate: &SandgateProcess, path: &str, body: Option<Value>) -> 
 /// Lets the caller in `workspace` go, and reads what it found.
 async fn calls(workspace: &Path) -> Value {
     std::fs::write(workspace.join("go"), "").expect("go");
-    let file = workspace.join("calls.json");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&file) {
-            return serde_json::from_str(&text).expect("json");
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no {}",
-            file.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let text = written(&workspace.join("calls.json"), Duration::from_secs(120)).await;
+    serde_json::from_str(&text).expect("json")
 }
 
 /// The spend log entries of `token`'s answered calls (refused ones are logged too), once
@@ -293,14 +282,11 @@ async fn a_sandbox_holding_connections_takes_neither_sandgate_s_descriptors_nor_
         .join(started["runtime_id"].as_str().expect("id"))
         .join("workspace");
     until_session(&sandgate, "conv-hog", "running").await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let held: usize = loop {
-        if let Ok(text) = std::fs::read_to_string(hog.join("held.txt")) {
-            break text.trim().parse().expect("a count");
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the hog never held");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let held: usize = written(&hog.join("held.txt"), Duration::from_secs(120))
+        .await
+        .trim()
+        .parse()
+        .expect("a count");
     assert!(
         held > 500,
         "the hog held only {held}: the test needs more than a door's"
