@@ -3,8 +3,10 @@
 //!
 //! The scopes of a call: its key, its session (when it names one), and its user, team and
 //! team membership once those have records ([`CallScopes::with`] takes them): each
-//! counts the call's cost when it settles, and its budget is judged on that count. Only a call with at least one limit makes the store round trip of admission;
-//! the others are counted when they end, as before.
+//! counts the call's cost when it settles, and its budget is judged on that count. Only a
+//! call with at least one limit makes the store round trip of admission (one limited by
+//! budgets alone, once per share of them: see [`crate::shares`]); the others are counted
+//! when they end, as before.
 //!
 //! What a call holds is its **largest possible cost**: every byte the upstream receives
 //! counted as an input token (a token is at least one byte of text; images by URL and
@@ -21,7 +23,7 @@ use std::time::Duration;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_proto::models::v1::Api;
 use sandgate_store::admission::{
-    Admission, BudgetScope, Refusal, Release, ScopeLimits, ScopeSpend,
+    Admission, BudgetScope, Consume, Refusal, Release, ScopeLimits, ScopeSpend,
 };
 use sandgate_store::{Store, StoredKey};
 use tonic::Status;
@@ -29,6 +31,7 @@ use tonic::Status;
 use crate::budget::{Prices, key_window};
 use crate::keys::descriptor;
 use crate::rewrite::ChatRequest;
+use crate::shares::{SHARE_CALLS, SHARE_LIFE, SharedCall, shareable};
 use crate::spend::SpendLog;
 use crate::support::now_ms;
 
@@ -117,11 +120,41 @@ pub(crate) fn largest_cost(
         + max_output_tokens(api, request, prices) as f64 * prices.output.unwrap_or(0.0)
 }
 
-/// What a call settles when it ends: its spend to its scopes, its hold released.
+/// What a call settles when it ends: its spend to its scopes, its cost taken off the
+/// share it was admitted against, a hold released (its own, or its share's once retired).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Settle {
     pub(crate) spend: Vec<ScopeSpend>,
-    pub(crate) release: Option<Release>,
+    pub(crate) consume: Vec<Consume>,
+    pub(crate) release: Vec<Release>,
+}
+
+impl Settle {
+    /// Holds to release.
+    pub(crate) fn releasing(release: Vec<Release>) -> Self {
+        Self {
+            release,
+            ..Self::default()
+        }
+    }
+
+    /// Whether it changes what the store holds: written as calls end, off their paths.
+    pub(crate) fn holds(&self) -> bool {
+        !self.release.is_empty() || !self.consume.is_empty()
+    }
+}
+
+/// What a call holds while in flight: a hold of its own, or part of this replica's share
+/// of each of its scopes.
+enum Held {
+    Own(Release),
+    Shares(Vec<SharedCall>),
+}
+
+/// Gives back what `calls` took of their shares, uncharged: the releases of the shares
+/// whose last call they were (retired meanwhile).
+fn give_back(calls: Vec<SharedCall>) -> Vec<Release> {
+    calls.into_iter().filter_map(SharedCall::abandon).collect()
 }
 
 /// A call's hold on its scopes: released when the call settles, or when it is dropped
@@ -129,20 +162,19 @@ pub(crate) struct Settle {
 /// release then written as settlements are (see `settling`).
 pub(crate) struct Hold {
     spend: Arc<SpendLog>,
-    release: Option<Release>,
+    held: Option<Held>,
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let Some(release) = self.release.take() else {
-            return;
+        let release = match self.held.take() {
+            None => return,
+            Some(Held::Own(release)) => vec![release],
+            Some(Held::Shares(calls)) => give_back(calls),
         };
         // Outside a runtime (its shutdown) nothing can be written: the lease ends it.
-        if tokio::runtime::Handle::try_current().is_ok() {
-            self.spend.settle_soon(Settle {
-                spend: Vec::new(),
-                release: Some(release),
-            });
+        if !release.is_empty() && tokio::runtime::Handle::try_current().is_ok() {
+            self.spend.settle_soon(Settle::releasing(release));
         }
     }
 }
@@ -198,8 +230,24 @@ impl Charge {
             })
             .filter(|item| item.amount > 0.0 || item.tokens > 0)
             .collect::<Vec<_>>();
-        let release = self.hold.as_mut().and_then(|hold| hold.release.take());
-        (!spend.is_empty() || release.is_some()).then_some(Settle { spend, release })
+        let (mut consume, mut release) = (Vec::new(), Vec::new());
+        match self.hold.as_mut().and_then(|hold| hold.held.take()) {
+            None => {}
+            Some(Held::Own(own)) => release.push(own),
+            Some(Held::Shares(calls)) => {
+                for call in calls {
+                    let (consumed, released) = call.end(amount);
+                    consume.extend(consumed);
+                    release.extend(released);
+                }
+            }
+        }
+        let settle = Settle {
+            spend,
+            consume,
+            release,
+        };
+        (!settle.spend.is_empty() || settle.holds()).then_some(settle)
     }
 }
 
@@ -236,48 +284,149 @@ pub(crate) async fn admit(
         .into_iter()
         .filter(ScopeLimits::limits)
         .collect();
+    let held = |held| {
+        Some(Hold {
+            spend: spend.clone(),
+            held: Some(held),
+        })
+    };
+    if shareable(&limited) && spend.follow_changes() {
+        let calls = admit_shared(store, spend, key, limited, amount, lease).await?;
+        charge.hold = held(Held::Shares(calls));
+        return Ok(charge);
+    }
     let admission = Admission {
         hold: uuid::Uuid::new_v4().simple().to_string(),
         amount,
+        most: amount,
         lease_ms: (lease + LEASE_MARGIN).as_millis() as i64,
         now_ms: now_ms(),
         scopes: limited,
     };
+    admit_at_store(store, spend, key, &admission, || {}).await?;
+    let scopes: Vec<BudgetScope> = admission
+        .scopes
+        .iter()
+        .filter(|limits| limits.holds())
+        .map(|limits| limits.scope.clone())
+        .collect();
+    // Only rate counted (`rpm_limit`, `tpm_limit`): nothing to release.
+    if !scopes.is_empty() {
+        charge.hold = held(Held::Own(Release {
+            hold: admission.hold,
+            scopes,
+        }));
+    }
+    Ok(charge)
+}
+
+/// The store's admission of `admission`, tried once more after `spend`'s settlements have
+/// caught up when refused while holds are taken (`before_retry` first: the calls waiting
+/// meanwhile are let go): what each scope holds.
+async fn admit_at_store(
+    store: &Store,
+    spend: &SpendLog,
+    key: &StoredKey,
+    admission: &Admission,
+    before_retry: impl FnOnce(),
+) -> Result<Vec<f64>, Status> {
     let admit = || async {
         store
             .keys
-            .admit(&admission)
+            .admit_up_to(admission)
             .await
             .map_err(|err| ErrorDetail::from(err).into_status())
     };
     let mut answer = admit().await?;
     if answer
         .as_ref()
-        .is_some_and(|refusal| only_held(&admission, refusal))
+        .is_err_and(|refusal| only_held(admission, refusal))
     {
+        before_retry();
         spend.settling().before_retry().await;
         answer = admit().await?;
     }
-    match answer {
-        None => {
-            let held: Vec<BudgetScope> = admission
-                .scopes
-                .iter()
-                .filter(|limits| limits.holds())
-                .map(|limits| limits.scope.clone())
-                .collect();
-            // Only rate counted (`rpm_limit`, `tpm_limit`): nothing to release.
-            charge.hold = (!held.is_empty()).then(|| Hold {
-                spend: spend.clone(),
-                release: Some(Release {
-                    hold: admission.hold,
-                    scopes: held,
-                }),
-            });
-            Ok(charge)
-        }
-        Some(refusal) => Err(refused(key, &admission, refusal)),
+    answer.map_err(|refusal| refused(key, admission, refusal))
+}
+
+/// Admits a call limited by budgets alone against this replica's share of each of its
+/// scopes (see [`crate::shares`]): in memory where every share has room for its hold;
+/// else the store is asked for new shares of the scopes whose share has none, one
+/// admission at a time per scope (the calls meanwhile wait for its grant).
+async fn admit_shared(
+    store: &Store,
+    spend: &Arc<SpendLog>,
+    key: &StoredKey,
+    limited: Vec<ScopeLimits>,
+    amount: f64,
+    lease: Duration,
+) -> Result<Vec<SharedCall>, Status> {
+    let slots = spend.shares().slots(&limited);
+    let mut taken: Vec<Option<SharedCall>> = slots.iter().map(|slot| slot.take(amount)).collect();
+    if taken.iter().all(Option::is_some) {
+        return Ok(taken.into_iter().flatten().collect());
     }
+    // The scopes without room, refilled in the order of their names (no two calls wait
+    // on each other's).
+    let mut lacking: Vec<usize> = (0..slots.len()).filter(|&i| taken[i].is_none()).collect();
+    lacking.sort_by(|a, b| slots[*a].name.cmp(&slots[*b].name));
+    let mut refilling = Vec::with_capacity(lacking.len());
+    for &i in &lacking {
+        refilling.push(slots[i].refill.lock().await);
+    }
+    // Refilled meanwhile by the call that held the lock; an idle share without room is
+    // given back first, so the store judges the call on what is really held.
+    let mut releases = Vec::new();
+    lacking.retain(|&i| {
+        taken[i] = slots[i].take(amount);
+        if taken[i].is_none() {
+            releases.extend(slots[i].retire_idle());
+        }
+        taken[i].is_none()
+    });
+    if !releases.is_empty() {
+        spend.settle_soon(Settle::releasing(releases));
+    }
+    if lacking.is_empty() {
+        return Ok(taken.into_iter().flatten().collect());
+    }
+    let admission = Admission {
+        hold: uuid::Uuid::new_v4().simple().to_string(),
+        amount,
+        most: amount * SHARE_CALLS,
+        lease_ms: (lease + LEASE_MARGIN + SHARE_LIFE).as_millis() as i64,
+        now_ms: now_ms(),
+        scopes: lacking.iter().map(|&i| limited[i].clone()).collect(),
+    };
+    let unlock = || refilling.clear();
+    let granted = match admit_at_store(store, spend, key, &admission, unlock).await {
+        Ok(granted) => granted,
+        Err(status) => {
+            let release = give_back(taken.into_iter().flatten().collect());
+            if !release.is_empty() {
+                spend.settle_soon(Settle::releasing(release));
+            }
+            return Err(status);
+        }
+    };
+    let mut replaced = Vec::new();
+    for (&i, granted) in lacking.iter().zip(granted) {
+        let (call, old) = spend.shares().install(
+            &slots[i],
+            admission.hold.clone(),
+            limited[i].scope.clone(),
+            granted,
+            amount,
+        );
+        taken[i] = Some(call);
+        replaced.extend(old);
+    }
+    drop(refilling);
+    if !replaced.is_empty() {
+        spend.settle_soon(Settle::releasing(replaced));
+    }
+    spend.sweep_shares_soon();
+    Ok(taken.into_iter().flatten().collect())
 }
 
 /// Whether `refusal` is owed to holds alone: without the calls in flight, the call
@@ -479,6 +628,7 @@ mod tests {
             let probe = Admission {
                 hold: format!("probe-{call}"),
                 amount: 1.0,
+                most: 1.0,
                 lease_ms: 10_000,
                 now_ms: now_ms(),
                 scopes: CallScopes::of_key(&key, None, now_ms()).scopes,
@@ -497,6 +647,69 @@ mod tests {
             Err(tonic::Code::ResourceExhausted),
         );
         drop(first);
+    }
+
+    /// A key limited by its budget alone: its first call takes a share of the budget (a
+    /// quarter of its room, within 32 holds), the next is admitted in memory; what calls
+    /// cost is taken off the share as it is spent, and a stop gives the share back.
+    #[tokio::test(flavor = "current_thread")]
+    async fn calls_of_a_budget_alone_are_admitted_against_a_share() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let backend = sandgate_store::Backend::Embedded {
+            data_dir: dir.path().to_owned(),
+        };
+        let store = Store::open(&backend)
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+        let spend = Arc::new(SpendLog::new(
+            store.clone(),
+            sandgate_store::models::SpendLogRetention::default(),
+        ));
+        let key = StoredKey {
+            token: "t".into(),
+            max_budget: Some(100.0),
+            ..StoredKey::default()
+        };
+        let call = || {
+            let scopes = CallScopes::of_key(&key, None, now_ms());
+            admit(&store, &spend, &key, scopes, 1.0, Duration::from_secs(5))
+        };
+        // What the store holds of the key's budget, as a refusal with no room shows it.
+        let held = || async {
+            let probe = Admission {
+                hold: "probe".into(),
+                amount: 0.0,
+                most: 0.0,
+                lease_ms: 10_000,
+                now_ms: now_ms(),
+                scopes: vec![ScopeLimits {
+                    max_budget: Some(0.0),
+                    ..CallScopes::of_key(&key, None, now_ms()).scopes[0].clone()
+                }],
+            };
+            match store.keys.admit_up_to(&probe).await {
+                Ok(Err(Refusal::Budget { reserved, .. })) => reserved,
+                other => panic!("{other:?}"),
+            }
+        };
+        let first = call().await.unwrap_or_else(|status| panic!("{status:?}"));
+        assert_eq!(held().await, 25.0, "a quarter of the room");
+        let second = call().await.unwrap_or_else(|status| panic!("{status:?}"));
+        assert_eq!(
+            held().await,
+            25.0,
+            "the second call asked the store nothing"
+        );
+        let entry = sandgate_store::SpendLogEntry::default();
+        spend.log_answered((entry, first.settle(Some(0.5), 10)));
+        spend
+            .settling()
+            .caught_up(crate::settling::CATCH_UP_AT_MOST)
+            .await;
+        assert_eq!(held().await, 24.5, "its cost taken off the share");
+        drop(second);
+        spend.flush().await;
+        assert_eq!(held().await, 0.0, "a stop gives the share back");
     }
 
     #[test]
@@ -554,7 +767,7 @@ mod tests {
             [(0.5, 40), (0.5, 0), (0.5, 40)]
         );
         assert_eq!(settle.spend[0].window, 3);
-        assert!(settle.release.is_none());
+        assert!(settle.release.is_empty());
         let nothing = Charge {
             token: "t".into(),
             key_alias: None,

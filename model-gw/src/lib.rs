@@ -34,6 +34,7 @@ mod routing;
 mod service;
 mod session;
 mod settling;
+mod shares;
 mod spend;
 #[doc(hidden)]
 pub mod sse;

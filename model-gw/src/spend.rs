@@ -21,12 +21,14 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use http::HeaderMap;
-use sandgate_store::admission::{ScopeSpend, Settlement};
+use sandgate_store::admission::{BudgetScope, Consume, ScopeSpend, Settlement};
 use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
+use tokio::sync::watch;
 
 use crate::admit::Settle;
 use crate::settling::{CATCH_UP_AT_MOST, Settling};
+use crate::shares::{SWEEP_EVERY, Shares};
 use sandgate_store::ledger::{ConversationOwner, LedgerSums, WrittenOnce};
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
@@ -60,6 +62,11 @@ pub(crate) struct SpendLog {
     owned: WrittenOnce,
     /// Held calls' settlements, written as their calls end.
     settling: Settling,
+    /// This replica's shares of its keys' budgets.
+    shares: Shares,
+    /// The generations of keys' and of teams' and users' records: every share is given
+    /// back when either moves (a budget or a spend changed), on every replica.
+    changes: [watch::Receiver<Option<u64>>; 2],
 }
 
 /// Conversations remembered as owned at most; past it the memory starts again.
@@ -127,13 +134,9 @@ impl SpendQueue {
     fn requeue_settlement(&mut self, settlement: Settlement) {
         self.settles.push(Settle {
             spend: settlement.spend,
-            release: None,
+            consume: settlement.consumed,
+            release: settlement.releases,
         });
-        self.settles
-            .extend(settlement.releases.into_iter().map(|release| Settle {
-                spend: Vec::new(),
-                release: Some(release),
-            }));
     }
 
     /// Asks for the delayed write; `true` when none was scheduled yet (the caller starts
@@ -184,11 +187,19 @@ fn summed(settles: Vec<Settle>) -> Settlement {
     let mut sums: std::collections::HashMap<_, (f64, u64)> =
         std::collections::HashMap::with_capacity(settles.len());
     let mut releases = Vec::new();
+    // What calls cost, by the share they were admitted against.
+    let mut consumed: HashMap<(String, Vec<BudgetScope>), Consume> = HashMap::new();
     for settle in settles {
         for item in settle.spend {
             let sum = sums.entry((item.scope, item.window)).or_default();
             sum.0 += item.amount;
             sum.1 = sum.1.saturating_add(item.tokens);
+        }
+        for consume in settle.consume {
+            consumed
+                .entry((consume.hold.clone(), consume.scopes.clone()))
+                .and_modify(|sum| sum.amount += consume.amount)
+                .or_insert(consume);
         }
         releases.extend(settle.release);
     }
@@ -202,6 +213,7 @@ fn summed(settles: Vec<Settle>) -> Settlement {
                 tokens,
             })
             .collect(),
+        consumed: consumed.into_values().collect(),
         releases,
         now_ms: crate::support::now_ms(),
     }
@@ -210,13 +222,67 @@ fn summed(settles: Vec<Settle>) -> Settlement {
 impl SpendLog {
     pub(crate) fn new(store: Store, retention: SpendLogRetention) -> Self {
         Self {
+            changes: [store.keys.key_changes(), store.orgs.org_changes()],
             store,
             retention,
             queue: Mutex::default(),
             writer: tokio::sync::Mutex::default(),
             owned: WrittenOnce::new(MAX_OWNED_REMEMBERED),
             settling: Settling::default(),
+            shares: Shares::default(),
         }
+    }
+
+    /// Gives back every share of this replica (a management call changed keys, teams or
+    /// users: what they were granted on may no longer hold).
+    pub(crate) fn give_back_shares(self: &Arc<Self>) {
+        let releases = self.shares.retire_all();
+        if !releases.is_empty() {
+            self.settle_soon(Settle::releasing(releases));
+        }
+    }
+
+    /// Whether calls may be admitted against shares: `false` while a change of keys,
+    /// teams or users could go unseen (the store's notifications are down). Every share
+    /// is given back once a change is seen.
+    pub(crate) fn follow_changes(self: &Arc<Self>) -> bool {
+        let [keys, orgs] = &self.changes;
+        let (Some(keys), Some(orgs)) = (*keys.borrow(), *orgs.borrow()) else {
+            return false;
+        };
+        if self.shares.follow((keys, orgs)) {
+            self.give_back_shares();
+        }
+        true
+    }
+
+    /// This replica's shares of its keys' budgets.
+    pub(crate) fn shares(&self) -> &Shares {
+        &self.shares
+    }
+
+    /// Starts the sweep that gives back idle shares, unless it runs: it stops once no
+    /// share is left (or the gateway is gone).
+    pub(crate) fn sweep_shares_soon(self: &Arc<Self>) {
+        if !self.shares.start_sweep() {
+            return;
+        }
+        let log = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SWEEP_EVERY).await;
+                let Some(log) = log.upgrade() else {
+                    return;
+                };
+                let (releases, left) = log.shares.sweep(std::time::Instant::now());
+                if !releases.is_empty() {
+                    log.settle_soon(Settle::releasing(releases));
+                }
+                if !left {
+                    return;
+                }
+            }
+        });
     }
 
     /// Held calls' settlements on their way to the store: what a refused admission waits
@@ -300,7 +366,7 @@ impl SpendLog {
     /// them.
     pub(crate) fn log_answered(self: &Arc<Self>, (entry, settle): Finished) {
         match settle {
-            Some(settle) if settle.release.is_some() => {
+            Some(settle) if settle.holds() => {
                 self.settle_soon(settle);
                 self.log_soon((entry, None));
             }
@@ -374,9 +440,16 @@ impl SpendLog {
     /// Writes the entries still queued: once the server has stopped, so that a stop loses
     /// none.
     pub(crate) async fn flush(&self) {
-        // The settlements under way first: one the store refuses joins the queue. Any
-        // still queued (their writer never ran: the runtime is stopping) join it too.
-        self.settling.caught_up(CATCH_UP_AT_MOST).await;
+        // The shares given back, after their calls' settlements. Then the settlements
+        // under way: one the store refuses joins the queue. Any still queued (their
+        // writer never ran: the runtime is stopping) join it too.
+        let releases = self.shares.retire_all();
+        let no_writer = !releases.is_empty() && self.settling.push(Settle::releasing(releases));
+        // With no writer running, nothing is under way: what is queued joins the batch's
+        // queue below.
+        if !no_writer {
+            self.settling.caught_up(CATCH_UP_AT_MOST).await;
+        }
         if let Some((settles, through)) = self.settling.take() {
             if let Ok(mut pending) = self.queue.lock() {
                 pending.settles.extend(settles);

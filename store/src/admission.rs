@@ -15,6 +15,17 @@
 //! scope took), however many calls and replicas there are, as long as no call costs more
 //! than its hold.
 //!
+//! **A replica's share.** An admission may ask for more than its call's hold
+//! ([`Admission::most`]): the store then holds, in the same atomic step and under the same
+//! rule, on each scope with a budget up to a quarter of the room it has left (never less
+//! than the call's hold, never more than asked). Each such hold is the replica's share of
+//! that scope: the gateway admits its next calls on the scope against it in its own
+//! memory, without a round trip, and each call's settlement moves its cost from the
+//! share's hold to the spend ([`Consume`]), so the store counts every call once, spent or
+//! held, at every moment. Grants never exceed the
+//! room but for the last one (the call's own hold where less is left), so the bound above
+//! holds with shares too.
+//!
 //! A hold lives at most its lease ([`Admission::lease_ms`]): a replica that dies mid-call
 //! cannot settle it, and on Redis the next admission on that scope drops it once its lease
 //! has passed. The embedded store keeps holds in memory: they end with the process.
@@ -126,6 +137,10 @@ pub struct Admission {
     pub scopes: Vec<ScopeLimits>,
     /// The call's largest possible cost: what it holds of each budget.
     pub amount: f64,
+    /// The most to hold, at least `amount`: a replica's share of each scope's budget,
+    /// granted up to a quarter of the room it has left (never less than `amount`).
+    /// `amount` itself: a call's own hold.
+    pub most: f64,
     /// How long the hold lives unless settled (milliseconds): longer than any call may
     /// last.
     pub lease_ms: i64,
@@ -169,11 +184,22 @@ pub struct Release {
     pub scopes: Vec<BudgetScope>,
 }
 
-/// What ended calls settle, in one store write: their spend is added before their holds
-/// are released, so that no moment counts neither.
+/// What calls admitted against a share cost: taken off the share's hold on each of its
+/// scopes (down to nothing, never below) as their spend is added.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Consume {
+    pub hold: String,
+    pub scopes: Vec<BudgetScope>,
+    pub amount: f64,
+}
+
+/// What ended calls settle, in one store write: their spend is added, then what they cost
+/// taken off the shares they were admitted against, then holds released, so that no
+/// moment counts neither.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Settlement {
     pub spend: Vec<ScopeSpend>,
+    pub consumed: Vec<Consume>,
     pub releases: Vec<Release>,
     /// Now, in milliseconds since the epoch (the minute tokens count in).
     pub now_ms: i64,

@@ -168,12 +168,18 @@ pub trait KeyStore: Send + Sync + 'static {
     ) -> StoreResult<Option<(StoredKey, SpendCounters)>>;
 
     /// Admits a call against every scope of `admission` at once, or refuses it: see
-    /// [`crate::admission`]. `Ok(None)`: admitted, its hold taken until [`Self::settle`]
-    /// releases it or its lease ends.
-    async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>>;
+    /// [`crate::admission`]. `Ok(Ok(held))`: admitted, `held[i]` (between its `amount`
+    /// and its `most`) taken on scope `i` until [`Self::settle`] releases it or its lease
+    /// ends.
+    async fn admit_up_to(&self, admission: &Admission) -> StoreResult<Result<Vec<f64>, Refusal>>;
 
-    /// Adds the spend of ended calls to their scopes' counters, then releases their holds,
-    /// in one round trip. Spend of a key (or its session) that is gone is dropped; the
+    /// [`Self::admit_up_to`], for a call's own hold: `Ok(None)` when admitted.
+    async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
+        Ok(self.admit_up_to(admission).await?.err())
+    }
+
+    /// Adds the spend of ended calls to their scopes' counters, takes it off the shares
+    /// they were admitted against, then releases their holds, in one round trip. Spend of a key (or its session) that is gone is dropped; the
     /// scopes that outlive keys (user, team, member) keep theirs.
     async fn settle(&self, settlement: &Settlement) -> StoreResult<()>;
 
@@ -183,7 +189,8 @@ pub trait KeyStore: Send + Sync + 'static {
 
     /// Sets what a scope that outlives keys (a user, a team, a membership) spent in
     /// `window`, as LiteLLM's `/user/update` sets a user's spend: calls that settle after
-    /// add to it.
+    /// add to it. Moves the organisations' generation (`OrgStore::org_changes`): the
+    /// gateway's shares of budgets, granted on the spend before, are given back.
     async fn set_budget_spend(
         &self,
         scope: &BudgetScope,

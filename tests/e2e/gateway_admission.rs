@@ -5,7 +5,8 @@
 //! a team's and a user's; a client that leaves mid-call releases its hold, and a replica
 //! killed mid-call leaves a hold that ends with its lease; calls made one after another
 //! are never refused over their own last call's hold, settled off its path, and a stop
-//! right after the answers loses none of their settlements.
+//! right after the answers loses none of their settlements; a budget is spent to its
+//! end through the replicas' shares of it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -766,4 +767,44 @@ async fn a_stop_right_after_the_answers_loses_no_settlement() {
     let expected = f64::from(calls) * CALL_COST;
     let spent = spend(survivor, &token, expected).await;
     assert!((spent - expected).abs() < 1e-9, "{spent} of {expected}");
+}
+
+/// A key limited by its budget alone is admitted against its replica's share of it (no
+/// store round trip per call): calls one after another on one replica are all admitted;
+/// a call on the other replica takes a share there (a quarter of the room left), which
+/// that replica gives back once idle, so the first replica spends the rest of the budget;
+/// and the budget stops the calls at exactly its forty, on both replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_is_spent_to_its_end_through_replicas_shares() {
+    let backend = Backend::redis().await;
+    let upstream = GatedUpstream::start(true).await;
+    let config = config(&upstream);
+    let replicas = replicas(&backend, &config, 2).await;
+    let budget = 40.0 * CALL_COST;
+    let (key, token) = generate(&replicas[0], &json!({"max_budget": budget})).await;
+    let call_on = |replica: &Sandgate| call(&replica.client, &replica.url(""), &key, false);
+    for n in 0..20 {
+        let (status, body, _) = limited(call_on(&replicas[0])).await;
+        assert_eq!(status, 200, "call {n}: {body}");
+    }
+    let (status, body, _) = limited(call_on(&replicas[1])).await;
+    assert_eq!(status, 200, "call 20, on the other replica: {body}");
+    // The first replica's calls may find the other's idle share still held, until it is
+    // given back; never for longer (its lease in the store lasts minutes). Without that,
+    // the share's room (more than three calls' cost) would never be spent.
+    for n in 21..40 {
+        let (status, body, _) = until(StatusCode::OK, || call_on(&replicas[0])).await;
+        assert_eq!(status, 200, "call {n}: {body}");
+    }
+    let spent = spend(&replicas[0], &token, budget).await;
+    assert!((spent - budget).abs() < 1e-9, "{spent}");
+    for replica in &replicas {
+        let (status, body, _) = limited(call_on(replica)).await;
+        assert_eq!(status, 422, "past the budget: {body}");
+        assert!(
+            body.to_string()
+                .contains("Current cost: 5.0, Max budget: 5.0"),
+            "{body}"
+        );
+    }
 }

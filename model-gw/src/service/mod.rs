@@ -370,6 +370,8 @@ impl ModelGateway for ModelGatewayService {
             .await
             .map_err(ErrorDetail::into_status)?;
         if let Some((action, asked)) = audited {
+            // A change: the shares of budgets granted before it are given back.
+            self.spend.give_back_shares();
             let entry = crate::audit::entry(&caller, source, action, &asked, &body);
             crate::audit::record(&self.store, entry).await;
         }
@@ -390,6 +392,8 @@ impl ModelGateway for ModelGatewayService {
             .await
             .map_err(ErrorDetail::into_status)?;
         if let Some((action, asked)) = audited {
+            // A change: the shares of budgets granted before it are given back.
+            self.spend.give_back_shares();
             let entry = crate::audit::entry(&caller, source, action, &asked, &body);
             crate::audit::record(&self.store, entry).await;
         }

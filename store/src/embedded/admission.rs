@@ -111,7 +111,10 @@ impl EmbeddedStore {
         Ok(known)
     }
 
-    pub(super) async fn admit_call(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
+    pub(super) async fn admit_call(
+        &self,
+        admission: &Admission,
+    ) -> StoreResult<Result<Vec<f64>, Refusal>> {
         let read = self
             .budget_counters(
                 admission
@@ -127,6 +130,9 @@ impl EmbeddedStore {
         if states.len() >= MAX_SCOPES {
             states.retain(|_, state| !state.idle());
         }
+        // What each scope holds: the call's amount, or with a budget up to a quarter of
+        // its room (a share), within the most.
+        let mut held = Vec::with_capacity(admission.scopes.len());
         for limits in &admission.scopes {
             let state = states.entry(limits.scope.name()).or_default().at(minute);
             let in_flight = state.holds.len() as u64;
@@ -141,20 +147,24 @@ impl EmbeddedStore {
                 let spent = spent(&limits.scope, value, limits.window, now);
                 let reserved = state.reserved();
                 if spent + reserved >= max_budget {
-                    return Ok(Some(Refusal::Budget {
+                    return Ok(Err(Refusal::Budget {
                         scope: limits.scope.clone(),
                         spent,
                         reserved,
                         max_budget,
                     }));
                 }
+                let share = ((max_budget - spent - reserved) / 4.0).min(admission.most);
+                held.push(admission.amount.max(share));
+            } else {
+                held.push(admission.amount);
             }
             let over = |limit: Option<u64>, count: u64| limit.is_some_and(|limit| count >= limit);
             if over(limits.max_parallel_requests, in_flight)
                 || over(limits.rpm_limit, state.requests)
                 || over(limits.tpm_limit, state.tokens)
             {
-                return Ok(Some(Refusal::Rate {
+                return Ok(Err(Refusal::Rate {
                     scope: limits.scope.clone(),
                     in_flight,
                     requests: state.requests,
@@ -162,16 +172,16 @@ impl EmbeddedStore {
                 }));
             }
         }
-        for limits in &admission.scopes {
+        for (limits, held) in admission.scopes.iter().zip(&held) {
             let state = states.entry(limits.scope.name()).or_default().at(minute);
             if limits.holds() {
-                state.holds.insert(admission.hold.clone(), admission.amount);
+                state.holds.insert(admission.hold.clone(), *held);
             }
             if limits.rpm_limit.is_some() {
                 state.requests += 1;
             }
         }
-        Ok(None)
+        Ok(Ok(held))
     }
 
     pub(super) async fn budget_spend_of(
@@ -206,7 +216,11 @@ impl EmbeddedStore {
             memory.set(vec![(name, value)]);
             Ok(())
         })
-        .await
+        .await?;
+        // The gateway gives back its shares of the scope's budget, granted on the spend
+        // before.
+        self.orgs_changed();
+        Ok(())
     }
 
     pub(super) async fn settle_calls(&self, settlement: &Settlement) -> StoreResult<()> {
@@ -250,6 +264,16 @@ impl EmbeddedStore {
         for item in settlement.spend.iter().filter(|item| item.tokens > 0) {
             let state = states.entry(item.scope.name()).or_default().at(minute);
             state.tokens = state.tokens.saturating_add(item.tokens);
+        }
+        for consume in &settlement.consumed {
+            for scope in &consume.scopes {
+                let held = states
+                    .get_mut(&scope.name())
+                    .and_then(|state| state.holds.get_mut(&consume.hold));
+                if let Some(held) = held {
+                    *held -= held.min(consume.amount);
+                }
+            }
         }
         for release in &settlement.releases {
             for scope in &release.scopes {

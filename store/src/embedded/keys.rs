@@ -303,7 +303,7 @@ impl KeyStore for EmbeddedStore {
         Ok(key.map(|key| (key, counters(Some(counter), session, now))))
     }
 
-    async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
+    async fn admit_up_to(&self, admission: &Admission) -> StoreResult<Result<Vec<f64>, Refusal>> {
         self.admit_call(admission).await
     }
 

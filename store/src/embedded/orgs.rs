@@ -83,7 +83,7 @@ impl EmbeddedStore {
 
     /// This process is the store's only writer: every change of a team or user record
     /// passes here.
-    fn orgs_changed(&self) {
+    pub(super) fn orgs_changed(&self) {
         self.org_changes
             .send_modify(|generation| *generation = generation.map(|at| at + 1));
     }

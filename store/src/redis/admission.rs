@@ -40,18 +40,22 @@ fn counter(scope: &BudgetScope) -> (String, bool) {
 }
 
 /// KEYS: per scope its counter, holds, leases, rpm and tpm. ARGV: the hold id, its
-/// amount, now, when its lease ends, the lease in milliseconds, then per scope its kind
-/// (`s`: a session counter), window, max budget, max parallel, rpm and tpm limits (`''`:
-/// none). Returns 0 when admitted, else `{'budget', i, spent, reserved}` or
-/// `{'rate', i, in_flight, requests, tokens}` for the first scope (0-based) refused.
+/// amount, now, when its lease ends, the lease in milliseconds, the most to hold, then per
+/// scope its kind (`s`: a session counter), window, max budget, max parallel, rpm and tpm
+/// limits (`''`: none). Returns `{'held', amount...}` when admitted: per scope what it
+/// holds (a string: the call's amount, or with a budget up to a quarter of its room,
+/// within the most), else `{'budget', i, spent, reserved}` or `{'rate', i, in_flight,
+/// requests, tokens}` for the first scope (0-based) refused.
 static ADMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local hold, amount, now, expiry, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local most = tonumber(ARGV[6])
 local n = #KEYS / 5
-local function arg(i, j) return ARGV[5 + 6 * i + j] end
+local function arg(i, j) return ARGV[6 + 6 * i + j] end
 local function key(i, j) return KEYS[5 * i + j] end
 local refresh = {}
+local held = {}
 -- Redis's own clock for the keys' expiry: the replicas' clocks may disagree.
 local time = redis.call('TIME')
 local clock = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -60,6 +64,7 @@ for i = 0, n - 1 do
   local holds, leases = key(i, 2), key(i, 3)
   local count = 0
   refresh[i] = true
+  held[i] = amount
   if max ~= '' or par ~= '' then
     local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
     for _, gone in ipairs(expired) do
@@ -88,6 +93,9 @@ for i = 0, n - 1 do
       if spent + reserved >= tonumber(max) then
         return {'budget', i, tostring(spent), tostring(reserved)}
       end
+      -- A share: a quarter of the room left, within the most, never below the amount.
+      local share = math.min(most, (tonumber(max) - spent - reserved) / 4)
+      if share > tonumber(amount) then held[i] = tostring(share) end
     end
   end
   if par ~= '' or rpm ~= '' or tpm ~= '' then
@@ -103,16 +111,16 @@ for i = 0, n - 1 do
   local max, par, rpm = arg(i, 3), arg(i, 4), arg(i, 5)
   if max ~= '' or par ~= '' then
     local holds, leases = key(i, 2), key(i, 3)
-    redis.call('HINCRBYFLOAT', holds, '#reserved', amount)
+    redis.call('HINCRBYFLOAT', holds, '#reserved', held[i])
     redis.call('HINCRBY', holds, '#count', 1)
     redis.call('ZADD', leases, expiry, hold)
     -- Kept as long as the longest lease in them (replicas may have different ones).
     if refresh[i] then
-      redis.call('HSET', holds, hold, amount, '#until', clock + 2 * tonumber(lease))
+      redis.call('HSET', holds, hold, held[i], '#until', clock + 2 * tonumber(lease))
       redis.call('PEXPIRE', holds, 2 * tonumber(lease))
       redis.call('PEXPIRE', leases, 2 * tonumber(lease))
     else
-      redis.call('HSET', holds, hold, amount)
+      redis.call('HSET', holds, hold, held[i])
     end
   end
   if rpm ~= '' then
@@ -120,17 +128,21 @@ for i = 0, n - 1 do
     redis.call('PEXPIRE', key(i, 4), 120000)
   end
 end
-return 0
+local answer = {'held'}
+for i = 0, n - 1 do answer[i + 2] = held[i] end
+return answer
 ",
     )
 });
 
-/// KEYS: the key records, per spend item its counter and tpm counter, then per group of
-/// releases its scope's holds and leases. ARGV: the session TTL, the number of spend
-/// items, per item its kind (`s`: a session counter), its key's token (`''`: a scope that
-/// outlives keys), window, amount and tokens, then per group of releases (one scope's,
-/// at most [`RELEASES_AT_ONCE`]) their number and their hold ids. Spend first, then
-/// releases: no moment counts neither. A group's holds go in one command each (read,
+/// KEYS: the key records, per spend item its counter and tpm counter, per consumed share
+/// its scopes' holds, then per group of releases its scope's holds and leases. ARGV: the
+/// session TTL, the number of spend items, per item its kind (`s`: a session counter), its
+/// key's token (`''`: a scope that outlives keys), window, amount and tokens, the number
+/// of consumed shares, per share its hold id, the amount taken off it and its number of
+/// scopes, then per group of releases (one scope's, at most [`RELEASES_AT_ONCE`]) their
+/// number and their hold ids. Spend first, then shares, then releases: no moment counts
+/// neither. A group's holds go in one command each (read,
 /// deleted, their sum taken off), whatever their number.
 static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -158,6 +170,21 @@ for i = 0, items - 1 do
   end
 end
 local k = 2 + 2 * items
+local consumed = tonumber(ARGV[a])
+a = a + 1
+for _ = 1, consumed do
+  local hold, amount, m = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  for j = 0, m - 1 do
+    local held = tonumber(redis.call('HGET', KEYS[k + j], hold) or '')
+    if held then
+      local taken = math.min(held, amount)
+      redis.call('HINCRBYFLOAT', KEYS[k + j], hold, -taken)
+      redis.call('HINCRBYFLOAT', KEYS[k + j], '#reserved', -taken)
+    end
+  end
+  k = k + m
+end
 while a <= #ARGV do
   local n, holds, leases = tonumber(ARGV[a]), KEYS[k], KEYS[k + 1]
   local ids = {unpack(ARGV, a + 1, a + n)}
@@ -202,7 +229,7 @@ fn number(value: &redis::Value) -> f64 {
 pub(super) async fn admit(
     store: &RedisStore,
     admission: &Admission,
-) -> StoreResult<Option<Refusal>> {
+) -> StoreResult<Result<Vec<f64>, Refusal>> {
     let minute = minute(admission.now_ms);
     let mut invocation = ADMIT.prepare_invoke();
     invocation
@@ -210,7 +237,8 @@ pub(super) async fn admit(
         .arg(admission.amount)
         .arg(admission.now_ms)
         .arg(admission.now_ms.saturating_add(admission.lease_ms))
-        .arg(admission.lease_ms);
+        .arg(admission.lease_ms)
+        .arg(admission.most.max(admission.amount));
     for limits in &admission.scopes {
         let name = limits.scope.name();
         let (counter, session) = counter(&limits.scope);
@@ -233,8 +261,13 @@ pub(super) async fn admit(
         .await
         .map_err(unavailable)?;
     let redis::Value::Array(parts) = answer else {
-        return Ok(None);
+        return Err(crate::StoreError::Corrupt(
+            "the admission script's answer".into(),
+        ));
     };
+    if matches!(parts.first(), Some(redis::Value::BulkString(kind)) if kind == b"held") {
+        return Ok(Ok(parts[1..].iter().map(number).collect()));
+    }
     let scope = parts
         .get(1)
         .map(|index| number(index) as usize)
@@ -243,7 +276,7 @@ pub(super) async fn admit(
         .ok_or_else(|| crate::StoreError::Corrupt("the admission script's answer".into()))?;
     let value = |index: usize| parts.get(index).map_or(0.0, number);
     let budget = matches!(parts.first(), Some(redis::Value::BulkString(kind)) if kind == b"budget");
-    Ok(Some(if budget {
+    Ok(Err(if budget {
         Refusal::Budget {
             max_budget: admission
                 .scopes
@@ -324,11 +357,18 @@ pub(super) async fn set_budget_spend(
         .query_async::<()>(&mut connection)
         .await
         .map_err(unavailable)?;
-    store.replicated(&mut connection).await
+    store.replicated(&mut connection).await?;
+    // Every replica gives back its shares of the scope's budget, granted on the spend
+    // before.
+    super::keys::publish(&mut connection, super::orgs::ORGS_CHANGED).await;
+    Ok(())
 }
 
 pub(super) async fn settle(store: &RedisStore, settlement: &Settlement) -> StoreResult<()> {
-    if settlement.spend.is_empty() && settlement.releases.is_empty() {
+    if settlement.spend.is_empty()
+        && settlement.consumed.is_empty()
+        && settlement.releases.is_empty()
+    {
         return Ok(());
     }
     let minute = minute(settlement.now_ms);
@@ -347,6 +387,16 @@ pub(super) async fn settle(store: &RedisStore, settlement: &Settlement) -> Store
             .arg(item.window)
             .arg(item.amount)
             .arg(item.tokens);
+    }
+    invocation.arg(settlement.consumed.len());
+    for consume in &settlement.consumed {
+        invocation
+            .arg(&consume.hold)
+            .arg(consume.amount)
+            .arg(consume.scopes.len());
+        for scope in &consume.scopes {
+            invocation.key(tagged("holds", &scope.name()));
+        }
     }
     // Released holds by scope: a busy replica's settlement releases many calls' holds of
     // the same few scopes.

@@ -163,7 +163,7 @@ impl KeyStore for RedisStore {
         )))
     }
 
-    async fn admit(&self, admission: &Admission) -> StoreResult<Option<Refusal>> {
+    async fn admit_up_to(&self, admission: &Admission) -> StoreResult<Result<Vec<f64>, Refusal>> {
         super::admission::admit(self, admission).await
     }
 

@@ -25,7 +25,7 @@ const TEAMS: &str = "sandgate:{gateway-orgs}:teams";
 const USERS: &str = "sandgate:{gateway-orgs}:users";
 const TOTAL: &str = "sandgate:{gateway-orgs}:total";
 /// A Pub/Sub channel told of every change of a team or user record.
-const ORGS_CHANGED: &str = "sandgate:gateway-orgs:changed";
+pub(super) const ORGS_CHANGED: &str = "sandgate:gateway-orgs:changed";
 
 fn day_key(day: u32, scope: SpendScope) -> String {
     format!("sandgate:{{gateway-orgs}}:day:{day}:{}", scope.name())

@@ -3,7 +3,7 @@
 //! share holds) a hold whose lease has passed.
 
 use sandgate_store::admission::{
-    Admission, BudgetScope, Refusal, Release, ScopeLimits, ScopeSpend, Settlement,
+    Admission, BudgetScope, Consume, Refusal, Release, ScopeLimits, ScopeSpend, Settlement,
 };
 use sandgate_store::{KeyStore, StoredKey};
 
@@ -30,6 +30,7 @@ fn admission(hold: &str, amount: f64, scopes: &[ScopeLimits]) -> Admission {
         hold: hold.into(),
         scopes: scopes.to_vec(),
         amount,
+        most: amount,
         lease_ms: 60_000,
         now_ms: NOW,
     }
@@ -40,6 +41,7 @@ fn settlement(spend: Vec<ScopeSpend>, releases: Vec<Release>) -> Settlement {
         spend,
         releases,
         now_ms: NOW,
+        ..Settlement::default()
     }
 }
 
@@ -338,10 +340,120 @@ async fn settlements_made_at_once_all_count(backend: Backend) {
     ));
 }
 
+/// A replica's share of each scope's budget: granted up to a quarter of the room the scope
+/// has left (never less than the call's hold, never more than asked), counted as held by
+/// every admission until its calls' costs are taken off it as they are spent; given back,
+/// it leaves the spend alone. Nothing is ever counted twice or not at all.
+async fn shares_are_granted_within_the_room_and_consumed(backend: Backend) {
+    let store = open(&backend).await;
+    let keys = store.keys.as_ref();
+    put_key(keys, "k1").await;
+    let key = ScopeLimits {
+        max_budget: Some(100.0),
+        ..scope(BudgetScope::Key("k1".into()))
+    };
+    let team = ScopeLimits {
+        max_budget: Some(40.0),
+        ..scope(BudgetScope::Team("shared".into()))
+    };
+    let both = [key.clone(), team.clone()];
+    let share = |hold: &str, amount: f64, most: f64| Admission {
+        most,
+        ..admission(hold, amount, &both)
+    };
+    let granted = |answer: Result<Vec<f64>, Refusal>, expected: &[f64]| match answer {
+        Ok(held) => {
+            assert_eq!(held.len(), expected.len(), "{held:?}");
+            for (held, expected) in held.iter().zip(expected) {
+                assert!(
+                    (held - expected).abs() < 1e-9,
+                    "{held} held, not {expected}"
+                );
+            }
+        }
+        Err(refusal) => panic!("refused: {refusal:?}"),
+    };
+    // A quarter of each scope's room (100 and 40), within the 32 asked.
+    let first = keys.admit_up_to(&share("s1", 1.0, 32.0)).await;
+    granted(first.expect("admit"), &[25.0, 10.0]);
+    // Less asked than a quarter: what was asked.
+    let second = keys.admit_up_to(&share("s2", 1.0, 2.0)).await;
+    granted(second.expect("admit"), &[2.0, 2.0]);
+    // Calls against `s1` spend 6 of it: the spend is counted and taken off the share.
+    let spend = |scope: &ScopeLimits, amount| ScopeSpend {
+        scope: scope.scope.clone(),
+        window: 0,
+        amount,
+        tokens: 0,
+    };
+    let scopes = vec![key.scope.clone(), team.scope.clone()];
+    keys.settle(&Settlement {
+        spend: vec![spend(&key, 6.0), spend(&team, 6.0)],
+        consumed: vec![Consume {
+            hold: "s1".into(),
+            scopes: scopes.clone(),
+            amount: 6.0,
+        }],
+        now_ms: NOW,
+        ..Settlement::default()
+    })
+    .await
+    .expect("settle");
+    // Rooms now 100 - 6 spent - (19 + 2) held = 73 and 40 - 6 - (4 + 2) = 28.
+    let third = keys.admit_up_to(&share("s3", 1.0, 32.0)).await;
+    granted(third.expect("admit"), &[18.25, 7.0]);
+    // A cost past what is left of a share takes it to nothing, never below; its release
+    // then frees nothing more, and the spend stays.
+    keys.settle(&Settlement {
+        spend: vec![spend(&key, 3.0), spend(&team, 3.0)],
+        consumed: vec![Consume {
+            hold: "s2".into(),
+            scopes: scopes.clone(),
+            amount: 3.0,
+        }],
+        releases: vec![
+            Release {
+                hold: "s2".into(),
+                scopes: scopes.clone(),
+            },
+            Release {
+                hold: "s3".into(),
+                scopes: scopes.clone(),
+            },
+        ],
+        now_ms: NOW,
+    })
+    .await
+    .expect("settle");
+    // The team: 9 spent, `s1`'s 4 held, 27 left. Where the room is below the call's hold,
+    // the hold itself (the last call's overshoot), then nothing.
+    let mut tight = share("s4", 30.0, 64.0);
+    tight.scopes = vec![team.clone()];
+    granted(keys.admit_up_to(&tight).await.expect("admit"), &[30.0]);
+    match keys
+        .admit_up_to(&share("s5", 0.1, 0.1))
+        .await
+        .expect("admit")
+    {
+        Err(Refusal::Budget {
+            scope,
+            spent,
+            reserved,
+            ..
+        }) => {
+            assert_eq!(scope, team.scope);
+            assert!((spent - 9.0).abs() < 1e-9, "{spent}");
+            assert!((reserved - 34.0).abs() < 1e-9, "{reserved}");
+        }
+        other => panic!("not refused by the team: {other:?}"),
+    }
+}
+
 crate::on_both_backends!(
     calls_are_held_against_budgets_and_settled,
     parallel_requests_and_tokens_are_limited,
     settlements_made_at_once_all_count,
+    shares_are_granted_within_the_room_and_consumed,
 );
 
 /// Replicas share holds on Redis: one whose lease has passed (its replica died before

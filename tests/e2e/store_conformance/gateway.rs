@@ -241,6 +241,7 @@ async fn virtual_keys_and_their_spend_round_trip(backend: Backend) {
     };
     let settle = |spend: Vec<Vec<ScopeSpend>>| Settlement {
         spend: spend.concat(),
+        consumed: Vec::new(),
         releases: Vec::new(),
         now_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
