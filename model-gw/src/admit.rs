@@ -127,6 +127,11 @@ pub(crate) struct Settle {
     pub(crate) spend: Vec<ScopeSpend>,
     pub(crate) consume: Vec<Consume>,
     pub(crate) release: Vec<Release>,
+    /// Written as the call ends, apart from the spend log's batch: a call's own hold, which
+    /// the client's next call may need released. What calls admitted against shares
+    /// settle goes with the batch (their next calls are admitted in memory), in order: a
+    /// share's release after its calls' costs.
+    pub(crate) at_once: bool,
 }
 
 impl Settle {
@@ -167,14 +172,17 @@ pub(crate) struct Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let release = match self.held.take() {
+        let (release, at_once) = match self.held.take() {
             None => return,
-            Some(Held::Own(release)) => vec![release],
-            Some(Held::Shares(calls)) => give_back(calls),
+            Some(Held::Own(release)) => (vec![release], true),
+            Some(Held::Shares(calls)) => (give_back(calls), false),
         };
         // Outside a runtime (its shutdown) nothing can be written: the lease ends it.
         if !release.is_empty() && tokio::runtime::Handle::try_current().is_ok() {
-            self.spend.settle_soon(Settle::releasing(release));
+            self.spend.settle(Settle {
+                at_once,
+                ..Settle::releasing(release)
+            });
         }
     }
 }
@@ -231,9 +239,13 @@ impl Charge {
             .filter(|item| item.amount > 0.0 || item.tokens > 0)
             .collect::<Vec<_>>();
         let (mut consume, mut release) = (Vec::new(), Vec::new());
+        let mut at_once = false;
         match self.hold.as_mut().and_then(|hold| hold.held.take()) {
             None => {}
-            Some(Held::Own(own)) => release.push(own),
+            Some(Held::Own(own)) => {
+                release.push(own);
+                at_once = true;
+            }
             Some(Held::Shares(calls)) => {
                 for call in calls {
                     let (consumed, released) = call.end(amount);
@@ -246,6 +258,7 @@ impl Charge {
             spend,
             consume,
             release,
+            at_once,
         };
         (!settle.spend.is_empty() || settle.holds()).then_some(settle)
     }
@@ -303,7 +316,8 @@ pub(crate) async fn admit(
         now_ms: now_ms(),
         scopes: limited,
     };
-    admit_at_store(store, spend, key, &admission, || {}).await?;
+    let retry = async || spend.settling().before_retry().await;
+    admit_at_store(store, key, &admission, retry).await?;
     let scopes: Vec<BudgetScope> = admission
         .scopes
         .iter()
@@ -320,15 +334,14 @@ pub(crate) async fn admit(
     Ok(charge)
 }
 
-/// The store's admission of `admission`, tried once more after `spend`'s settlements have
-/// caught up when refused while holds are taken (`before_retry` first: the calls waiting
-/// meanwhile are let go): what each scope holds.
+/// The store's admission of `admission`, tried once more after `before_retry` (the
+/// settlements under way written, or another replica's given their time to land) when
+/// refused while holds are taken: what each scope holds.
 async fn admit_at_store(
     store: &Store,
-    spend: &SpendLog,
     key: &StoredKey,
     admission: &Admission,
-    before_retry: impl FnOnce(),
+    before_retry: impl AsyncFnOnce(),
 ) -> Result<Vec<f64>, Status> {
     let admit = || async {
         store
@@ -342,8 +355,7 @@ async fn admit_at_store(
         .as_ref()
         .is_err_and(|refusal| only_held(admission, refusal))
     {
-        before_retry();
-        spend.settling().before_retry().await;
+        before_retry().await;
         answer = admit().await?;
     }
     answer.map_err(|refusal| refused(key, admission, refusal))
@@ -385,7 +397,7 @@ async fn admit_shared(
         taken[i].is_none()
     });
     if !releases.is_empty() {
-        spend.settle_soon(Settle::releasing(releases));
+        spend.settle(Settle::releasing(releases));
     }
     if lacking.is_empty() {
         return Ok(taken.into_iter().flatten().collect());
@@ -398,13 +410,20 @@ async fn admit_shared(
         now_ms: now_ms(),
         scopes: lacking.iter().map(|&i| limited[i].clone()).collect(),
     };
-    let unlock = || refilling.clear();
-    let granted = match admit_at_store(store, spend, key, &admission, unlock).await {
+    // The calls waiting on these scopes go meanwhile; the shares given back are written
+    // first (they go with the spend log's batch).
+    let retry = async || {
+        refilling.clear();
+        if !spend.write_settles_now().await {
+            tokio::time::sleep(crate::settling::SETTLEMENT_GRACE).await;
+        }
+    };
+    let granted = match admit_at_store(store, key, &admission, retry).await {
         Ok(granted) => granted,
         Err(status) => {
             let release = give_back(taken.into_iter().flatten().collect());
             if !release.is_empty() {
-                spend.settle_soon(Settle::releasing(release));
+                spend.settle(Settle::releasing(release));
             }
             return Err(status);
         }
@@ -423,7 +442,7 @@ async fn admit_shared(
     }
     drop(refilling);
     if !replaced.is_empty() {
-        spend.settle_soon(Settle::releasing(replaced));
+        spend.settle(Settle::releasing(replaced));
     }
     spend.sweep_shares_soon();
     Ok(taken.into_iter().flatten().collect())
@@ -702,10 +721,7 @@ mod tests {
         );
         let entry = sandgate_store::SpendLogEntry::default();
         spend.log_answered((entry, first.settle(Some(0.5), 10)));
-        spend
-            .settling()
-            .caught_up(crate::settling::CATCH_UP_AT_MOST)
-            .await;
+        assert!(spend.write_settles_now().await, "it goes with the batch");
         assert_eq!(held().await, 24.5, "its cost taken off the share");
         drop(second);
         spend.flush().await;

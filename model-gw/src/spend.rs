@@ -136,6 +136,7 @@ impl SpendQueue {
             spend: settlement.spend,
             consume: settlement.consumed,
             release: settlement.releases,
+            at_once: false,
         });
     }
 
@@ -238,8 +239,37 @@ impl SpendLog {
     pub(crate) fn give_back_shares(self: &Arc<Self>) {
         let releases = self.shares.retire_all();
         if !releases.is_empty() {
-            self.settle_soon(Settle::releasing(releases));
+            self.settle(Settle::releasing(releases));
         }
+    }
+
+    /// Queues `settle`: at once apart from the batch when it says so (see
+    /// [`Settle::at_once`]), else with the batch, within [`SPEND_LOG_DELAY`].
+    pub(crate) fn settle(self: &Arc<Self>, settle: Settle) {
+        if settle.at_once {
+            return self.settle_soon(settle);
+        }
+        let schedule = self.queue.lock().is_ok_and(|mut pending| {
+            pending.settles.push(settle);
+            pending.schedule()
+        });
+        if schedule {
+            self.spawn_writer();
+        }
+    }
+
+    /// Writes the batch now when it holds settlements (a management call reads what the
+    /// calls spent; a refused admission's retry needs the shares given back): whether it
+    /// did.
+    pub(crate) async fn write_settles_now(&self) -> bool {
+        let queued = self
+            .queue
+            .lock()
+            .is_ok_and(|pending| !pending.settles.is_empty());
+        if queued {
+            self.write(false).await;
+        }
+        queued
     }
 
     /// Whether calls may be admitted against shares: `false` while a change of keys,
@@ -276,7 +306,7 @@ impl SpendLog {
                 };
                 let (releases, left) = log.shares.sweep(std::time::Instant::now());
                 if !releases.is_empty() {
-                    log.settle_soon(Settle::releasing(releases));
+                    log.settle(Settle::releasing(releases));
                 }
                 if !left {
                     return;
@@ -366,7 +396,7 @@ impl SpendLog {
     /// them.
     pub(crate) fn log_answered(self: &Arc<Self>, (entry, settle): Finished) {
         match settle {
-            Some(settle) if settle.holds() => {
+            Some(settle) if settle.at_once => {
                 self.settle_soon(settle);
                 self.log_soon((entry, None));
             }
@@ -440,23 +470,21 @@ impl SpendLog {
     /// Writes the entries still queued: once the server has stopped, so that a stop loses
     /// none.
     pub(crate) async fn flush(&self) {
-        // The shares given back, after their calls' settlements. Then the settlements
-        // under way: one the store refuses joins the queue. Any still queued (their
-        // writer never ran: the runtime is stopping) join it too.
-        let releases = self.shares.retire_all();
-        let no_writer = !releases.is_empty() && self.settling.push(Settle::releasing(releases));
-        // With no writer running, nothing is under way: what is queued joins the batch's
-        // queue below.
-        if !no_writer {
-            self.settling.caught_up(CATCH_UP_AT_MOST).await;
-        }
+        // The settlements under way first: one the store refuses joins the queue. Any
+        // still queued (their writer never ran: the runtime is stopping) join it too.
+        self.settling.caught_up(CATCH_UP_AT_MOST).await;
         if let Some((settles, through)) = self.settling.take() {
             if let Ok(mut pending) = self.queue.lock() {
                 pending.settles.extend(settles);
             }
             self.settling.written(through);
         }
+        // The shares given back, after their calls' settlements (in the batch).
+        let releases = self.shares.retire_all();
         if let Ok(mut pending) = self.queue.lock() {
+            if !releases.is_empty() {
+                pending.settles.push(Settle::releasing(releases));
+            }
             pending.ledger_due = true;
         }
         for _ in 0..3 {

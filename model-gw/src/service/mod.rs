@@ -425,6 +425,8 @@ impl ModelGatewayService {
             .settling()
             .caught_up(crate::settling::CATCH_UP_AT_MOST)
             .await;
+        // Those of calls admitted against shares go with the spend log's batch.
+        self.spend.write_settles_now().await;
     }
 
     /// Who may call, what is asked, and where it goes: everything decided before the
