@@ -614,11 +614,8 @@ mod tests {
         );
     }
 
-    /// A client that makes its next call the moment its answer is whole: the last call's
-    /// settlement is still queued (it is written off the call's path), and the next
-    /// admission, first refused over the hold, waits for it and passes.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_call_made_as_the_last_one_ends_is_admitted() {
+    /// An embedded store in a directory of its own (kept while it is), and its spend log.
+    async fn embedded() -> (tempfile::TempDir, Store, Arc<SpendLog>) {
         let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
         let backend = sandgate_store::Backend::Embedded {
             data_dir: dir.path().to_owned(),
@@ -630,6 +627,15 @@ mod tests {
             store.clone(),
             sandgate_store::models::SpendLogRetention::default(),
         ));
+        (dir, store, spend)
+    }
+
+    /// A client that makes its next call the moment its answer is whole: the last call's
+    /// settlement is still queued (it is written off the call's path), and the next
+    /// admission, first refused over the hold, waits for it and passes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_call_made_as_the_last_one_ends_is_admitted() {
+        let (_dir, store, spend) = embedded().await;
         let mut key = key();
         key.limits.max_parallel_requests = Some(1);
         let held = || {
@@ -673,17 +679,7 @@ mod tests {
     /// cost is taken off the share as it is spent, and a stop gives the share back.
     #[tokio::test(flavor = "current_thread")]
     async fn calls_of_a_budget_alone_are_admitted_against_a_share() {
-        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
-        let backend = sandgate_store::Backend::Embedded {
-            data_dir: dir.path().to_owned(),
-        };
-        let store = Store::open(&backend)
-            .await
-            .unwrap_or_else(|err| panic!("{err}"));
-        let spend = Arc::new(SpendLog::new(
-            store.clone(),
-            sandgate_store::models::SpendLogRetention::default(),
-        ));
+        let (_dir, store, spend) = embedded().await;
         let key = StoredKey {
             token: "t".into(),
             max_budget: Some(100.0),
