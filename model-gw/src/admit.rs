@@ -675,7 +675,7 @@ mod tests {
     }
 
     /// A key limited by its budget alone: its first call takes a share of the budget (a
-    /// quarter of its room, within 32 holds), the next is admitted in memory; what calls
+    /// quarter of its room, within 256 holds), the next is admitted in memory; what calls
     /// cost is taken off the share as it is spent, and a stop gives the share back.
     #[tokio::test(flavor = "current_thread")]
     async fn calls_of_a_budget_alone_are_admitted_against_a_share() {

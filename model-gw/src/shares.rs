@@ -29,9 +29,12 @@ use std::time::{Duration, Instant};
 
 use sandgate_store::admission::{BudgetScope, Consume, Release, ScopeLimits};
 
-/// How many calls' holds a share asks for: a busy key's round trips are one in this many
-/// calls while its budgets have room.
-pub(crate) const SHARE_CALLS: f64 = 32.0;
+/// How many calls' holds a share asks for (within a quarter of the room): more than a
+/// replica has in flight on a scope at once, since each holds its part of the share until
+/// it ends. At 32, 64 calls in flight on a key emptied a share every few dozen calls,
+/// each refill a round trip the calls meanwhile waited for (Redis c64: 780 refills a
+/// second).
+pub(crate) const SHARE_CALLS: f64 = 256.0;
 
 /// A share no call has used for this long is given back: the room it holds is another
 /// replica's to use.
