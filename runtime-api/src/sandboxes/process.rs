@@ -616,33 +616,50 @@ fn read_number<T: std::str::FromStr>(path: &Path) -> Option<T> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// How many times the view's probe runs before Sandgate starts without a view: a machine
+/// under load may fail one (a fresh-clone CI run saw it once, its reason unlogged then).
+const PROBE_ATTEMPTS: u32 = 3;
+
 /// Whether a sandbox's view can be made on this machine (`host`: the uid a sandbox runs
-/// as, when Sandgate is root): a shell run in one, in a folder made for the probe.
+/// as, when Sandgate is root): a shell run in one, in a folder made for the probe. A
+/// failure is tried again, and the last one's reason logged.
 pub(crate) fn probe_view(
     tools: &ViewTools,
     system: &[super::process_isolation::SystemDir],
     host: Option<super::process_isolation::Ids>,
 ) -> bool {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
-    let probe = std::env::temp_dir().join(format!("sandgate-probe-{}-{nanos}", std::process::id()));
-    let ran = run_probe(&probe, tools, system, host);
-    let _ = std::fs::remove_dir_all(&probe);
-    ran == Some(true)
+    let mut reason = String::new();
+    for attempt in 1..=PROBE_ATTEMPTS {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let probe =
+            std::env::temp_dir().join(format!("sandgate-probe-{}-{nanos}", std::process::id()));
+        let ran = run_probe(&probe, tools, system, host);
+        let _ = std::fs::remove_dir_all(&probe);
+        match ran {
+            Ok(()) => return true,
+            Err(why) => reason = why,
+        }
+        if attempt < PROBE_ATTEMPTS {
+            std::thread::sleep(std::time::Duration::from_millis(100 * u64::from(attempt)));
+        }
+    }
+    tracing::warn!(reason = %reason, attempts = PROBE_ATTEMPTS, "sandbox driver: process: a sandbox's view could not be made");
+    false
 }
 
-/// The probe of [`probe_view`] in `probe`: whether the shell exited 0.
+/// The probe of [`probe_view`] in `probe`: why the shell did not run and exit 0.
 fn run_probe(
     probe: &Path,
     tools: &ViewTools,
     system: &[super::process_isolation::SystemDir],
     host: Option<super::process_isolation::Ids>,
-) -> Option<bool> {
+) -> Result<(), String> {
     use command_fds::CommandFdExt;
-    std::fs::create_dir(probe).ok()?;
-    let root = layout::open_root(probe).ok()?;
-    layout::prepare_folder(&root, "probe", host).ok()?;
+    std::fs::create_dir(probe).map_err(|err| format!("its folder: {err}"))?;
+    let root = layout::open_root(probe).map_err(|err| format!("its folder: {err}"))?;
+    layout::prepare_folder(&root, "probe", host).map_err(|err| format!("its folder: {err}"))?;
     let folder = probe.join("probe");
     let view = view::View {
         tools,
@@ -658,16 +675,28 @@ fn run_probe(
         resolv_at: Path::new("/etc/resolv.conf"),
     };
     let line = view.command_line(&tools.shell, &["-c".into(), "exit 0".into()]);
-    let mapping = starting::args_fd(&view::environment_args([])).ok()?;
+    let mapping = starting::args_fd(&view::environment_args([]))
+        .map_err(|err| format!("its arguments: {err}"))?;
     let mut command = std::process::Command::new(&line[0]);
     command
         .args(&line[1..])
         .env_clear()
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    command.fd_mappings(vec![mapping]).ok()?;
-    command.status().ok().map(|status| status.success())
+        .stderr(std::process::Stdio::piped());
+    command
+        .fd_mappings(vec![mapping])
+        .map_err(|err| format!("its arguments: {err}"))?;
+    let output = command
+        .output()
+        .map_err(|err| format!("the view's command: {err}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    // What it says (bubblewrap's reason): bounded, as a log line.
+    let said = String::from_utf8_lossy(&output.stderr);
+    let said: String = said.trim().chars().take(500).collect();
+    Err(format!("the view's command {}: {said}", output.status))
 }
 
 /// Whether a sandbox could run `program` (its command's first word, or its image) with
