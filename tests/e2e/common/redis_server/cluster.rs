@@ -73,8 +73,11 @@ impl RedisServer {
         }
         let total = masters * (1 + replicas);
         // Polled: the nodes learn each other and the slot map over their bus, and the
-        // replicas synchronise.
-        for _ in 0..400 {
+        // replicas synchronise. A deadline, not a count of polls: on a machine the whole
+        // suite loads, a poll's replies take longer (a fresh-clone CI run once gave up
+        // after 400 polls).
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+        while tokio::time::Instant::now() < deadline {
             let mut ready = true;
             for connection in connections.iter_mut().chain(&mut replica_connections) {
                 if !cluster_formation::sees_cluster_formed(connection, total).await {
