@@ -22,9 +22,13 @@ const MEMO_CAPACITY: usize = 100_000;
 /// How long a session's first call is remembered as recorded.
 const SESSION_MEMO_MS: i64 = 300_000;
 /// How long a session whose sandbox is not found, or whose mark is under way, is left
-/// alone: the calls of a session that is no sandbox's cost a read per this while, and
-/// the first call of one whose conversation is not yet recorded is timed this late.
+/// alone: the calls of a session that is no sandbox's cost a read per this while.
 const UNPLACED_MEMO_MS: i64 = 2_000;
+/// When a call's mark looks for its session's sandbox again, after not finding it (a
+/// conversation's first call may come before its first webhook records it) or losing
+/// the write to another writer: all within `UNPLACED_MEMO_MS`, so that a conversation
+/// whose only calls come before its webhook still has its first call timed.
+const RETRIES_MS: [u64; 4] = [100, 200, 400, 800];
 
 /// What this process knows to be recorded, by key, until when (ms since the epoch).
 #[derive(Default)]
@@ -92,18 +96,26 @@ impl Activity {
         let this = self.clone();
         let session = session_id.to_owned();
         tokio::spawn(async move {
-            let marked = match this.sandbox_of(&session).await {
-                Ok(Some(runtime_id)) => this.first(&runtime_id, Phase::FirstLlmCall, now).await,
-                // Not found: remembered as such for a short while.
-                Ok(None) => return,
-                Err(err) => Err(err),
-            };
-            match marked {
-                Ok(true) => this.firsts.remember(key, now + SESSION_MEMO_MS, now_ms()),
-                Ok(false) => this.firsts.forget(&key),
-                Err(err) => {
-                    this.firsts.forget(&key);
-                    tracing::warn!(error = %err, "cannot record the sandbox's first LLM call");
+            let mut retries = RETRIES_MS.iter();
+            loop {
+                let marked = match this.sandbox_of(&session).await {
+                    Ok(Some(runtime_id)) => this.first(&runtime_id, Phase::FirstLlmCall, now).await,
+                    Ok(None) => Ok(false),
+                    Err(err) => Err(err),
+                };
+                match (marked, retries.next()) {
+                    (Ok(true), _) => {
+                        return this.firsts.remember(key, now + SESSION_MEMO_MS, now_ms());
+                    }
+                    (Ok(false), Some(ms)) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
+                    }
+                    // Still no sandbox: remembered as such until the memo lapses.
+                    (Ok(false), None) => return,
+                    (Err(err), _) => {
+                        this.firsts.forget(&key);
+                        return tracing::warn!(error = %err, "cannot record the sandbox's first LLM call");
+                    }
                 }
             }
         });

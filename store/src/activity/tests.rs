@@ -179,3 +179,48 @@ async fn the_first_llm_call_of_a_session_is_recorded_on_its_sandbox_only() {
     );
     assert_eq!(timeline(&store, "mine").await.expect("timeline"), first);
 }
+
+/// A conversation's first call may come before its first webhook has recorded it (the
+/// real app server's agent calls first): its mark waits for the record, and is the
+/// call's time.
+#[tokio::test]
+async fn a_first_call_before_its_conversation_is_recorded_is_timed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = store(&dir).await;
+    put(&store, &sandbox("mine", Some("session-a"), started())).await;
+    let activity: Arc<Activity> = Activity::new(&store, Duration::ZERO);
+    let conversation = uuid::Uuid::new_v4();
+    let before = super::now_ms();
+    activity.llm_call(&conversation.to_string());
+    let after = super::now_ms();
+    // Recorded a moment later (once the mark's first look has likely missed it), as its
+    // sandbox's.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let recorded = crate::StoredConversation {
+        id: conversation,
+        version: 1,
+        owner: "sandbox:mine".into(),
+        execution_status: "idle".into(),
+        updated_at: None,
+        received_at: 0,
+        deleted: false,
+        parent_id: None,
+        tags: Default::default(),
+        model: None,
+        lifecycle: Vec::new(),
+        record: serde_json::value::RawValue::from_string("{}".into()).expect("JSON"),
+    };
+    assert!(
+        store
+            .conversations
+            .compare_and_swap(0, &recorded)
+            .await
+            .expect("write")
+    );
+    let first = first_llm_call(&store, "mine").await;
+    let marked = first.first_llm_call_at_ms.expect("marked");
+    assert!(
+        (before..=after).contains(&marked),
+        "{marked}: not the call's time ({before}..={after})"
+    );
+}
