@@ -17,17 +17,18 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sandgate_proto::PEER_ADDRESS_METADATA;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::keys::{SESSION_SPEND_TTL_MS, session_digest};
 use sandgate_store::{Store, StoreError, StoredSandbox};
+use tokio::sync::watch;
 use tonic::Status;
 use tonic::metadata::{MetadataMap, MetadataValue};
 
-use crate::auth::session_id;
+use crate::auth::{KEEP_AT_MOST, MAX_KEPT, session_id};
 use crate::headers::SESSION_ID;
 use crate::keys::Caller;
 use crate::support::error;
@@ -45,6 +46,58 @@ pub(crate) struct Sessions {
     store: Store,
     /// session digest → (its owner, when confirmed).
     confirmed: Mutex<HashMap<String, (String, Instant)>>,
+    /// The sandboxes at callers' addresses, as last read.
+    addresses: Addresses,
+}
+
+/// What this replica read of the sandbox at each caller's address, with the generation
+/// it was read under ([`SandboxStore::address_changes`](sandgate_store::SandboxStore)):
+/// a call from an address read before costs no store round trip until a sandbox write
+/// changes what the index answers, on any replica. A kept read is never served once the
+/// generation has moved (a sandbox gone, its address another's), nor while the
+/// notifications are down, nor past [`KEEP_AT_MOST`].
+struct Addresses {
+    changes: watch::Receiver<Option<u64>>,
+    kept: Mutex<HashMap<IpAddr, KeptAddress>>,
+}
+
+struct KeptAddress {
+    sandbox: Option<Arc<StoredSandbox>>,
+    generation: u64,
+    read_at: Instant,
+}
+
+impl Addresses {
+    fn get(&self, peer: IpAddr, generation: Option<u64>) -> Option<Option<Arc<StoredSandbox>>> {
+        let generation = generation?;
+        let kept = self.kept.lock().ok()?;
+        let entry = kept.get(&peer)?;
+        (entry.generation == generation && entry.read_at.elapsed() < KEEP_AT_MOST)
+            .then(|| entry.sandbox.clone())
+    }
+
+    fn keep(
+        &self,
+        peer: IpAddr,
+        sandbox: Option<Arc<StoredSandbox>>,
+        generation: Option<u64>,
+        read_at: Instant,
+    ) {
+        let (Some(generation), Ok(mut kept)) = (generation, self.kept.lock()) else {
+            return;
+        };
+        if kept.len() >= MAX_KEPT {
+            kept.clear();
+        }
+        kept.insert(
+            peer,
+            KeptAddress {
+                sandbox,
+                generation,
+                read_at,
+            },
+        );
+    }
 }
 
 fn unavailable(err: StoreError) -> Status {
@@ -57,9 +110,14 @@ fn refused(message: String) -> Status {
 
 impl Sessions {
     pub(crate) fn new(store: Store) -> Self {
+        let addresses = Addresses {
+            changes: store.sandboxes.address_changes(),
+            kept: Mutex::default(),
+        };
         Self {
             store,
             confirmed: Mutex::default(),
+            addresses,
         }
     }
 
@@ -70,22 +128,34 @@ impl Sessions {
         &self,
         metadata: &mut MetadataMap,
         remote: Option<SocketAddr>,
-    ) -> Result<Option<StoredSandbox>, Status> {
+    ) -> Result<Option<Arc<StoredSandbox>>, Status> {
         let peer = metadata
             .get(PEER_ADDRESS_METADATA)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<IpAddr>().ok())
             .or_else(|| remote.map(|remote| remote.ip()));
-        let Some(peer) = peer else {
+        let Some(peer) = peer.map(|peer| peer.to_canonical()) else {
             return Ok(None);
         };
-        let sandbox = self
-            .store
-            .sandboxes
-            .sandbox_at_address(&peer.to_canonical().to_string())
-            .await
-            .map_err(unavailable)?
-            .filter(|sandbox| sandbox.session_id.is_some());
+        // Read before the store is: a write landing meanwhile moves it past what is kept.
+        let generation = *self.addresses.changes.borrow();
+        let sandbox = match self.addresses.get(peer, generation) {
+            Some(kept) => kept,
+            None => {
+                let read_at = Instant::now();
+                let sandbox = self
+                    .store
+                    .sandboxes
+                    .sandbox_at_address(&peer.to_string())
+                    .await
+                    .map_err(unavailable)?
+                    .filter(|sandbox| sandbox.session_id.is_some())
+                    .map(Arc::new);
+                self.addresses
+                    .keep(peer, sandbox.clone(), generation, read_at);
+                sandbox
+            }
+        };
         if let Some(session) = sandbox.as_ref().and_then(|s| s.session_id.as_deref())
             && session_id(metadata).is_none()
             && let Ok(value) = MetadataValue::try_from(session)
@@ -266,5 +336,152 @@ fn whose(owner: &str) -> &'static str {
         "a sandbox's conversation"
     } else {
         "another key"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandgate_store::{Restarts, SandboxSpec, SandboxState};
+
+    use super::*;
+
+    fn sandbox(session: &str, address: &str) -> StoredSandbox {
+        StoredSandbox {
+            runtime_id: "sandbox-1".into(),
+            version: 1,
+            session_id: Some(session.into()),
+            pool: None,
+            claim_key: "claim".into(),
+            spec: SandboxSpec::default(),
+            state: SandboxState::Running,
+            status_detail: None,
+            key_sha256: "00".into(),
+            key_nonce: "nonce".into(),
+            created_at_ms: 1,
+            changed_at_ms: 1,
+            restarts: Restarts::default(),
+            slot_failures: 0,
+            personalised: false,
+            active_at_ms: 0,
+            timeline: None,
+            source_address: Some(address.into()),
+        }
+    }
+
+    fn from(address: &str) -> MetadataMap {
+        let mut metadata = MetadataMap::new();
+        let value = MetadataValue::try_from(address).unwrap_or_else(|err| panic!("{err}"));
+        metadata.insert(PEER_ADDRESS_METADATA, value);
+        metadata
+    }
+
+    /// The session the sandbox at `address` gives a call that names none.
+    async fn given(sessions: &Sessions, address: &str) -> Option<String> {
+        let mut metadata = from(address);
+        let sandbox = sessions
+            .origin(&mut metadata, None)
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+        let named = session_id(&metadata).map(str::to_owned);
+        assert_eq!(
+            named.as_deref(),
+            sandbox.as_ref().and_then(|s| s.session_id.as_deref())
+        );
+        named
+    }
+
+    /// An address read once is answered from memory; every write there that changes its
+    /// answer (a sandbox placed, claimed, stopped, another given the address) is seen by
+    /// the very next call.
+    #[tokio::test]
+    async fn a_kept_address_follows_every_write_there() {
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+        let backend = sandgate_store::Backend::Embedded {
+            data_dir: dir.path().to_owned(),
+        };
+        let store = Store::open(&backend)
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+        let sessions = Sessions::new(store.clone());
+        let write = async |previous: Option<&StoredSandbox>, next: &StoredSandbox| {
+            let written = store.sandboxes.put_sandbox(previous, next, None).await;
+            assert!(written.unwrap_or_else(|err| panic!("{err}")));
+        };
+        assert_eq!(given(&sessions, "10.2.0.5").await, None);
+        let first = sandbox("conv-1", "10.2.0.5");
+        write(None, &first).await;
+        assert_eq!(
+            given(&sessions, "10.2.0.5").await.as_deref(),
+            Some("conv-1")
+        );
+        assert_eq!(
+            given(&sessions, "10.2.0.5").await.as_deref(),
+            Some("conv-1")
+        );
+        let claimed = StoredSandbox {
+            version: 2,
+            session_id: Some("conv-2".into()),
+            ..first.clone()
+        };
+        write(Some(&first), &claimed).await;
+        assert_eq!(
+            given(&sessions, "10.2.0.5").await.as_deref(),
+            Some("conv-2")
+        );
+        let stopped = StoredSandbox {
+            version: 3,
+            state: SandboxState::Stopped,
+            ..claimed.clone()
+        };
+        write(Some(&claimed), &stopped).await;
+        assert_eq!(given(&sessions, "10.2.0.5").await, None);
+        let another = StoredSandbox {
+            runtime_id: "sandbox-2".into(),
+            ..sandbox("conv-3", "10.2.0.5")
+        };
+        write(None, &another).await;
+        assert_eq!(
+            given(&sessions, "10.2.0.5").await.as_deref(),
+            Some("conv-3")
+        );
+        assert_eq!(given(&sessions, "10.2.0.6").await, None);
+    }
+
+    /// A kept read serves its own generation only, while the notifications are up, and
+    /// not past its age.
+    #[test]
+    fn a_kept_address_serves_its_generation_only() {
+        let (_sender, changes) = watch::channel(Some(3));
+        let addresses = Addresses {
+            changes,
+            kept: Mutex::default(),
+        };
+        let peer: IpAddr = [10, 2, 0, 7].into();
+        let record = Some(Arc::new(sandbox("conv-1", "10.2.0.7")));
+        addresses.keep(peer, record, Some(3), Instant::now());
+        let session = |kept: Option<Option<Arc<StoredSandbox>>>| {
+            kept.map(|sandbox| sandbox.and_then(|sandbox| sandbox.session_id.clone()))
+        };
+        assert_eq!(
+            session(addresses.get(peer, Some(3))),
+            Some(Some("conv-1".into()))
+        );
+        assert_eq!(session(addresses.get(peer, Some(4))), None);
+        assert_eq!(session(addresses.get(peer, None)), None);
+        let other: IpAddr = [10, 2, 0, 8].into();
+        addresses.keep(other, None, None, Instant::now());
+        assert_eq!(
+            session(addresses.get(other, Some(3))),
+            None,
+            "kept unfollowed"
+        );
+        if let Some(long_ago) = Instant::now().checked_sub(KEEP_AT_MOST) {
+            addresses.keep(other, None, Some(3), long_ago);
+            assert_eq!(
+                session(addresses.get(other, Some(3))),
+                None,
+                "kept too long"
+            );
+        }
     }
 }

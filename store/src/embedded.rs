@@ -66,6 +66,9 @@ pub struct EmbeddedStore {
     key_changes: tokio::sync::watch::Sender<Option<u64>>,
     /// Moved on by every change of a team or user record (`OrgStore::org_changes`).
     org_changes: tokio::sync::watch::Sender<Option<u64>>,
+    /// Moved on by every write that changes what the address index answers
+    /// (`SandboxStore::address_changes`).
+    address_changes: tokio::sync::watch::Sender<Option<u64>>,
     /// The runtime API key's admitted starts, in memory as the rate limits are.
     quotas: quota::Quotas,
 }
@@ -158,6 +161,7 @@ impl EmbeddedStore {
             holds: admission::Holds::default(),
             key_changes: tokio::sync::watch::Sender::new(Some(0)),
             org_changes: tokio::sync::watch::Sender::new(Some(0)),
+            address_changes: tokio::sync::watch::Sender::new(Some(0)),
             quotas: quota::Quotas::default(),
         })
     }

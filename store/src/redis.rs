@@ -81,6 +81,9 @@ pub struct RedisStore {
     key_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
     /// Changes of team and user records, likewise (`OrgStore::org_changes`).
     org_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
+    /// Changes of what the sandboxes' address index answers, likewise
+    /// (`SandboxStore::address_changes`).
+    address_changes: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<u64>>>,
     /// What this process's ledger writes indexed and set to expire today.
     ledger_written: std::sync::Mutex<ledger::Written>,
 }
@@ -162,6 +165,7 @@ impl RedisStore {
             model_changes: std::sync::OnceLock::new(),
             key_changes: std::sync::OnceLock::new(),
             org_changes: std::sync::OnceLock::new(),
+            address_changes: std::sync::OnceLock::new(),
             ledger_written: std::sync::Mutex::default(),
         };
         store.upgrade_catalog().await?;

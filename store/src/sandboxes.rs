@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use super::StoreResult;
 use crate::timeline::Timeline;
@@ -177,6 +178,16 @@ impl StoredSandbox {
 
     /// The sweep index it belongs to, and its position there (milliseconds since the
     /// epoch); `None` for a claimed sandbox that is starting or failed.
+    /// Whether writing `next` over `previous` (`None`: none stored, or deleted) changes
+    /// what [`SandboxStore::sandbox_at_address`] answers for either's address: a sandbox
+    /// there or none, and its session. What moves [`SandboxStore::address_changes`].
+    pub fn moves_address(previous: Option<&Self>, next: Option<&Self>) -> bool {
+        fn seen(record: Option<&StoredSandbox>) -> Option<(&str, Option<&str>)> {
+            record.and_then(|record| Some((record.address_index()?, record.session_id.as_deref())))
+        }
+        seen(previous) != seen(next)
+    }
+
     pub fn sweep_index(&self) -> Option<(SweepIndex, i64)> {
         match (&self.session_id, self.state) {
             (None, _) => Some((SweepIndex::Pooled, self.created_at_ms)),
@@ -216,6 +227,13 @@ pub trait SandboxStore: Send + Sync + 'static {
     /// returned is read after the index: callers may rely on its `address_index()` being
     /// `address`.
     async fn sandbox_at_address(&self, address: &str) -> StoreResult<Option<StoredSandbox>>;
+
+    /// A generation that moves on with every write that changes what
+    /// [`Self::sandbox_at_address`] answers ([`StoredSandbox::moves_address`]), this
+    /// replica's or another's (on Redis, within milliseconds, by a notification), so that
+    /// the gateway may keep what it read of an address until it moves. `None` while
+    /// changes could go unseen (the notifications are down): then nothing may be kept.
+    fn address_changes(&self) -> watch::Receiver<Option<u64>>;
 
     /// Up to `limit` sandboxes of `index` placed there at or before `until_ms`, first
     /// placed first. Hits may be stale: callers check `sweep_index` of what they get.

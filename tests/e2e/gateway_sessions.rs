@@ -19,6 +19,7 @@ use crate::gateway_keys::{generate, send};
 use crate::gateway_usage::newest_entry;
 use crate::model_gateway::MASTER_KEY;
 use crate::store_conformance::open;
+use sandgate_store::Store;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -28,6 +29,32 @@ fn client_from(address: &str) -> reqwest::Client {
         .local_address(address.parse::<IpAddr>().expect("an address"))
         .build()
         .expect("client")
+}
+
+/// Gives the sandbox of `session` the source address `address`, written over whatever
+/// the reconciler writes meanwhile (compare-and-swap).
+async fn give_address(store: &Store, session: &str, address: &str) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let record = store
+            .sandboxes
+            .sandbox_for_session(session)
+            .await
+            .expect("read")
+            .expect("the sandbox");
+        let mut next = record.clone();
+        next.source_address = Some(address.to_owned());
+        next.version += 1;
+        let written = store
+            .sandboxes
+            .put_sandbox(Some(&record), &next, None)
+            .await
+            .expect("write");
+        if written {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never written");
+    }
 }
 
 /// A chat completion as `key` from `client`, naming `session` when given.
@@ -83,28 +110,7 @@ async fn a_session_belongs_to_its_conversation() {
         )
         .await;
         assert_eq!(status, 200, "{started}");
-        // Written over whatever the reconciler writes meanwhile (compare-and-swap).
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            let record = store
-                .sandboxes
-                .sandbox_for_session(session)
-                .await
-                .expect("read")
-                .expect("the sandbox");
-            let mut next = record.clone();
-            next.source_address = Some(address.to_owned());
-            next.version += 1;
-            let written = store
-                .sandboxes
-                .put_sandbox(Some(&record), &next, None)
-                .await
-                .expect("write");
-            if written {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "never written");
-        }
+        give_address(&store, session, address).await;
     }
     let sandbox_a = client_from("127.0.0.7");
     let outside = client_from("127.0.0.1");
@@ -206,4 +212,31 @@ async fn a_session_belongs_to_its_conversation() {
     // Seven calls reached the upstream: the spoofed one, the sandbox's three, the owner's
     // two, the budgeted key's from the sandbox.
     assert_eq!(upstream.bodies().len(), 7);
+
+    // The gateway keeps what it read of an address, never past a write there: once the
+    // address is another sandbox's (written through the store, as another replica's
+    // reconciler would), its calls are that sandbox's within the notification's
+    // milliseconds, long before a kept read would age out (30 s).
+    give_address(&store, "conv-a", "127.0.0.9").await;
+    give_address(&store, "conv-b", "127.0.0.7").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The key's calls logged so far: four from the sandbox, two from outside.
+    let mut logged = 6;
+    loop {
+        let (status, answer) = call(&sandgate, &sandbox_a, &key, None).await;
+        assert_eq!(status, 200, "{answer}");
+        logged += 1;
+        let entry = newest_entry(&sandgate, &token, logged).await;
+        if entry["session_id"] == "conv-b" {
+            break;
+        }
+        assert_eq!(entry["session_id"], "conv-a", "{entry}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the address is still read as the sandbox it was: {entry}"
+        );
+    }
+    // And a call from the address, now conv-b's sandbox's, may not name conv-a.
+    let (status, refused) = call(&sandgate, &sandbox_a, &key, Some("conv-a")).await;
+    assert_eq!(status, 403, "{refused}");
 }

@@ -459,7 +459,7 @@ impl ModelGatewayService {
             .key()
             .map(|key| (key.token.clone(), key.key_alias.clone()));
         self.sessions
-            .check(metadata, sandbox.as_ref(), &caller)
+            .check(metadata, sandbox.as_deref(), &caller)
             .await
             .inspect_err(|_| seen.session_refused = true)?;
         let api = Api::try_from(message.api)

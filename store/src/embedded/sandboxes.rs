@@ -133,6 +133,15 @@ impl EmbeddedStore {
     }
 }
 
+impl EmbeddedStore {
+    /// Tells the gateway (here: this process, the store's only writer) that what the
+    /// address index answers changed.
+    fn addresses_changed(&self) {
+        self.address_changes
+            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+    }
+}
+
 #[async_trait]
 impl SandboxStore for EmbeddedStore {
     async fn sandboxes(&self) -> StoreResult<Vec<StoredSandbox>> {
@@ -184,6 +193,10 @@ impl SandboxStore for EmbeddedStore {
             .sandbox_by_id(id)
             .await?
             .filter(|record| record.address_index() == Some(address.as_str())))
+    }
+
+    fn address_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.address_changes.subscribe()
     }
 
     async fn swept_sandboxes(
@@ -259,46 +272,52 @@ impl SandboxStore for EmbeddedStore {
         next: &StoredSandbox,
         fence: Option<&Fence>,
     ) -> StoreResult<bool> {
+        let moves_address = StoredSandbox::moves_address(previous, Some(next));
         let previous = previous.cloned();
         let next = next.clone();
         let fence = fence.cloned();
         let json = serde_json::to_vec(&next).map_err(|err| StoreError::Corrupt(err.to_string()))?;
-        self.transact(move |txn| {
-            check_fence(txn, fence.as_ref())?;
-            if stored_version(txn, &next.runtime_id)? != next.version.saturating_sub(1) {
-                return Ok(false);
-            }
-            if let Some(previous) = &previous {
-                unindex(txn, previous)?;
-            }
-            if let Some(claim_key) = next.warm_index() {
-                let mut warm = txn.open_table(WARM).map_err(unavailable)?;
-                warm.insert(warm_entry(claim_key, &next.runtime_id).as_str(), ())
+        let written = self
+            .transact(move |txn| {
+                check_fence(txn, fence.as_ref())?;
+                if stored_version(txn, &next.runtime_id)? != next.version.saturating_sub(1) {
+                    return Ok(false);
+                }
+                if let Some(previous) = &previous {
+                    unindex(txn, previous)?;
+                }
+                if let Some(claim_key) = next.warm_index() {
+                    let mut warm = txn.open_table(WARM).map_err(unavailable)?;
+                    warm.insert(warm_entry(claim_key, &next.runtime_id).as_str(), ())
+                        .map_err(unavailable)?;
+                }
+                if let Some(session) = &next.session_id {
+                    let mut sessions = txn.open_table(SESSIONS).map_err(unavailable)?;
+                    sessions
+                        .insert(session.as_str(), next.runtime_id.as_str())
+                        .map_err(unavailable)?;
+                }
+                if let Some(address) = next.address_index() {
+                    let mut addresses = txn.open_table(ADDRESSES).map_err(unavailable)?;
+                    addresses
+                        .insert(address, next.runtime_id.as_str())
+                        .map_err(unavailable)?;
+                }
+                if let Some(entry) = sweep_entry(&next) {
+                    let mut sweep = txn.open_table(SWEEP).map_err(unavailable)?;
+                    sweep.insert(entry, ()).map_err(unavailable)?;
+                }
+                let mut table = txn.open_table(SANDBOXES).map_err(unavailable)?;
+                table
+                    .insert(next.runtime_id.as_str(), json.as_slice())
                     .map_err(unavailable)?;
-            }
-            if let Some(session) = &next.session_id {
-                let mut sessions = txn.open_table(SESSIONS).map_err(unavailable)?;
-                sessions
-                    .insert(session.as_str(), next.runtime_id.as_str())
-                    .map_err(unavailable)?;
-            }
-            if let Some(address) = next.address_index() {
-                let mut addresses = txn.open_table(ADDRESSES).map_err(unavailable)?;
-                addresses
-                    .insert(address, next.runtime_id.as_str())
-                    .map_err(unavailable)?;
-            }
-            if let Some(entry) = sweep_entry(&next) {
-                let mut sweep = txn.open_table(SWEEP).map_err(unavailable)?;
-                sweep.insert(entry, ()).map_err(unavailable)?;
-            }
-            let mut table = txn.open_table(SANDBOXES).map_err(unavailable)?;
-            table
-                .insert(next.runtime_id.as_str(), json.as_slice())
-                .map_err(unavailable)?;
-            Ok(true)
-        })
-        .await
+                Ok(true)
+            })
+            .await?;
+        if written && moves_address {
+            self.addresses_changed();
+        }
+        Ok(written)
     }
 
     async fn delete_sandbox(
@@ -306,21 +325,27 @@ impl SandboxStore for EmbeddedStore {
         current: &StoredSandbox,
         fence: Option<&Fence>,
     ) -> StoreResult<bool> {
+        let moves_address = StoredSandbox::moves_address(Some(current), None);
         let current = current.clone();
         let fence = fence.cloned();
-        self.transact(move |txn| {
-            check_fence(txn, fence.as_ref())?;
-            if stored_version(txn, &current.runtime_id)? != current.version {
-                return Ok(false);
-            }
-            unindex(txn, &current)?;
-            let mut table = txn.open_table(SANDBOXES).map_err(unavailable)?;
-            table
-                .remove(current.runtime_id.as_str())
-                .map_err(unavailable)?;
-            Ok(true)
-        })
-        .await
+        let deleted = self
+            .transact(move |txn| {
+                check_fence(txn, fence.as_ref())?;
+                if stored_version(txn, &current.runtime_id)? != current.version {
+                    return Ok(false);
+                }
+                unindex(txn, &current)?;
+                let mut table = txn.open_table(SANDBOXES).map_err(unavailable)?;
+                table
+                    .remove(current.runtime_id.as_str())
+                    .map_err(unavailable)?;
+                Ok(true)
+            })
+            .await?;
+        if deleted && moves_address {
+            self.addresses_changed();
+        }
+        Ok(deleted)
     }
 
     async fn acquire_lease(

@@ -39,6 +39,10 @@ use super::{RedisStore, corrupt, keyed, unavailable};
 use crate::sandboxes::{Fence, SandboxStore, StoredSandbox, SweepIndex};
 use crate::{StoreError, StoreResult};
 
+/// A Pub/Sub channel told of every write that changes what the address index answers
+/// (`SandboxStore::address_changes`).
+const ADDRESSES_CHANGED: &str = "sandgate:sandboxes:addresses-changed";
+
 /// The hash tag's kind, and the lease's keys' tag.
 const KIND: &str = "sandboxes";
 
@@ -276,6 +280,10 @@ impl SandboxStore for RedisStore {
         Ok(None)
     }
 
+    fn address_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.followed(&self.address_changes, ADDRESSES_CHANGED)
+    }
+
     async fn swept_sandboxes(
         &self,
         index: SweepIndex,
@@ -301,7 +309,11 @@ impl SandboxStore for RedisStore {
             self.every_bucket().map(|keys| self.reindex_bucket(keys)),
         )
         .await?;
-        Ok(changed.into_iter().sum())
+        let changed = changed.into_iter().sum();
+        if changed > 0 {
+            super::keys::publish(&mut self.write_connection(), ADDRESSES_CHANGED).await;
+        }
+        Ok(changed)
     }
 
     async fn warm_sandboxes(
@@ -377,6 +389,9 @@ impl SandboxStore for RedisStore {
         let written = written(answer, fence)?;
         if written {
             self.replicated(&mut connection).await?;
+            if StoredSandbox::moves_address(previous, Some(next)) {
+                super::keys::publish(&mut connection, ADDRESSES_CHANGED).await;
+            }
         }
         Ok(written)
     }
@@ -412,6 +427,9 @@ impl SandboxStore for RedisStore {
         let deleted = written(answer, fence)?;
         if deleted {
             self.replicated(&mut connection).await?;
+            if StoredSandbox::moves_address(Some(current), None) {
+                super::keys::publish(&mut connection, ADDRESSES_CHANGED).await;
+            }
         }
         Ok(deleted)
     }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use sandgate_store::{SandboxState, StoredSandbox, SweepIndex};
+use tokio::sync::watch;
 
 use crate::common::Backend;
 
@@ -325,11 +326,28 @@ async fn redis_reindex_repairs_what_older_writers_left() {
     );
 }
 
+/// Waits (10 s at most) for the address index's generation to pass `after`: to be
+/// known at all, with `None` (Redis subscribes first).
+async fn generation_past(changes: &mut watch::Receiver<Option<u64>>, after: Option<u64>) -> u64 {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        changes.wait_for(|generation| generation.is_some() && *generation > after),
+    )
+    .await
+    .expect("the address index's generation did not move")
+    .expect("followed")
+    .expect("known")
+}
+
 /// A live sandbox is found by its source address (how the model gateway knows a call
 /// comes from it); a stopped one is not, and an address given to another sandbox is that
-/// one's, whatever the first writes afterwards.
+/// one's, whatever the first writes afterwards. Every write that changes what an address
+/// answers moves the index's generation (what lets the gateway keep what it read); the
+/// others do not.
 async fn a_live_sandbox_is_found_by_its_source_address(backend: Backend) {
     let store = open(&backend).await;
+    let mut changes = store.sandboxes.address_changes();
+    let mut seen = generation_past(&mut changes, None).await;
     let at = |address: &str| {
         let store = store.clone();
         let address = address.to_owned();
@@ -347,6 +365,7 @@ async fn a_live_sandbox_is_found_by_its_source_address(backend: Backend) {
         ..sandbox("first", Some("session-a"), SandboxState::Starting)
     };
     put(&store, None, &first).await;
+    seen = generation_past(&mut changes, Some(seen)).await;
     assert_eq!(at("10.1.0.7").await.as_deref(), Some("first"));
     assert_eq!(at("10.1.0.8").await, None);
     let running = next(&first, |record| record.state = SandboxState::Running);
@@ -355,12 +374,14 @@ async fn a_live_sandbox_is_found_by_its_source_address(backend: Backend) {
     // Stopped: out of the index, and its address goes to the next pod.
     let stopped = next(&running, |record| record.state = SandboxState::Stopped);
     put(&store, Some(&running), &stopped).await;
+    seen = generation_past(&mut changes, Some(seen)).await;
     assert_eq!(at("10.1.0.7").await, None);
     let second = StoredSandbox {
         source_address: Some("10.1.0.7".into()),
         ..sandbox("second", Some("session-b"), SandboxState::Running)
     };
     put(&store, None, &second).await;
+    seen = generation_past(&mut changes, Some(seen)).await;
     let again = next(&stopped, |record| record.changed_at_ms += 1);
     put(&store, Some(&stopped), &again).await;
     assert!(
@@ -372,13 +393,27 @@ async fn a_live_sandbox_is_found_by_its_source_address(backend: Backend) {
         "deleted"
     );
     assert_eq!(at("10.1.0.7").await.as_deref(), Some("second"));
+    // A session given to a pooled sandbox (a claim) changes what its address answers.
+    let claimed = next(&second, |record| {
+        record.session_id = Some("session-c".into())
+    });
+    put(&store, Some(&second), &claimed).await;
+    seen = generation_past(&mut changes, Some(seen)).await;
     // A new address moves the entry.
-    let moved = next(&second, |record| {
+    let moved = next(&claimed, |record| {
         record.source_address = Some("10.1.0.9".into())
     });
-    put(&store, Some(&second), &moved).await;
+    put(&store, Some(&claimed), &moved).await;
+    seen = generation_past(&mut changes, Some(seen)).await;
     assert_eq!(at("10.1.0.7").await, None);
     assert_eq!(at("10.1.0.9").await.as_deref(), Some("second"));
+    // Writes that change no address's answer did not move it (on Redis, a notification
+    // would be published before the next one).
+    assert_eq!(
+        *changes.borrow(),
+        Some(seen),
+        "moved by a write of no address"
+    );
     assert!(
         store
             .sandboxes
@@ -387,6 +422,7 @@ async fn a_live_sandbox_is_found_by_its_source_address(backend: Backend) {
             .expect("delete"),
         "deleted"
     );
+    generation_past(&mut changes, Some(seen)).await;
     assert_eq!(at("10.1.0.9").await, None);
 }
 

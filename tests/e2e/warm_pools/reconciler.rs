@@ -78,6 +78,10 @@ impl SandboxStore for CountingReads {
             .map(|found| found.into_iter().next())
     }
 
+    fn address_changes(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.inner.address_changes()
+    }
+
     async fn swept_sandboxes(
         &self,
         index: SweepIndex,
