@@ -5,6 +5,7 @@
 //! `stream_options` of a type OpenAI refuses (a lax upstream reads `"stream": "true"` or
 //! `1` as a stream; the gateway would not ask for its usage).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
@@ -37,23 +38,23 @@ impl fmt::Display for Refusal {
 
 /// The path of the first member named twice in one object of `body`, at any depth;
 /// `None` when there is none (or the body is not JSON: the caller's parse says so).
+///
+/// One pass that copies nothing it need not: names are borrowed from the body (unless
+/// escaped), and the path is built only for a duplicate found, as the walk returns.
 pub fn duplicate_member(body: &[u8]) -> Option<String> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     // Nesting is checked before (`MAX_NESTING`), well within serde_json's own limit.
-    (Walk { path: Vec::new() })
-        .deserialize(&mut deserializer)
-        .ok()
-        .flatten()
+    let path = Walk.deserialize(&mut deserializer).ok().flatten()?;
+    Some(render(path.iter().rev()))
 }
 
 /// One step of a path: a member's name or an array's index.
-#[derive(Clone)]
 enum Step {
     Member(String),
     Index(usize),
 }
 
-fn render(path: &[Step]) -> String {
+fn render<'a>(path: impl Iterator<Item = &'a Step>) -> String {
     let mut out = String::new();
     for step in path {
         match step {
@@ -68,44 +69,106 @@ fn render(path: &[Step]) -> String {
     out
 }
 
-/// Walks a JSON value, stopping at the first duplicate member.
-struct Walk {
-    path: Vec<Step>,
+/// Members an object has before its names are kept in a set rather than a list: a
+/// short list is cheaper than hashing, a long one would make an object of many members
+/// cost their square.
+const LISTED_AT_MOST: usize = 16;
+
+/// The names one object has named so far.
+#[derive(Default)]
+struct Named<'de> {
+    listed: Vec<Cow<'de, str>>,
+    set: Option<HashSet<Cow<'de, str>>>,
 }
 
+impl<'de> Named<'de> {
+    fn contains(&self, name: &str) -> bool {
+        match &self.set {
+            Some(set) => set.contains(name),
+            None => self.listed.iter().any(|listed| listed == name),
+        }
+    }
+
+    fn insert(&mut self, name: Cow<'de, str>) {
+        match &mut self.set {
+            Some(set) => {
+                set.insert(name);
+            }
+            None => {
+                self.listed.push(name);
+                if self.listed.len() > LISTED_AT_MOST {
+                    self.set = Some(self.listed.drain(..).collect());
+                }
+            }
+        }
+    }
+}
+
+/// A member's name, borrowed from the body unless escapes make it differ.
+struct Name;
+
+impl<'de> DeserializeSeed<'de> for Name {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Name {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a member's name")
+    }
+
+    fn visit_borrowed_str<E>(self, name: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(name))
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(name.to_owned()))
+    }
+
+    fn visit_string<E>(self, name: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(name))
+    }
+}
+
+/// Walks a JSON value, stopping at the first duplicate member: its path, innermost
+/// step first.
+struct Walk;
+
+type Found = Option<Vec<Step>>;
+
 impl<'de> DeserializeSeed<'de> for Walk {
-    type Value = Option<String>;
+    type Value = Found;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for Walk {
-    type Value = Option<String>;
+    type Value = Found;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
         formatter.write_str("a JSON value")
     }
 
-    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut seen: HashSet<String> = HashSet::new();
-        while let Some(name) = map.next_key::<String>()? {
-            self.path.push(Step::Member(name.clone()));
-            if !seen.insert(name) {
-                let found = render(&self.path);
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut named = Named::default();
+        while let Some(name) = map.next_key_seed(Name)? {
+            if named.contains(&name) {
                 // The rest is read past, not walked: the body is refused.
                 map.next_value::<IgnoredAny>()?;
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                return Ok(Some(found));
+                return Ok(Some(vec![Step::Member(name.into_owned())]));
             }
-            let found = map.next_value_seed(Walk {
-                path: self.path.clone(),
-            })?;
-            if found.is_some() {
+            if let Some(mut path) = map.next_value_seed(Walk)? {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                return Ok(found);
+                path.push(Step::Member(name.into_owned()));
+                return Ok(Some(path));
             }
-            self.path.pop();
+            named.insert(name);
         }
         Ok(None)
     }
@@ -113,13 +176,12 @@ impl<'de> Visitor<'de> for Walk {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut index = 0;
         loop {
-            let mut path = self.path.clone();
-            path.push(Step::Index(index));
-            match seq.next_element_seed(Walk { path })? {
+            match seq.next_element_seed(Walk)? {
                 None => return Ok(None),
-                Some(Some(found)) => {
+                Some(Some(mut path)) => {
                     while seq.next_element::<IgnoredAny>()?.is_some() {}
-                    return Ok(Some(found));
+                    path.push(Step::Index(index));
+                    return Ok(Some(path));
                 }
                 Some(None) => index += 1,
             }
@@ -230,6 +292,32 @@ mod tests {
             Some("stream".to_owned())
         );
         assert_eq!(duplicate_member(b"not json"), None);
+    }
+
+    /// Among many members (judged by a set past the first few, so that a body built to
+    /// be slow costs what its size does, not its square), a duplicate is found.
+    #[test]
+    fn a_duplicate_is_found_among_many_members() {
+        let members = |count: usize| -> Vec<String> {
+            (0..count)
+                .map(|index| format!("\"m{index}\":{index}"))
+                .collect()
+        };
+        let object = format!("{{\"a\":{{{}}}}}", members(50_000).join(","));
+        assert_eq!(duplicate_member(object.as_bytes()), None);
+        let mut named_twice = members(50_000);
+        named_twice.push("\"m17\":0".to_owned());
+        let object = format!("{{\"a\":[{{{}}}]}}", named_twice.join(","));
+        assert_eq!(
+            duplicate_member(object.as_bytes()),
+            Some("a[0].m17".to_owned())
+        );
+        // Past the list, and within it.
+        let object = r#"{"x":[0,{"a":1,"b":2,"a":3}]}"#;
+        assert_eq!(
+            duplicate_member(object.as_bytes()),
+            Some("x[1].a".to_owned())
+        );
     }
 
     #[test]
