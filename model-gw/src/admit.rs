@@ -616,13 +616,7 @@ mod tests {
 
     /// An embedded store in a directory of its own (kept while it is), and its spend log.
     async fn embedded() -> (tempfile::TempDir, Store, Arc<SpendLog>) {
-        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
-        let backend = sandgate_store::Backend::Embedded {
-            data_dir: dir.path().to_owned(),
-        };
-        let store = Store::open(&backend)
-            .await
-            .unwrap_or_else(|err| panic!("{err}"));
+        let (dir, store) = crate::support::embedded_store().await;
         let spend = Arc::new(SpendLog::new(
             store.clone(),
             sandgate_store::models::SpendLogRetention::default(),

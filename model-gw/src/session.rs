@@ -395,13 +395,7 @@ mod tests {
     /// the very next call.
     #[tokio::test]
     async fn a_kept_address_follows_every_write_there() {
-        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
-        let backend = sandgate_store::Backend::Embedded {
-            data_dir: dir.path().to_owned(),
-        };
-        let store = Store::open(&backend)
-            .await
-            .unwrap_or_else(|err| panic!("{err}"));
+        let (_dir, store) = crate::support::embedded_store().await;
         let sessions = Sessions::new(store.clone());
         let write = async |previous: Option<&StoredSandbox>, next: &StoredSandbox| {
             let written = store.sandboxes.put_sandbox(previous, next, None).await;

@@ -17,3 +17,16 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
+
+/// An embedded store in a directory of its own, kept while the directory is: for tests.
+#[cfg(test)]
+pub(crate) async fn embedded_store() -> (tempfile::TempDir, sandgate_store::Store) {
+    let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("{err}"));
+    let backend = sandgate_store::Backend::Embedded {
+        data_dir: dir.path().to_owned(),
+    };
+    let store = sandgate_store::Store::open(&backend)
+        .await
+        .unwrap_or_else(|err| panic!("{err}"));
+    (dir, store)
+}
