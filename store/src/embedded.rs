@@ -73,6 +73,13 @@ pub struct EmbeddedStore {
     quotas: quota::Quotas,
 }
 
+/// Moves a generation this process keeps on (a change the gateway follows): this
+/// process is the store's only writer, so every change passes here. A generation that is
+/// `None` stays so.
+fn move_on(generation: &tokio::sync::watch::Sender<Option<u64>>) {
+    generation.send_modify(|generation| *generation = generation.map(|at| at + 1));
+}
+
 /// A write run inside a batch's transaction. It returns what to answer its caller once the
 /// transaction has committed (or failed to).
 type TxnWrite =
@@ -169,8 +176,7 @@ impl EmbeddedStore {
     /// Tells the gateway's replicas (here: this process) that the added models changed.
     /// This process is the store's only writer: every addition passes here.
     fn gateway_changed(&self) {
-        self.model_changes
-            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+        move_on(&self.model_changes);
     }
 
     /// Runs `write` in the writer's next transaction and answers once that has committed.

@@ -176,8 +176,6 @@ impl StoredSandbox {
             .filter(|address| !address.is_empty() && self.state.is_live())
     }
 
-    /// The sweep index it belongs to, and its position there (milliseconds since the
-    /// epoch); `None` for a claimed sandbox that is starting or failed.
     /// Whether writing `next` over `previous` (`None`: none stored, or deleted) changes
     /// what [`SandboxStore::sandbox_at_address`] answers for either's address: a sandbox
     /// there or none, and its session. What moves [`SandboxStore::address_changes`].
@@ -188,6 +186,8 @@ impl StoredSandbox {
         seen(previous) != seen(next)
     }
 
+    /// The sweep index it belongs to, and its position there (milliseconds since the
+    /// epoch); `None` for a claimed sandbox that is starting or failed.
     pub fn sweep_index(&self) -> Option<(SweepIndex, i64)> {
         match (&self.session_id, self.state) {
             (None, _) => Some((SweepIndex::Pooled, self.created_at_ms)),

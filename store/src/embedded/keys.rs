@@ -160,8 +160,7 @@ impl EmbeddedStore {
     /// This process is the store's only writer: every change of a key's record passes
     /// here.
     pub(super) fn keys_changed(&self) {
-        self.key_changes
-            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+        super::move_on(&self.key_changes);
     }
 }
 

@@ -84,8 +84,7 @@ impl EmbeddedStore {
     /// This process is the store's only writer: every change of a team or user record
     /// passes here.
     pub(super) fn orgs_changed(&self) {
-        self.org_changes
-            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+        super::move_on(&self.org_changes);
     }
 
     /// Every record of `table`, by id.

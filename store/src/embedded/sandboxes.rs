@@ -131,14 +131,11 @@ impl EmbeddedStore {
         })
         .await
     }
-}
 
-impl EmbeddedStore {
     /// Tells the gateway (here: this process, the store's only writer) that what the
     /// address index answers changed.
     fn addresses_changed(&self) {
-        self.address_changes
-            .send_modify(|generation| *generation = generation.map(|at| at + 1));
+        super::move_on(&self.address_changes);
     }
 }
 

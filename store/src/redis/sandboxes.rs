@@ -309,11 +309,7 @@ impl SandboxStore for RedisStore {
             self.every_bucket().map(|keys| self.reindex_bucket(keys)),
         )
         .await?;
-        let changed = changed.into_iter().sum();
-        if changed > 0 {
-            super::keys::publish(&mut self.write_connection(), ADDRESSES_CHANGED).await;
-        }
-        Ok(changed)
+        Ok(changed.into_iter().sum())
     }
 
     async fn warm_sandboxes(
