@@ -188,29 +188,36 @@ pub struct StoredProfile {
     pub extra_headers: BTreeMap<String, String>,
 }
 
+/// A record of `owner`, for tests: its id the nil one, its body empty.
+#[cfg(test)]
+pub(crate) fn sample(
+    owner: &str,
+    parent: Option<Uuid>,
+    tags: &[(&str, &str)],
+) -> StoredConversation {
+    StoredConversation {
+        id: Uuid::nil(),
+        version: 1,
+        owner: owner.to_owned(),
+        execution_status: "idle".to_owned(),
+        updated_at: None,
+        received_at: 0,
+        deleted: false,
+        parent_id: parent,
+        tags: tags
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect(),
+        model: None,
+        lifecycle: Vec::new(),
+        record: RawValue::from_string("{}".to_owned()).expect("JSON"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn record(owner: &str, parent: Option<Uuid>, tags: &[(&str, &str)]) -> StoredConversation {
-        StoredConversation {
-            id: Uuid::nil(),
-            version: 1,
-            owner: owner.to_owned(),
-            execution_status: "idle".to_owned(),
-            updated_at: None,
-            received_at: 0,
-            deleted: false,
-            parent_id: parent,
-            tags: tags
-                .iter()
-                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-                .collect(),
-            model: None,
-            lifecycle: Vec::new(),
-            record: RawValue::from_string("{}".to_owned()).expect("JSON"),
-        }
-    }
+    use crate::records::sample as record;
 
     #[test]
     fn the_keys_a_new_version_drops_are_the_stale_ones() {

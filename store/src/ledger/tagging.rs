@@ -12,6 +12,7 @@
 //! A batch whose catalog read fails is not written (the writer keeps it and tries again):
 //! a count is never written without its tags.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -61,72 +62,82 @@ impl Tagging {
         }
     }
 
-    /// The tags of `conversations`: those remembered, the others read at once.
-    async fn tags_of(
-        &self,
-        conversations: BTreeSet<String>,
-    ) -> StoreResult<HashMap<String, Arc<[String]>>> {
-        let mut known = HashMap::new();
-        let mut unknown = Vec::new();
+    /// The tags of each of `counts`' conversations, by the count's index: those
+    /// remembered, the others read at once (one catalog read for all of them).
+    async fn tags_of(&self, counts: &[LedgerCount]) -> StoreResult<Vec<(usize, Arc<[String]>)>> {
+        let mut known = Vec::new();
+        let mut unknown: Vec<(usize, String)> = Vec::new();
         if let Ok(remembered) = self.tags.lock() {
-            for conversation in conversations {
-                match remembered.get(&conversation) {
+            for (index, count) in counts.iter().enumerate() {
+                if count.scope != LedgerScope::Conversation {
+                    continue;
+                }
+                let conversation = conversation_id(&count.id);
+                match remembered.get(conversation.as_ref()) {
                     Some((tags, since)) if since.elapsed() < TAGS_KEPT_FOR => {
-                        known.insert(conversation, tags.clone());
+                        known.push((index, tags.clone()));
                     }
-                    _ => unknown.extend(Uuid::try_parse(&conversation).ok()),
+                    _ => unknown.push((index, conversation.into_owned())),
                 }
             }
         }
         if unknown.is_empty() {
             return Ok(known);
         }
-        let mut read: HashMap<String, Arc<[String]>> = unknown
+        let ids: BTreeSet<Uuid> = unknown
             .iter()
-            .map(|id| (id.simple().to_string(), Arc::from([])))
+            .filter_map(|(_, conversation)| Uuid::try_parse(conversation).ok())
             .collect();
-        for record in self.catalog.get_many(&unknown).await? {
+        let ids: Vec<Uuid> = ids.into_iter().collect();
+        let mut read: HashMap<String, Arc<[String]>> = HashMap::with_capacity(ids.len());
+        for record in self.catalog.get_many(&ids).await? {
             read.insert(record.id.simple().to_string(), counter_ids(&record.tags));
         }
-        self.remember(read.iter().map(|(id, tags)| (id.clone(), tags.clone())));
-        known.extend(read);
+        let untagged = no_tags();
+        self.remember(ids.iter().map(|id| {
+            let id = id.simple().to_string();
+            let tags = read.get(&id).cloned().unwrap_or_else(|| untagged.clone());
+            (id, tags)
+        }));
+        known.extend(unknown.into_iter().filter_map(|(index, conversation)| {
+            read.get(&conversation).map(|tags| (index, tags.clone()))
+        }));
         Ok(known)
     }
 
-    /// `counts` and, for each conversation's, one per tag of that conversation.
-    async fn tagged(&self, counts: &[LedgerCount]) -> StoreResult<Vec<LedgerCount>> {
-        let named: BTreeSet<String> = counts
-            .iter()
-            .filter(|count| count.scope == LedgerScope::Conversation)
-            .map(|count| conversation_id(&count.id).into_owned())
-            .collect();
-        if named.is_empty() {
-            return Ok(counts.to_vec());
+    /// `counts` and, for each conversation's, one per tag of that conversation; `counts`
+    /// alone (not copied) when none has a tag.
+    async fn tagged<'a>(&self, counts: &'a [LedgerCount]) -> StoreResult<Cow<'a, [LedgerCount]>> {
+        let mut extra = Vec::new();
+        for (index, tags) in self.tags_of(counts).await? {
+            let count = &counts[index];
+            extra.extend(tags.iter().map(|tag| LedgerCount {
+                scope: LedgerScope::Tag,
+                id: tag.clone(),
+                ..count.clone()
+            }));
         }
-        let tags = self.tags_of(named).await?;
-        let mut all = counts.to_vec();
-        for count in counts {
-            if count.scope != LedgerScope::Conversation {
-                continue;
-            }
-            for tag in tags
-                .get(conversation_id(&count.id).as_ref())
-                .into_iter()
-                .flat_map(|tags| tags.iter())
-            {
-                all.push(LedgerCount {
-                    scope: LedgerScope::Tag,
-                    id: tag.clone(),
-                    ..count.clone()
-                });
-            }
+        if extra.is_empty() {
+            return Ok(Cow::Borrowed(counts));
         }
-        Ok(all)
+        let mut all = Vec::with_capacity(counts.len() + extra.len());
+        all.extend_from_slice(counts);
+        all.append(&mut extra);
+        Ok(Cow::Owned(all))
     }
+}
+
+/// The tags of a conversation that has none, shared (no allocation per conversation).
+fn no_tags() -> Arc<[String]> {
+    static NONE: std::sync::OnceLock<Arc<[String]>> = std::sync::OnceLock::new();
+    NONE.get_or_init(|| Arc::from([])).clone()
 }
 
 /// A conversation's tags as the ids of their counters.
 fn counter_ids(tags: &BTreeMap<String, String>) -> Arc<[String]> {
+    if tags.is_empty() {
+        return no_tags();
+    }
     tags.iter().map(|(key, value)| tag_id(key, value)).collect()
 }
 
@@ -203,5 +214,90 @@ impl LedgerStore for Tagging {
 
     async fn conversation_session(&self, conversation: &str) -> StoreResult<Option<String>> {
         self.inner.conversation_session(conversation).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Measure;
+    use crate::{Backend, Store, StoredConversation};
+
+    fn conversation(tags: &[(&str, &str)]) -> StoredConversation {
+        StoredConversation {
+            id: Uuid::new_v4(),
+            ..crate::records::sample("static:abc", None, tags)
+        }
+    }
+
+    fn today() -> u32 {
+        crate::day_of(crate::now_ms())
+    }
+
+    fn webhook(conversation: &StoredConversation) -> LedgerCount {
+        LedgerCount {
+            day: today(),
+            scope: LedgerScope::Conversation,
+            id: conversation.id.simple().to_string(),
+            measure: Measure::Webhooks,
+            amount: 1.0,
+        }
+    }
+
+    /// A conversation's counts go under its tags whether this process was told them (a
+    /// delivery it recorded) or reads them from the catalog (another process's), and a
+    /// conversation without tags, or unknown to the catalog, counts under none.
+    #[tokio::test]
+    async fn counts_go_under_the_tags_told_or_read_from_the_catalog() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = Store::open(&Backend::Embedded {
+            data_dir: dir.path().to_owned(),
+        })
+        .await
+        .expect("open");
+        let ledger = Tagging::new(store.ledger.clone(), store.conversations.clone());
+        let told = conversation(&[("project", "alpha")]);
+        let stored = conversation(&[("project", "beta"), ("stage", "prod")]);
+        let untagged = conversation(&[]);
+        let unknown = conversation(&[("project", "gamma")]);
+        for record in [&stored, &untagged] {
+            assert!(
+                store
+                    .conversations
+                    .compare_and_swap(0, record)
+                    .await
+                    .expect("stored")
+            );
+        }
+        ledger.note_tags(&told.id.simple().to_string(), &told.tags);
+        let counts: Vec<LedgerCount> = [&told, &stored, &untagged, &unknown]
+            .into_iter()
+            .map(webhook)
+            .collect();
+        ledger.add_ledger(&counts).await.expect("added");
+        ledger.add_ledger(&counts[1..2]).await.expect("added again");
+
+        let tags = [
+            "project:alpha",
+            "project:beta",
+            "stage:prod",
+            "project:gamma",
+        ]
+        .map(|tag| tag.split_once(':').map(|(k, v)| tag_id(k, v)).expect("tag"));
+        let rows = ledger
+            .ledger_of(LedgerScope::Tag, &tags, today(), today())
+            .await
+            .expect("read");
+        let webhooks = |tag: &String| {
+            rows.get(tag)
+                .and_then(|row| row.get(&Measure::Webhooks))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        assert_eq!(
+            tags.iter().map(webhooks).collect::<Vec<_>>(),
+            [1.0, 2.0, 2.0, 0.0],
+            "{rows:?}"
+        );
     }
 }

@@ -140,31 +140,34 @@ impl LedgerStore for RedisStore {
         // once, each key's expiry once (a batch of calls touches few keys many times).
         let mut pipe = redis::pipe();
         pipe.atomic();
-        let mut touched = BTreeSet::new();
+        // The hashes written, by scope and day: rows come ordered by day and scope, so
+        // a key is formatted once for all its rows.
+        let mut touched: BTreeMap<(LedgerScope, u32), String> = BTreeMap::new();
         let mut models: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
-        let mut ids: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+        let mut ids: BTreeMap<(LedgerScope, u32), BTreeSet<&str>> = BTreeMap::new();
         let mut last: BTreeMap<LedgerScope, BTreeMap<&str, u32>> = BTreeMap::new();
         for (row, indexed) in rows.iter().zip(indexed) {
             let count = &row[0];
-            let key = day_key(count.scope, count.day);
+            let key = touched
+                .entry((count.scope, count.day))
+                .or_insert_with(|| day_key(count.scope, count.day));
             for count in *row {
                 // A count (of calls, tokens, milliseconds) as a whole number: Redis adds
                 // those cheaper than floats, and reads them alike (a float add of whole
                 // amounts, as earlier versions made, left a whole number too).
                 let add = if count.measure.is_whole() {
                     pipe.cmd("HINCRBY")
-                        .arg(&key)
+                        .arg(&*key)
                         .arg(field(count.measure, &count.id))
                         .arg(count.amount.round() as i64)
                 } else {
                     pipe.cmd("HINCRBYFLOAT")
-                        .arg(&key)
+                        .arg(&*key)
                         .arg(field(count.measure, &count.id))
                         .arg(count.amount)
                 };
                 add.ignore();
             }
-            touched.insert(key);
             if indexed {
                 continue;
             }
@@ -176,7 +179,7 @@ impl LedgerStore for RedisStore {
                         .insert(model);
                 }
             } else if count.scope != LedgerScope::Everything {
-                ids.entry(ids_key(count.scope, count.day))
+                ids.entry((count.scope, count.day))
                     .or_default()
                     .insert(count.id.as_str());
                 let seen = last
@@ -193,6 +196,10 @@ impl LedgerStore for RedisStore {
                 .arg(members.iter().collect::<Vec<_>>())
                 .ignore();
         }
+        let ids: BTreeMap<String, BTreeSet<&str>> = ids
+            .into_iter()
+            .map(|((scope, day), members)| (ids_key(scope, day), members))
+            .collect();
         for (key, members) in &ids {
             let mut zadd = redis::cmd("ZADD");
             zadd.arg(key);
@@ -222,7 +229,7 @@ impl LedgerStore for RedisStore {
             let written = self.ledger_written.lock().ok();
             let set = |key: &String| written.as_ref().is_some_and(|w| w.keys.contains(key));
             touched
-                .iter()
+                .values()
                 .chain(models.keys())
                 .chain(ids.keys())
                 .cloned()
