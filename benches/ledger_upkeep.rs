@@ -5,7 +5,9 @@
 //! `--ledger off`, on one Redis, in rounds of paired cells; the median of the rounds' ratios.
 //!
 //! `cargo bench --bench ledger_upkeep`. Environment: `BENCH_SECONDS` (per cell, default
-//! 3), `BENCH_CONCURRENCY` (default 16), `BENCH_ROUNDS` (default 9).
+//! 3), `BENCH_CONCURRENCY` (default 16), `BENCH_ROUNDS` (default 9), `BENCH_LEDGERS`
+//! (the two servers' `--ledger`, default `on,off`; `off,off` measures the bench's own
+//! bias between its two servers, which should be 1).
 
 #![expect(
     clippy::expect_used,
@@ -17,6 +19,8 @@
 #[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
 mod closed_loop;
 mod harness;
+#[path = "harness/medians.rs"]
+mod medians;
 #[path = "harness/upstream.rs"]
 #[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
 mod upstream;
@@ -73,8 +77,11 @@ async fn main() {
     let provider = upstream::start().await;
     let config = upstream::gateway_config(&provider);
     let (_redis, redis) = harness::redis().await;
+    let ledgers = std::env::var("BENCH_LEDGERS").unwrap_or_else(|_| "on,off".to_owned());
+    let ledgers: Vec<&str> = ledgers.split(',').collect();
+    assert_eq!(ledgers.len(), 2, "BENCH_LEDGERS: two values, as `on,off`");
     let mut servers = Vec::new();
-    for (index, ledger) in ["on", "off"].into_iter().enumerate() {
+    for (index, ledger) in ledgers.iter().copied().enumerate() {
         let (child, url) = harness::sandgate(
             env!("CARGO_BIN_EXE_sandgate"),
             &[
@@ -130,30 +137,24 @@ async fn main() {
             ratios.push(pair[0] / pair[1]);
         }
     }
-    let median = |values: &[f64]| {
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        sorted[sorted.len() / 2]
-    };
-    let spread = |values: &[f64]| {
-        let low = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let high = values.iter().copied().fold(0.0, f64::max);
-        format!("{low:.3}–{high:.3}")
-    };
     println!("c{concurrency}, {seconds} s cells, {rounds} rounds of paired cells\n");
     println!(
-        "| load | ledger on, requests/s | ledger off, requests/s | on / off, median of the rounds' | rounds' range |"
+        "| load | ledger {}, requests/s | ledger {}, requests/s | first / second, median of the rounds' | rounds' range |",
+        ledgers[0], ledgers[1]
     );
     println!("|---|---:|---:|---:|---|");
     for (load, name) in ["webhook deliveries", "gateway calls"]
         .into_iter()
         .enumerate()
     {
-        let (on, off) = (median(&rates[2 * load]), median(&rates[2 * load + 1]));
+        let (on, off) = (
+            medians::median(&rates[2 * load]),
+            medians::median(&rates[2 * load + 1]),
+        );
         println!(
             "| {name} | {on:.0} | {off:.0} | {:.3} | {} |",
-            median(&ratios[load]),
-            spread(&ratios[load])
+            medians::median(&ratios[load]),
+            medians::range(&ratios[load], 3)
         );
     }
 }
