@@ -89,6 +89,10 @@ impl Tagging {
             .filter_map(|(_, conversation)| Uuid::try_parse(conversation).ok())
             .collect();
         let ids: Vec<Uuid> = ids.into_iter().collect();
+        if ids.is_empty() {
+            // None is a catalog id (a sandbox session's own, say): none has tags.
+            return Ok(known);
+        }
         let mut read: HashMap<String, Arc<[String]>> = HashMap::with_capacity(ids.len());
         for record in self.catalog.get_many(&ids).await? {
             read.insert(record.id.simple().to_string(), counter_ids(&record.tags));
