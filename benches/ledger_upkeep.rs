@@ -7,7 +7,9 @@
 //! `cargo bench --bench ledger_upkeep`. Environment: `BENCH_SECONDS` (per cell, default
 //! 3), `BENCH_CONCURRENCY` (default 16), `BENCH_ROUNDS` (default 9), `BENCH_LEDGERS`
 //! (the two servers' `--ledger`, default `on,off`; `off,off` measures the bench's own
-//! bias between its two servers, which should be 1).
+//! bias between its two servers, which should be 1), `BENCH_CONVERSATIONS` (default 0:
+//! each delivery a new conversation, the upkeep's worst case; `n`: updates of `n`
+//! conversations in turn, as a platform's sandboxes post them).
 
 #![expect(
     clippy::expect_used,
@@ -42,10 +44,25 @@ fn fixture() -> Value {
     serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("JSON")
 }
 
-/// A delivery of a new conversation.
-fn delivery(template: &Value) -> http::Request<Full<Bytes>> {
+/// Delivery `n`: of a new conversation, or with `conversations` set, an update of one of
+/// that many, in turn (each update later than the one before).
+fn delivery(template: &Value, n: u64, conversations: u64) -> http::Request<Full<Bytes>> {
     let mut body = template.clone();
-    body["id"] = uuid::Uuid::new_v4().to_string().into();
+    let id = if conversations == 0 {
+        uuid::Uuid::new_v4()
+    } else {
+        uuid::Uuid::from_u128(u128::from(n % conversations + 1))
+    };
+    body["id"] = id.to_string().into();
+    // From the fixture's noon on, a microsecond a delivery.
+    let (seconds, micros) = (43_200 + n / 1_000_000, n % 1_000_000);
+    body["updated_at"] = format!(
+        "2026-03-01T{:02}:{:02}:{:02}.{micros:06}Z",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+    .into();
     http::Request::post("/api/v1/webhooks/conversations")
         .header("host", "bench")
         .header("content-type", "application/json")
@@ -73,6 +90,7 @@ async fn main() {
     let seconds = harness::env_number("BENCH_SECONDS", 3);
     let concurrency = harness::env_number("BENCH_CONCURRENCY", 16) as usize;
     let rounds = harness::env_number("BENCH_ROUNDS", 9);
+    let conversations = harness::env_number("BENCH_CONVERSATIONS", 0);
 
     let provider = upstream::start().await;
     let config = upstream::gateway_config(&provider);
@@ -121,8 +139,15 @@ async fn main() {
             for index in order {
                 let base = &servers[index].2;
                 let result = if load == 0 {
-                    let template = template.clone();
-                    closed_loop::load(base, concurrency, seconds, move || delivery(&template)).await
+                    let (template, counter) = (template.clone(), counter.clone());
+                    closed_loop::load(base, concurrency, seconds, move || {
+                        delivery(
+                            &template,
+                            counter.fetch_add(1, Ordering::Relaxed),
+                            conversations,
+                        )
+                    })
+                    .await
                 } else {
                     let (body, counter) = (body.clone(), counter.clone());
                     closed_loop::load(base, concurrency, seconds, move || {
