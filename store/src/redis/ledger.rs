@@ -140,8 +140,7 @@ impl LedgerStore for RedisStore {
         // once, each key's expiry once (a batch of calls touches few keys many times).
         let mut pipe = redis::pipe();
         pipe.atomic();
-        // The hashes written, by scope and day: rows come ordered by day and scope, so
-        // a key is formatted once for all its rows.
+        // The hashes written, by scope and day, each key formatted once for all its rows.
         let mut touched: BTreeMap<(LedgerScope, u32), String> = BTreeMap::new();
         let mut models: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         let mut ids: BTreeMap<(LedgerScope, u32), BTreeSet<&str>> = BTreeMap::new();
