@@ -63,10 +63,11 @@ impl Tagging {
     }
 
     /// The tags of each of `counts`' conversations, by the count's index: those
-    /// remembered, the others read at once (one catalog read for all of them).
+    /// remembered, the others read at once (one catalog read for all of them). An id
+    /// that is no catalog id (a sandbox session's own, say) has none.
     async fn tags_of(&self, counts: &[LedgerCount]) -> StoreResult<Vec<(usize, Arc<[String]>)>> {
         let mut known = Vec::new();
-        let mut unknown: Vec<(usize, String)> = Vec::new();
+        let mut unknown: Vec<(usize, Uuid)> = Vec::new();
         if let Ok(remembered) = self.tags.lock() {
             for (index, count) in counts.iter().enumerate() {
                 if count.scope != LedgerScope::Conversation {
@@ -77,35 +78,32 @@ impl Tagging {
                     Some((tags, since)) if since.elapsed() < TAGS_KEPT_FOR => {
                         known.push((index, tags.clone()));
                     }
-                    _ => unknown.push((index, conversation.into_owned())),
+                    _ => unknown.extend(Uuid::try_parse(&conversation).ok().map(|id| (index, id))),
                 }
             }
         }
         if unknown.is_empty() {
             return Ok(known);
         }
-        let ids: BTreeSet<Uuid> = unknown
+        let ids: Vec<Uuid> = unknown
             .iter()
-            .filter_map(|(_, conversation)| Uuid::try_parse(conversation).ok())
+            .map(|(_, id)| *id)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
             .collect();
-        let ids: Vec<Uuid> = ids.into_iter().collect();
-        if ids.is_empty() {
-            // None is a catalog id (a sandbox session's own, say): none has tags.
-            return Ok(known);
-        }
-        let mut read: HashMap<String, Arc<[String]>> = HashMap::with_capacity(ids.len());
+        let mut read: HashMap<Uuid, Arc<[String]>> = HashMap::with_capacity(ids.len());
         for record in self.catalog.get_many(&ids).await? {
-            read.insert(record.id.simple().to_string(), counter_ids(&record.tags));
+            read.insert(record.id, counter_ids(&record.tags));
         }
-        let untagged = no_tags();
         self.remember(ids.iter().map(|id| {
-            let id = id.simple().to_string();
-            let tags = read.get(&id).cloned().unwrap_or_else(|| untagged.clone());
-            (id, tags)
+            let tags = read.get(id).cloned().unwrap_or_else(no_tags);
+            (id.simple().to_string(), tags)
         }));
-        known.extend(unknown.into_iter().filter_map(|(index, conversation)| {
-            read.get(&conversation).map(|tags| (index, tags.clone()))
-        }));
+        known.extend(
+            unknown
+                .into_iter()
+                .filter_map(|(index, id)| read.get(&id).map(|tags| (index, tags.clone()))),
+        );
         Ok(known)
     }
 
@@ -282,12 +280,12 @@ mod tests {
         ledger.add_ledger(&counts[1..2]).await.expect("added again");
 
         let tags = [
-            "project:alpha",
-            "project:beta",
-            "stage:prod",
-            "project:gamma",
+            ("project", "alpha"),
+            ("project", "beta"),
+            ("stage", "prod"),
+            ("project", "gamma"),
         ]
-        .map(|tag| tag.split_once(':').map(|(k, v)| tag_id(k, v)).expect("tag"));
+        .map(|(key, value)| tag_id(key, value));
         let rows = ledger
             .ledger_of(LedgerScope::Tag, &tags, today(), today())
             .await
