@@ -10,10 +10,15 @@
 //! progress (a long LLM call, a stream) is held: marked at its start, every `every` while
 //! it lasts, and at its end.
 //!
+//! A session found to be no sandbox's (a gateway call from outside any sandbox, or one
+//! before its conversation's first webhook names its sandbox) is left alone for a
+//! moment: its calls cost no store read each, at their start or their end.
+//!
 //! The same jobs record the first webhook and the first LLM call on the timeline of the
 //! sandbox's start (`first.rs`), whether idle pause is on or not.
 
 mod first;
+mod memo;
 #[cfg(test)]
 mod tests;
 
@@ -30,6 +35,11 @@ use crate::{ConversationStore, Store, StoreResult};
 /// stays bounded by the sandboxes active in one interval.
 const RECENT_PRUNE_AT: usize = 10_000;
 
+/// How long a session whose sandbox is not found, or whose first call's mark is under
+/// way, is left alone (at most the throttle): the calls of a session that is no
+/// sandbox's cost a read per this while.
+const UNPLACED_MEMO_MS: i64 = 2_000;
+
 /// Compare-and-swap attempts of one mark; a mark that keeps losing is skipped (the
 /// writer that won moved the record anyway, and the next mark comes soon).
 const MARK_ATTEMPTS: usize = 4;
@@ -44,7 +54,9 @@ pub struct Activity {
     /// What this process last marked (`sandbox:<id>` or `session:<id>`), and when.
     recent: Mutex<HashMap<String, i64>>,
     /// The timeline phases this process knows are recorded (`first.rs`).
-    firsts: first::Memo,
+    firsts: memo::Memo,
+    /// The sessions this process found no sandbox for, a moment ago.
+    unplaced: memo::Memo,
 }
 
 fn now_ms() -> i64 {
@@ -61,7 +73,8 @@ impl Activity {
             conversations: store.conversations.clone(),
             every: (!idle.is_zero()).then(|| (idle / 4).max(Duration::from_millis(100))),
             recent: Mutex::default(),
-            firsts: first::Memo::default(),
+            firsts: memo::Memo::default(),
+            unplaced: memo::Memo::default(),
         })
     }
 
@@ -97,7 +110,10 @@ impl Activity {
     /// conversation whose records a sandbox sent.
     pub async fn session(&self, session_id: &str) {
         let Some(every) = self.every else { return };
-        if self.throttled(format!("session:{session_id}"), every) {
+        let now = now_ms();
+        if self.unplaced.knows(session_id, now)
+            || self.throttled(format!("session:{session_id}"), every)
+        {
             return;
         }
         match self.sandbox_of(session_id).await {
@@ -106,7 +122,11 @@ impl Activity {
                     tracing::warn!(%runtime_id, error = %err, "cannot record the sandbox's activity");
                 }
             }
-            Ok(None) => {}
+            Ok(None) => {
+                let memo_ms = UNPLACED_MEMO_MS.min(every.as_millis() as i64);
+                self.unplaced
+                    .remember(session_id.to_owned(), now + memo_ms, now);
+            }
             Err(err) => tracing::warn!(error = %err, "cannot find the sandbox of a session"),
         }
     }

@@ -9,60 +9,19 @@
 //! a while only, so that a new start's first call is timed (up to that while late,
 //! should the new start come within it of the old one's calls).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
-use super::{Activity, MARK_ATTEMPTS, now_ms};
+use super::{Activity, MARK_ATTEMPTS, UNPLACED_MEMO_MS, now_ms};
 use crate::StoreResult;
 use crate::timeline::Phase;
 
-/// Entries past which the expired ones are dropped, and all of them if none is: memory
-/// stays bounded whatever the number of sandboxes a process sees.
-const MEMO_CAPACITY: usize = 100_000;
 /// How long a session's first call is remembered as recorded.
 const SESSION_MEMO_MS: i64 = 300_000;
-/// How long a session whose sandbox is not found, or whose mark is under way, is left
-/// alone: the calls of a session that is no sandbox's cost a read per this while.
-const UNPLACED_MEMO_MS: i64 = 2_000;
 /// When a call's mark looks for its session's sandbox again, after not finding it (a
 /// conversation's first call may come before its first webhook records it) or losing
 /// the write to another writer: all within `UNPLACED_MEMO_MS`, so that a conversation
 /// whose only calls come before its webhook still has its first call timed.
 const RETRIES_MS: [u64; 4] = [100, 200, 400, 800];
-
-/// What this process knows to be recorded, by key, until when (ms since the epoch).
-#[derive(Default)]
-pub(super) struct Memo(Mutex<HashMap<String, i64>>);
-
-impl Memo {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, i64>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn knows(&self, key: &str, now: i64) -> bool {
-        self.lock().get(key).is_some_and(|until| *until > now)
-    }
-
-    fn remember(&self, key: String, until: i64, now: i64) {
-        let mut memo = self.lock();
-        if memo.len() >= MEMO_CAPACITY && !memo.contains_key(&key) {
-            memo.retain(|_, kept| *kept > now);
-            if memo.len() >= MEMO_CAPACITY {
-                memo.clear();
-            }
-        }
-        memo.insert(key, until);
-    }
-
-    fn forget(&self, key: &str) {
-        self.lock().remove(key);
-    }
-
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.lock().len()
-    }
-}
 
 impl Activity {
     /// The sandbox `runtime_id` sent a webhook or an event batch: the first of its

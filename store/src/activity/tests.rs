@@ -224,3 +224,35 @@ async fn a_first_call_before_its_conversation_is_recorded_is_timed() {
         "{marked}: not the call's time ({before}..={after})"
     );
 }
+
+/// The marks of a gateway session: its sandbox found and marked; a session that is no
+/// sandbox's left alone for a moment, so that its calls' ends (which pass the throttle)
+/// cost no store read each.
+#[tokio::test]
+async fn a_session_without_a_sandbox_is_not_looked_up_again_at_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = store(&dir).await;
+    let activity = Activity::new(&store, Duration::from_secs(60));
+    let active_at = |store: &Store| {
+        let sandboxes = store.sandboxes.clone();
+        async move {
+            let record = sandboxes.sandbox("late").await.unwrap().expect("record");
+            record.active_at_ms
+        }
+    };
+
+    activity.session("session-late").await;
+    assert_eq!(activity.unplaced.len(), 1);
+    // Its sandbox appears; a call's end passes the throttle, not the memo: no read.
+    put(&store, &sandbox("late", Some("session-late"), started())).await;
+    activity.recent.lock().unwrap().clear();
+    activity.session("session-late").await;
+    assert_eq!(active_at(&store).await, 0);
+
+    // Once the memo lapses, the session's sandbox is found and marked.
+    activity.unplaced.forget("session-late");
+    activity.recent.lock().unwrap().clear();
+    activity.session("session-late").await;
+    assert!(active_at(&store).await > 0);
+    assert_eq!(activity.unplaced.len(), 0);
+}
