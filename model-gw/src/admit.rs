@@ -31,7 +31,7 @@ use tonic::Status;
 use crate::budget::{Prices, key_window};
 use crate::keys::descriptor;
 use crate::rewrite::ChatRequest;
-use crate::shares::{SHARE_CALLS, SHARE_LIFE, SharedCall, shareable};
+use crate::shares::{SHARE_CALLS, SHARE_LIFE, ShareCost, SharedCall, shareable};
 use crate::spend::SpendLog;
 use crate::support::now_ms;
 
@@ -125,7 +125,10 @@ pub(crate) fn largest_cost(
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Settle {
     pub(crate) spend: Vec<ScopeSpend>,
-    pub(crate) consume: Vec<Consume>,
+    pub(crate) consume: Vec<ShareCost>,
+    /// What calls cost their shares, summed already: a settlement the store could not
+    /// take, put back.
+    pub(crate) consumed: Vec<Consume>,
     pub(crate) release: Vec<Release>,
     /// Written as the call ends, apart from the spend log's batch: a call's own hold, which
     /// the client's next call may need released. What calls admitted against shares
@@ -145,7 +148,7 @@ impl Settle {
 
     /// Whether it changes what the store holds: written as calls end, off their paths.
     pub(crate) fn holds(&self) -> bool {
-        !self.release.is_empty() || !self.consume.is_empty()
+        !self.release.is_empty() || !self.consume.is_empty() || !self.consumed.is_empty()
     }
 }
 
@@ -227,12 +230,12 @@ impl Charge {
     /// What the call settles, having cost `amount` (none: nothing known) in `tokens`.
     pub(crate) fn settle(mut self, amount: Option<f64>, tokens: u64) -> Option<Settle> {
         let amount = amount.filter(|amount| *amount > 0.0).unwrap_or(0.0);
-        let spend = self
-            .scopes
-            .iter()
+        // Moved, not copied: a call's scopes are its settlement's.
+        let spend = std::mem::take(&mut self.scopes)
+            .into_iter()
             .map(|(scope, window, counts)| ScopeSpend {
-                scope: scope.clone(),
-                window: *window,
+                scope,
+                window,
                 amount,
                 tokens: if counts.tokens { tokens } else { 0 },
             })
@@ -259,6 +262,7 @@ impl Charge {
             consume,
             release,
             at_once,
+            consumed: Vec::new(),
         };
         (!settle.spend.is_empty() || settle.holds()).then_some(settle)
     }

@@ -38,23 +38,21 @@ pub(crate) fn count(sums: &mut LedgerSums, entry: &SpendLogEntry) {
         ),
     ];
     // The conversation as the runtime API names it (a UUID as its 32 hex digits).
-    let conversation = entry
-        .session_id
+    let conversation = entry.session_id.as_deref().map(conversation_id);
+    let conversation_model = conversation
         .as_deref()
-        .map(|session| conversation_id(session).into_owned());
+        .map(|conversation| conversation_model(conversation, &entry.model));
     let scopes = [
         (
             LedgerScope::ConversationModel,
-            conversation
-                .as_ref()
-                .map(|conversation| conversation_model(conversation, &entry.model)),
+            conversation_model.as_deref(),
         ),
-        (LedgerScope::Conversation, conversation),
-        (LedgerScope::Team, entry.team_id.clone()),
-        (LedgerScope::User, entry.key_user_id.clone()),
-        (LedgerScope::Key, entry.api_key.clone()),
-        (LedgerScope::Model, Some(entry.model.clone())),
-        (LedgerScope::Everything, Some(EVERYTHING.to_owned())),
+        (LedgerScope::Conversation, conversation.as_deref()),
+        (LedgerScope::Team, entry.team_id.as_deref()),
+        (LedgerScope::User, entry.key_user_id.as_deref()),
+        (LedgerScope::Key, entry.api_key.as_deref()),
+        (LedgerScope::Model, Some(entry.model.as_str())),
+        (LedgerScope::Everything, Some(EVERYTHING)),
     ];
     let measures: Vec<(Measure, f64)> = measures
         .into_iter()

@@ -22,7 +22,6 @@
 //! cannot use until it is spent or given back: a quarter of what was left at most, given
 //! back within [`SHARE_IDLE`] of its last call.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -50,7 +49,8 @@ pub(crate) const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// This replica's shares, by scope (with its window and budget).
 #[derive(Default)]
 pub(crate) struct Shares {
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// By scope, then window and budget: found without a name built per call.
+    slots: Mutex<foldhash::HashMap<BudgetScope, Vec<Arc<Slot>>>>,
     /// Every share not yet retired: what the sweep looks at.
     live: Mutex<Vec<Arc<Share>>>,
     sweeping: AtomicBool,
@@ -63,6 +63,8 @@ pub(crate) struct Shares {
 pub(crate) struct Slot {
     /// The scope's name with its window and budget: the order slots are refilled in.
     pub(crate) name: String,
+    window: u64,
+    max_budget: Option<f64>,
     current: Mutex<Option<Arc<Share>>>,
     /// Held while a call asks the store for a share, so that the calls meanwhile wait for
     /// its grant rather than each ask for their own.
@@ -154,8 +156,8 @@ impl Share {
     }
 }
 
-/// The name of a scope with its window and budget: a change of its budget or a new window
-/// is another share.
+/// The name of a scope with its window and budget (a change of its budget or a new window
+/// is another slot): the order slots are refilled in.
 fn slot_name(limits: &ScopeLimits) -> String {
     format!(
         "{}\u{1}{}\u{1}{:?}",
@@ -209,17 +211,26 @@ impl Shares {
         scopes
             .iter()
             .map(|limits| {
-                let name = slot_name(limits);
-                slots
-                    .entry(name.clone())
-                    .or_insert_with(|| {
-                        Arc::new(Slot {
-                            name,
-                            current: Mutex::default(),
-                            refill: tokio::sync::Mutex::default(),
-                        })
-                    })
-                    .clone()
+                let of_scope = match slots.get_mut(&limits.scope) {
+                    Some(of_scope) => of_scope,
+                    None => slots.entry(limits.scope.clone()).or_default(),
+                };
+                let found = of_scope.iter().find(|slot| {
+                    slot.window == limits.window
+                        && slot.max_budget.map(f64::to_bits) == limits.max_budget.map(f64::to_bits)
+                });
+                if let Some(slot) = found {
+                    return slot.clone();
+                }
+                let slot = Arc::new(Slot {
+                    name: slot_name(limits),
+                    window: limits.window,
+                    max_budget: limits.max_budget,
+                    current: Mutex::default(),
+                    refill: tokio::sync::Mutex::default(),
+                });
+                of_scope.push(slot.clone());
+                slot
             })
             .collect()
     }
@@ -288,10 +299,13 @@ impl Shares {
         self.slots
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|_, slot| {
-                let current = slot.current.lock().unwrap_or_else(PoisonError::into_inner);
-                current.as_ref().is_some_and(|share| !share.state().retired)
-                    || slot.refill.try_lock().is_err()
+            .retain(|_, of_scope| {
+                of_scope.retain(|slot| {
+                    let current = slot.current.lock().unwrap_or_else(PoisonError::into_inner);
+                    current.as_ref().is_some_and(|share| !share.state().retired)
+                        || slot.refill.try_lock().is_err()
+                });
+                !of_scope.is_empty()
             });
         let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         if live.is_empty() {
@@ -333,18 +347,52 @@ pub(crate) struct SharedCall {
 impl SharedCall {
     /// The call has ended, having cost `cost`: what its settlement takes off the share,
     /// and the share's release when it was its retired share's last call.
-    pub(crate) fn end(self, cost: f64) -> (Option<Consume>, Option<Release>) {
-        let consume = (cost > 0.0).then(|| Consume {
-            hold: self.share.hold.clone(),
-            scopes: vec![self.share.scope.clone()],
+    pub(crate) fn end(self, cost: f64) -> (Option<ShareCost>, Option<Release>) {
+        let release = self.share.end(self.held, cost);
+        let cost = (cost > 0.0).then_some(ShareCost {
+            share: self.share,
             amount: cost,
         });
-        (consume, self.share.end(self.held, cost))
+        (cost, release)
     }
 
     /// The call ended without a cost known (its client left before its answer).
     pub(crate) fn abandon(self) -> Option<Release> {
         self.share.end(self.held, 0.0)
+    }
+}
+
+/// What an ended call cost a share: taken off the share's hold in the store as the
+/// call's spend is added. The costs of one share in a batch are summed into one
+/// [`Consume`], built once per batch, not once per call.
+#[derive(Clone)]
+pub(crate) struct ShareCost {
+    share: Arc<Share>,
+    pub(crate) amount: f64,
+}
+
+impl ShareCost {
+    /// The share's identity: the same for every call admitted against it.
+    pub(crate) fn share(&self) -> *const () {
+        Arc::as_ptr(&self.share).cast()
+    }
+
+    /// `amount` taken off the share's hold.
+    pub(crate) fn consume(&self, amount: f64) -> Consume {
+        Consume {
+            hold: self.share.hold.clone(),
+            scopes: vec![self.share.scope.clone()],
+            amount,
+        }
+    }
+}
+
+impl std::fmt::Debug for ShareCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareCost")
+            .field("hold", &self.share.hold)
+            .field("amount", &self.amount)
+            .finish()
     }
 }
 

@@ -21,14 +21,14 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use http::HeaderMap;
-use sandgate_store::admission::{BudgetScope, Consume, ScopeSpend, Settlement};
+use sandgate_store::admission::{BudgetScope, ScopeSpend, Settlement};
 use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 use tokio::sync::watch;
 
 use crate::admit::Settle;
 use crate::settling::{CATCH_UP_AT_MOST, Settling};
-use crate::shares::{SWEEP_EVERY, Shares};
+use crate::shares::{SWEEP_EVERY, ShareCost, Shares};
 use sandgate_store::ledger::{ConversationOwner, LedgerSums, WrittenOnce};
 
 use crate::headers::{SPEND_LOGS_METADATA, SPEND_LOGS_METADATA_LIMIT};
@@ -77,8 +77,9 @@ struct SpendQueue {
     entries: Vec<SpendLogEntry>,
     /// What the virtual keys' calls settle, written with the entries.
     settles: Vec<Settle>,
-    /// What the entries add to the reporting counters, by day, scope and id.
-    counts: HashMap<(u32, SpendScope, String), f64>,
+    /// What the entries add to the reporting counters, by day and scope, then id (found
+    /// by reference: an id is copied once per batch, not once per call).
+    counts: foldhash::HashMap<(u32, SpendScope), foldhash::HashMap<String, f64>>,
     /// What the entries add to the ledger.
     ledger: LedgerSums,
     /// Who the entries' conversations are billed to, when not yet recorded.
@@ -115,16 +116,26 @@ impl SpendQueue {
             .zip(entry.key_user_id.as_ref())
             .map(|(team, user)| member_id(team, user));
         let counters = [
-            (SpendScope::Key, entry.api_key.clone()),
-            (SpendScope::User, entry.key_user_id.clone()),
-            (SpendScope::Team, entry.team_id.clone()),
-            (SpendScope::Member, member),
-            (SpendScope::Session, entry.session_id.clone()),
-            (SpendScope::Model, Some(entry.model.clone())),
+            (SpendScope::Key, entry.api_key.as_deref()),
+            (SpendScope::User, entry.key_user_id.as_deref()),
+            (SpendScope::Team, entry.team_id.as_deref()),
+            (SpendScope::Member, member.as_deref()),
+            (SpendScope::Session, entry.session_id.as_deref()),
+            (SpendScope::Model, Some(entry.model.as_str())),
         ];
         for (scope, id) in counters {
             if let Some(id) = id {
-                *self.counts.entry((day, scope, id)).or_default() += amount;
+                self.add_count(day, scope, id, amount);
+            }
+        }
+    }
+
+    fn add_count(&mut self, day: u32, scope: SpendScope, id: &str, amount: f64) {
+        let ids = self.counts.entry((day, scope)).or_default();
+        match ids.get_mut(id) {
+            Some(sum) => *sum += amount,
+            None => {
+                ids.insert(id.to_owned(), amount);
             }
         }
     }
@@ -134,9 +145,9 @@ impl SpendQueue {
     fn requeue_settlement(&mut self, settlement: Settlement) {
         self.settles.push(Settle {
             spend: settlement.spend,
-            consume: settlement.consumed,
+            consumed: settlement.consumed,
             release: settlement.releases,
-            at_once: false,
+            ..Settle::default()
         });
     }
 
@@ -173,10 +184,7 @@ impl SpendQueue {
     /// Puts back counts a write could not store.
     fn requeue(&mut self, counts: Vec<SpendCount>) {
         for count in counts {
-            *self
-                .counts
-                .entry((count.day, count.scope, count.id))
-                .or_default() += count.amount;
+            self.add_count(count.day, count.scope, &count.id, count.amount);
         }
     }
 }
@@ -185,37 +193,47 @@ impl SpendQueue {
 /// under load a batch holds hundreds of calls of a few keys, and the store then writes a
 /// few counters, not hundreds (each call's hold is still released on its own).
 fn summed(settles: Vec<Settle>) -> Settlement {
-    let mut sums: std::collections::HashMap<_, (f64, u64)> =
-        std::collections::HashMap::with_capacity(settles.len());
-    let mut releases = Vec::new();
+    // Summed under keys borrowed from the calls' settles: a scope, a hold is copied once
+    // per batch, not once per call.
+    let mut sums: foldhash::HashMap<(&BudgetScope, u64), (f64, u64)> = foldhash::HashMap::default();
     // What calls cost, by the share they were admitted against.
-    let mut consumed: HashMap<(String, Vec<BudgetScope>), Consume> = HashMap::new();
-    for settle in settles {
-        for item in settle.spend {
-            let sum = sums.entry((item.scope, item.window)).or_default();
+    let mut consumed: foldhash::HashMap<*const (), (&ShareCost, f64)> =
+        foldhash::HashMap::default();
+    for settle in &settles {
+        for item in &settle.spend {
+            let sum = sums.entry((&item.scope, item.window)).or_default();
             sum.0 += item.amount;
             sum.1 = sum.1.saturating_add(item.tokens);
         }
-        for consume in settle.consume {
-            consumed
-                .entry((consume.hold.clone(), consume.scopes.clone()))
-                .and_modify(|sum| sum.amount += consume.amount)
-                .or_insert(consume);
+        for cost in &settle.consume {
+            consumed.entry(cost.share()).or_insert((cost, 0.0)).1 += cost.amount;
         }
-        releases.extend(settle.release);
     }
+    let spend = sums
+        .into_iter()
+        .map(|((scope, window), (amount, tokens))| ScopeSpend {
+            scope: scope.clone(),
+            window,
+            amount,
+            tokens,
+        })
+        .collect();
+    let consumed = consumed
+        .into_values()
+        .map(|(cost, amount)| cost.consume(amount))
+        .chain(
+            settles
+                .iter()
+                .flat_map(|settle| settle.consumed.iter().cloned()),
+        )
+        .collect();
     Settlement {
-        spend: sums
+        spend,
+        consumed,
+        releases: settles
             .into_iter()
-            .map(|((scope, window), (amount, tokens))| ScopeSpend {
-                scope,
-                window,
-                amount,
-                tokens,
-            })
+            .flat_map(|settle| settle.release)
             .collect(),
-        consumed: consumed.into_values().collect(),
-        releases,
         now_ms: crate::support::now_ms(),
     }
 }
@@ -493,10 +511,14 @@ impl SpendLog {
             }
             tokio::time::sleep(RETRY_AT_MOST).await;
         }
-        let left = self
-            .queue
-            .lock()
-            .map_or(0, |pending| pending.counts.len() + pending.ledger.len());
+        let left = self.queue.lock().map_or(0, |pending| {
+            pending
+                .counts
+                .values()
+                .map(foldhash::HashMap::len)
+                .sum::<usize>()
+                + pending.ledger.len()
+        });
         tracing::error!(
             counters = left,
             "the store stayed unreachable: spend counts not stored at stop"
@@ -533,11 +555,13 @@ impl SpendLog {
             };
             let counts: Vec<SpendCount> = counts
                 .into_iter()
-                .map(|((day, scope, id), amount)| SpendCount {
-                    day,
-                    scope,
-                    id,
-                    amount,
+                .flat_map(|((day, scope), ids)| {
+                    ids.into_iter().map(move |(id, amount)| SpendCount {
+                        day,
+                        scope,
+                        id,
+                        amount,
+                    })
                 })
                 .collect();
             let counted = counts.is_empty()
@@ -633,85 +657,4 @@ pub(crate) fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn call(session: &str) -> SpendLogEntry {
-        SpendLogEntry {
-            request_id: "req".into(),
-            started_at_ms: 1_764_000_000_000,
-            model: "chat".into(),
-            status: 200,
-            session_id: Some(session.into()),
-            prompt_tokens: Some(10),
-            completion_tokens: Some(5),
-            spend: Some(0.5),
-            ..Default::default()
-        }
-    }
-
-    /// A batch writes the entries, the spend counters and the settlements, and leaves the
-    /// ledger's counts until their delay is over; those of the calls meanwhile sum with
-    /// them, a counter each; one delay runs at a time; a stop (or a failed write) makes
-    /// them due at once.
-    #[test]
-    fn the_ledger_waits_for_its_delay_and_sums_the_calls_meanwhile() {
-        let mut queue = SpendQueue::default();
-        queue.count(&call("conv-a"));
-        assert!(queue.schedule_ledger(), "the first count starts the delay");
-        queue.entries.push(call("conv-a"));
-        assert!(queue.has_work());
-        // The batch takes the entries and the spend counters; the ledger stays.
-        queue.entries.clear();
-        queue.counts.clear();
-        assert!(!queue.has_work(), "nothing but the ledger, not due");
-        // Calls meanwhile: summed into the same rows, and no second delay.
-        queue.count(&call("conv-a"));
-        queue.count(&call("conv-a"));
-        assert!(!queue.schedule_ledger());
-        let rows = queue.ledger.len();
-        // The delay is over: due, a write asked for, and written once.
-        assert!(queue.ledger_delay_over());
-        assert!(queue.has_work());
-        let counts = queue.ledger.take();
-        let calls: f64 = counts
-            .iter()
-            .filter(|count| {
-                count.measure == sandgate_store::Measure::Calls
-                    && count.scope == sandgate_store::LedgerScope::Conversation
-            })
-            .map(|count| count.amount)
-            .sum();
-        assert_eq!(calls, 3.0);
-        assert_eq!(
-            rows, 4,
-            "conversation, its model, the model, everything: {counts:?}"
-        );
-        // Nothing waiting (the spend counters written too), nothing to schedule.
-        queue.ledger_due = false;
-        queue.counts.clear();
-        assert!(!queue.schedule_ledger() && !queue.has_work());
-    }
-
-    #[test]
-    fn a_kept_text_is_cut_at_its_bound_and_at_a_character_boundary() {
-        assert_eq!(bounded(""), "");
-        assert_eq!(bounded("alice"), "alice");
-        // At the bound it is kept whole; one character past it is cut to the bound.
-        let at = "u".repeat(MAX_KEPT_TEXT);
-        assert_eq!(bounded(&at), at);
-        assert_eq!(bounded(&format!("{at}v")), at);
-        assert_eq!(bounded(&"u".repeat(1 << 20)), at);
-        // Characters, not bytes: 256 of a four-byte character are kept, never half of one.
-        let wide = "🦀".repeat(MAX_KEPT_TEXT + 1);
-        let kept = bounded(&wide);
-        assert_eq!(kept.chars().count(), MAX_KEPT_TEXT);
-        assert_eq!(kept.len(), 4 * MAX_KEPT_TEXT);
-        assert!(wide.starts_with(&kept));
-        let mixed = format!("{}é{}", "a".repeat(MAX_KEPT_TEXT - 1), "b".repeat(10));
-        assert_eq!(
-            bounded(&mixed),
-            format!("{}é", "a".repeat(MAX_KEPT_TEXT - 1))
-        );
-    }
-}
+mod tests;
