@@ -377,8 +377,13 @@ async fn admit_shared(
     amount: f64,
     lease: Duration,
 ) -> Result<Vec<SharedCall>, Status> {
+    let first = match spend.shares().take_all(&limited, amount) {
+        Ok(calls) => return Ok(calls),
+        Err(first) => first,
+    };
     let slots = spend.shares().slots(&limited);
-    let mut taken: Vec<Option<SharedCall>> = slots.iter().map(|slot| slot.take(amount)).collect();
+    let mut taken: Vec<Option<SharedCall>> = first.into_iter().map(Some).collect();
+    taken.extend(slots.iter().skip(taken.len()).map(|slot| slot.take(amount)));
     if taken.iter().all(Option::is_some) {
         return Ok(taken.into_iter().flatten().collect());
     }

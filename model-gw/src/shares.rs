@@ -181,16 +181,26 @@ pub(crate) fn shareable(scopes: &[ScopeLimits]) -> bool {
 impl Slot {
     /// Admits a call holding `amount` against the current share, when it has room.
     pub(crate) fn take(&self, amount: f64) -> Option<SharedCall> {
+        self.take_at(amount, Instant::now())
+    }
+
+    fn take_at(&self, amount: f64, now: Instant) -> Option<SharedCall> {
         let share = self
             .current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()?;
-        let taken = share.take(amount, Instant::now());
+        let taken = share.take(amount, now);
         taken.then_some(SharedCall {
             share,
             held: amount,
         })
+    }
+
+    /// Whether it is the slot of `limits`: its scope's, with its window and budget.
+    fn serves(&self, limits: &ScopeLimits) -> bool {
+        self.window == limits.window
+            && self.max_budget.map(f64::to_bits) == limits.max_budget.map(f64::to_bits)
     }
 
     /// Retires the current share when no call is in flight on it (it had no room for the
@@ -205,6 +215,32 @@ impl Slot {
 }
 
 impl Shares {
+    /// Admits a call holding `amount` against the current share of each of `scopes`, in
+    /// their order, in one pass under the slots' lock with one reading of the clock (the
+    /// call's path when every share has room): `Ok` with every part; `Err` with those
+    /// taken before the first scope without a slot or a share with room, for the caller
+    /// to take the rest one by one ([`Self::slots`], [`Slot::take`]).
+    pub(crate) fn take_all(
+        &self,
+        scopes: &[ScopeLimits],
+        amount: f64,
+    ) -> Result<Vec<SharedCall>, Vec<SharedCall>> {
+        let now = Instant::now();
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut taken = Vec::with_capacity(scopes.len());
+        for limits in scopes {
+            let call = slots
+                .get(&limits.scope)
+                .and_then(|of_scope| of_scope.iter().find(|slot| slot.serves(limits)))
+                .and_then(|slot| slot.take_at(amount, now));
+            match call {
+                Some(call) => taken.push(call),
+                None => return Err(taken),
+            }
+        }
+        Ok(taken)
+    }
+
     /// The slots of `scopes`, in their order.
     pub(crate) fn slots(&self, scopes: &[ScopeLimits]) -> Vec<Arc<Slot>> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
@@ -215,11 +251,7 @@ impl Shares {
                     Some(of_scope) => of_scope,
                     None => slots.entry(limits.scope.clone()).or_default(),
                 };
-                let found = of_scope.iter().find(|slot| {
-                    slot.window == limits.window
-                        && slot.max_budget.map(f64::to_bits) == limits.max_budget.map(f64::to_bits)
-                });
-                if let Some(slot) = found {
+                if let Some(slot) = of_scope.iter().find(|slot| slot.serves(limits)) {
                     return slot.clone();
                 }
                 let slot = Arc::new(Slot {
@@ -443,6 +475,39 @@ mod tests {
         // The same scope with another budget is another share.
         assert!(!Arc::ptr_eq(&slot, &self::slot(&shares, 50.0)));
         assert!(Arc::ptr_eq(&slot, &self::slot(&shares, 100.0)));
+    }
+
+    /// A call's path: every share taken in one pass when each has room; else the part
+    /// taken before the first scope without a slot or room, and no slot made.
+    #[test]
+    fn a_call_takes_every_share_at_once_or_says_where_it_stopped() {
+        let shares = Shares::default();
+        let team_slot = slot(&shares, 100.0);
+        let _first = installed(&shares, &team_slot, "team", 4.0);
+        let user = ScopeLimits {
+            scope: BudgetScope::User("u".into()),
+            ..team(100.0)
+        };
+        // The user's scope has no slot yet: the team's part is handed back to take the
+        // rest one by one, and no slot is made on this path.
+        let Err(stopped) = shares.take_all(&[team(100.0), user.clone()], 1.0) else {
+            panic!("no slot for the user: stopped there");
+        };
+        assert_eq!(stopped.len(), 1);
+        assert_eq!(shares.slots.lock().map(|slots| slots.len()).ok(), Some(1));
+        let user_slot = shares.slots(std::slice::from_ref(&user)).remove(0);
+        let scope = BudgetScope::User("u".into());
+        let (_user_first, _) = shares.install(&user_slot, "user".into(), scope, 4.0, 1.0);
+        // Both have room: both taken. The team's share (4) now holds its first call's 2
+        // and two calls of 1: no room for a third.
+        let both = shares
+            .take_all(&[team(100.0), user.clone()], 1.0)
+            .map(|calls| calls.len());
+        assert_eq!(both.ok(), Some(2));
+        let Err(stopped) = shares.take_all(&[user, team(100.0)], 1.0) else {
+            panic!("the team's share is full: stopped there");
+        };
+        assert_eq!(stopped.len(), 1, "the user's part, taken before");
     }
 
     /// A share granted for one call's hold (a budget's last room) is held as long as the
