@@ -181,6 +181,12 @@ impl SpendQueue {
             || (self.ledger_due && !self.ledger.is_empty())
     }
 
+    /// The spend counters and ledger rows waiting to be written.
+    fn counters_waiting(&self) -> usize {
+        let counts: usize = self.counts.values().map(foldhash::HashMap::len).sum();
+        counts + self.ledger.len()
+    }
+
     /// Puts back counts a write could not store.
     fn requeue(&mut self, counts: Vec<SpendCount>) {
         for count in counts {
@@ -511,14 +517,10 @@ impl SpendLog {
             }
             tokio::time::sleep(RETRY_AT_MOST).await;
         }
-        let left = self.queue.lock().map_or(0, |pending| {
-            pending
-                .counts
-                .values()
-                .map(foldhash::HashMap::len)
-                .sum::<usize>()
-                + pending.ledger.len()
-        });
+        let left = self
+            .queue
+            .lock()
+            .map_or(0, |pending| pending.counters_waiting());
         tracing::error!(
             counters = left,
             "the store stayed unreachable: spend counts not stored at stop"
