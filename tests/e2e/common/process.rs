@@ -277,6 +277,32 @@ impl SandgateProcess {
     }
 }
 
+/// How long a dropped Sandgate with process sandboxes is given to stop them.
+const STOP_SANDBOXES_WITHIN: Duration = Duration::from_secs(30);
+
+impl Drop for SandgateProcess {
+    /// A test that ends (or fails) with a Sandgate still running whose process sandboxes
+    /// may run: it is asked to stop (SIGTERM) and given the time to stop them, as a
+    /// SIGKILL would not (bwrap does not die with Sandgate, and pasta is a daemon: both
+    /// would outlive the test, their folders deleted). Then `kill_on_drop`.
+    fn drop(&mut self) {
+        let has_sandboxes = self.data_dir.as_ref().is_some_and(|dir| {
+            std::fs::read_dir(dir.join("sandbox-state"))
+                .is_ok_and(|mut entries| entries.next().is_some())
+        });
+        let Some(pid) = self.child.id().filter(|_| has_sandboxes) else {
+            return;
+        };
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + STOP_SANDBOXES_WITHIN;
+        while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// Runs `sandgate <args>` to its end with only `envs` in its environment (none of the
 /// machine's settings leak in), for commands that print and exit.
 pub async fn run_sandgate(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
