@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use http::HeaderMap;
 use sandgate_store::admission::{BudgetScope, ScopeSpend, Settlement};
 use sandgate_store::models::SpendLogRetention;
-use sandgate_store::{SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
+use sandgate_store::{DayCounts, SpendCount, SpendLogEntry, SpendScope, Store, day_of, member_id};
 use tokio::sync::watch;
 
 use crate::admit::Settle;
@@ -77,9 +77,8 @@ struct SpendQueue {
     entries: Vec<SpendLogEntry>,
     /// What the virtual keys' calls settle, written with the entries.
     settles: Vec<Settle>,
-    /// What the entries add to the reporting counters, by day and scope, then id (found
-    /// by reference: an id is copied once per batch, not once per call).
-    counts: foldhash::HashMap<(u32, SpendScope), foldhash::HashMap<String, f64>>,
+    /// What the entries add to the reporting counters.
+    counts: DayCounts<SpendScope, f64>,
     /// What the entries add to the ledger.
     ledger: LedgerSums,
     /// Who the entries' conversations are billed to, when not yet recorded.
@@ -131,13 +130,7 @@ impl SpendQueue {
     }
 
     fn add_count(&mut self, day: u32, scope: SpendScope, id: &str, amount: f64) {
-        let ids = self.counts.entry((day, scope)).or_default();
-        match ids.get_mut(id) {
-            Some(sum) => *sum += amount,
-            None => {
-                ids.insert(id.to_owned(), amount);
-            }
-        }
+        self.counts.add(day, scope, id, |sum| *sum += amount);
     }
 
     /// Puts back a settlement a write could not store: its spend summed as it was, each
@@ -183,8 +176,7 @@ impl SpendQueue {
 
     /// The spend counters and ledger rows waiting to be written.
     fn counters_waiting(&self) -> usize {
-        let counts: usize = self.counts.values().map(foldhash::HashMap::len).sum();
-        counts + self.ledger.len()
+        self.counts.len() + self.ledger.len()
     }
 
     /// Puts back counts a write could not store.
@@ -534,7 +526,7 @@ impl SpendLog {
     async fn write(&self, delayed: bool) -> bool {
         let _writing = self.writer.lock().await;
         loop {
-            let (batch, settles, counts, ledger, owners) = match self.queue.lock() {
+            let (batch, settles, mut counts, ledger, owners) = match self.queue.lock() {
                 Ok(mut pending) if pending.has_work() => {
                     let ledger = if std::mem::take(&mut pending.ledger_due) {
                         pending.ledger.take()
@@ -556,14 +548,12 @@ impl SpendLog {
                 Err(_) => return true,
             };
             let counts: Vec<SpendCount> = counts
-                .into_iter()
-                .flat_map(|((day, scope), ids)| {
-                    ids.into_iter().map(move |(id, amount)| SpendCount {
-                        day,
-                        scope,
-                        id,
-                        amount,
-                    })
+                .take()
+                .map(|(day, scope, id, amount)| SpendCount {
+                    day,
+                    scope,
+                    id,
+                    amount,
                 })
                 .collect();
             let counted = counts.is_empty()

@@ -10,7 +10,7 @@ pub mod tagging;
 
 use async_trait::async_trait;
 
-use crate::StoreResult;
+use crate::{DayCounts, StoreResult};
 
 /// What a ledger row is of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -176,13 +176,9 @@ pub const LEDGER_RETENTION_DAYS: u32 = 400;
 
 /// Counts summed per counter until they are written: what a batch of calls or deliveries
 /// adds, at most one count per counter, and what a refused write puts back. Kept as a row
-/// of measures per day, scope and id (a call adds several measures to each of its ids):
-/// its size is the distinct ids counted, not the counts. By day and scope, then id, so
-/// that an id counted before is found by reference, not copied for each count.
+/// of measures per day, scope and id (a call adds several measures to each of its ids).
 #[derive(Debug, Default)]
-pub struct LedgerSums(
-    foldhash::HashMap<(u32, LedgerScope), foldhash::HashMap<String, [f64; Measure::ALL.len()]>>,
-);
+pub struct LedgerSums(DayCounts<LedgerScope, [f64; Measure::ALL.len()]>);
 
 impl LedgerSums {
     pub fn add(&mut self, count: LedgerCount) {
@@ -202,16 +198,11 @@ impl LedgerSums {
         id: &str,
         measures: &[(Measure, f64)],
     ) {
-        let ids = self.0.entry((day, scope)).or_default();
-        let row = match ids.get_mut(id) {
-            Some(row) => row,
-            None => ids
-                .entry(id.to_owned())
-                .or_insert([0.0; Measure::ALL.len()]),
-        };
-        for (measure, amount) in measures {
-            row[*measure as usize] += amount;
-        }
+        self.0.add(day, scope, id, |row| {
+            for (measure, amount) in measures {
+                row[*measure as usize] += amount;
+            }
+        });
     }
 
     /// Adds `counts` (a batch, or a write that failed, put back).
@@ -223,7 +214,7 @@ impl LedgerSums {
 
     /// The distinct ids counted (each a row of measures).
     pub fn len(&self) -> usize {
-        self.0.values().map(foldhash::HashMap::len).sum()
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -233,12 +224,7 @@ impl LedgerSums {
     /// The counts as the store takes them (one per counter counted), emptying `self`.
     pub fn take(&mut self) -> Vec<LedgerCount> {
         let mut counts = Vec::with_capacity(self.len() * 4);
-        let rows = std::mem::take(&mut self.0)
-            .into_iter()
-            .flat_map(|((day, scope), ids)| {
-                ids.into_iter().map(move |(id, row)| (day, scope, id, row))
-            });
-        for (day, scope, id, row) in rows {
+        for (day, scope, id, row) in self.0.take() {
             for (measure, amount) in Measure::ALL.into_iter().zip(row) {
                 if amount != 0.0 {
                     counts.push(LedgerCount {

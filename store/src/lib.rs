@@ -17,6 +17,7 @@ pub mod activity;
 pub mod admin;
 pub mod admission;
 pub mod audit;
+mod day_counts;
 mod embedded;
 pub mod events;
 pub mod keys;
@@ -42,6 +43,7 @@ pub use admin::{
     StoredChallenge, StoredWarmConfig, WarmConfigSnapshot, WarmConfigStore,
 };
 pub use audit::{AUDIT_RETENTION, AuditEntry, AuditStore};
+pub use day_counts::DayCounts;
 pub use embedded::EmbeddedStore;
 pub use events::{
     AppendOutcome, DeadLetter, EventPage, EventRetention, EventStats, EventStore, NewEvent,

@@ -29,7 +29,7 @@ fn the_ledger_waits_for_its_delay_and_sums_the_calls_meanwhile() {
     assert!(queue.has_work());
     // The batch takes the entries and the spend counters; the ledger stays.
     queue.entries.clear();
-    queue.counts.clear();
+    queue.counts = DayCounts::default();
     assert!(!queue.has_work(), "nothing but the ledger, not due");
     // Calls meanwhile: summed into the same rows, and no second delay.
     queue.count(&call("conv-a"));
@@ -55,7 +55,7 @@ fn the_ledger_waits_for_its_delay_and_sums_the_calls_meanwhile() {
     );
     // Nothing waiting (the spend counters written too), nothing to schedule.
     queue.ledger_due = false;
-    queue.counts.clear();
+    queue.counts = DayCounts::default();
     assert!(!queue.schedule_ledger() && !queue.has_work());
 }
 
