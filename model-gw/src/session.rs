@@ -15,6 +15,7 @@
 //!
 //! A refused call goes no further than its spend log entry: nothing is marked.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -176,7 +177,7 @@ impl Sessions {
         let named = session_id(metadata);
         if let Some(sandbox) = sandbox {
             return match named {
-                Some(named) => self.of_sandbox(sandbox, named).await,
+                Some(named) => self.of_sandbox(sandbox, named, caller).await,
                 None => Ok(()),
             };
         }
@@ -192,11 +193,15 @@ impl Sessions {
             }
             return Ok(());
         };
-        let owner = format!("key:{}", key.token);
-        let digest = session_digest(named);
-        if self.confirmed(&digest, &owner) {
+        let owner = Owner {
+            kind: "key",
+            id: &key.token,
+        };
+        let digest = digest_of(caller, named);
+        if self.confirmed(&digest, owner) {
             return Ok(());
         }
+        let owner = owner.name();
         if self.held_by_sandbox(named).await? {
             return Err(refused(format!(
                 "the session {named:?} belongs to a sandbox's conversation: only calls from that sandbox may name it"
@@ -214,18 +219,27 @@ impl Sessions {
                 whose(&found)
             )));
         }
-        self.confirm(digest, owner);
+        self.confirm(digest.into_owned(), owner);
         Ok(())
     }
 
     /// A call from `sandbox` naming `named`: its own session, a conversation it owns, or
     /// one nobody named yet (which it takes); anything else is another conversation's.
-    async fn of_sandbox(&self, sandbox: &StoredSandbox, named: &str) -> Result<(), Status> {
-        let owner = format!("sandbox:{}", sandbox.runtime_id);
-        let digest = session_digest(named);
-        if self.confirmed(&digest, &owner) {
+    async fn of_sandbox(
+        &self,
+        sandbox: &StoredSandbox,
+        named: &str,
+        caller: &Caller,
+    ) -> Result<(), Status> {
+        let owner = Owner {
+            kind: "sandbox",
+            id: &sandbox.runtime_id,
+        };
+        let digest = digest_of(caller, named);
+        if self.confirmed(&digest, owner) {
             return Ok(());
         }
+        let owner = owner.name();
         let own = sandbox.session_id.as_deref() == Some(named) || self.owns(sandbox, named).await?;
         let another = || {
             refused(format!(
@@ -261,7 +275,7 @@ impl Sessions {
                 return Err(another());
             }
         }
-        self.confirm(digest, owner);
+        self.confirm(digest.into_owned(), owner);
         Ok(())
     }
 
@@ -312,11 +326,11 @@ impl Sessions {
     }
 
     /// Whether this replica confirmed `owner` as the owner of `digest` lately.
-    fn confirmed(&self, digest: &str, owner: &str) -> bool {
+    fn confirmed(&self, digest: &str, owner: Owner<'_>) -> bool {
         self.confirmed.lock().is_ok_and(|confirmed| {
             confirmed
                 .get(digest)
-                .is_some_and(|(known, at)| known == owner && at.elapsed() < CONFIRMED_FOR)
+                .is_some_and(|(known, at)| owner.is(known) && at.elapsed() < CONFIRMED_FOR)
         })
     }
 
@@ -327,6 +341,46 @@ impl Sessions {
             }
             confirmed.insert(digest, (owner, Instant::now()));
         }
+    }
+}
+
+/// An owner of sessions, named as the store names it (`key:{token}`,
+/// `sandbox:{runtime_id}`) only when the store is asked: a call whose session this
+/// replica confirmed formats nothing.
+#[derive(Clone, Copy)]
+struct Owner<'a> {
+    kind: &'static str,
+    id: &'a str,
+}
+
+impl Owner<'_> {
+    fn is(self, name: &str) -> bool {
+        name.strip_prefix(self.kind)
+            .and_then(|rest| rest.strip_prefix(':'))
+            == Some(self.id)
+    }
+
+    fn name(self) -> String {
+        format!("{}:{}", self.kind, self.id)
+    }
+}
+
+/// The store's name of the session `named` (its digest): the one the key's read
+/// computed from the same header, kept with it, else computed here.
+fn digest_of<'a>(caller: &'a Caller, named: &str) -> Cow<'a, str> {
+    match caller {
+        Caller::Virtual {
+            session: Some(digest),
+            ..
+        } => {
+            debug_assert_eq!(
+                *digest,
+                session_digest(named),
+                "the key's read of another session"
+            );
+            Cow::Borrowed(digest)
+        }
+        _ => Cow::Owned(session_digest(named)),
     }
 }
 
