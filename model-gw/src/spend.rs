@@ -556,9 +556,14 @@ impl SpendLog {
                     amount,
                 })
                 .collect();
-            let counted = counts.is_empty()
-                || {
-                    match self.store.orgs.add_spend(&counts).await {
+            // The four writes at once: on the embedded store its writer thread commits
+            // what is queued together (one transaction, one sync, not one each), on Redis
+            // they share the round trips' waits. Each is kept to try again on its own.
+            let calls = settles.len();
+            let settlement = summed(settles);
+            let count = async {
+                counts.is_empty()
+                    || match self.store.orgs.add_spend(&counts).await {
                         Ok(()) => true,
                         Err(err) => {
                             tracing::warn!(error = %err, counters = counts.len(), "spend counters not stored yet; kept to try again");
@@ -568,45 +573,50 @@ impl SpendLog {
                             false
                         }
                     }
-                };
-            let calls = settles.len();
-            let settlement = summed(settles);
-            let settled = calls == 0
-                || match self.store.keys.settle(&settlement).await {
-                    Ok(()) => true,
-                    Err(err) => {
-                        // Kept to try again, with the counters: the scopes' spend is what
-                        // their budgets and `/team/info` hold to.
-                        tracing::warn!(error = %err, calls, "calls' settlement not stored yet; kept to try again");
-                        if let Ok(mut pending) = self.queue.lock() {
-                            pending.requeue_settlement(settlement);
+            };
+            let settle = async {
+                calls == 0
+                    || match self.store.keys.settle(&settlement).await {
+                        Ok(()) => true,
+                        Err(err) => {
+                            // Kept to try again, with the counters: the scopes' spend is
+                            // what their budgets and `/team/info` hold to.
+                            tracing::warn!(error = %err, calls, "calls' settlement not stored yet; kept to try again");
+                            if let Ok(mut pending) = self.queue.lock() {
+                                pending.requeue_settlement(settlement);
+                            }
+                            false
                         }
-                        false
                     }
-                };
-            let ledgered = ledger.is_empty()
-                || match self.store.ledger.add_ledger(&ledger).await {
-                    Ok(()) => true,
-                    Err(err) => {
-                        tracing::warn!(error = %err, counters = ledger.len(), "ledger counters not stored yet; kept to try again");
-                        if let Ok(mut pending) = self.queue.lock() {
-                            pending.ledger.merge(ledger);
-                            // With the retries of this write, not after another delay.
-                            pending.ledger_due = true;
+            };
+            let add_ledger = async {
+                ledger.is_empty()
+                    || match self.store.ledger.add_ledger(&ledger).await {
+                        Ok(()) => true,
+                        Err(err) => {
+                            tracing::warn!(error = %err, counters = ledger.len(), "ledger counters not stored yet; kept to try again");
+                            if let Ok(mut pending) = self.queue.lock() {
+                                pending.ledger.merge(ledger);
+                                // With the retries of this write, not after another delay.
+                                pending.ledger_due = true;
+                            }
+                            false
                         }
-                        false
                     }
-                };
-            self.own(owners).await;
-            if !batch.is_empty()
-                && let Err(err) = self
-                    .store
-                    .spend_log
-                    .append_spend_logs(&batch, self.retention)
-                    .await
-            {
-                tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
-            }
+            };
+            let log = async {
+                if !batch.is_empty()
+                    && let Err(err) = self
+                        .store
+                        .spend_log
+                        .append_spend_logs(&batch, self.retention)
+                        .await
+                {
+                    tracing::warn!(error = %err, entries = batch.len(), "spend log entries lost");
+                }
+            };
+            let (counted, settled, ledgered, (), ()) =
+                tokio::join!(count, settle, add_ledger, self.own(owners), log);
             if !(counted && settled && ledgered) {
                 return false;
             }
