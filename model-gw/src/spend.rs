@@ -521,11 +521,15 @@ impl SpendLog {
 
     /// Writes what is queued, in batches, until the queue is empty. One write at a time:
     /// a caller that waited finds its entry written, or writes it. `delayed`: the
-    /// scheduled write, which is over once it finds the queue empty. `false` when the
-    /// counters could not be stored (they stay queued).
+    /// scheduled write, which is over once it finds the queue empty, and which starts a
+    /// batch at most every [`SPEND_LOG_DELAY`]: under load a batch holds the calls of that
+    /// time whatever the store's speed (written back to back, a quicker store made more,
+    /// smaller batches, each a store write). `false` when the counters could not be
+    /// stored (they stay queued).
     async fn write(&self, delayed: bool) -> bool {
-        let _writing = self.writer.lock().await;
         loop {
+            let started = tokio::time::Instant::now();
+            let writing = self.writer.lock().await;
             let (batch, settles, mut counts, ledger, owners) = match self.queue.lock() {
                 Ok(mut pending) if pending.has_work() => {
                     let ledger = if std::mem::take(&mut pending.ledger_due) {
@@ -619,6 +623,11 @@ impl SpendLog {
                 tokio::join!(count, settle, add_ledger, self.own(owners), log);
             if !(counted && settled && ledgered) {
                 return false;
+            }
+            // Other writers meanwhile find the queue as it is.
+            drop(writing);
+            if delayed {
+                tokio::time::sleep_until(started + SPEND_LOG_DELAY).await;
             }
         }
     }
