@@ -10,7 +10,9 @@
 //! Each round runs the two keys' cells back to back, the one that goes first alternating.
 //! Reports each round's requests per second and p50, then per store and concurrency the
 //! medians of the rounds' ratios and added p50s, which the issue holds to ≥ 0.9× the
-//! master key's rate at concurrency 64 and ≤ +0.05 ms at concurrency 1; and fails unless
+//! master key's rate at concurrency 64 and ≤ +0.05 ms at concurrency 1, and of Sandgate's
+//! CPU time per call (the scheduler's count for its process: what neighbours on a shared
+//! machine move least); and fails unless
 //! the spend of each virtual key, its user, its team and its membership is exactly its
 //! calls at the configuration's prices.
 //!
@@ -27,6 +29,8 @@
 #[path = "harness/closed_loop.rs"]
 #[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
 mod closed_loop;
+#[path = "harness/cpu.rs"]
+mod cpu;
 mod harness;
 #[path = "harness/medians.rs"]
 mod medians;
@@ -201,11 +205,12 @@ async fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     // The calls each virtual key made, warm-ups included: what it must have been charged.
     let mut charged = vec![0_u64; gateways.len()];
-    // Per store and concurrency, each round's ratio and added p50.
+    // Per store and concurrency, each round's ratio, added p50 and ratio of Sandgate's CPU
+    // time per call.
     let mut summary = Vec::new();
     for concurrency in [1, 64] {
-        for (index, (store, _, url, key)) in gateways.iter().enumerate() {
-            let (mut ratios, mut added) = (Vec::new(), Vec::new());
+        for (index, (store, child, url, key)) in gateways.iter().enumerate() {
+            let (mut ratios, mut added, mut cpu_ratios) = (Vec::new(), Vec::new(), Vec::new());
             for round in 1..=rounds {
                 // Which key goes first alternates from round to round, so that the order
                 // (a store warmed by the cell before, a neighbour arriving) favours neither.
@@ -225,42 +230,55 @@ async fn main() {
                         )
                     };
                     let warm = closed_loop::load(url, concurrency, 1, next.clone()).await;
+                    let before = cpu::cpu_use(child.id());
                     let outcome = closed_loop::load(url, concurrency, seconds, next).await;
+                    let used = cpu::cpu_use(child.id())
+                        .zip(before)
+                        .map_or(f64::NAN, |(after, before)| (after[0] - before[0]) as f64);
                     assert_eq!(warm.errors + outcome.errors, 0, "{store}: errors");
                     if virtual_key {
                         charged[index] += warm.requests + outcome.requests;
                     }
-                    outcomes.push((virtual_key, outcome));
+                    let per_call = used / outcome.requests as f64;
+                    outcomes.push((virtual_key, outcome, per_call));
                 }
-                outcomes.sort_by_key(|(virtual_key, _)| *virtual_key);
-                let [(_, master), (_, by_key)] = &outcomes[..] else {
+                outcomes.sort_by_key(|(virtual_key, ..)| *virtual_key);
+                let [(_, master, master_cpu), (_, by_key, key_cpu)] = &outcomes[..] else {
                     unreachable!("two outcomes")
                 };
                 ratios.push(by_key.rate() / master.rate());
                 added.push(by_key.ms(0.5) - master.ms(0.5));
+                cpu_ratios.push(key_cpu / master_cpu);
                 println!(
-                    "| {store} | {concurrency} | {round} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:+.3} |",
+                    "| {store} | {concurrency} | {round} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:+.3} | {:.1} / {:.1} ({:.3}) |",
                     master.rate(),
                     by_key.rate(),
                     by_key.rate() / master.rate(),
                     master.ms(0.5),
                     by_key.ms(0.5),
                     by_key.ms(0.5) - master.ms(0.5),
+                    master_cpu / 1e3,
+                    key_cpu / 1e3,
+                    key_cpu / master_cpu,
                 );
             }
-            summary.push((*store, concurrency, ratios, added));
+            summary.push((*store, concurrency, ratios, added, cpu_ratios));
         }
     }
     println!("\nMedians of the {rounds} rounds (range)\n");
-    println!("| store | concurrency | virtual / master req/s | added p50 ms |");
-    println!("|---|---:|---:|---:|");
-    for (store, concurrency, ratios, added) in &summary {
+    println!(
+        "| store | concurrency | virtual / master req/s | added p50 ms | virtual / master CPU per call |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for (store, concurrency, ratios, added, cpu_ratios) in &summary {
         println!(
-            "| {store} | {concurrency} | {:.3} ({}) | {:+.3} ({}) |",
+            "| {store} | {concurrency} | {:.3} ({}) | {:+.3} ({}) | {:.3} ({}) |",
             medians::median(ratios),
             medians::range(ratios, 3),
             medians::median(added),
             medians::range(added, 3),
+            medians::median(cpu_ratios),
+            medians::range(cpu_ratios, 3),
         );
     }
     // The virtual key, its user and its team were charged every call it made: the load

@@ -32,6 +32,8 @@ mod binaries;
 mod bridge;
 #[path = "harness/closed_loop.rs"]
 mod closed_loop;
+#[path = "harness/cpu.rs"]
+mod cpu;
 mod harness;
 #[path = "gateway_load/other_apis.rs"]
 mod other_apis;
@@ -43,6 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use bytes::Bytes;
+use cpu::cpu_use;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 
@@ -90,25 +93,6 @@ async fn first_chunks_of(base: &str, path: &str, body: &Bytes, count: usize) -> 
         }
     }
     times
-}
-
-/// What a process's threads have used so far (`/proc/<pid>/task/*/schedstat`, the
-/// scheduler's own counts): CPU time in ns, and how many times a thread was put on a CPU.
-fn cpu_use(pid: Option<u32>) -> Option<[u64; 2]> {
-    let tasks = std::fs::read_dir(format!("/proc/{}/task", pid?)).ok()?;
-    let mut total = [0, 0];
-    for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-        let fields: Vec<u64> = stat
-            .split_whitespace()
-            .filter_map(|field| field.parse().ok())
-            .collect();
-        if let [on_cpu, _waiting, runs] = fields[..] {
-            total[0] += on_cpu;
-            total[1] += runs;
-        }
-    }
-    Some(total)
 }
 
 /// `count` streams' first chunks, and what the process `pid` (a Sandgate or the bare
