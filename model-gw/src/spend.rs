@@ -560,7 +560,7 @@ impl SpendLog {
                     amount,
                 })
                 .collect();
-            // The four writes at once: on the embedded store its writer thread commits
+            // The batch's writes at once: on the embedded store its writer thread commits
             // what is queued together (one transaction, one sync, not one each), on Redis
             // they share the round trips' waits. Each is kept to try again on its own.
             let calls = settles.len();
