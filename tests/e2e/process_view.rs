@@ -168,10 +168,11 @@ fn swap_for_link(path: &Path, target: &Path) {
     std::os::unix::fs::symlink(target, path).expect("symlink");
 }
 
-/// Waits until a resumed session has left `starting` (which its resume's answer left it
-/// in); where it went. `paused` means it ran and the idle sweep paused it again: only a
-/// running sandbox is paused for idling, and a poll on a loaded machine may miss the two
-/// seconds it ran.
+/// Waits until a resumed session has left `starting` (which an accepted resume's answer
+/// left it in; a refused one leaves it as it was); where it went. After an accepted
+/// resume, `paused` means it ran and the idle sweep paused it again: only a running
+/// sandbox is paused for idling, and a poll on a loaded machine may miss the two seconds
+/// it ran.
 async fn resumed(sandgate: &SandgateProcess, session: &str) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
