@@ -253,10 +253,17 @@ impl ProcessDriver {
     /// Starts the sandbox's process, stopping one it still has.
     async fn start(&self, sandbox: &StoredSandbox, keys: &SandboxKeys) -> Result<(), DriverError> {
         // A namespace whose setup failed (its bubblewrap gone before the network was
-        // joined, seen once in a few loaded runs) is made again, once.
+        // joined, seen once in a few loaded runs) is made again, once. On a sandbox's
+        // first start, with a port found free anew: another process may have taken the
+        // first between Sandgate finding it free and pasta binding it (a fresh-clone CI
+        // run saw it). A sandbox that ran before keeps its port, which its URL names.
+        let first = !self.sandboxes().contains_key(&sandbox.runtime_id);
         match self.start_once(sandbox, keys).await {
             Err(err) if err.0.contains(NAMESPACE_SETUP) => {
                 tracing::warn!(runtime_id = %sandbox.runtime_id, error = %err, "a sandbox's namespace could not be set up; trying once more");
+                if first {
+                    self.sandboxes().remove(&sandbox.runtime_id);
+                }
                 self.start_once(sandbox, keys).await
             }
             result => result,
