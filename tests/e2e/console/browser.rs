@@ -116,7 +116,8 @@ impl Browser {
         .await;
     }
 
-    /// `act` on the element `locator` finds, found again each time a redraw made it stale.
+    /// `act` on the element `locator` finds, found again each time a redraw made it stale
+    /// or while it is not yet shown.
     async fn on_fresh<F, Fut>(&self, locator: Locator<'_>, act: F)
     where
         F: Fn(fantoccini::elements::Element) -> Fut,
@@ -126,9 +127,14 @@ impl Browser {
         loop {
             match act(self.find_at(locator).await).await {
                 Ok(()) => return,
+                // Stale: a redraw replaced it. Not interactable: found in the page before
+                // the page has finished drawing it (not yet shown, or covered).
                 Err(fantoccini::error::CmdError::Standard(err))
-                    if err.error == fantoccini::error::ErrorStatus::StaleElementReference
-                        && tokio::time::Instant::now() < deadline => {}
+                    if matches!(
+                        err.error,
+                        fantoccini::error::ErrorStatus::StaleElementReference
+                            | fantoccini::error::ErrorStatus::ElementNotInteractable
+                    ) && tokio::time::Instant::now() < deadline => {}
                 Err(err) => panic!("{locator:?}: {err:?}"),
             }
         }
