@@ -227,12 +227,7 @@ impl SandgateProcess {
 
     /// Sends SIGTERM and returns the exit code.
     pub async fn terminate(&mut self) -> Option<i32> {
-        let pid = self.child.id().expect("running");
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        self.signal_terminate();
         let code = self.child.wait().await.expect("wait").code();
         self.finish_log().await;
         code
@@ -240,12 +235,7 @@ impl SandgateProcess {
 
     /// Sends SIGTERM and returns at once, for tests that act while the process drains.
     pub fn signal_terminate(&self) {
-        let pid = self.child.id().expect("running");
-        let status = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        assert!(sigterm(self.child.id().expect("running")), "kill -TERM");
     }
 
     /// Waits for the process to exit, at most `within`, and returns its exit code.
@@ -277,6 +267,14 @@ impl SandgateProcess {
     }
 }
 
+/// Sends SIGTERM to `pid`: whether it was sent.
+fn sigterm(pid: u32) -> bool {
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 /// How long a dropped Sandgate with process sandboxes is given to stop them.
 const STOP_SANDBOXES_WITHIN: Duration = Duration::from_secs(30);
 
@@ -293,9 +291,7 @@ impl Drop for SandgateProcess {
         let Some(pid) = self.child.id().filter(|_| has_sandboxes) else {
             return;
         };
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status();
+        sigterm(pid);
         let deadline = std::time::Instant::now() + STOP_SANDBOXES_WITHIN;
         while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
