@@ -1,15 +1,22 @@
 //! What the ledger's upkeep costs (issue 52: at most 5 % of requests/s): webhook
-//! deliveries (each a new conversation, so each counts an update) and gateway calls (each
-//! under one of a thousand conversations, so each counts a call, its tokens and spend to
-//! its conversation, its model and the day's total), against the same build with
-//! `--ledger off`, on one Redis, in rounds of paired cells; the median of the rounds' ratios.
+//! deliveries (each counts an update to its conversation; a new conversation is also
+//! indexed) and gateway calls (each under one of a thousand conversations, so each counts
+//! a call, its tokens and spend to its conversation, its model and the day's total),
+//! against the same build with `--ledger off`, on one Redis, in rounds of paired cells;
+//! the median of the rounds' ratios.
+//!
+//! Webhook deliveries come as a platform's sandboxes post them: each conversation
+//! [`PER_CONVERSATION`] deliveries, the first creating it, the others updating it (the
+//! real app server's shortest conversations, one message answered at once, posted 5 and
+//! 8: their info at start and delete, their events in batches; BENCHMARKS.md).
 //!
 //! `cargo bench --bench ledger_upkeep`. Environment: `BENCH_SECONDS` (per cell, default
 //! 3), `BENCH_CONCURRENCY` (default 16), `BENCH_ROUNDS` (default 9), `BENCH_LEDGERS`
 //! (the two servers' `--ledger`, default `on,off`; `off,off` measures the bench's own
-//! bias between its two servers, which should be 1), `BENCH_CONVERSATIONS` (default 0:
-//! each delivery a new conversation, the upkeep's worst case; `n`: updates of `n`
-//! conversations in turn, as a platform's sandboxes post them).
+//! bias between its two servers, which should be 1), `BENCH_PER_CONVERSATION` (deliveries
+//! of each conversation, default [`PER_CONVERSATION`]; `1`: each delivery a new
+//! conversation, the upkeep's worst case), `BENCH_CONVERSATIONS` (default 0; `n`: no new
+//! conversation once each of `n` exists, their updates in turn).
 
 #![expect(
     clippy::expect_used,
@@ -44,16 +51,41 @@ fn fixture() -> Value {
     serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("JSON")
 }
 
-/// Delivery `n`: of a new conversation, or with `conversations` set, an update of one of
-/// that many, in turn (each update later than the one before).
-fn delivery(template: &Value, n: u64, conversations: u64) -> http::Request<Full<Bytes>> {
+/// Deliveries of each conversation: the real app server's shortest conversations posted 5.
+const PER_CONVERSATION: u64 = 5;
+/// Conversations posted to side by side: a conversation's next delivery comes this many
+/// after its last, so that at the bench's concurrency its updates arrive in order (an
+/// update older than the stored record's is acknowledged and not applied: cheaper).
+const SIDE_BY_SIDE: u64 = 64;
+
+/// Which conversations the deliveries are of.
+#[derive(Clone, Copy)]
+struct Mix {
+    /// The first conversation's id, as a number (random: a run's conversations are its own).
+    first: u128,
+    per_conversation: u64,
+    /// Not 0: updates of this many conversations in turn.
+    conversations: u64,
+}
+
+impl Mix {
+    /// The conversation of delivery `n`.
+    fn conversation(&self, n: u64) -> uuid::Uuid {
+        let number = if self.conversations > 0 {
+            n % self.conversations
+        } else {
+            // Deliveries in blocks, each of SIDE_BY_SIDE conversations taking turns.
+            let block = n / (self.per_conversation.max(1) * SIDE_BY_SIDE);
+            block * SIDE_BY_SIDE + n % SIDE_BY_SIDE
+        };
+        uuid::Uuid::from_u128(self.first.wrapping_add(u128::from(number)))
+    }
+}
+
+/// Delivery `n` (each later than the one before) of the conversation `mix` gives it.
+fn delivery(template: &Value, n: u64, mix: Mix) -> http::Request<Full<Bytes>> {
     let mut body = template.clone();
-    let id = if conversations == 0 {
-        uuid::Uuid::new_v4()
-    } else {
-        uuid::Uuid::from_u128(u128::from(n % conversations + 1))
-    };
-    body["id"] = id.to_string().into();
+    body["id"] = mix.conversation(n).to_string().into();
     // From the fixture's noon on, a microsecond a delivery.
     let (seconds, micros) = (43_200 + n / 1_000_000, n % 1_000_000);
     body["updated_at"] = format!(
@@ -90,7 +122,11 @@ async fn main() {
     let seconds = harness::env_number("BENCH_SECONDS", 3);
     let concurrency = harness::env_number("BENCH_CONCURRENCY", 16) as usize;
     let rounds = harness::env_number("BENCH_ROUNDS", 9);
-    let conversations = harness::env_number("BENCH_CONVERSATIONS", 0);
+    let mix = Mix {
+        first: uuid::Uuid::new_v4().as_u128(),
+        per_conversation: harness::env_number("BENCH_PER_CONVERSATION", PER_CONVERSATION),
+        conversations: harness::env_number("BENCH_CONVERSATIONS", 0),
+    };
 
     let provider = upstream::start().await;
     let config = upstream::gateway_config(&provider);
@@ -141,11 +177,7 @@ async fn main() {
                 let result = if load == 0 {
                     let (template, counter) = (template.clone(), counter.clone());
                     closed_loop::load(base, concurrency, seconds, move || {
-                        delivery(
-                            &template,
-                            counter.fetch_add(1, Ordering::Relaxed),
-                            conversations,
-                        )
+                        delivery(&template, counter.fetch_add(1, Ordering::Relaxed), mix)
                     })
                     .await
                 } else {
@@ -162,7 +194,14 @@ async fn main() {
             ratios.push(pair[0] / pair[1]);
         }
     }
-    println!("c{concurrency}, {seconds} s cells, {rounds} rounds of paired cells\n");
+    println!(
+        "c{concurrency}, {seconds} s cells, {rounds} rounds of paired cells; webhook deliveries: {}\n",
+        if mix.conversations > 0 {
+            format!("updates of {} conversations in turn", mix.conversations)
+        } else {
+            format!("{} of each conversation", mix.per_conversation.max(1))
+        }
+    );
     println!(
         "| load | ledger {}, requests/s | ledger {}, requests/s | first / second, median of the rounds' | rounds' range |",
         ledgers[0], ledgers[1]
