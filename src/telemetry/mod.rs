@@ -22,7 +22,7 @@ use std::fmt;
 
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::{RecordFields, VisitOutput};
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{FilterExt, Targets};
 use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
 use tracing_subscriber::layer::SubscriberExt;
@@ -119,6 +119,13 @@ impl<V: Visit> Visit for WithoutOtel<V> {
     }
 }
 
+/// A filter that, when `only`, passes spans and no event; otherwise everything.
+fn spans_only(
+    only: bool,
+) -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
+    tracing_subscriber::filter::filter_fn(move |metadata| !only || metadata.is_span())
+}
+
 /// What the log writer thread writes in one go at most.
 const LOG_BUFFER: usize = 64 * 1024;
 
@@ -168,7 +175,15 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
         // Parents come from the `tracing` span tree; nothing reads OpenTelemetry's
         // thread-local context, so entering a span need not set it.
         .with_context_activation(false)
-        .with_filter(Targets::new().with_target("sandgate", tracing::Level::INFO));
+        .with_filter(
+            Targets::new()
+                .with_target("sandgate", tracing::Level::INFO)
+                // Log lines become events of their span only when spans are exported: a
+                // span no exporter takes needs its ids (the logs' `trace_id`, the
+                // `traceparent` sent upstream), not a copy of each line (the access
+                // line's was about 2 % of a gateway call's instructions).
+                .and(spans_only(!traces.exported())),
+        );
     let recent = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .fmt_fields(TextFields)

@@ -69,6 +69,11 @@ impl Traces {
         })
     }
 
+    /// Whether spans leave the process (an OTLP endpoint is set and exporting is on).
+    pub fn exported(&self) -> bool {
+        self.endpoint.is_some()
+    }
+
     pub fn tracer(&self) -> SdkTracer {
         self.provider.tracer("sandgate")
     }
