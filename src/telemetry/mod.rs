@@ -14,6 +14,7 @@
 //! layer sees Sandgate's own spans at `info` whatever `--log` says: the log filter must
 //! not cut a trace.
 
+mod fields;
 pub mod metrics;
 pub mod recent;
 mod traces;
@@ -87,9 +88,15 @@ struct TextFields;
 
 impl<'writer> FormatFields<'writer> for TextFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
-        let mut visitor = WithoutOtel(DefaultVisitor::new(writer, true));
-        fields.record(&mut visitor);
-        visitor.0.finish()
+        if writer.has_ansi_escapes() {
+            let mut visitor = WithoutOtel(DefaultVisitor::new(writer, true));
+            fields.record(&mut visitor);
+            visitor.0.finish()
+        } else {
+            let mut visitor = WithoutOtel(fields::Plain::new(writer));
+            fields.record(&mut visitor);
+            visitor.0.finish()
+        }
     }
 }
 
@@ -115,6 +122,24 @@ impl<V: Visit> Visit for WithoutOtel<V> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         if !is_otel(field) {
             self.0.record_debug(field, value);
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if !is_otel(field) {
+            self.0.record_u64(field, value);
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if !is_otel(field) {
+            self.0.record_i64(field, value);
+        }
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if !is_otel(field) {
+            self.0.record_bool(field, value);
         }
     }
 }
