@@ -100,6 +100,8 @@ pub(crate) struct Forwarder {
     retry: RetryPolicy,
     spend: Arc<SpendLog>,
     activity: Arc<Activity>,
+    /// The series a call's metrics count in.
+    series: Arc<crate::metrics::CallSeries>,
 }
 
 impl Forwarder {
@@ -135,6 +137,7 @@ impl Forwarder {
             },
             activity: options.activity,
             spend,
+            series: Arc::default(),
         })
     }
 
@@ -188,6 +191,7 @@ impl Forwarder {
                 ..SpendLogEntry::default()
             },
             model_entry: metric_label(&upstream),
+            series: self.series.clone(),
             started: Instant::now(),
             api: call.api,
             upstream_status: None,

@@ -24,6 +24,8 @@ pub(crate) struct CallRecord {
     pub(crate) entry: SpendLogEntry,
     /// The routing entry's name: the calls' metrics label.
     pub(crate) model_entry: String,
+    /// Where the call's metrics count.
+    pub(crate) series: std::sync::Arc<crate::metrics::CallSeries>,
     pub(crate) started: Instant,
     /// For the access log line: the API, what the upstream answered, the bytes each way.
     pub(crate) api: Api,
@@ -85,7 +87,8 @@ impl CallRecord {
     /// spend, its hold released); its metrics are recorded.
     pub(crate) fn finish(mut self, status: u16, usage: Option<Usage>) -> Finished {
         let elapsed = self.started.elapsed();
-        crate::metrics::finished(&self.model_entry, status, elapsed, usage);
+        self.series
+            .finished(&self.model_entry, status, elapsed, usage);
         crate::access::log(&crate::access::AccessLine {
             api: self.api,
             asked: &self.entry.model,
