@@ -83,7 +83,9 @@ impl<W: std::io::Write> std::io::Write for OneLine<W> {
 
 /// The text format's fields: `tracing-subscriber`'s, without the `otel.*` ones, which
 /// name and classify spans for the trace exporter and would repeat on every log line of
-/// a request (the span's name and the line's message say the same).
+/// a request (the span's name and the line's message say the same). Without colours (a
+/// log read by a collector, not a terminal) they are written by [`fields::Plain`], the same
+/// text for less.
 struct TextFields;
 
 impl<'writer> FormatFields<'writer> for TextFields {
