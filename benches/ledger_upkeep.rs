@@ -63,6 +63,7 @@ const SIDE_BY_SIDE: u64 = 64;
 struct Mix {
     /// The first conversation's id, as a number (random: a run's conversations are its own).
     first: u128,
+    /// At least 1.
     per_conversation: u64,
     /// Not 0: updates of this many conversations in turn.
     conversations: u64,
@@ -75,7 +76,7 @@ impl Mix {
             n % self.conversations
         } else {
             // Deliveries in blocks, each of SIDE_BY_SIDE conversations taking turns.
-            let block = n / (self.per_conversation.max(1) * SIDE_BY_SIDE);
+            let block = n / (self.per_conversation * SIDE_BY_SIDE);
             block * SIDE_BY_SIDE + n % SIDE_BY_SIDE
         };
         uuid::Uuid::from_u128(self.first.wrapping_add(u128::from(number)))
@@ -124,7 +125,7 @@ async fn main() {
     let rounds = harness::env_number("BENCH_ROUNDS", 9);
     let mix = Mix {
         first: uuid::Uuid::new_v4().as_u128(),
-        per_conversation: harness::env_number("BENCH_PER_CONVERSATION", PER_CONVERSATION),
+        per_conversation: harness::env_number("BENCH_PER_CONVERSATION", PER_CONVERSATION).max(1),
         conversations: harness::env_number("BENCH_CONVERSATIONS", 0),
     };
 
@@ -199,7 +200,7 @@ async fn main() {
         if mix.conversations > 0 {
             format!("updates of {} conversations in turn", mix.conversations)
         } else {
-            format!("{} of each conversation", mix.per_conversation.max(1))
+            format!("{} of each conversation", mix.per_conversation)
         }
     );
     println!(
