@@ -15,6 +15,7 @@
 //! not cut a trace.
 
 mod fields;
+mod gathered;
 pub mod metrics;
 pub mod recent;
 mod traces;
@@ -153,14 +154,11 @@ fn spans_only(
     tracing_subscriber::filter::filter_fn(move |metadata| !only || metadata.is_span())
 }
 
-/// What the log writer thread writes in one go at most.
-const LOG_BUFFER: usize = 64 * 1024;
-
 /// What must outlive the process's work: the span exporter, flushed by [`Self::shutdown`],
 /// and the log writer thread, which writes what is queued when this is dropped.
 pub struct Telemetry {
     traces: traces::Traces,
-    _log_writer: tracing_appender::non_blocking::WorkerGuard,
+    _log_writer: gathered::Guard,
 }
 
 /// Installs logging and tracing for the process named `service` (OpenTelemetry's
@@ -169,16 +167,10 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
     let filter = EnvFilter::try_new(&args.log)
         .map_err(|err| anyhow::anyhow!("invalid --log filter {:?}: {err}", args.log))?;
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Requests hand their lines over; the writer thread writes whatever has queued in one
-    // `write` (a line per request under load made a syscall, and a wake-up of whatever
-    // reads stderr, per request). Not lossy: when the queue is full, loggers wait.
-    let (stderr, log_writer) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("sandgate-log")
-        .finish(std::io::BufWriter::with_capacity(
-            LOG_BUFFER,
-            std::io::stderr(),
-        ));
+    // Requests hand their lines over; the writer thread writes what gathered in one
+    // `write` (see `gathered`). Not lossy: when too much waits, loggers wait.
+    let (stderr, log_writer) = gathered::gathered("sandgate-log", std::io::stderr())
+        .map_err(|err| anyhow::anyhow!("cannot start the log writer: {err}"))?;
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(move || OneLine {
             inner: stderr.clone(),
