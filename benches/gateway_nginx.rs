@@ -6,7 +6,10 @@
 //! counted and logged), on Redis. Non-streamed chat completions at concurrency 1 (p50) and
 //! 64 (requests/s); a streamed answer of 30 chunks at concurrency 1, the time to its
 //! first chunk and to its last (p50, by this bench's own client: `wrk` times whole
-//! answers). Rounds interleaved; the figures are medians of the rounds.
+//! answers). Beside them, each target's own CPU per call and its threads' wake-ups per
+//! call over each measured cell (the scheduler's counts: what a proxy costs the machine,
+//! steadier than a rate on a shared one). Rounds interleaved; the figures are medians
+//! of the rounds.
 //!
 //! `cargo bench --bench gateway_nginx` (needs `wrk`, `nginx` and `redis-server`:
 //! `apt-get install wrk nginx redis-server`). Environment: `BENCH_SECONDS` (per cell,
@@ -32,6 +35,8 @@ mod callgrind;
 #[path = "harness/closed_loop.rs"]
 #[expect(dead_code, reason = "the shared harness: this bench uses part of it")]
 mod closed_loop;
+#[path = "harness/cpu.rs"]
+mod cpu;
 mod harness;
 #[path = "gateway_nginx/proxies.rs"]
 mod proxies;
@@ -48,6 +53,23 @@ struct Target {
     base: String,
     /// The path of chat completions there.
     path: &'static str,
+    /// The process that serves it.
+    pid: u32,
+    /// Whether its children serve too (nginx's workers).
+    children: bool,
+}
+
+impl Target {
+    /// The processes whose CPU a call uses.
+    fn pids(&self) -> Vec<u32> {
+        let mut pids = if self.children {
+            proxies::children(self.pid)
+        } else {
+            Vec::new()
+        };
+        pids.push(self.pid);
+        pids
+    }
 }
 
 /// One round's figures of a target.
@@ -55,6 +77,10 @@ struct Target {
 struct Figures {
     p50_c1_ms: f64,
     rate_c64: f64,
+    /// CPU per call (µs) of the target's processes, and their threads' wake-ups per call.
+    cpu_c1_us: f64,
+    cpu_c64_us: f64,
+    runs_c1: f64,
     first_chunk_ms: f64,
     last_chunk_ms: f64,
 }
@@ -116,6 +142,9 @@ async fn round(target: &Target, key: &str, seconds: u64, warmup: u64, streams: u
     Figures {
         p50_c1_ms: c1.p50_ms,
         rate_c64: c64.rate,
+        cpu_c1_us: c1.cpu_us,
+        cpu_c64_us: c64.cpu_us,
+        runs_c1: c1.runs,
         first_chunk_ms,
         last_chunk_ms,
     }
@@ -151,7 +180,7 @@ async fn main() {
         callgrind::count(&config, &store_args, calls).await;
         return;
     }
-    let (_nginx, nginx) = proxies::nginx(&upstream).await;
+    let (nginx_process, nginx) = proxies::nginx(&upstream).await;
     let mut args = store_args;
     args.extend([
         "--log".to_owned(),
@@ -159,7 +188,7 @@ async fn main() {
         "--gateway-config".to_owned(),
         config.path().display().to_string(),
     ]);
-    let (_sandgate, sandgate) = harness::sandgate(
+    let (sandgate_process, sandgate) = harness::sandgate(
         env!("CARGO_BIN_EXE_sandgate"),
         &args,
         &[("PROXY_MASTER_KEY", MASTER_KEY)],
@@ -175,33 +204,43 @@ async fn main() {
             name: "upstream alone",
             base: upstream,
             path: proxies::UPSTREAM_PATH,
+            // This process: the upstream is its server.
+            pid: std::process::id(),
+            children: false,
         },
         Target {
             name: "nginx",
             base: nginx,
             path: proxies::UPSTREAM_PATH,
+            pid: nginx_process.id().expect("nginx runs"),
+            children: true,
         },
         Target {
             name: "Sandgate",
             base: sandgate,
             path: "/v1/chat/completions",
+            pid: sandgate_process.id().expect("Sandgate runs"),
+            children: false,
         },
     ];
     let mut figures = vec![Vec::new(); targets.len()];
     println!(
-        "| round | target | c1 p50 ms | c64 requests/s | stream: first chunk p50 ms | last chunk p50 ms |"
+        "| round | target | c1 p50 ms | c64 requests/s | stream: first chunk p50 ms | last chunk p50 ms | CPU per call µs, c1 / c64 | wake-ups per call, c1 |"
     );
-    println!("|---:|---|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for number in 1..=rounds {
         for (target, kept) in targets.iter().zip(&mut figures) {
             let found = round(target, &key, seconds, warmup, streams).await;
             println!(
-                "| {number} | {} | {:.3} | {:.0} | {:.3} | {:.3} |",
+                "| {number} | {} | {:.3} | {:.0} | {:.3} | {:.3} | {:.0} / {:.0} | {:.1} |",
                 target.name,
                 found.p50_c1_ms,
                 found.rate_c64,
                 found.first_chunk_ms,
-                found.last_chunk_ms
+                found.last_chunk_ms,
+                found.cpu_c1_us,
+                found.cpu_c64_us,
+                found.runs_c1,
             );
             kept.push(found);
         }
@@ -248,6 +287,20 @@ fn report(targets: &[Target], figures: &[Vec<Figures>]) {
                 .collect(),
         )
     };
+    println!(
+        "\nThe target's own processes (not the upstream it calls), from the scheduler's counts:\n"
+    );
+    println!("| target | CPU per call at c1, µs | at c64, µs | wake-ups per call at c1 |");
+    println!("|---|---:|---:|---:|");
+    for (index, target) in targets.iter().enumerate() {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.1} |",
+            target.name,
+            of(index, |f| f.cpu_c1_us),
+            of(index, |f| f.cpu_c64_us),
+            of(index, |f| f.runs_c1),
+        );
+    }
     println!("\n| bound (Sandgate against nginx) | ratio, median of rounds | target |");
     println!("|---|---:|---|");
     println!(

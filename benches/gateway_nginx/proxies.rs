@@ -214,6 +214,41 @@ http {{
 pub struct Wrk {
     pub rate: f64,
     pub p50_ms: f64,
+    /// The target's processes' CPU per call, in µs, and the times their threads were put
+    /// on a CPU per call (each a wake-up), over the measured cell.
+    pub cpu_us: f64,
+    pub runs: f64,
+}
+
+/// The processes serving `target`'s calls and their threads' CPU use so far.
+fn cpu_use(target: &super::Target) -> [u64; 2] {
+    target
+        .pids()
+        .into_iter()
+        .filter_map(|pid| super::cpu::cpu_use(Some(pid)))
+        .fold([0, 0], |[cpu, runs], [more_cpu, more_runs]| {
+            [cpu + more_cpu, runs + more_runs]
+        })
+}
+
+/// The processes whose parent is `pid` (nginx's workers, of its master).
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    processes
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                // The parent is the second field after the command's closing parenthesis.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|parent| parent.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
 }
 
 /// The Lua script that makes `wrk` send numbered chat completions with `key`.
@@ -274,7 +309,12 @@ pub async fn wrk(
             .await
             .expect("wrk (apt-get install wrk)");
     }
+    let before = cpu_use(target);
     let output = run(seconds).output().await.expect("wrk");
+    let [cpu, runs] = {
+        let after = cpu_use(target);
+        [after[0] - before[0], after[1] - before[1]]
+    };
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "wrk: {text}");
     assert!(
@@ -289,8 +329,17 @@ pub async fn wrk(
             .unwrap_or_else(|| panic!("no {label} in wrk's output:\n{text}"))
             .to_owned()
     };
+    // `  123456 requests in 6.00s, 40.00MB read`
+    let calls = text
+        .lines()
+        .find_map(|line| line.trim().split_once(" requests in "))
+        .and_then(|(calls, _)| calls.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no request count in wrk's output:\n{text}"))
+        .max(1.0);
     Wrk {
         rate: field("Requests/sec:").parse().expect("a rate"),
         p50_ms: millis(&field("50%")),
+        cpu_us: cpu as f64 / calls / 1000.0,
+        runs: runs as f64 / calls,
     }
 }
