@@ -92,15 +92,18 @@ struct TextFields;
 impl<'writer> FormatFields<'writer> for TextFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
         if writer.has_ansi_escapes() {
-            let mut visitor = WithoutOtel(DefaultVisitor::new(writer, true));
-            fields.record(&mut visitor);
-            visitor.0.finish()
+            without_otel(fields, DefaultVisitor::new(writer, true))
         } else {
-            let mut visitor = WithoutOtel(fields::Plain::new(writer));
-            fields.record(&mut visitor);
-            visitor.0.finish()
+            without_otel(fields, fields::Plain::new(writer))
         }
     }
+}
+
+/// Writes `fields` but the `otel.*` ones with `visitor`.
+fn without_otel(fields: impl RecordFields, visitor: impl VisitOutput<fmt::Result>) -> fmt::Result {
+    let mut visitor = WithoutOtel(visitor);
+    fields.record(&mut visitor);
+    visitor.0.finish()
 }
 
 struct WithoutOtel<V>(V);
