@@ -7,6 +7,7 @@
 //! nothing of the service that authenticated and routed it.
 
 mod body;
+mod clients;
 mod edit;
 mod failure;
 mod record;
@@ -28,6 +29,7 @@ use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use self::body::request_body;
+use self::clients::Clients;
 use self::edit::StreamEditor;
 use self::failure::{egress_refusal, upstream_failure};
 use self::record::CallRecord;
@@ -36,7 +38,7 @@ use self::whole::whole_answer;
 use crate::admit::Charge;
 use crate::call::{AnswerEdit, Prepared, api_name};
 use crate::config::GatewayConfig;
-use crate::egress::{AllowedHosts, GuardedResolver, HOP_HEADER, hop_value};
+use crate::egress::{AllowedHosts, HOP_HEADER, hop_value};
 use crate::headers::{
     SESSION_ID, SPEND_LOGS_METADATA, anthropic_api_headers, first_header, outbound_headers,
     passed_answer_headers, without_empty_values,
@@ -86,10 +88,8 @@ pub(crate) struct ForwarderOptions {
 /// The forwarding core: the upstream clients, the limits and retries, and the spend log
 /// every call's entry goes to.
 pub(crate) struct Forwarder {
-    /// Pooled: connections to an upstream are reused across calls.
-    client: reqwest::Client,
-    /// The client of models added at runtime: its resolver keeps them outside.
-    guarded_client: reqwest::Client,
+    /// Pooled, a pool per thread: connections to an upstream are reused across calls.
+    clients: Clients,
     allowed_hosts: AllowedHosts,
     /// This gateway's id in the hop header of the calls it sends (see `egress`).
     hop_id: String,
@@ -106,27 +106,14 @@ pub(crate) struct Forwarder {
 
 impl Forwarder {
     pub(crate) fn new(options: ForwarderOptions, spend: Arc<SpendLog>) -> Result<Self, String> {
-        let builder = || {
-            reqwest::Client::builder()
-                .connect_timeout(options.connect_timeout)
-                .read_timeout(options.read_timeout)
-                .redirect(reqwest::redirect::Policy::none())
-        };
-        let client = builder()
-            .build()
-            .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
         let allowed_hosts = AllowedHosts::new(options.allowed_upstream_hosts);
-        let guarded_client = builder()
-            // No proxy: it would resolve the name past the guarded resolver (`egress`).
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver {
-                allowed: allowed_hosts.clone(),
-            }))
-            .build()
-            .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
+        let clients = Clients::new(
+            options.connect_timeout,
+            options.read_timeout,
+            allowed_hosts.clone(),
+        )?;
         Ok(Self {
-            client,
-            guarded_client,
+            clients,
             allowed_hosts,
             hop_id: hex::encode(rand::random::<[u8; 8]>()),
             limits: options.limits,
@@ -231,11 +218,7 @@ impl Forwarder {
                 format!("the model's api_base is not allowed: {refusal}"),
             ));
         }
-        let client = if upstream.guarded {
-            &self.guarded_client
-        } else {
-            &self.client
-        };
+        let client = self.clients.get(upstream.guarded);
         let mut attempt = 0;
         let response = loop {
             // Built again for each attempt, rather than built once and copied for each.
