@@ -2,27 +2,69 @@
 //! write lanes the writes that wait for replicas take, and the clients Pub/Sub subscribes
 //! through. A Sentinel deployment replaces it when the sentinels name another primary.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Cmd;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
+use thread_local::ThreadLocal;
+use tokio::sync::OnceCell;
 
 use super::cluster;
 use crate::RedisTls;
 
 /// A connection to one Redis (the primary), or to a whole cluster, which routes each
-/// command to the master of its key's slot. Both multiplex: every call shares it.
+/// command to the master of its key's slot. Both multiplex: every call shares it (on one
+/// Redis, every call of a thread: see [`PerThread`]).
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(ConnectionManager),
+    PerThread(Arc<PerThread>),
     Cluster(ClusterConnection),
 }
 
-impl redis::aio::ConnectionLike for Connection {
+/// One Redis's connection for each thread that calls it, opened at its first call.
+///
+/// A multiplexed connection's I/O is driven by a task on the runtime that opened it. The
+/// HTTP server serves each client connection on one thread from start to end
+/// (`sandgate::http_server`); a call that used a connection driven by another runtime
+/// would wake that runtime's thread for each command and be woken back by it (measured:
+/// a tenth of the webhook's deliveries a second). Opened on the caller's thread, its
+/// connection is driven there.
+pub(crate) struct PerThread {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    /// Opened at start, so that an unreachable server fails the start; a thread whose own
+    /// connection cannot be opened shares it from then on.
+    first: ConnectionManager,
+    mine: ThreadLocal<OnceCell<ConnectionManager>>,
+}
+
+impl PerThread {
+    /// This thread's connection.
+    async fn connection(&self) -> ConnectionManager {
+        let cell = self.mine.get_or_default();
+        cell.get_or_init(|| async {
+            ConnectionManager::new_with_config(self.client.clone(), self.config.clone())
+                .await
+                .unwrap_or_else(|err| {
+                    tracing::debug!(error = %err, "sharing the first Redis connection");
+                    self.first.clone()
+                })
+        })
+        .await
+        .clone()
+    }
+}
+
+impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             Self::Single(connection) => connection.req_packed_command(cmd),
+            Self::PerThread(shared) => {
+                Box::pin(async move { shared.connection().await.req_packed_command(cmd).await })
+            }
             Self::Cluster(connection) => connection.req_packed_command(cmd),
         }
     }
@@ -35,6 +77,12 @@ impl redis::aio::ConnectionLike for Connection {
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
             Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::PerThread(shared) => Box::pin(async move {
+                let mut connection = shared.connection().await;
+                connection
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+            }),
             Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -42,6 +90,7 @@ impl redis::aio::ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Self::Single(connection) => connection.get_db(),
+            Self::PerThread(shared) => shared.first.get_db(),
             Self::Cluster(connection) => connection.get_db(),
         }
     }
@@ -78,7 +127,12 @@ impl Primary {
         )
         .await?;
         Ok(Self {
-            connection: Connection::Single(connection),
+            connection: Connection::PerThread(Arc::new(PerThread {
+                client: client.clone(),
+                config,
+                first: connection,
+                mine: ThreadLocal::new(),
+            })),
             lanes: lanes.into_iter().map(Connection::Single).collect(),
             subscribers: vec![client],
         })
