@@ -15,6 +15,10 @@
 //!
 //! On shutdown, connections with no request in flight close at once; the others finish
 //! their requests (a streamed answer until its body ends) for at most the grace period.
+//!
+//! Connections are accepted here and served on the process's serving threads (`workers`):
+//! a runtime per core, each serving a connection from start to end, with what its calls
+//! open (their upstream and Redis connections) on the same thread.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,6 +40,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 mod activity;
+mod workers;
 
 use activity::{Activity, Busy, Verdict, Watched, millis};
 
@@ -120,6 +125,10 @@ pub async fn serve(
     });
     let server = Server::new(limits, stopping.clone());
     let tracker = TaskTracker::new();
+    let workers = workers::pool();
+    // The serving threads outlive this server: what it still serves when it returns (the
+    // grace period over) or is dropped ends then, as its tasks would with its runtime.
+    let _cut = server.cut.clone().drop_guard();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -148,11 +157,27 @@ pub async fn serve(
         // Registered before its task runs: a connection that holds a permit can always
         // be found to make room, however busy the runtime.
         let (id, activity) = server.register();
+        // Out of this runtime, to be taken in by the serving thread's.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot hand the connection over");
+                server.open().remove(&id);
+                continue;
+            }
+        };
         let server = server.clone();
         let app = app.clone();
-        tracker.spawn(async move {
-            server.connection(id, activity, stream, peer, app).await;
-            drop(permit);
+        let tracked = tracker.token();
+        workers.spawn_pinned(move || async move {
+            match TcpStream::from_std(stream) {
+                Ok(stream) => server.connection(id, activity, stream, peer, app).await,
+                Err(err) => {
+                    tracing::debug!(error = %err, "cannot serve the connection");
+                    server.open().remove(&id);
+                }
+            }
+            drop((permit, tracked));
         });
     }
     tracker.close();
@@ -182,6 +207,8 @@ struct Server {
     builder: Arc<auto::Builder<TokioExecutor>>,
     permits: Arc<Semaphore>,
     stopping: CancellationToken,
+    /// Cancelled when the server ends: every connection still open ends at once.
+    cut: CancellationToken,
     open: Arc<Mutex<HashMap<u64, Arc<Activity>>>>,
     next_id: Arc<AtomicU64>,
 }
@@ -203,6 +230,7 @@ impl Server {
             builder: Arc::new(builder),
             permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
             stopping,
+            cut: CancellationToken::new(),
             open: Arc::default(),
             next_id: Arc::default(),
         }
@@ -321,6 +349,7 @@ impl Server {
                     return None;
                 }
                 () = activity.evicted.cancelled() => return Some("evicted"),
+                () = self.cut.cancelled() => return Some("grace_over"),
                 () = self.stopping.cancelled(), if !closing => {
                     if !activity.is_busy() {
                         return Some("shutdown");
@@ -365,3 +394,6 @@ impl Server {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
