@@ -33,8 +33,11 @@ impl ConversationsService {
         let id = parse_id(&request.conversation_id)?;
         let body = match request.body {
             Some(append_events_request::Body::Json(json)) if !json.is_empty() => {
-                sandgate_conversation::parse_json(&json)
-                    .map_err(|err| validation::failure(vec![err]))?
+                validation::judged(json.len(), move || {
+                    sandgate_conversation::parse_json(&json).map_err(Box::new)
+                })
+                .await?
+                .map_err(|err| validation::failure(vec![*err]))?
             }
             Some(append_events_request::Body::Other(_)) => Value::Null,
             _ => return Err(validation::single("missing", Vec::new(), "Field required").into()),

@@ -25,22 +25,37 @@ impl ConversationsService {
         request: Request<UpsertRequest>,
     ) -> Result<(Principal, Admitted), Status> {
         let (metadata, _, body) = request.into_parts();
+        let size = match &body.body {
+            Some(upsert_request::Body::Json(json)) => json.len(),
+            _ => 0,
+        };
         // Most deliveries validate: the borrowed fast path settles them without a `Value`.
-        if let Some(upsert_request::Body::Json(json)) = &body.body
-            && let Some((record, summary)) = sandgate_conversation::validate_body(json)
-        {
+        let (fast, body) = validation::judged(size, move || {
+            let fast = match &body.body {
+                Some(upsert_request::Body::Json(json)) => {
+                    sandgate_conversation::validate_body(json)
+                }
+                _ => None,
+            };
+            let parsed = match (&fast, &body.body) {
+                (None, Some(upsert_request::Body::Json(json))) if !json.is_empty() => {
+                    Some(sandgate_conversation::parse_json(json))
+                }
+                _ => None,
+            };
+            ((fast, parsed), body.body)
+        })
+        .await?;
+        let (fast, parsed) = fast;
+        if let Some((record, summary)) = fast {
             let principal = self.auth.session(&metadata).await?;
             return Ok((principal, (record, summary)));
         }
-        let parsed = match &body.body {
-            Some(upsert_request::Body::Json(json)) if !json.is_empty() => Some(
-                sandgate_conversation::parse_json(json)
-                    .map_err(|err| validation::failure(vec![err]))?,
-            ),
-            _ => None,
-        };
+        let parsed = parsed
+            .transpose()
+            .map_err(|err| validation::failure(vec![err]))?;
         let principal = self.auth.session(&metadata).await?;
-        let value = match (parsed, body.body) {
+        let value = match (parsed, body) {
             (Some(value), _) => value,
             (None, Some(upsert_request::Body::Other(_))) => {
                 return Err(validation::single(
@@ -54,8 +69,11 @@ impl ConversationsService {
                 return Err(validation::single("missing", Vec::new(), "Field required").into());
             }
         };
-        let ValidConversation { record, summary } =
-            sandgate_conversation::validate_conversation(value).map_err(validation::failure)?;
+        let ValidConversation { record, summary } = validation::judged(size, move || {
+            sandgate_conversation::validate_conversation(value)
+        })
+        .await?
+        .map_err(validation::failure)?;
         let record = serde_json::value::to_raw_value(&record).map_err(|err| {
             ErrorDetail::new(
                 ErrorCode::Internal,
