@@ -142,7 +142,13 @@ async fn load(base: &str, template: &Value, concurrency: usize, seconds: u64) ->
 async fn sandgate(binary: &str, store_args: &[String]) -> (tokio::process::Child, String) {
     let mut args = vec!["--log".to_owned(), "warn,sandgate=info".to_owned()];
     args.extend_from_slice(store_args);
-    harness::sandgate(binary, &args, &[("SANDGATE_WEBHOOK_API_KEYS", KEY)]).await
+    // Every delivery is a new conversation: the bound on a sender's new conversations
+    // (which would answer most of them 429 within a second) is off.
+    let env = [
+        ("SANDGATE_WEBHOOK_API_KEYS", KEY),
+        ("WEBHOOK_NEW_CONVERSATIONS_RATE", "0"),
+    ];
+    harness::sandgate(binary, &args, &env).await
 }
 
 async fn baseline() -> String {
