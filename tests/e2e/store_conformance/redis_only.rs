@@ -194,3 +194,67 @@ async fn keys_written_before_the_owner_index_are_found_by_owner() {
         .expect("keys of");
     assert_eq!(red.len(), 1);
 }
+
+/// On one Redis, each thread that calls the store does so on a connection of its own,
+/// opened on its runtime (a call served on one thread is not driven by another's): two
+/// threads, each with a runtime, read through one store, and the server counts two more
+/// clients while they live.
+#[test]
+fn each_thread_calls_one_redis_on_a_connection_of_its_own() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (backend, store) = runtime.block_on(async {
+        let backend = Backend::redis().await;
+        let store = open(&backend).await;
+        (backend, store)
+    });
+    let Backend::Redis(redis) = &backend else {
+        unreachable!("a Redis backend")
+    };
+    let clients = || {
+        runtime.block_on(async {
+            let mut connection = redis.connection().await;
+            let listed: String = ::redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut connection)
+                .await
+                .expect("client list");
+            listed.lines().count()
+        })
+    };
+    let before = clients();
+    let (read, counted) = (std::sync::Barrier::new(3), std::sync::Barrier::new(3));
+    // Nothing asserted while a thread waits (a failure would leave the others waiting).
+    let (during, reads) = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    let found = runtime.block_on(store.conversations.get(Uuid::new_v4()));
+                    read.wait();
+                    // Its runtime, and so its connection, lives until the clients are
+                    // counted.
+                    counted.wait();
+                    found.map(|found| found.is_none())
+                })
+            })
+            .collect();
+        read.wait();
+        let during = clients();
+        counted.wait();
+        let reads: Vec<_> = readers
+            .into_iter()
+            .map(|reader| reader.join().expect("a reader"))
+            .collect();
+        (during, reads)
+    });
+    for read in reads {
+        assert!(read.expect("a read"), "an unknown conversation found");
+    }
+    assert_eq!(during, before + 2);
+}
