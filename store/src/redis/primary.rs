@@ -2,14 +2,13 @@
 //! write lanes the writes that wait for replicas take, and the clients Pub/Sub subscribes
 //! through. A Sentinel deployment replaces it when the sentinels name another primary.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::Cmd;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use thread_local::ThreadLocal;
-use tokio::sync::OnceCell;
 
 use super::cluster;
 use crate::RedisTls;
@@ -35,26 +34,34 @@ pub(crate) enum Connection {
 pub(crate) struct PerThread {
     client: redis::Client,
     config: ConnectionManagerConfig,
-    /// Opened at start, so that an unreachable server fails the start; a thread whose own
-    /// connection cannot be opened shares it from then on.
+    /// Opened at start, so that an unreachable server fails the start; a thread uses it
+    /// until its own is open (never waiting for that), or for good when its own cannot be.
     first: ConnectionManager,
-    mine: ThreadLocal<OnceCell<ConnectionManager>>,
+    mine: ThreadLocal<Arc<OnceLock<ConnectionManager>>>,
 }
 
 impl PerThread {
-    /// This thread's connection.
-    async fn connection(&self) -> ConnectionManager {
-        let cell = self.mine.get_or_default();
-        cell.get_or_init(|| async {
-            ConnectionManager::new_with_config(self.client.clone(), self.config.clone())
-                .await
-                .unwrap_or_else(|err| {
-                    tracing::debug!(error = %err, "sharing the first Redis connection");
-                    self.first.clone()
-                })
-        })
-        .await
-        .clone()
+    /// This thread's connection, once open; until then the first. Its opening starts at
+    /// the thread's first command, on the thread's runtime, without that command waiting
+    /// (a settlement must not wait for a connect: the next call may be judged on it).
+    fn connection(&self) -> ConnectionManager {
+        let mine = self.mine.get_or(|| {
+            let slot = Arc::new(OnceLock::new());
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let (client, config, opened) =
+                    (self.client.clone(), self.config.clone(), slot.clone());
+                runtime.spawn(async move {
+                    match ConnectionManager::new_with_config(client, config).await {
+                        Ok(connection) => drop(opened.set(connection)),
+                        Err(err) => {
+                            tracing::debug!(error = %err, "sharing the first Redis connection");
+                        }
+                    }
+                });
+            }
+            slot
+        });
+        mine.get().unwrap_or(&self.first).clone()
     }
 }
 
@@ -63,7 +70,8 @@ impl ConnectionLike for Connection {
         match self {
             Self::Single(connection) => connection.req_packed_command(cmd),
             Self::PerThread(shared) => {
-                Box::pin(async move { shared.connection().await.req_packed_command(cmd).await })
+                let mut connection = shared.connection();
+                Box::pin(async move { connection.req_packed_command(cmd).await })
             }
             Self::Cluster(connection) => connection.req_packed_command(cmd),
         }
@@ -77,12 +85,14 @@ impl ConnectionLike for Connection {
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
             Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
-            Self::PerThread(shared) => Box::pin(async move {
-                let mut connection = shared.connection().await;
-                connection
-                    .req_packed_commands(pipeline, offset, count)
-                    .await
-            }),
+            Self::PerThread(shared) => {
+                let mut connection = shared.connection();
+                Box::pin(async move {
+                    connection
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                })
+            }
             Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
         }
     }

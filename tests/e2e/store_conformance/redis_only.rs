@@ -195,10 +195,10 @@ async fn keys_written_before_the_owner_index_are_found_by_owner() {
     assert_eq!(red.len(), 1);
 }
 
-/// On one Redis, each thread that calls the store does so on a connection of its own,
-/// opened on its runtime (a call served on one thread is not driven by another's): two
-/// threads, each with a runtime, read through one store, and the server counts two more
-/// clients while they live.
+/// On one Redis, each thread that calls the store opens a connection of its own on its
+/// runtime at its first command (a call served on one thread is then not driven by
+/// another's): two threads, each with a runtime, read through one store, and the server
+/// counts two more clients while they live.
 #[test]
 fn each_thread_calls_one_redis_on_a_connection_of_its_own() {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -227,7 +227,8 @@ fn each_thread_calls_one_redis_on_a_connection_of_its_own() {
         })
     };
     let before = clients();
-    let (read, counted) = (std::sync::Barrier::new(3), std::sync::Barrier::new(3));
+    let read = std::sync::Arc::new(std::sync::Barrier::new(3));
+    let counted = std::sync::Arc::new(std::sync::Barrier::new(3));
     // Nothing asserted while a thread waits (a failure would leave the others waiting).
     let (during, reads) = std::thread::scope(|scope| {
         let readers: Vec<_> = (0..2)
@@ -238,16 +239,36 @@ fn each_thread_calls_one_redis_on_a_connection_of_its_own() {
                         .build()
                         .expect("runtime");
                     let found = runtime.block_on(store.conversations.get(Uuid::new_v4()));
-                    read.wait();
-                    // Its runtime, and so its connection, lives until the clients are
-                    // counted.
-                    counted.wait();
+                    // Its runtime runs (opening, then driving, its connection) until the
+                    // clients are counted.
+                    let (read, counted) = (read.clone(), counted.clone());
+                    runtime.block_on(async {
+                        tokio::task::spawn_blocking(move || {
+                            read.wait();
+                            counted.wait();
+                        })
+                        .await
+                        .expect("waited");
+                    });
                     found.map(|found| found.is_none())
                 })
             })
             .collect();
-        read.wait();
-        let during = clients();
+        // This runtime drives the connection opened at start, which a thread's first
+        // command takes while its own opens.
+        let waiting = read.clone();
+        runtime.block_on(async {
+            tokio::task::spawn_blocking(move || waiting.wait())
+                .await
+                .expect("waited");
+        });
+        // A thread's connection opens beside its first command: counted until both are.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut during = clients();
+        while during < before + 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            during = clients();
+        }
         counted.wait();
         let reads: Vec<_> = readers
             .into_iter()
