@@ -23,7 +23,7 @@ pub(crate) enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// One Redis's connection for each thread that calls it, opened at its first call.
+/// One Redis's connection for each thread that calls it, opened beside its first call.
 ///
 /// A multiplexed connection's I/O is driven by a task on the runtime that opened it. The
 /// HTTP server serves each client connection on one thread from start to end
