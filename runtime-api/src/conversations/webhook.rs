@@ -30,7 +30,7 @@ impl ConversationsService {
             _ => 0,
         };
         // Most deliveries validate: the borrowed fast path settles them without a `Value`.
-        let (fast, body) = validation::judged(size, move || {
+        let (fast, parsed, body) = validation::judged(size, move || {
             let fast = match &body.body {
                 Some(upsert_request::Body::Json(json)) => {
                     sandgate_conversation::validate_body(json)
@@ -43,10 +43,9 @@ impl ConversationsService {
                 }
                 _ => None,
             };
-            ((fast, parsed), body.body)
+            (fast, parsed, body.body)
         })
         .await?;
-        let (fast, parsed) = fast;
         if let Some((record, summary)) = fast {
             let principal = self.auth.session(&metadata).await?;
             return Ok((principal, (record, summary)));
