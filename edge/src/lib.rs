@@ -96,7 +96,10 @@ pub fn router(runtime_api: GrpcChannel, config: EdgeConfig) -> Router {
     } else {
         api
     };
-    app.layer(axum::middleware::from_fn(observe::observe))
+    app.layer(axum::middleware::from_fn_with_state(
+        std::sync::Arc::new(observe::RequestSeries::default()),
+        observe::observe,
+    ))
 }
 
 /// The OpenAPI document `/openapi.json` serves, with `conversation_schemas` (the models'

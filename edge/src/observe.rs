@@ -3,16 +3,15 @@
 //! route's template (`/api/v1/conversations/{id}`), never the raw path, and by a known
 //! method name, so that label values stay few whatever clients send.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use http::Method;
 use metrics::SharedString;
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The route label of requests that no route matched.
 const UNMATCHED: &str = "unmatched";
@@ -46,16 +45,81 @@ fn method_label(method: &Method) -> &'static str {
     }
 }
 
-pub async fn observe(request: Request, next: Next) -> Response {
+/// Label sets whose series [`RequestSeries`] keeps at most; past it, requests count
+/// through the metrics macros (correct, dearer).
+const MAX_KEPT: usize = 4096;
+
+/// The series of one route template, method and status, registered once.
+struct Series {
+    requests: metrics::Counter,
+    duration: metrics::Histogram,
+}
+
+impl Series {
+    fn register(route: &str, method: &'static str, status: u16) -> Self {
+        let route = SharedString::from(Arc::<str>::from(route));
+        Self {
+            requests: metrics::counter!(
+                "sandgate_http_requests_total",
+                "route" => route.clone(),
+                "method" => method,
+                "status" => status.to_string(),
+            ),
+            duration: metrics::histogram!(
+                "sandgate_http_request_duration_seconds",
+                "route" => route,
+                "method" => method,
+            ),
+        }
+    }
+}
+
+/// The series requests count in, each kept once registered: a metrics macro with labels
+/// builds, hashes and looks up its key on every request (about 1.5 % of an LLM call's
+/// instructions); a kept series is an atomic add. Made with the router, after the
+/// recorder is installed (a series registered before counts nowhere). Route templates,
+/// methods and statuses are few, so the map stays small.
+#[derive(Default)]
+pub struct RequestSeries(Mutex<foldhash::HashMap<String, ByAnswer>>);
+
+/// A route's series, by method and status.
+type ByAnswer = foldhash::HashMap<(&'static str, u16), Arc<Series>>;
+
+impl RequestSeries {
+    fn of(&self, route: &str, method: &'static str, status: u16) -> Arc<Series> {
+        let Ok(mut kept) = self.0.lock() else {
+            return Arc::new(Series::register(route, method, status));
+        };
+        if let Some(series) = kept.get(route).and_then(|by| by.get(&(method, status))) {
+            return series.clone();
+        }
+        let series = Arc::new(Series::register(route, method, status));
+        if kept.values().map(ByAnswer::len).sum::<usize>() < MAX_KEPT {
+            kept.entry(route.to_owned())
+                .or_default()
+                .insert((method, status), series.clone());
+        }
+        series
+    }
+
+    /// A request answered with `status` (its headers) `elapsed` after it arrived.
+    fn answered(&self, route: &str, method: &'static str, status: u16, elapsed: Duration) {
+        let series = self.of(route, method, status);
+        series.requests.increment(1);
+        series.duration.record(elapsed);
+    }
+}
+
+pub async fn observe(
+    State(series): State<Arc<RequestSeries>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let method = method_label(request.method());
-    // One copy, shared by the span and the metrics.
-    let route: Arc<str> = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or(UNMATCHED, MatchedPath::as_str)
-        .into();
-    let span = if &*route == HEALTH {
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or(UNMATCHED, MatchedPath::as_str);
+    let span = if route == HEALTH {
         tracing::Span::none()
     } else {
         tracing::info_span!(
@@ -65,26 +129,19 @@ pub async fn observe(request: Request, next: Next) -> Response {
             trace_id = tracing::field::Empty,
         )
     };
-    span.set_attribute("http.request.method", method);
-    span.set_attribute("http.route", route.clone());
+    sandgate_proto::trace::set_attributes(&span, || {
+        [
+            ("http.request.method", method.into()),
+            ("http.route", route.to_owned().into()),
+        ]
+    });
     sandgate_proto::trace::continue_trace(&span, request.headers());
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status().as_u16();
-    span.set_attribute("http.response.status_code", i64::from(status));
-    let route = SharedString::from(route);
-    metrics::counter!(
-        "sandgate_http_requests_total",
-        "route" => route.clone(),
-        "method" => method,
-        "status" => status.to_string(),
-    )
-    .increment(1);
-    metrics::histogram!(
-        "sandgate_http_request_duration_seconds",
-        "route" => route,
-        "method" => method,
-    )
-    .record(started.elapsed());
+    sandgate_proto::trace::set_attributes(&span, || {
+        [("http.response.status_code", i64::from(status).into())]
+    });
+    series.answered(route, method, status, started.elapsed());
     if span.is_none() {
         return response;
     }

@@ -185,6 +185,8 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
     };
     let traces = traces::Traces::new(service)?;
+    // A span's attributes are for its exporter: with none, they are not built.
+    sandgate_proto::trace::keep_attributes(traces.exported());
     let spans = tracing_opentelemetry::layer()
         .with_tracer(traces.tracer())
         // Fewer attributes and no clock reads on every poll: the spans' cost stays

@@ -23,10 +23,10 @@ use http::HeaderMap;
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{CallResponse, Header};
+use sandgate_proto::trace::set_attributes;
 use sandgate_store::{Activity, SpendLogEntry};
 use tonic::Status;
 use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use self::body::request_body;
 use self::clients::Clients;
@@ -275,7 +275,12 @@ impl Forwarder {
             crate::metrics::retried(&metric_label(&upstream), reason.label());
             tokio::time::sleep(pause).await;
         };
-        Span::current().set_attribute("sandgate.upstream_attempts", i64::from(attempt) + 1);
+        set_attributes(&Span::current(), || {
+            [(
+                "sandgate.upstream_attempts",
+                (i64::from(attempt) + 1).into(),
+            )]
+        });
         let status = response.status().as_u16();
         record.upstream_status = Some(status);
         let content_type = response

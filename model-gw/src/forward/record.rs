@@ -5,9 +5,9 @@
 use std::time::Instant;
 
 use sandgate_proto::models::v1::Api;
+use sandgate_proto::trace::set_attributes;
 use sandgate_store::SpendLogEntry;
 use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::admit::Charge;
 use crate::budget::Prices;
@@ -102,7 +102,9 @@ impl CallRecord {
             key_alias: self.entry.key_alias.as_deref(),
             reason: None,
         });
-        Span::current().set_attribute("http.response.status_code", i64::from(status));
+        set_attributes(&Span::current(), || {
+            [("http.response.status_code", i64::from(status).into())]
+        });
         self.entry.status = status;
         self.entry.latency_ms = elapsed.as_millis() as u64;
         let tokens = usage.as_ref().map_or(0, |usage| {

@@ -20,11 +20,11 @@ use sandgate_proto::models::v1::{
     ManageOrgsResponse, Model, ModelInfo, SpendLogEntry as ProtoSpendLogEntry,
 };
 use sandgate_proto::models::{CallStream, ChatCompletionStream};
+use sandgate_proto::trace::set_attributes;
 use sandgate_store::models::SpendLogRetention;
 use sandgate_store::{SpendLogEntry, Store};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use self::entries::{Entries, model_list};
 use crate::access::refused;
@@ -254,7 +254,9 @@ impl ModelGateway for ModelGatewayService {
             otel.name = span_name(call.api),
             otel.kind = "client",
         );
-        span.set_attribute("sandgate.model_entry", upstream.entry.clone());
+        set_attributes(&span, || {
+            [("sandgate.model_entry", upstream.entry.clone().into())]
+        });
         self.forwarder
             .forward(metadata.into_headers(), &config, call, upstream, charge)
             .instrument(span)

@@ -27,6 +27,17 @@ struct Exported {
     span_id: String,
     parent_span_id: String,
     end_unix_nano: u64,
+    /// Its attributes whose values are strings or integers, as text.
+    attributes: Vec<(String, String)>,
+}
+
+impl Exported {
+    fn attribute(&self, key: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.as_str())
+    }
 }
 
 /// An OTLP/HTTP collector on port 0: every span it is sent goes down `spans`.
@@ -54,14 +65,28 @@ async fn collector(spans: mpsc::UnboundedSender<Exported>) -> String {
                 .into_iter()
                 .flat_map(|scope| scope.spans)
             {
-                drop(spans.send(Exported {
-                    service: service.clone(),
-                    name: span.name,
-                    trace_id: hex(&span.trace_id),
-                    span_id: hex(&span.span_id),
-                    parent_span_id: hex(&span.parent_span_id),
-                    end_unix_nano: span.end_time_unix_nano,
-                }));
+                drop(
+                    spans.send(Exported {
+                        service: service.clone(),
+                        name: span.name,
+                        trace_id: hex(&span.trace_id),
+                        span_id: hex(&span.span_id),
+                        parent_span_id: hex(&span.parent_span_id),
+                        end_unix_nano: span.end_time_unix_nano,
+                        attributes: span
+                            .attributes
+                            .iter()
+                            .filter_map(|attribute| {
+                                let value = match attribute.value.as_ref()?.value.as_ref()? {
+                                    AnyValue::StringValue(text) => text.clone(),
+                                    AnyValue::IntValue(number) => number.to_string(),
+                                    _ => return None,
+                                };
+                                Some((attribute.key.clone(), value))
+                            })
+                            .collect(),
+                    }),
+                );
             }
         }
         ([("content-type", "application/x-protobuf")], Vec::new())
@@ -194,6 +219,25 @@ async fn one_trace_spans_the_edge_the_grpc_service_and_the_upstream() {
     };
     assert_eq!(edge_span.name, "POST /v1/chat/completions");
     assert_eq!(grpc_span.name, "sandgate.models.v1.ModelGateway/Call");
+    // Exported spans carry their attributes (built only when spans are exported).
+    assert_eq!(
+        (
+            edge_span.attribute("http.route"),
+            edge_span.attribute("http.response.status_code")
+        ),
+        (Some("/v1/chat/completions"), Some("200")),
+        "{edge_span:?}"
+    );
+    assert_eq!(
+        grpc_span.attribute("rpc.service"),
+        Some("sandgate.models.v1.ModelGateway"),
+        "{grpc_span:?}"
+    );
+    assert_eq!(
+        upstream_span.attribute("sandgate.model_entry"),
+        Some("claude"),
+        "{upstream_span:?}"
+    );
     assert_eq!(
         upstream_span.span_id, upstream_parent,
         "the upstream's parent is the gateway's upstream span"
