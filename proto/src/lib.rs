@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod error;
+pub mod heavy;
 pub mod json;
 pub mod special_addresses;
 

@@ -39,12 +39,10 @@ use crate::keys::{Caller, model_refused};
 use crate::loops::{Held, InFlight};
 use crate::metrics::metric_label;
 use crate::org_budget::OrgRecords;
-use crate::prepare::prepare;
-use crate::rewrite::ChatRequest;
+use crate::prepare::{prepared, read};
 use crate::routing::{RouteError, Upstream, route};
 use crate::session::Sessions;
 use crate::spend::SpendLog;
-use crate::strict::Refusal;
 use crate::support::error;
 
 /// How the gateway runs.
@@ -473,17 +471,9 @@ impl ModelGatewayService {
                     format!("`api` {} is not an API of this gateway", message.api),
                 )
             })?;
-        let body = message.body;
         seen.api = Some(api);
-        let request = ChatRequest::parse(&body).map_err(|refusal| {
-            let detail = ErrorDetail::new(ErrorCode::BadRequest, refusal.to_string());
-            match refusal {
-                // OpenAI's `code` of such an error; the edge answers it with its `param`.
-                Refusal::InvalidType { .. } => detail.with_reason("invalid_type"),
-                _ => detail,
-            }
-            .into_status()
-        })?;
+        let parsed = read(message.body).await?;
+        let request = parsed.borrow_dependent();
         seen.asked = Some(request.model.clone());
         if !caller.may_call(&request.model) {
             return Err(model_refused(&request.model).into_status());
@@ -507,9 +497,10 @@ impl ModelGatewayService {
             RouteError::BareNameOnWildcard(_) => error(ErrorCode::BadRequest, err.to_string()),
         })?;
         seen.entry = Some((metric_label(&upstream), upstream.model.clone()));
-        let call = prepare(api, &body, &request, &upstream)?;
+        let (parsed, upstream, call) = prepared(api, parsed, upstream).await?;
+        let (body, request) = (parsed.borrow_owner(), parsed.borrow_dependent());
         let who = caller.key().map_or("master", |key| key.token.as_str());
-        let held = self.in_flight.enter(&request, &upstream, who)?;
+        let held = self.in_flight.enter(request, &upstream, who)?;
         // Last, once nothing else can refuse the call: an admitted call holds part of its
         // budgets until it settles. After routing, so that a refusal over budget is
         // labelled with its entry.
@@ -529,7 +520,7 @@ impl ModelGatewayService {
                     .map(Bytes::len)
                     .sum::<usize>()
                     .max(body.len());
-                let amount = largest_cost(api, &request, bytes, &upstream.prices);
+                let amount = largest_cost(api, request, bytes, &upstream.prices);
                 Some(
                     admit(
                         &self.store,

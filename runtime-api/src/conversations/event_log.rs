@@ -33,7 +33,7 @@ impl ConversationsService {
         let id = parse_id(&request.conversation_id)?;
         let body = match request.body {
             Some(append_events_request::Body::Json(json)) if !json.is_empty() => {
-                validation::judged(json.len(), move || {
+                sandgate_proto::heavy::judged(json.len(), move || {
                     sandgate_conversation::parse_json(&json).map_err(Box::new)
                 })
                 .await?

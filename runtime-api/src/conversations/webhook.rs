@@ -30,7 +30,7 @@ impl ConversationsService {
             _ => 0,
         };
         // Most deliveries validate: the borrowed fast path settles them without a `Value`.
-        let (fast, parsed, body) = validation::judged(size, move || {
+        let (fast, parsed, body) = sandgate_proto::heavy::judged(size, move || {
             let fast = match &body.body {
                 Some(upsert_request::Body::Json(json)) => {
                     sandgate_conversation::validate_body(json)
@@ -68,11 +68,12 @@ impl ConversationsService {
                 return Err(validation::single("missing", Vec::new(), "Field required").into());
             }
         };
-        let ValidConversation { record, summary } = validation::judged(size, move || {
-            sandgate_conversation::validate_conversation(value)
-        })
-        .await?
-        .map_err(validation::failure)?;
+        let ValidConversation { record, summary } =
+            sandgate_proto::heavy::judged(size, move || {
+                sandgate_conversation::validate_conversation(value)
+            })
+            .await?
+            .map_err(validation::failure)?;
         let record = serde_json::value::to_raw_value(&record).map_err(|err| {
             ErrorDetail::new(
                 ErrorCode::Internal,

@@ -205,3 +205,52 @@ async fn a_nine_mebibyte_image_request_reaches_the_upstream_whole() {
     assert!(sent.body.get("user").is_none());
     assert_eq!(sent.body["model"], "azure/gpt-4o");
 }
+
+/// A body of megabytes is read, and translated, away from the thread serving the call
+/// (`model-gw/src/prepare.rs`): what the client gets is the same as for a small one. A
+/// member named twice deep inside is refused and named; a Messages API body for an
+/// OpenAI-compatible upstream arrives translated, its large text whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_are_refused_and_translated_as_small_ones_are() {
+    let backend = Backend::embedded();
+    let gateway = start(&backend, false, true).await;
+    let text = "x".repeat(2 << 20);
+    let forwarded = gateway.upstream.count();
+    let twice = format!(
+        r#"{{"model": "gpt", "messages": [{{"role": "user", "content": "{text}", "role": "system"}}]}}"#
+    );
+    let response = gateway
+        .sandgate
+        .client
+        .post(gateway.sandgate.url("/v1/chat/completions"))
+        .bearer_auth(MASTER_KEY)
+        .header("content-type", "application/json")
+        .body(twice)
+        .send()
+        .await
+        .expect("request");
+    let (status, answer) = json_of(response).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("'messages[0].role'"), "{answer}");
+    assert_eq!(gateway.upstream.count(), forwarded, "nothing was forwarded");
+
+    let request = json!({
+        "model": "gpt", "max_tokens": 100,
+        "messages": [{"role": "user", "content": text}],
+    });
+    let (status, answer) = json_of(
+        gateway
+            .post("/v1/messages", &request)
+            .send()
+            .await
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["type"], "message");
+    let sent = gateway.upstream.last();
+    assert_eq!(sent.path, "/openai/v1/chat/completions");
+    assert_eq!(sent.body["model"], "azure/gpt-4o");
+    assert_eq!(sent.body["messages"][0]["content"], text.as_str());
+}
