@@ -11,7 +11,7 @@
 //! connection goes to the thread serving the fewest.
 //!
 //! What holds a thread holds its connections: work of many milliseconds (validating a
-//! large body) goes to the blocking pool (`sandgate_runtime_api`'s `validation::judged`).
+//! large body) goes to the blocking pool (`sandgate_proto::heavy::judged`).
 
 use std::num::NonZero;
 use std::sync::OnceLock;
