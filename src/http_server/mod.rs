@@ -126,8 +126,8 @@ pub async fn serve(
     let server = Server::new(limits, stopping.clone());
     let tracker = TaskTracker::new();
     let workers = workers::pool();
-    // The serving threads outlive this server: what it still serves when it returns (the
-    // grace period over) or is dropped ends then, as its tasks would with its runtime.
+    // What this server still serves when it returns (the grace period over) or is
+    // dropped ends then, as its tasks would with its runtime.
     let _cut = server.cut.clone().drop_guard();
     loop {
         let (stream, peer) = tokio::select! {

@@ -1,6 +1,5 @@
-//! The process's serving threads: a single-threaded runtime per core, shared by every
-//! server of the process, on which each connection is served from its first byte to its
-//! last.
+//! A server's serving threads: a single-threaded runtime per core, on which each
+//! connection is served from its first byte to its last.
 //!
 //! On one multi-threaded runtime a call hopped between its workers at each turn (the
 //! client's connection, the upstream's, the answer's body), each hop a wake-up of a
@@ -11,20 +10,18 @@
 //! connection goes to the thread serving the fewest.
 //!
 //! What holds a thread holds its connections: work of many milliseconds (validating a
-//! large body) goes to the blocking pool (`sandgate_proto::heavy::judged`).
+//! large body) goes to the blocking pool (`sandgate_proto::heavy::judged`). Each server
+//! has threads of its own, which end with it: a server is never held by another's
+//! connections (a process serving its metrics apart, or tests running many servers in
+//! one process, where a shared set of threads made one test's slow request another's).
 
 use std::num::NonZero;
-use std::sync::OnceLock;
 
 use tokio_util::task::LocalPoolHandle;
 
-static POOL: OnceLock<LocalPoolHandle> = OnceLock::new();
-
-/// The serving threads, started with the first server: one per core this process may
-/// run on.
-pub(super) fn pool() -> &'static LocalPoolHandle {
-    POOL.get_or_init(|| {
-        let threads = std::thread::available_parallelism().map_or(1, NonZero::get);
-        LocalPoolHandle::new(threads)
-    })
+/// New serving threads for a server: one per core this process may run on. They end
+/// once the pool is dropped (with the server) and what they run is done or dropped.
+pub(super) fn pool() -> LocalPoolHandle {
+    let threads = std::thread::available_parallelism().map_or(1, NonZero::get);
+    LocalPoolHandle::new(threads)
 }
