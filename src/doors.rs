@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::http_server::{self, Config};
+use crate::http_server::{self, Config, Threads};
 
 /// The connections one sandbox may hold open to its door at once: an agent-server holds
 /// a few (its webhooks, its LLM calls); past it, new ones wait in the listen backlog. A
@@ -40,6 +40,8 @@ impl EdgeDoors {
     /// Doors served with `config`, on the calling runtime.
     pub fn new(mut config: Config) -> Arc<Self> {
         config.limits.max_connections = config.limits.max_connections.min(DOOR_MAX_CONNECTIONS);
+        // A door ends with its sandbox while the process lives on: on threads that stay.
+        config.threads = Threads::Shared;
         Arc::new(Self {
             edge: Mutex::new(None),
             config,

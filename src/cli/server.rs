@@ -73,6 +73,7 @@ impl ServerArgs {
     /// the connection cap to it.
     pub fn config(&self) -> crate::http_server::Config {
         crate::http_server::Config {
+            threads: crate::http_server::Threads::Own,
             grace: self.grace,
             limits: crate::http_server::Limits {
                 max_connections: crate::http_server::fit_connections_to_descriptors(

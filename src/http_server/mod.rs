@@ -73,6 +73,21 @@ const EVICTION_RETRY: Duration = Duration::from_millis(100);
 pub struct Config {
     pub grace: Duration,
     pub limits: Limits,
+    pub threads: Threads,
+}
+
+/// Which serving threads a server's connections are served on (`workers`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Threads {
+    /// Its own, started with it and ended with it: for a server that lives as long as
+    /// what it serves (the API's, the metrics listener's; a test's whole `serve`).
+    #[default]
+    Own,
+    /// The process's shared ones, which never end: for servers that come and go while
+    /// the process's store and gateway live on (process sandboxes' doors). Threads that
+    /// ended would leave their per-thread Redis connections and upstream pools, driven by
+    /// runtimes gone, to whichever new thread is given their id.
+    Shared,
 }
 
 /// Descriptors kept free beyond the connections: the store's, the upstreams', logs.
@@ -115,7 +130,11 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    Config { grace, limits }: Config,
+    Config {
+        grace,
+        limits,
+        threads,
+    }: Config,
 ) -> io::Result<()> {
     let stopping = CancellationToken::new();
     let trigger = stopping.clone();
@@ -125,7 +144,10 @@ pub async fn serve(
     });
     let server = Server::new(limits, stopping.clone());
     let tracker = TaskTracker::new();
-    let workers = workers::pool();
+    let workers = match threads {
+        Threads::Own => workers::pool(),
+        Threads::Shared => workers::shared(),
+    };
     // What this server still serves when it returns (the grace period over) or is
     // dropped ends then, as its tasks would with its runtime.
     let _cut = server.cut.clone().drop_guard();

@@ -36,6 +36,7 @@ async fn request_in_flight(grace: Duration) -> InFlight {
     let config = Config {
         grace,
         limits: Limits::default(),
+        threads: Threads::Own,
     };
     let server = tokio::spawn(serve(
         listener,
@@ -98,6 +99,7 @@ async fn serving(app: Router) -> (SocketAddr, tokio::task::JoinHandle<io::Result
     let config = Config {
         grace: HANG,
         limits: Limits::default(),
+        threads: Threads::Own,
     };
     let server = tokio::spawn(serve(listener, app, std::future::pending(), config));
     (address, server)

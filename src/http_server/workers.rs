@@ -10,12 +10,15 @@
 //! connection goes to the thread serving the fewest.
 //!
 //! What holds a thread holds its connections: work of many milliseconds (validating a
-//! large body) goes to the blocking pool (`sandgate_proto::heavy::judged`). Each server
-//! has threads of its own, which end with it: a server is never held by another's
+//! large body) goes to the blocking pool (`sandgate_proto::heavy::judged`). A server has
+//! threads of its own, which end with it: a server is never held by another's
 //! connections (a process serving its metrics apart, or tests running many servers in
 //! one process, where a shared set of threads made one test's slow request another's).
+//! Servers that come and go while the process lives on (process sandboxes' doors) share
+//! one set instead, which never ends (`Threads::Shared`).
 
 use std::num::NonZero;
+use std::sync::OnceLock;
 
 use tokio_util::task::LocalPoolHandle;
 
@@ -24,4 +27,11 @@ use tokio_util::task::LocalPoolHandle;
 pub(super) fn pool() -> LocalPoolHandle {
     let threads = std::thread::available_parallelism().map_or(1, NonZero::get);
     LocalPoolHandle::new(threads)
+}
+
+/// The process's shared serving threads, started with the first server that asks for
+/// them and never ended (see `Threads::Shared`).
+pub(super) fn shared() -> LocalPoolHandle {
+    static SHARED: OnceLock<LocalPoolHandle> = OnceLock::new();
+    SHARED.get_or_init(pool).clone()
 }
