@@ -53,7 +53,7 @@ pub(crate) fn addition(
     check_model(&params.model).map_err(bad)?;
     check_api_base(&params.api_base).map_err(bad)?;
     check_api_key(&params.api_key).map_err(bad)?;
-    if let Some(host) = reqwest::Url::parse(&params.api_base)
+    if let Some(host) = url::Url::parse(&params.api_base)
         .ok()
         .and_then(|url| url.host_str().map(str::to_owned))
         && let Some(refusal) = allowed_hosts.refusal(&host)

@@ -108,7 +108,7 @@ pub(crate) fn model_added(
     source: Option<IpAddr>,
     model: &StoredModel,
 ) -> AuditEntry {
-    let host = reqwest::Url::parse(&model.api_base)
+    let host = url::Url::parse(&model.api_base)
         .ok()
         .map(|url| format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default()))
         .unwrap_or_default();

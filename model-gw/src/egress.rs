@@ -15,7 +15,7 @@
 //! call carries [`HOP_HEADER`] with the gateways it passed, and a gateway that finds
 //! itself there (or too many others) refuses the call.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use http::HeaderMap;
@@ -114,7 +114,7 @@ impl AllowedHosts {
         )
     }
 
-    fn allows(&self, host: &str) -> bool {
+    pub(crate) fn allows(&self, host: &str) -> bool {
         let host = normalized(host);
         self.0.contains(&host)
     }
@@ -137,44 +137,6 @@ impl AllowedHosts {
 /// A host as compared: lower case, without a final dot.
 fn normalized(host: &str) -> String {
     host.trim().trim_end_matches('.').to_ascii_lowercase()
-}
-
-/// The resolver of the client that calls added models' upstreams: the system's, less
-/// the addresses an added model may not reach (unless the host is allowed).
-pub struct GuardedResolver {
-    pub allowed: AllowedHosts,
-}
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let host = name.as_str().to_owned();
-        let refusal = self.allowed.refusal(&host);
-        let allowed = self.allowed.allows(&host);
-        Box::pin(async move {
-            if let Some(refusal) = refusal {
-                return Err(refusal.into());
-            }
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let permitted: Vec<SocketAddr> = found
-                .iter()
-                .copied()
-                .filter(|address| allowed || forbidden_address(address.ip()).is_none())
-                .collect();
-            if permitted.is_empty() {
-                let why = found
-                    .first()
-                    .and_then(|address| forbidden_address(address.ip()))
-                    .unwrap_or("no address");
-                tracing::warn!(host = %host, "an added model's upstream resolves to {why}; refused");
-                return Err(
-                    format!("{host} resolves to {why}, which added models may not reach").into(),
-                );
-            }
-            let addresses: reqwest::dns::Addrs = Box::new(permitted.into_iter());
-            Ok(addresses)
-        })
-    }
 }
 
 /// Whether a call already passed the gateway `id`, or too many: a loop.

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use http::HeaderMap;
 
+use crate::forward::{Answer, UpstreamError};
+
 /// The pause before the first retry; each further one doubles it.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest computed pause.
@@ -50,17 +52,11 @@ fn retryable_status(status: u16) -> bool {
     matches!(status, 429 | 500 | 502 | 503)
 }
 
-/// A failed send that is retried: the connection failed before any response (refused,
-/// reset, closed), never a timeout.
-fn retryable_error(err: &reqwest::Error) -> bool {
-    !err.is_timeout() && (err.is_connect() || err.is_request())
-}
-
 /// Why the outcome of one attempt (its answer's head, or the failure to get one) is
 /// worth another, and when the upstream asked to be called again; `None` when it is
 /// final: a success, any other status, a timeout.
 pub fn transient(
-    sent: &Result<reqwest::Response, reqwest::Error>,
+    sent: &Result<Answer, UpstreamError>,
     statuses: bool,
 ) -> Option<(RetryReason, RetryAfter)> {
     match sent {
@@ -68,9 +64,9 @@ pub fn transient(
             RetryReason::Status(response.status().as_u16()),
             RetryAfter::of(response.headers()),
         )),
-        Err(err) if retryable_error(err) => {
-            Some((RetryReason::Connection, RetryAfter::Unspecified))
-        }
+        // The connection failed before any response (refused, reset, closed), never a
+        // timeout.
+        Err(err) if err.is_transient() => Some((RetryReason::Connection, RetryAfter::Unspecified)),
         _ => None,
     }
 }

@@ -8,7 +8,10 @@
 //! A wildcard entry (`model_name: "*"`, `model: "openai/*"`) forwards any `provider/model`
 //! name verbatim and refuses a bare name.
 
-use reqwest::Url;
+use std::sync::Arc;
+
+use http::Uri;
+use url::Url;
 
 use crate::budget::Prices;
 use crate::config::{CallParams, ModelEntry};
@@ -31,7 +34,7 @@ pub struct Upstream {
     pub kind: Kind,
     /// The URL paths are appended to: `{api_base}/v1` for a gateway, `{api_base}` for an
     /// OpenAI-compatible API; `None` when it does not parse.
-    pub(crate) base: Option<Url>,
+    pub(crate) base: Option<Arc<Base>>,
     /// The `model` sent upstream.
     pub model: String,
     pub api_key: String,
@@ -43,18 +46,53 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// The URL of `path` (`/chat/completions`, `/responses`, …) on this upstream: the base
+    /// The URI of `path` (`/chat/completions`, `/responses`, …) on this upstream: the base
     /// with `path` appended to its path (its query, if it has one, stays last).
-    pub fn url(&self, path: &str) -> Option<Url> {
-        self.base.clone().map(|base| appended(base, path))
+    pub fn uri(&self, path: &str) -> Option<Uri> {
+        self.base.as_ref()?.uri(path)
     }
 }
 
-/// `base` with `path` appended to its path; its query, if it has one, stays last.
-fn appended(mut base: Url, path: &str) -> Url {
-    let joined = format!("{}{path}", base.path().trim_end_matches('/'));
-    base.set_path(&joined);
-    base
+/// An upstream's base URL, parsed once (at its entry's first call): the URL, whose host is
+/// judged for added models, and the text each call's URI is made of.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Base {
+    url: Url,
+    /// `scheme://host[:port]/path`, without the path's final `/`.
+    prefix: String,
+    /// `?query`, or nothing.
+    query: String,
+}
+
+impl Base {
+    /// The base of `api_base`, `suffix` appended to its path (`/v1` for a gateway).
+    fn new(api_base: &str, suffix: &str) -> Option<Self> {
+        let url = Url::parse(api_base).ok()?;
+        let host = url.host_str()?;
+        let port = url
+            .port()
+            .map(|port| format!(":{port}"))
+            .unwrap_or_default();
+        let path = url.path().trim_end_matches('/');
+        Some(Self {
+            prefix: format!("{}://{host}{port}{path}{suffix}", url.scheme()),
+            query: url
+                .query()
+                .map(|query| format!("?{query}"))
+                .unwrap_or_default(),
+            url,
+        })
+    }
+
+    /// The host, as the URL names it.
+    pub(crate) fn host(&self) -> Option<&str> {
+        self.url.host_str()
+    }
+
+    fn uri(&self, path: &str) -> Option<Uri> {
+        let Self { prefix, query, .. } = self;
+        format!("{prefix}{path}{query}").parse().ok()
+    }
 }
 
 impl std::fmt::Debug for Upstream {
@@ -91,11 +129,11 @@ fn upstream(entry: &ModelEntry, model: &str) -> Option<Upstream> {
     };
     // An entry's kind is its own (a wildcard's model names it): its base is parsed once.
     let base = entry.base_url.0.get_or_init(|| {
-        let base = Url::parse(&entry.api_base).ok();
-        match kind {
-            Kind::GatewayProxy => base.map(|base| appended(base, "/v1")),
-            Kind::OpenAi => base,
-        }
+        let suffix = match kind {
+            Kind::GatewayProxy => "/v1",
+            Kind::OpenAi => "",
+        };
+        Base::new(&entry.api_base, suffix).map(Arc::new)
     });
     Some(Upstream {
         entry: entry.model_name.clone(),
@@ -157,7 +195,7 @@ mod tests {
         let entries = [entry("claude", "gateway_proxy/claude-sonnet", "http://gw/")];
         let upstream = route(&entries, "claude").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/chat/completions").map(String::from),
+            upstream.uri("/chat/completions").map(|uri| uri.to_string()),
             Some("http://gw/v1/chat/completions".to_owned())
         );
         assert_eq!(upstream.model, "claude-sonnet");
@@ -168,7 +206,7 @@ mod tests {
         let entries = [entry("gpt", "openai/azure/gpt-4o", "http://gw/v1")];
         let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/chat/completions").map(String::from),
+            upstream.uri("/chat/completions").map(|uri| uri.to_string()),
             Some("http://gw/v1/chat/completions".to_owned())
         );
         assert_eq!(upstream.model, "azure/gpt-4o");
@@ -179,19 +217,19 @@ mod tests {
         let entries = [entry("gpt", "openai/gpt-4o", "http://gw/v1/?api-version=2")];
         let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/responses").map(String::from),
+            upstream.uri("/responses").map(|uri| uri.to_string()),
             Some("http://gw/v1/responses?api-version=2".to_owned())
         );
         // A gateway's `/v1` is part of the path too.
         let entries = [entry("c", "gateway_proxy/c", "http://gw/?api-version=2")];
         let upstream = route(&entries, "c").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/chat/completions").map(String::from),
+            upstream.uri("/chat/completions").map(|uri| uri.to_string()),
             Some("http://gw/v1/chat/completions?api-version=2".to_owned())
         );
         let entries = [entry("gpt", "openai/gpt-4o", "not a url")];
         let upstream = route(&entries, "gpt").unwrap_or_else(|err| panic!("{err}"));
-        assert_eq!(upstream.url("/responses"), None);
+        assert_eq!(upstream.uri("/responses"), None);
     }
 
     #[test]
@@ -212,7 +250,7 @@ mod tests {
         ];
         let upstream = route(&entries, "anthropic/claude").unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
-            upstream.url("/chat/completions").map(String::from),
+            upstream.uri("/chat/completions").map(|uri| uri.to_string()),
             Some("http://any/v1/chat/completions".to_owned())
         );
         assert_eq!(upstream.model, "anthropic/claude");
@@ -223,7 +261,7 @@ mod tests {
         );
         assert_eq!(
             route(&entries, "gpt")
-                .map(|upstream| upstream.url("/chat/completions").map(String::from)),
+                .map(|upstream| upstream.uri("/chat/completions").map(|uri| uri.to_string())),
             Ok(Some("http://one/v1/chat/completions".to_owned()))
         );
     }

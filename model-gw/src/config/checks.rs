@@ -50,7 +50,7 @@ pub fn check_api_base(api_base: &str) -> Result<(), String> {
     let in_form = API_BASE
         .as_ref()
         .is_some_and(|form| form.is_match(api_base).unwrap_or(false));
-    match reqwest::Url::parse(api_base) {
+    match url::Url::parse(api_base) {
         Ok(_) if in_form => Ok(()),
         _ => Err(format!(
             "api_base {api_base:?} is not an http(s) URL with a DNS name or an IPv4 address as its host"

@@ -32,7 +32,7 @@ pub struct ModelEntry {
 /// a base that does not parse). It is derived from the entry's other fields, so entries
 /// compare equal whatever it holds.
 #[derive(Clone, Debug, Default)]
-pub struct BaseUrl(pub std::sync::OnceLock<Option<reqwest::Url>>);
+pub struct BaseUrl(pub std::sync::OnceLock<Option<std::sync::Arc<crate::routing::Base>>>);
 
 impl PartialEq for BaseUrl {
     fn eq(&self, _: &Self) -> bool {

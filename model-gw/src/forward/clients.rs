@@ -1,5 +1,5 @@
 //! The upstream clients: a pair (configured upstreams, and models added at runtime behind
-//! the guarded resolver) for each thread that forwards calls.
+//! the guarded resolver) for each thread that forwards calls, and the answers they get.
 //!
 //! A pooled connection's I/O is driven by a task on the runtime that opened it. The HTTP
 //! server serves each client connection on one thread from start to end
@@ -8,23 +8,129 @@
 //! thread shared one pool. With a pool per thread, a call's upstream connection is
 //! driven where the call runs, as nginx's workers each keep their own upstream
 //! connections.
+//!
+//! hyper's pooled client, without a general-purpose client's layers around it (redirects,
+//! retries, URL parsing of every request and answer): this gateway follows no redirect,
+//! retries as its entries say, and knows its upstreams' URLs from their entries.
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::client::legacy;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use thread_local::ThreadLocal;
 
-use crate::egress::{AllowedHosts, GuardedResolver};
+use super::body::Pieces;
+use super::connect::Connector;
+use super::failure::UpstreamError;
+use crate::egress::AllowedHosts;
 
+/// How long an idle upstream connection stays in its pool.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// One pool of upstream connections.
 #[derive(Clone)]
-struct Pair {
-    /// Configured upstreams: the system's resolver and proxies.
-    plain: reqwest::Client,
-    /// Models added at runtime: their resolver keeps them outside (see `egress`).
-    guarded: reqwest::Client,
+pub(super) struct Client {
+    client: legacy::Client<Connector, Pieces>,
+    connector: Connector,
+    /// How long an answer's body may stay silent.
+    read_timeout: Duration,
 }
 
-/// How a thread's clients are built.
+impl Client {
+    fn new(connector: Connector, read_timeout: Duration) -> Self {
+        let client = legacy::Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector.clone());
+        Self {
+            client,
+            connector,
+            read_timeout,
+        }
+    }
+
+    /// Sends `request` and waits for its answer's head (the caller bounds the wait).
+    pub(super) async fn send(&self, mut request: Request<Pieces>) -> Result<Answer, UpstreamError> {
+        if let Some(auth) = self.connector.proxy_auth(request.uri()) {
+            request
+                .headers_mut()
+                .insert(http::header::PROXY_AUTHORIZATION, auth);
+        }
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(UpstreamError::of_send)?;
+        let (head, body) = response.into_parts();
+        Ok(Answer {
+            status: head.status,
+            headers: head.headers,
+            body,
+            read_timeout: self.read_timeout,
+        })
+    }
+}
+
+/// An upstream's answer: its head, and its body read as it arrives.
+pub(crate) struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Incoming,
+    read_timeout: Duration,
+}
+
+impl Answer {
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(crate) fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The length its head announced, if it did.
+    pub(crate) fn content_length(&self) -> Option<u64> {
+        self.headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse().ok())
+    }
+
+    /// The body's next bytes, `None` at its end: a failure when the upstream stays silent
+    /// longer than the read timeout, or past `deadline`.
+    pub(crate) async fn chunk(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Bytes>, UpstreamError> {
+        loop {
+            let silent_by = tokio::time::Instant::now() + self.read_timeout;
+            let by = deadline.min(silent_by);
+            let Ok(frame) = tokio::time::timeout_at(by, self.body.frame()).await else {
+                return Err(if by == deadline {
+                    UpstreamError::deadline()
+                } else {
+                    UpstreamError::silent()
+                });
+            };
+            match frame {
+                None => return Ok(None),
+                Some(Err(err)) => return Err(UpstreamError::of_body(err)),
+                // Trailers, or nothing: read on.
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if !data.is_empty() => return Ok(Some(data)),
+                    _ => {}
+                },
+            }
+        }
+    }
+}
+
+/// What a thread's pair is built from.
 #[derive(Clone)]
 struct Settings {
     connect_timeout: Duration,
@@ -32,29 +138,23 @@ struct Settings {
     allowed: AllowedHosts,
 }
 
+#[derive(Clone)]
+struct Pair {
+    /// Configured upstreams: the system's resolver and proxies.
+    plain: Client,
+    /// Models added at runtime: their resolver keeps them outside (see `egress`).
+    guarded: Client,
+}
+
 impl Settings {
     fn build(&self) -> Result<Pair, String> {
-        let builder = || {
-            reqwest::Client::builder()
-                .connect_timeout(self.connect_timeout)
-                .read_timeout(self.read_timeout)
-                .redirect(reqwest::redirect::Policy::none())
-        };
-        let built = |builder: reqwest::ClientBuilder| {
-            builder
-                .build()
-                .map_err(|err| format!("cannot build the HTTP client: {err}"))
+        let client = |allowed| -> Result<Client, String> {
+            let connector = Connector::new(self.connect_timeout, allowed)?;
+            Ok(Client::new(connector, self.read_timeout))
         };
         Ok(Pair {
-            plain: built(builder())?,
-            guarded: built(
-                builder()
-                    // No proxy: it would resolve the name past the guarded resolver.
-                    .no_proxy()
-                    .dns_resolver(Arc::new(GuardedResolver {
-                        allowed: self.allowed.clone(),
-                    })),
-            )?,
+            plain: client(None)?,
+            guarded: client(Some(self.allowed.clone()))?,
         })
     }
 }
@@ -88,7 +188,7 @@ impl Clients {
     }
 
     /// This thread's client for an upstream, guarded or not.
-    pub(super) fn get(&self, guarded: bool) -> &reqwest::Client {
+    pub(super) fn get(&self, guarded: bool) -> &Client {
         let pair = self.per_thread.get_or(|| {
             self.settings.build().unwrap_or_else(|err| {
                 tracing::debug!(error = %err, "sharing the first HTTP client");
@@ -181,10 +281,17 @@ mod tests {
                     }
                     for _ in 0..2 {
                         let answer = runtime.block_on(async {
-                            let response = clients.get(false).get(&url).send().await?;
-                            response.text().await
+                            let request =
+                                Request::get(url.as_str()).body(Pieces::new(&[])).unwrap();
+                            let mut answer = clients.get(false).send(request).await.unwrap();
+                            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                            let mut body = Vec::new();
+                            while let Some(chunk) = answer.chunk(deadline).await.unwrap() {
+                                body.extend_from_slice(&chunk);
+                            }
+                            body
                         });
-                        assert_eq!(answer.unwrap(), "ok");
+                        assert_eq!(answer, b"ok");
                     }
                     if first {
                         first_done.wait();

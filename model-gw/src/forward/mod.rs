@@ -8,6 +8,7 @@
 
 mod body;
 mod clients;
+mod connect;
 mod edit;
 mod failure;
 mod record;
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use http::HeaderMap;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue};
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{CallResponse, Header};
@@ -28,10 +30,11 @@ use sandgate_store::{Activity, SpendLogEntry};
 use tonic::Status;
 use tracing::Span;
 
-use self::body::request_body;
+use self::body::Pieces;
+pub(crate) use self::clients::Answer;
 use self::clients::Clients;
 use self::edit::StreamEditor;
-use self::failure::{egress_refusal, upstream_failure};
+pub(crate) use self::failure::UpstreamError;
 use self::record::CallRecord;
 use self::relay::{Live, Relay};
 use self::whole::whole_answer;
@@ -197,7 +200,7 @@ impl Forwarder {
             // 5xx are final unless the entry asks for retries itself.
             statuses: upstream.kind != Kind::GatewayProxy || upstream.params.num_retries.is_some(),
         };
-        let Some(url) = upstream.url(call.path) else {
+        let Some(uri) = upstream.uri(call.path) else {
             // The checks at load and at `/model/new` keep such entries out.
             return Err(error(
                 ErrorCode::BadGateway,
@@ -207,8 +210,10 @@ impl Forwarder {
         // An address in the URL itself never reaches the guarded resolver: judged here,
         // at every call, by the rules in force.
         if upstream.guarded
-            && let Some(refusal) = url
-                .host_str()
+            && let Some(refusal) = upstream
+                .base
+                .as_ref()
+                .and_then(|base| base.host())
                 .and_then(|host| self.allowed_hosts.refusal(host))
         {
             tracing::warn!(model_entry = %upstream.entry, "an added model's upstream is not allowed: {refusal}");
@@ -222,11 +227,7 @@ impl Forwarder {
         let mut attempt = 0;
         let response = loop {
             // Built again for each attempt, rather than built once and copied for each.
-            let Some(outbound) = self
-                .outbound(&headers, config, &upstream, &call, (client, url.clone()))
-                .body(request_body(&call.body))
-                .build()
-                .ok()
+            let Some(outbound) = self.outbound(&headers, config, &upstream, &call, uri.clone())
             else {
                 // A header cannot be sent (the checks at load and at `/model/new` keep
                 // such keys out): the upstream cannot be reached.
@@ -236,8 +237,7 @@ impl Forwarder {
                 ));
             };
             let answer_by = deadline.min(tokio::time::Instant::now() + read_timeout);
-            let Ok(sent) = tokio::time::timeout_at(answer_by, client.execute(outbound)).await
-            else {
+            let Ok(sent) = tokio::time::timeout_at(answer_by, client.send(outbound)).await else {
                 // Never retried: a second wait as long would double the client's.
                 tracing::warn!(model = %upstream.model, attempts = attempt + 1, "upstream did not answer in time");
                 self.spend.log_now(record.finish(504, None)).await;
@@ -253,10 +253,9 @@ impl Forwarder {
                 match sent {
                     Ok(response) => break response,
                     Err(err) => {
-                        let (code, status, message) = upstream_failure(&err);
-                        // Without the URL: a base URL may carry credentials in its query.
-                        let refusal = egress_refusal(&err);
-                        tracing::warn!(model = %upstream.model, attempts = attempt + 1, error = %err.without_url(), "upstream call failed");
+                        let (code, status, message) = err.describe();
+                        let refusal = err.egress_refusal();
+                        tracing::warn!(model = %upstream.model, attempts = attempt + 1, error = %err, "upstream call failed");
                         self.spend.log_now(record.finish(status, None)).await;
                         return Err(error(code, refusal.unwrap_or_else(|| message.to_owned())));
                     }
@@ -265,7 +264,7 @@ impl Forwarder {
             attempt += 1;
             match sent {
                 Err(err) => {
-                    tracing::warn!(model = %upstream.model, attempt, error = %err.without_url(), ?pause, "upstream call failed; retrying");
+                    tracing::warn!(model = %upstream.model, attempt, error = %err, ?pause, "upstream call failed; retrying");
                 }
                 // The failed answer's body is not read: its connection is closed.
                 Ok(response) => {
@@ -369,19 +368,17 @@ impl Forwarder {
         Ok(Box::pin(head.chain(rest)))
     }
 
-    /// A call's request, without its body: the header policy, the upstream's key and
-    /// the trace context (each attempt is in the same upstream span).
+    /// A call's request: the header policy, the upstream's key and the trace context
+    /// (each attempt is in the same upstream span); `None` when the key cannot be sent in
+    /// a header.
     fn outbound(
         &self,
         headers: &HeaderMap,
         config: &GatewayConfig,
         upstream: &Upstream,
         call: &Prepared,
-        (client, url): (&reqwest::Client, reqwest::Url),
-    ) -> reqwest::RequestBuilder {
-        let mut outbound = client
-            .post(url)
-            .header(http::header::CONTENT_TYPE, "application/json");
+        uri: http::Uri,
+    ) -> Option<http::Request<Pieces>> {
         let mut forwarded = outbound_headers(headers, config);
         // This gateway's hop, after those the call came with: a call that comes back is
         // refused (see `egress`).
@@ -406,14 +403,29 @@ impl Forwarder {
         }
         sandgate_proto::trace::inject_headers(&Span::current(), &mut forwarded);
         without_empty_values(&mut forwarded);
-        outbound = outbound.headers(forwarded);
+        forwarded.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        forwarded
+            .entry(ACCEPT)
+            .or_insert(HeaderValue::from_static("*/*"));
         if !upstream.api_key.is_empty() {
-            outbound = outbound.bearer_auth(&upstream.api_key);
+            let secret = |text: &str| {
+                let mut value = HeaderValue::from_str(text).ok()?;
+                value.set_sensitive(true);
+                Some(value)
+            };
+            forwarded.insert(
+                AUTHORIZATION,
+                secret(&format!("Bearer {}", upstream.api_key))?,
+            );
             if call.path.starts_with("/messages") {
                 // Anthropic's own API takes the key as `x-api-key`; gateways take either.
-                outbound = outbound.header("x-api-key", &upstream.api_key);
+                forwarded.insert("x-api-key", secret(&upstream.api_key)?);
             }
         }
-        outbound
+        let mut request = http::Request::new(Pieces::new(&call.body));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = uri;
+        *request.headers_mut() = forwarded;
+        Some(request)
     }
 }

@@ -11,8 +11,8 @@ use sandgate_proto::models::v1::CallResponse;
 use tonic::Status;
 use tracing::Span;
 
+use super::clients::Answer;
 use super::edit::StreamEditor;
-use super::failure::{deadline_passed, upstream_failure};
 use super::record::CallRecord;
 use crate::spend::{Finished, SpendLog};
 use crate::support::error;
@@ -37,7 +37,7 @@ pub(crate) struct Relay {
 
 /// The upstream's answer being read, its editor and its record.
 pub(crate) struct Live {
-    pub(crate) response: reqwest::Response,
+    pub(crate) response: Answer,
     pub(crate) editor: StreamEditor,
     pub(crate) record: CallRecord,
 }
@@ -57,12 +57,7 @@ impl Live {
     /// for that only: entering and leaving a span at every read of a stream cost a tenth
     /// of a streamed call's instructions).
     async fn read(&mut self, deadline: tokio::time::Instant, span: &Span) -> Read {
-        let Ok(chunk) = tokio::time::timeout_at(deadline, self.response.chunk()).await else {
-            let _entered = span.enter();
-            let (code, failed, message) = deadline_passed();
-            return Read::Failed(code, failed, message);
-        };
-        match chunk {
+        match self.response.chunk(deadline).await {
             Ok(Some(chunk)) => {
                 self.record.bytes_read += chunk.len() as u64;
                 let out = self.editor.push(&chunk);
@@ -78,9 +73,9 @@ impl Live {
                 Read::Events(out)
             }
             Err(err) => {
-                let (code, failed, message) = upstream_failure(&err);
+                let (code, failed, message) = err.describe();
                 let _entered = span.enter();
-                tracing::warn!(error = %err.without_url(), "upstream stream failed");
+                tracing::warn!(error = %err, "upstream stream failed");
                 Read::Failed(code, failed, message.to_owned())
             }
             Ok(None) => Read::End(self.editor.finish()),
@@ -150,9 +145,7 @@ impl Relay {
         let deadline = self
             .deadline
             .min(tokio::time::Instant::now() + AFTER_LAST_EVENT);
-        tokio::spawn(async move {
-            while let Ok(Ok(Some(_))) = tokio::time::timeout_at(deadline, response.chunk()).await {}
-        });
+        tokio::spawn(async move { while let Ok(Some(_)) = response.chunk(deadline).await {} });
         Some(entry)
     }
 

@@ -5,6 +5,7 @@ use bytes::{Bytes, BytesMut};
 use sandgate_proto::models::v1::CallResponse;
 use tonic::Status;
 
+use super::clients::Answer;
 use super::edit::edit_whole;
 use super::failure::BodyFailure;
 use super::record::CallRecord;
@@ -18,7 +19,7 @@ const MESSAGE_CHUNK: usize = 1024 * 1024;
 /// A body that is not streamed: read whole, edited on success, answered in messages of at
 /// most [`MESSAGE_CHUNK`] bytes (no body is too large for one gRPC message).
 pub(crate) async fn whole_answer(
-    response: reqwest::Response,
+    response: Answer,
     mut first: CallResponse,
     call: &Prepared,
     mut record: CallRecord,
@@ -26,11 +27,7 @@ pub(crate) async fn whole_answer(
     deadline: tokio::time::Instant,
 ) -> (Vec<CallResponse>, Finished, Option<Status>) {
     let status = response.status();
-    let body = match tokio::time::timeout_at(deadline, whole_body(response, max_bytes)).await {
-        Ok(body) => body,
-        Err(_) => Err(BodyFailure::Deadline),
-    };
-    match body {
+    match whole_body(response, max_bytes, deadline).await {
         Ok(body) => {
             record.bytes_read = body.len() as u64;
             let upstream_succeeded = status.is_success();
@@ -70,19 +67,25 @@ pub(crate) async fn whole_answer(
     }
 }
 
-/// An answer's whole body, of at most `max_bytes`. One with a length is whole once that
-/// many bytes are in: its end-of-stream would come only after the task hyper-util spawns
-/// to put the connection back in the pool has run (a wake-up of another thread, on the
-/// call's path).
+/// An answer's whole body, of at most `max_bytes`, by `deadline`. One with a length is
+/// whole once that many bytes are in: its end-of-stream would come only after the task
+/// hyper-util spawns to put the connection back in the pool has run (a wake-up of another
+/// thread, on the call's path).
 async fn whole_body(
-    mut response: reqwest::Response,
+    mut response: Answer,
     max_bytes: usize,
+    deadline: tokio::time::Instant,
 ) -> Result<Bytes, BodyFailure> {
     let length = response.content_length();
     if length.is_some_and(|length| length > max_bytes as u64) {
         return Err(BodyFailure::TooLarge(max_bytes));
     }
-    let mut next = async || response.chunk().await.map_err(BodyFailure::Upstream);
+    let mut next = async || {
+        response
+            .chunk(deadline)
+            .await
+            .map_err(BodyFailure::Upstream)
+    };
     let Some(first) = next().await? else {
         return Ok(Bytes::new());
     };

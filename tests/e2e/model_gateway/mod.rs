@@ -7,6 +7,7 @@
 //! models' registry (`registry.rs`), the Messages API (`messages.rs`) and the gateway as
 //! processes of its own (`processes.rs`).
 
+mod egress;
 mod failures;
 mod headers;
 mod master_key;
