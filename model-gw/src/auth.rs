@@ -9,7 +9,6 @@
 //! with it only refuses early a call already over budget; the store's admission
 //! (`admit`) judges every budget as stored.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,7 +60,36 @@ pub(crate) const MAX_KEPT: usize = 10_000;
 /// served what was read before (one read for all of them, not one each); so a change is
 /// seen one store round trip after its notification.
 #[derive(Default)]
-pub struct KeyCache(Mutex<HashMap<String, HashMap<Option<String>, Kept>>>);
+pub struct KeyCache(Mutex<foldhash::HashMap<String, Sessions>>);
+
+/// What is kept of one key: its calls naming no session, and each session's (looked up by
+/// the name as the call gives it, without a copy).
+#[derive(Default)]
+struct Sessions {
+    unnamed: Option<Kept>,
+    named: foldhash::HashMap<String, Kept>,
+}
+
+impl Sessions {
+    fn get_mut(&mut self, session: Option<&str>) -> Option<&mut Kept> {
+        match session {
+            None => self.unnamed.as_mut(),
+            Some(session) => self.named.get_mut(session),
+        }
+    }
+
+    fn insert(&mut self, session: Option<String>, kept: Kept) {
+        match session {
+            None => self.unnamed = Some(kept),
+            Some(session) => {
+                if self.named.len() >= MAX_KEPT {
+                    self.named.clear();
+                }
+                self.named.insert(session, kept);
+            }
+        }
+    }
+}
 
 type Read = (Arc<StoredKey>, SpendCounters);
 
@@ -89,7 +117,7 @@ impl KeyCache {
     ) -> Option<(Read, Option<String>)> {
         let generation = generation?;
         let mut kept = self.0.lock().ok()?;
-        let entry = kept.get_mut(key)?.get_mut(&session.map(str::to_owned))?;
+        let entry = kept.get_mut(key)?.get_mut(session)?;
         if entry.read_at.elapsed() >= KEEP_AT_MOST {
             return None;
         }
@@ -123,11 +151,7 @@ impl KeyCache {
         if kept.len() >= MAX_KEPT {
             kept.clear();
         }
-        let sessions = kept.entry(key).or_default();
-        if sessions.len() >= MAX_KEPT {
-            sessions.clear();
-        }
-        sessions.insert(
+        kept.entry(key).or_default().insert(
             named,
             Kept {
                 read,
@@ -182,6 +206,19 @@ impl Authenticator {
         })
     }
 
+    /// Whether one of the keys `presented` is the master key, or the console's token
+    /// standing for it until it expires.
+    fn presents_master(&self, presented: &[&str]) -> bool {
+        let Some(master) = &self.master_key else {
+            return false;
+        };
+        presented.iter().any(|key| {
+            let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+            bool::from(digest.ct_eq(master))
+                || sandgate_proto::console_token::verify(key, master, now_ms() / 1000)
+        })
+    }
+
     /// The caller of a request: the master key, or a virtual key that has not expired,
     /// with its spend as stored now.
     pub(crate) async fn authenticate(
@@ -191,25 +228,28 @@ impl Authenticator {
         let presented: Vec<&str> = presented_keys(metadata)
             .filter(|key| !key.is_empty())
             .collect();
-        if let Some(master) = &self.master_key {
-            // The master key, or the console's token standing for it until it expires.
-            let is_master = presented.iter().any(|key| {
-                let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-                bool::from(digest.ct_eq(master))
-                    || sandgate_proto::console_token::verify(key, master, now_ms() / 1000)
-            });
-            if is_master {
+        let named = session_id(metadata);
+        // Read before the store is: a change meanwhile makes what is read stale.
+        let generation = *self.key_changes.borrow();
+        // A lone key kept as a virtual key is not the master key (no virtual key may be
+        // given its value, and the master key is never kept): its call needs no digest.
+        let mut kept = match presented.as_slice() {
+            [only] => self.keys.get(only, named, generation),
+            _ => None,
+        };
+        if kept.is_none() {
+            if self.presents_master(&presented) {
                 return Ok(Caller::Master);
+            }
+            if presented.len() > 1 {
+                kept = self.keys.get(presented[0], named, generation);
             }
         }
         // A client sends one key, in one carrier: the first is the one it meant.
         let Some(presented) = presented.first() else {
             return Err(refused());
         };
-        let named = session_id(metadata);
-        // Read before the store is: a change meanwhile makes what is read stale.
-        let generation = *self.key_changes.borrow();
-        let ((key, counters), session) = match self.keys.get(presented, named, generation) {
+        let ((key, counters), session) = match kept {
             Some(hit) => hit,
             None => {
                 let token = token_of(presented);

@@ -290,6 +290,14 @@ async fn a_virtual_key_may_not_administer_the_gateway() {
     assert_eq!(list["total_count"], 2, "{list}");
     let (status, _) = chat(sandgate, &key, "mine", None).await;
     assert_eq!(status, 404);
+    // The master key beside the key (kept from its calls, which skip the master key's
+    // check) is the master key still; the key alone, refused still.
+    let (status, list) =
+        send(get(sandgate, "/key/list", &key).header("x-api-key", MASTER_KEY)).await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["total_count"], 2, "{list}");
+    let (status, _) = send(get(sandgate, "/key/list", &key)).await;
+    assert_eq!(status, 403);
     // A key nobody issued is refused as a wrong key is.
     let (status, body) = chat(sandgate, "sk-made-up-key-of-some-length", "gpt", None).await;
     assert_eq!(status, 401, "{body}");
