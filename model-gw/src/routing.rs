@@ -55,7 +55,7 @@ impl Upstream {
 
 /// An upstream's base URL, parsed once (at its entry's first call): the URL, whose host is
 /// judged for added models, and the text each call's URI is made of.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 pub struct Base {
     url: Url,
     /// `scheme://host[:port]/path`, without the path's final `/`.
@@ -92,6 +92,16 @@ impl Base {
     fn uri(&self, path: &str) -> Option<Uri> {
         let Self { prefix, query, .. } = self;
         format!("{prefix}{path}{query}").parse().ok()
+    }
+}
+
+/// Its scheme and host only: a base URL's query may carry a credential.
+impl std::fmt::Debug for Base {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Base")
+            .field("scheme", &self.url.scheme())
+            .field("host", &self.url.host_str())
+            .finish_non_exhaustive()
     }
 }
 
