@@ -8,9 +8,10 @@
 //! edge calls the model gateway's service itself, not its routes: the upstream span is
 //! then the child of the edge's.)
 //!
-//! The spans are `tracing` spans. Their OpenTelemetry context exists when the process
-//! installed the `tracing-opentelemetry` layer (the `sandgate` binary always does; OTLP
-//! configuration only adds an exporter), else propagation quietly does nothing.
+//! The spans are `tracing` spans. Their ids come from the `tracing-opentelemetry` layer
+//! when spans are exported, or from [`IdsLayer`] when they go nowhere (ids only: no
+//! OpenTelemetry span is built); the `sandgate` binary installs one or the other. Without
+//! either, propagation quietly does nothing.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,14 +21,20 @@ use std::task::{Context, Poll};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::TraceContextExt;
+use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tonic::service::Routes;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+pub use self::ids::IdsLayer;
+
+mod ids;
+
 /// The W3C header that carries a trace context.
 const TRACEPARENT: &str = "traceparent";
+/// The W3C header that carries vendors' trace state beside it.
+const TRACESTATE: &str = "tracestate";
 
 struct HeaderExtractor<'a>(&'a HeaderMap);
 
@@ -91,23 +98,45 @@ pub fn continue_trace(span: &Span, headers: &HeaderMap) {
     // is no context).
     if headers.contains_key(TRACEPARENT) {
         let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
-        if parent.span().span_context().is_valid() {
-            // Fails only without the OpenTelemetry layer, or for a disabled span: no trace.
+        let remote = parent.span().span_context().clone();
+        // Fails only without a trace layer, or for a disabled span: no trace.
+        if remote.is_valid() && !ids::set_parent(span, &remote) {
             drop(span.set_parent(parent));
         }
     }
-    let context = span.context();
-    let span_context = context.span().span_context().clone();
+    let span_context = span_context(span);
     if span_context.is_valid() {
         span.record("trace_id", tracing::field::display(span_context.trace_id()));
     }
 }
 
+/// `span`'s ids: [`IdsLayer`]'s, or the OpenTelemetry layer's (invalid without either).
+fn span_context(span: &Span) -> SpanContext {
+    ids::span_context(span).unwrap_or_else(|| span.context().span().span_context().clone())
+}
+
 /// Puts `span`'s trace context into HTTP headers (an outbound request's, a remote gRPC
-/// call's).
+/// call's), as OpenTelemetry's propagator writes it.
 pub fn inject_headers(span: &Span, headers: &mut HeaderMap) {
-    let context = span.context();
-    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
+    let span_context = span_context(span);
+    if !span_context.is_valid() {
+        return;
+    }
+    let traceparent = format!(
+        "00-{}-{}-{:02x}",
+        span_context.trace_id(),
+        span_context.span_id(),
+        span_context.trace_flags() & TraceFlags::SAMPLED
+    );
+    let state = span_context.trace_state().header();
+    let mut injector = HeaderInjector(headers);
+    injector.set(TRACEPARENT, traceparent);
+    // No state, no header: an empty one says nothing (and some upstreams refuse it).
+    if state.is_empty() {
+        injector.0.remove(TRACESTATE);
+    } else {
+        injector.set(TRACESTATE, state);
+    }
 }
 
 /// `routes` with a server span around every call, child of the caller's trace context.
@@ -217,12 +246,20 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// Runs `check` under each of the trace layers the binary installs: OpenTelemetry's
+    /// (spans exported) and [`IdsLayer`] (not).
+    fn under_each_layer(check: impl Fn()) {
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let exported = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(exported, &check);
+        let ids_only = tracing_subscriber::registry().with(IdsLayer);
+        tracing::subscriber::with_default(ids_only, &check);
+    }
+
     #[test]
     fn a_span_continues_the_callers_trace_and_passes_on_its_own_id() {
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-        let subscriber = tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
-        tracing::subscriber::with_default(subscriber, || {
+        under_each_layer(|| {
             let mut incoming = HeaderMap::new();
             incoming.insert("traceparent", HeaderValue::from_static(CALLER));
             let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
@@ -251,6 +288,66 @@ mod tests {
                 "{next}"
             );
             assert_ne!(next, sent);
+        });
+    }
+
+    #[test]
+    fn a_child_span_is_in_its_parents_trace_and_a_new_root_in_a_trace_of_its_own() {
+        under_each_layer(|| {
+            let request = tracing::info_span!("request");
+            let upstream = request.in_scope(|| tracing::info_span!("upstream"));
+            let other = tracing::info_span!(parent: None, "request");
+            let [request, upstream, other] = [&request, &upstream, &other].map(|span| {
+                let mut headers = HeaderMap::new();
+                headers.insert("tracestate", HeaderValue::from_static("stale=1"));
+                inject_headers(span, &mut headers);
+                assert!(
+                    headers.get("tracestate").is_none(),
+                    "a context without state sends none: {headers:?}"
+                );
+                let sent = traceparent(&headers).to_owned();
+                let parts: Vec<String> = sent.split('-').map(str::to_owned).collect();
+                assert_eq!(parts.len(), 4, "{sent}");
+                assert_eq!(
+                    (parts[0].as_str(), parts[3].as_str()),
+                    ("00", "01"),
+                    "{sent}"
+                );
+                (parts[1].clone(), parts[2].clone())
+            });
+            assert_eq!(upstream.0, request.0, "the child's trace is its parent's");
+            assert_ne!(upstream.1, request.1, "the child has a span id of its own");
+            assert_ne!(other.0, request.0, "a new root starts a new trace");
+        });
+    }
+
+    #[test]
+    fn a_callers_sampling_decision_and_trace_state_are_passed_on() {
+        under_each_layer(|| {
+            let mut incoming = HeaderMap::new();
+            incoming.insert(
+                "traceparent",
+                HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+            );
+            incoming.insert("tracestate", HeaderValue::from_static("vendor=abc"));
+            let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
+            continue_trace(&span, &incoming);
+            let child = span.in_scope(|| tracing::info_span!("upstream"));
+            let mut passed = HeaderMap::new();
+            inject_headers(&child, &mut passed);
+            let sent = traceparent(&passed);
+            assert!(
+                sent.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+                "{sent}"
+            );
+            assert!(
+                sent.ends_with("-00"),
+                "not sampled, as the caller said: {sent}"
+            );
+            assert_eq!(
+                passed.get("tracestate").map(HeaderValue::as_bytes),
+                Some(&b"vendor=abc"[..])
+            );
         });
     }
 

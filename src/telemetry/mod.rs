@@ -150,11 +150,9 @@ impl<V: Visit> Visit for WithoutOtel<V> {
     }
 }
 
-/// A filter that, when `only`, passes spans and no event; otherwise everything.
-fn spans_only(
-    only: bool,
-) -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
-    tracing_subscriber::filter::filter_fn(move |metadata| !only || metadata.is_span())
+/// A filter that passes spans and no event.
+fn spans_only() -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
+    tracing_subscriber::filter::filter_fn(|metadata| metadata.is_span())
 }
 
 /// What must outlive the process's work: the span exporter, flushed by [`Self::shutdown`],
@@ -187,27 +185,28 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
     let traces = traces::Traces::new(service)?;
     // A span's attributes are for its exporter: with none, they are not built.
     sandgate_proto::trace::keep_attributes(traces.exported());
-    let spans = tracing_opentelemetry::layer()
-        .with_tracer(traces.tracer())
-        // Fewer attributes and no clock reads on every poll: the spans' cost stays
-        // negligible beside a request's.
-        .with_tracked_inactivity(false)
-        .with_threads(false)
-        .with_location(false)
-        .with_target(false)
-        .with_level(false)
-        // Parents come from the `tracing` span tree; nothing reads OpenTelemetry's
-        // thread-local context, so entering a span need not set it.
-        .with_context_activation(false)
-        .with_filter(
-            Targets::new()
-                .with_target("sandgate", tracing::Level::INFO)
-                // Log lines become events of their span only when spans are exported: a
-                // span no exporter takes needs its ids (the logs' `trace_id`, the
-                // `traceparent` sent upstream), not a copy of each line (the access
-                // line's was about 2 % of a gateway call's instructions).
-                .and(spans_only(!traces.exported())),
-        );
+    // The spans of Sandgate's own code: OpenTelemetry's, for the exporter, or only their
+    // ids when nothing is exported (see `sandgate_proto::trace`).
+    let spans_of_sandgate = || Targets::new().with_target("sandgate", tracing::Level::INFO);
+    let exported = traces.exported().then(|| {
+        tracing_opentelemetry::layer()
+            .with_tracer(traces.tracer())
+            // Fewer attributes and no clock reads on every poll: the spans' cost stays
+            // negligible beside a request's.
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_target(false)
+            .with_level(false)
+            // Parents come from the `tracing` span tree; nothing reads OpenTelemetry's
+            // thread-local context, so entering a span need not set it.
+            .with_context_activation(false)
+            // Log lines are events of their span too.
+            .with_filter(spans_of_sandgate())
+    });
+    let ids_only = (!traces.exported()).then(|| {
+        sandgate_proto::trace::IdsLayer.with_filter(spans_of_sandgate().and(spans_only()))
+    });
     let recent = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .fmt_fields(TextFields)
@@ -216,7 +215,8 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
     tracing_subscriber::registry()
         .with(logs)
         .with(recent)
-        .with(spans)
+        .with(exported)
+        .with(ids_only)
         .try_init()
         .map_err(|err| anyhow::anyhow!("cannot install the logger: {err}"))?;
     traces.log_exporter();
