@@ -11,8 +11,10 @@ use serde_json::value::RawValue;
 use crate::strict::{self, Refusal};
 pub use crate::usage::Usage;
 
-/// A JSON object's top-level members, values kept as their raw text.
-struct Members<'a>(Vec<(String, &'a RawValue)>);
+/// A JSON object's top-level members, values kept as their raw text; names borrowed
+/// from it unless escapes make them differ (no allocation per member of every event of
+/// a stream).
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'de> Deserialize<'de> for Members<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -24,8 +26,8 @@ impl<'de> Deserialize<'de> for Members<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut members = Vec::new();
-                while let Some(member) = map.next_entry::<String, &'de RawValue>()? {
-                    members.push(member);
+                while let Some(name) = map.next_key_seed(strict::Name)? {
+                    members.push((name, map.next_value::<&'de RawValue>()?));
                 }
                 Ok(Members(members))
             }
@@ -41,31 +43,13 @@ impl Members<'_> {
             .find(|(name, _)| name == key)
             .map(|(_, value)| *value)
     }
+}
 
-    /// The object again, with the members `edits` names set to their JSON text, the
-    /// others as they were.
-    fn encode(&self, edits: &[(&str, &[u8])]) -> Vec<u8> {
-        let size = self.0.iter().map(|(k, v)| k.len() + v.get().len() + 4);
-        let mut out = Vec::with_capacity(size.sum::<usize>() + 64);
-        out.push(b'{');
-        let mut first = true;
-        for (name, value) in &self.0 {
-            let value = edits
-                .iter()
-                .find(|(edited, _)| edited == name)
-                .map_or(value.get().as_bytes(), |(_, text)| *text);
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            // Serializing a string into a Vec cannot fail.
-            drop_result(serde_json::to_writer(&mut out, name));
-            out.push(b':');
-            out.extend_from_slice(value);
-        }
-        out.push(b'}');
-        out
-    }
+/// Where `value`, a member's raw text borrowed from `data`, lies in it.
+fn range_in(data: &[u8], value: &RawValue) -> Option<std::ops::Range<usize>> {
+    let start = (value.get().as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+    let end = start.checked_add(value.get().len())?;
+    (end <= data.len()).then_some(start..end)
 }
 
 fn drop_result<T, E>(_: Result<T, E>) {}
@@ -177,8 +161,7 @@ impl<'a> ChatRequest<'a> {
 
     /// Where a member's value lies in the body.
     fn span(&self, value: &RawValue) -> std::ops::Range<usize> {
-        let start = value.get().as_ptr() as usize - self.body.as_ptr() as usize;
-        start..start + value.get().len()
+        range_in(self.body, value).unwrap_or_default()
     }
 
     /// The body to send upstream, as pieces of the client's body and new text: `model`
@@ -222,7 +205,7 @@ impl<'a> ChatRequest<'a> {
                 None if written => push(Piece::New(b",".to_vec())),
                 None => {}
             }
-            let replacement = match (name.as_str(), set) {
+            let replacement = match (name.as_ref(), set) {
                 ("model", _) => Some(model.clone()),
                 (member, Some((set_name, text))) if member == set_name => {
                     set_done = true;
@@ -304,7 +287,7 @@ pub(crate) fn stream_event<'a>(
     if hide_usage && usage.is_some() && no_choices(&members) {
         return (None, usage);
     }
-    let renamed = renamed(&members, model).map_or(Cow::Borrowed(data), Cow::Owned);
+    let renamed = renamed(data, &members, model).map_or(Cow::Borrowed(data), Cow::Owned);
     (Some(renamed), usage)
 }
 
@@ -313,20 +296,31 @@ pub(crate) fn usage(body: &[u8]) -> Option<Usage> {
     usage_of(&serde_json::from_slice::<Members<'_>>(body).ok()?)
 }
 
-/// `members` with `model` renamed, when it must be.
-fn renamed(members: &Members<'_>, model: &str) -> Option<Vec<u8>> {
+/// `data` (whose top-level members are `members`) with `model` renamed, when it must be:
+/// every value of a member named `model` replaced by `model`'s JSON text in place, the
+/// rest of the text as it came.
+fn renamed(data: &[u8], members: &Members<'_>, model: &str) -> Option<Vec<u8>> {
     let Some(current) = members.get("model") else {
         return NESTED.iter().find_map(|name| {
             let nested = serde_json::from_str::<Members<'_>>(members.get(name)?.get()).ok()?;
-            let inner = renamed(&nested, model)?;
-            Some(members.encode(&[(name, &inner)]))
+            renamed(data, &nested, model)
         });
     };
     let current = serde_json::from_str::<Cow<'_, str>>(current.get()).ok()?;
-    (current != model).then(|| {
-        let text = serde_json::to_vec(model).unwrap_or_default();
-        members.encode(&[("model", &text)])
-    })
+    if current == model {
+        return None;
+    }
+    let text = serde_json::to_vec(model).ok()?;
+    let mut out = Vec::with_capacity(data.len() + text.len());
+    let mut copied = 0;
+    for (_, value) in members.0.iter().filter(|(name, _)| name == "model") {
+        let range = range_in(data, value)?;
+        out.extend_from_slice(data.get(copied..range.start)?);
+        out.extend_from_slice(&text);
+        copied = range.end;
+    }
+    out.extend_from_slice(data.get(copied..)?);
+    Some(out)
 }
 
 /// Whether a chunk's `choices` is an empty list.
@@ -375,6 +369,32 @@ mod tests {
             rename_model(b"not json", "up").0,
             Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn a_renamed_answer_keeps_every_other_byte_and_renames_each_model_member() {
+        // Spacing, escapes and the order of members as the upstream wrote them.
+        let body = br#" { "id" : "x\u0041",
+  "model" : "up", "choices":[{"delta":{"content":"\"model\": \"up\""}}] } "#;
+        let (renamed, _) = rename_model(body, "as\"ked");
+        assert_eq!(
+            String::from_utf8_lossy(&renamed),
+            r#" { "id" : "x\u0041",
+  "model" : "as\"ked", "choices":[{"delta":{"content":"\"model\": \"up\""}}] } "#
+        );
+        // Named twice (readers take the first or the last): both renamed; an escaped name
+        // is the same name.
+        let twice = br#"{"model":"up","n":1,"mod\u0065l":"up"}"#;
+        assert_eq!(
+            String::from_utf8_lossy(&rename_model(twice, "asked").0),
+            r#"{"model":"asked","n":1,"mod\u0065l":"asked"}"#
+        );
+        // Nested (a Responses API event's `response`): renamed in place too.
+        let nested = br#"{"type":"response.created", "response": {"id":"r", "model": "up"}}"#;
+        assert_eq!(
+            String::from_utf8_lossy(&rename_model(nested, "asked").0),
+            r#"{"type":"response.created", "response": {"id":"r", "model": "asked"}}"#
+        );
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl<'de> Named<'de> {
 }
 
 /// A member's name, borrowed from the body unless escapes make it differ.
-struct Name;
+pub(crate) struct Name;
 
 impl<'de> DeserializeSeed<'de> for Name {
     type Value = Cow<'de, str>;
