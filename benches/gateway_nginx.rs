@@ -23,6 +23,11 @@
 //! (callgrind, stable where time is not): `sandgate serve` under valgrind, N calls of
 //! each kind (a non-streamed call, a streamed one, a webhook delivery) after a warm-up,
 //! the counters zeroed before and dumped after each kind (see `gateway_nginx/callgrind.rs`).
+//!
+//! With `BENCH_HOLD=1` it measures nothing: it starts the three targets, prints their
+//! addresses, processes and the key, and keeps them up until it is stopped, for a profiler
+//! attached by hand (`perf record -p`, `perf stat -e 'syscalls:sys_enter_*' -p`) while
+//! `wrk` loads one of them.
 
 #![expect(
     clippy::expect_used,
@@ -223,6 +228,10 @@ async fn main() {
             children: false,
         },
     ];
+    if std::env::var("BENCH_HOLD").is_ok_and(|hold| hold == "1") {
+        hold(&targets, &key).await;
+        return;
+    }
     let mut figures = vec![Vec::new(); targets.len()];
     println!(
         "| round | target | c1 p50 ms | c64 requests/s | stream: first chunk p50 ms | last chunk p50 ms | CPU per call µs, c1 / c64 | wake-ups per call, c1 |"
@@ -246,6 +255,22 @@ async fn main() {
         }
     }
     report(&targets, &figures);
+}
+
+/// Prints where each target serves, then keeps them up until the bench is stopped.
+async fn hold(targets: &[Target], key: &str) {
+    println!("key: {key}");
+    for target in targets {
+        println!(
+            "{}: {}{} (pids {:?})",
+            target.name,
+            target.base,
+            target.path,
+            target.pids()
+        );
+    }
+    println!("held until stopped (Ctrl-C)");
+    std::future::pending::<()>().await;
 }
 
 /// The medians, and each bound of the issue as a ratio to nginx's.
