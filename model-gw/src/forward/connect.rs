@@ -29,6 +29,19 @@ use crate::egress::{AllowedHosts, forbidden_address};
 
 pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The guarded resolver's refusal of an added model's upstream, in its words: found in a
+/// failed connection's causes to tell the client why.
+#[derive(Debug)]
+pub(super) struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
 /// The TCP connector, plain: the TLS layers wrap it.
 type Tcp = HttpConnector<Resolver>;
 type TcpStream = TokioIo<tokio::net::TcpStream>;
@@ -221,7 +234,7 @@ impl Service<Name> for Resolver {
             let host = name.as_str();
             // A name refused for what it is is not even resolved.
             if let Some(refusal) = guarded.as_ref().and_then(|allowed| allowed.refusal(host)) {
-                return Err(refusal.into());
+                return Err(Refused(refusal).into());
             }
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
             match guarded {
@@ -246,7 +259,10 @@ fn permitted_addresses(host: &str, found: Vec<SocketAddr>) -> Result<Vec<SocketA
         .collect();
     if permitted.is_empty() {
         tracing::warn!(host = %host, "an added model's upstream resolves to {why}; refused");
-        return Err(format!("{host} resolves to {why}, which added models may not reach").into());
+        return Err(Refused(format!(
+            "{host} resolves to {why}, which added models may not reach"
+        ))
+        .into());
     }
     Ok(permitted)
 }

@@ -4,7 +4,7 @@
 
 use sandgate_proto::error::ErrorCode;
 
-use super::connect::BoxError;
+use super::connect::{BoxError, Refused};
 
 /// Why an upstream's connection or answer failed.
 #[derive(Debug)]
@@ -83,9 +83,8 @@ impl UpstreamError {
             None => None,
         };
         while let Some(error) = cause {
-            let text = error.to_string();
-            if text.contains("added models may not reach") || text.contains("names this machine") {
-                return Some(format!("cannot connect to the upstream: {text}"));
+            if let Some(refused) = error.downcast_ref::<Refused>() {
+                return Some(format!("cannot connect to the upstream: {refused}"));
             }
             cause = error.source();
         }
