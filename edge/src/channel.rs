@@ -11,7 +11,6 @@ use tonic::body::Body;
 use tonic::service::Routes;
 use tonic::transport::Channel;
 use tower::Service;
-use tracing::Span;
 
 /// A gRPC transport that generated clients accept.
 #[derive(Clone)]
@@ -62,7 +61,7 @@ impl Service<http::Request<Body>> for GrpcChannel {
             Self::Remote(channel) => {
                 // Across a socket the call carries the edge span's trace context; in-process
                 // the services' span is that span's child already.
-                sandgate_proto::trace::inject_headers(&Span::current(), request.headers_mut());
+                sandgate_proto::trace::inject_current(request.headers_mut());
                 Box::pin(channel.call(request))
             }
             Self::InProcess(routes) => {

@@ -87,6 +87,16 @@ pub fn set_attributes<const N: usize>(
     }
 }
 
+/// [`set_attributes`] on the current span, which is not even looked up when spans go
+/// nowhere (a handle on it is counted, then released through every layer).
+pub fn set_current_attributes<const N: usize>(
+    attributes: impl FnOnce() -> [(&'static str, opentelemetry::Value); N],
+) {
+    if ATTRIBUTES_KEPT.load(Ordering::Relaxed) {
+        set_attributes(&Span::current(), attributes);
+    }
+}
+
 /// Makes `span` the child of the trace context that `headers` carry, if they carry one;
 /// then records the trace id in the span's `trace_id` field (log lines show it).
 ///
@@ -112,13 +122,28 @@ pub fn continue_trace(span: &Span, headers: &HeaderMap) {
 
 /// `span`'s ids: [`IdsLayer`]'s, or the OpenTelemetry layer's (invalid without either).
 fn span_context(span: &Span) -> SpanContext {
-    ids::span_context(span).unwrap_or_else(|| span.context().span().span_context().clone())
+    ids::span_context(span).unwrap_or_else(|| otel_span_context(span))
+}
+
+fn otel_span_context(span: &Span) -> SpanContext {
+    span.context().span().span_context().clone()
 }
 
 /// Puts `span`'s trace context into HTTP headers (an outbound request's, a remote gRPC
 /// call's), as OpenTelemetry's propagator writes it.
 pub fn inject_headers(span: &Span, headers: &mut HeaderMap) {
-    let span_context = span_context(span);
+    inject(&span_context(span), headers);
+}
+
+/// [`inject_headers`] for the current span, read without taking a handle on it when
+/// [`IdsLayer`] gave it its ids.
+pub fn inject_current(headers: &mut HeaderMap) {
+    let span_context =
+        ids::current_span_context().unwrap_or_else(|| otel_span_context(&Span::current()));
+    inject(&span_context, headers);
+}
+
+fn inject(span_context: &SpanContext, headers: &mut HeaderMap) {
     if !span_context.is_valid() {
         return;
     }
@@ -222,7 +247,7 @@ where
                     .and_then(|value| value.to_str().ok())
                     .and_then(|value| value.parse::<i64>().ok())
                     .unwrap_or(0);
-                set_attributes(&Span::current(), || [("rpc.grpc.status_code", code.into())]);
+                set_current_attributes(|| [("rpc.grpc.status_code", code.into())]);
                 Ok(response)
             },
             span,
@@ -348,6 +373,22 @@ mod tests {
                 passed.get("tracestate").map(HeaderValue::as_bytes),
                 Some(&b"vendor=abc"[..])
             );
+        });
+    }
+
+    #[test]
+    fn the_current_span_is_injected_as_a_handle_on_it_would_be() {
+        under_each_layer(|| {
+            let mut outside = HeaderMap::new();
+            inject_current(&mut outside);
+            assert!(outside.is_empty(), "no span, no context: {outside:?}");
+            let span = tracing::info_span!("upstream");
+            let mut by_handle = HeaderMap::new();
+            inject_headers(&span, &mut by_handle);
+            let mut current = HeaderMap::new();
+            span.in_scope(|| inject_current(&mut current));
+            assert!(!traceparent(&current).is_empty());
+            assert_eq!(traceparent(&current), traceparent(&by_handle));
         });
     }
 

@@ -25,7 +25,7 @@ use http::{HeaderMap, HeaderValue};
 use sandgate_proto::error::ErrorCode;
 use sandgate_proto::models::CallStream;
 use sandgate_proto::models::v1::{CallResponse, Header};
-use sandgate_proto::trace::set_attributes;
+use sandgate_proto::trace::set_current_attributes;
 use sandgate_store::{Activity, SpendLogEntry};
 use tonic::Status;
 use tracing::Span;
@@ -274,7 +274,7 @@ impl Forwarder {
             crate::metrics::retried(&metric_label(&upstream), reason.label());
             tokio::time::sleep(pause).await;
         };
-        set_attributes(&Span::current(), || {
+        set_current_attributes(|| {
             [(
                 "sandgate.upstream_attempts",
                 (i64::from(attempt) + 1).into(),
@@ -401,7 +401,7 @@ impl Forwarder {
         if call.path.starts_with("/messages") {
             anthropic_api_headers(headers, &mut forwarded);
         }
-        sandgate_proto::trace::inject_headers(&Span::current(), &mut forwarded);
+        sandgate_proto::trace::inject_current(&mut forwarded);
         without_empty_values(&mut forwarded);
         forwarded.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         forwarded

@@ -5,9 +5,8 @@
 use std::time::Instant;
 
 use sandgate_proto::models::v1::Api;
-use sandgate_proto::trace::set_attributes;
+use sandgate_proto::trace::set_current_attributes;
 use sandgate_store::SpendLogEntry;
-use tracing::Span;
 
 use crate::admit::Charge;
 use crate::budget::Prices;
@@ -102,9 +101,7 @@ impl CallRecord {
             key_alias: self.entry.key_alias.as_deref(),
             reason: None,
         });
-        set_attributes(&Span::current(), || {
-            [("http.response.status_code", i64::from(status).into())]
-        });
+        set_current_attributes(|| [("http.response.status_code", i64::from(status).into())]);
         self.entry.status = status;
         self.entry.latency_ms = elapsed.as_millis() as u64;
         let tokens = usage.as_ref().map_or(0, |usage| {

@@ -86,3 +86,15 @@ pub(super) fn set_parent(span: &Span, parent: &SpanContext) -> bool {
 pub(super) fn span_context(span: &Span) -> Option<SpanContext> {
     with_ids(span, |ids| ids.clone())
 }
+
+/// The current span's ids, if [`IdsLayer`] gave it some: read through the registry, with
+/// no handle on the span (whose release would go through every layer).
+pub(super) fn current_span_context() -> Option<SpanContext> {
+    tracing::dispatcher::get_default(|dispatch| {
+        let current = dispatch.current_span();
+        let registry = dispatch.downcast_ref::<Registry>()?;
+        let span = registry.span(current.id()?)?;
+        let extensions = span.extensions();
+        extensions.get::<Ids>().map(|ids| ids.0.clone())
+    })
+}
