@@ -7,10 +7,10 @@
 //! [`super::continue_trace`] and [`super::inject_headers`] read and change it as they do
 //! the OpenTelemetry layer's.
 
-use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
+use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceState};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use tracing::span::{Attributes, Id};
-use tracing::{Span, Subscriber};
+use tracing::{Dispatch, Span, Subscriber};
 use tracing_subscriber::Registry;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
@@ -33,53 +33,61 @@ where
             return;
         };
         let generator = RandomIdGenerator::default();
-        let parent = span
-            .parent()
-            .and_then(|parent| parent.extensions().get::<Ids>().map(|ids| ids.0.clone()));
-        let ids = match parent {
-            Some(parent) => SpanContext::new(
-                parent.trace_id(),
-                generator.new_span_id(),
-                parent.trace_flags(),
-                false,
-                parent.trace_state().clone(),
-            ),
-            None => SpanContext::new(
+        let parent = span.parent();
+        let inherited = parent.as_ref().and_then(|parent| {
+            let extensions = parent.extensions();
+            let ids = extensions.get::<Ids>()?;
+            Some(in_trace_of(&ids.0, generator.new_span_id()))
+        });
+        let ids = inherited.unwrap_or_else(|| {
+            SpanContext::new(
                 generator.new_trace_id(),
                 generator.new_span_id(),
                 TraceFlags::SAMPLED,
                 false,
                 TraceState::default(),
-            ),
-        };
+            )
+        });
         span.extensions_mut().insert(Ids(ids));
     }
 }
 
+/// The ids of a span `span_id` in `parent`'s trace: its trace id, sampling decision and
+/// state.
+fn in_trace_of(parent: &SpanContext, span_id: SpanId) -> SpanContext {
+    SpanContext::new(
+        parent.trace_id(),
+        span_id,
+        parent.trace_flags(),
+        false,
+        parent.trace_state().clone(),
+    )
+}
+
+/// Calls `change` with the ids of the span `id` of `dispatch`, if [`IdsLayer`] gave it
+/// some: read through the registry, with no handle on the span (whose release would go
+/// through every layer).
+fn with_ids_of<R>(
+    dispatch: &Dispatch,
+    id: &Id,
+    change: impl FnOnce(&mut SpanContext) -> R,
+) -> Option<R> {
+    let registry = dispatch.downcast_ref::<Registry>()?;
+    let span = registry.span(id)?;
+    let mut extensions = span.extensions_mut();
+    extensions.get_mut::<Ids>().map(|ids| change(&mut ids.0))
+}
+
 /// Calls `change` with `span`'s ids, if [`IdsLayer`] gave it some.
 fn with_ids<R>(span: &Span, change: impl FnOnce(&mut SpanContext) -> R) -> Option<R> {
-    span.with_subscriber(|(id, dispatch)| {
-        let registry = dispatch.downcast_ref::<Registry>()?;
-        let span = registry.span(id)?;
-        let mut extensions = span.extensions_mut();
-        extensions.get_mut::<Ids>().map(|ids| change(&mut ids.0))
-    })
-    .flatten()
+    span.with_subscriber(|(id, dispatch)| with_ids_of(dispatch, id, change))
+        .flatten()
 }
 
 /// Makes `span` part of `parent`'s trace (its own span id kept); false when `span` has no
 /// ids of [`IdsLayer`]'s.
 pub(super) fn set_parent(span: &Span, parent: &SpanContext) -> bool {
-    with_ids(span, |ids| {
-        *ids = SpanContext::new(
-            parent.trace_id(),
-            ids.span_id(),
-            parent.trace_flags(),
-            false,
-            parent.trace_state().clone(),
-        );
-    })
-    .is_some()
+    with_ids(span, |ids| *ids = in_trace_of(parent, ids.span_id())).is_some()
 }
 
 /// `span`'s ids, if [`IdsLayer`] gave it some.
@@ -87,14 +95,9 @@ pub(super) fn span_context(span: &Span) -> Option<SpanContext> {
     with_ids(span, |ids| ids.clone())
 }
 
-/// The current span's ids, if [`IdsLayer`] gave it some: read through the registry, with
-/// no handle on the span (whose release would go through every layer).
+/// The current span's ids, if [`IdsLayer`] gave it some.
 pub(super) fn current_span_context() -> Option<SpanContext> {
     tracing::dispatcher::get_default(|dispatch| {
-        let current = dispatch.current_span();
-        let registry = dispatch.downcast_ref::<Registry>()?;
-        let span = registry.span(current.id()?)?;
-        let extensions = span.extensions();
-        extensions.get::<Ids>().map(|ids| ids.0.clone())
+        with_ids_of(dispatch, dispatch.current_span().id()?, |ids| ids.clone())
     })
 }
