@@ -31,6 +31,7 @@ pub mod responses;
 mod retry;
 mod rewrite;
 mod routing;
+mod scan;
 mod service;
 mod session;
 mod settling;

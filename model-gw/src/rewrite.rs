@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::scan;
 use crate::strict::{self, Refusal};
 pub use crate::usage::Usage;
 
@@ -46,9 +47,9 @@ impl Members<'_> {
 }
 
 /// Where `value`, a member's raw text borrowed from `data`, lies in it.
-fn range_in(data: &[u8], value: &RawValue) -> Option<std::ops::Range<usize>> {
-    let start = (value.get().as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-    let end = start.checked_add(value.get().len())?;
+fn range_in(data: &[u8], value: &[u8]) -> Option<std::ops::Range<usize>> {
+    let start = (value.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+    let end = start.checked_add(value.len())?;
     (end <= data.len()).then_some(start..end)
 }
 
@@ -59,17 +60,17 @@ fn drop_result<T, E>(_: Result<T, E>) {}
 const NESTED: [&str; 2] = ["response", "message"];
 
 /// The answer's `usage`, at the top or in a [`NESTED`] object.
-fn usage_of(members: &Members<'_>) -> Option<Usage> {
-    let top = |members: &Members<'_>| {
+fn usage_of(members: &scan::Members<'_>) -> Option<Usage> {
+    let top = |members: &scan::Members<'_>| {
         members
             .get("usage")
-            .and_then(|raw| serde_json::from_str::<Option<Usage>>(raw.get()).ok())
+            .and_then(|raw| serde_json::from_slice::<Option<Usage>>(raw).ok())
             .flatten()
     };
     top(members).or_else(|| {
-        NESTED.iter().find_map(|name| {
-            top(&serde_json::from_str::<Members<'_>>(members.get(name)?.get()).ok()?)
-        })
+        NESTED
+            .iter()
+            .find_map(|name| top(&scan::Members::of(members.get(name)?)?))
     })
 }
 
@@ -161,7 +162,7 @@ impl<'a> ChatRequest<'a> {
 
     /// Where a member's value lies in the body.
     fn span(&self, value: &RawValue) -> std::ops::Range<usize> {
-        range_in(self.body, value).unwrap_or_default()
+        range_in(self.body, value.get().as_bytes()).unwrap_or_default()
     }
 
     /// The body to send upstream, as pieces of the client's body and new text: `model`
@@ -280,7 +281,7 @@ pub(crate) fn stream_event<'a>(
     model: &str,
     hide_usage: bool,
 ) -> (Option<Cow<'a, [u8]>>, Option<Usage>) {
-    let Ok(members) = serde_json::from_slice::<Members<'_>>(data) else {
+    let Some(members) = scan::Members::of(data) else {
         return (Some(Cow::Borrowed(data)), None);
     };
     let usage = usage_of(&members);
@@ -293,27 +294,26 @@ pub(crate) fn stream_event<'a>(
 
 /// The usage a whole answer reports, read as [`rename_model`] reads it, without renaming.
 pub(crate) fn usage(body: &[u8]) -> Option<Usage> {
-    usage_of(&serde_json::from_slice::<Members<'_>>(body).ok()?)
+    usage_of(&scan::Members::of(body)?)
 }
 
 /// `data` (whose top-level members are `members`) with `model` renamed, when it must be:
 /// every value of a member named `model` replaced by `model`'s JSON text in place, the
 /// rest of the text as it came.
-fn renamed(data: &[u8], members: &Members<'_>, model: &str) -> Option<Vec<u8>> {
+fn renamed(data: &[u8], members: &scan::Members<'_>, model: &str) -> Option<Vec<u8>> {
     let Some(current) = members.get("model") else {
-        return NESTED.iter().find_map(|name| {
-            let nested = serde_json::from_str::<Members<'_>>(members.get(name)?.get()).ok()?;
-            renamed(data, &nested, model)
-        });
+        return NESTED
+            .iter()
+            .find_map(|name| renamed(data, &scan::Members::of(members.get(name)?)?, model));
     };
-    let current = serde_json::from_str::<Cow<'_, str>>(current.get()).ok()?;
+    let current = serde_json::from_slice::<Cow<'_, str>>(current).ok()?;
     if current == model {
         return None;
     }
     let text = serde_json::to_vec(model).ok()?;
     let mut out = Vec::with_capacity(data.len() + text.len());
     let mut copied = 0;
-    for (_, value) in members.0.iter().filter(|(name, _)| name == "model") {
+    for value in members.all("model") {
         let range = range_in(data, value)?;
         out.extend_from_slice(data.get(copied..range.start)?);
         out.extend_from_slice(&text);
@@ -324,10 +324,10 @@ fn renamed(data: &[u8], members: &Members<'_>, model: &str) -> Option<Vec<u8>> {
 }
 
 /// Whether a chunk's `choices` is an empty list.
-fn no_choices(members: &Members<'_>) -> bool {
+fn no_choices(members: &scan::Members<'_>) -> bool {
     members.get("choices").is_some_and(|choices| {
-        choices.get().trim_start().starts_with('[')
-            && serde_json::from_str::<Vec<serde::de::IgnoredAny>>(choices.get())
+        choices.starts_with(b"[")
+            && serde_json::from_slice::<Vec<serde::de::IgnoredAny>>(choices)
                 .is_ok_and(|choices| choices.is_empty())
     })
 }
