@@ -67,6 +67,12 @@ pub(crate) struct SpendLog {
     /// The generations of keys' and of teams' and users' records: every share is given
     /// back when either moves (a budget or a spend changed), on every replica.
     changes: [watch::Receiver<Option<u64>>; 2],
+    /// The runtime the gateway was built on, which outlives the servers' threads: every
+    /// write is driven there, to its end, whoever asked for it. A write stopped half way
+    /// (its task dropped with a serving thread's runtime at a stop, or its caller's
+    /// future with a client that left) would lose what it had taken from the queue, and
+    /// cannot be put back blindly: the store may have applied it.
+    runtime: tokio::runtime::Handle,
 }
 
 /// Conversations remembered as owned at most; past it the memory starts again.
@@ -247,6 +253,7 @@ impl SpendLog {
             owned: WrittenOnce::new(MAX_OWNED_REMEMBERED),
             settling: Settling::default(),
             shares: Shares::default(),
+            runtime: tokio::runtime::Handle::current(),
         }
     }
 
@@ -277,7 +284,7 @@ impl SpendLog {
     /// Writes the batch now, after the write under way (a management call reads what the
     /// calls spent; a refused admission's retry needs the shares given back): whether
     /// settlements were queued.
-    pub(crate) async fn write_settles_now(&self) -> bool {
+    pub(crate) async fn write_settles_now(self: &Arc<Self>) -> bool {
         let queued = self
             .queue
             .lock()
@@ -314,7 +321,7 @@ impl SpendLog {
             return;
         }
         let log = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             loop {
                 tokio::time::sleep(SWEEP_EVERY).await;
                 let Some(log) = log.upgrade() else {
@@ -389,7 +396,7 @@ impl SpendLog {
     /// if none is under way.
     fn spawn_ledger_writer(self: &Arc<Self>) {
         let log = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             tokio::time::sleep(LEDGER_DELAY).await;
             let Some(log) = log.upgrade() else {
                 return;
@@ -423,7 +430,7 @@ impl SpendLog {
     /// Queues `settle` for the settlements' writer, started if none runs.
     pub(crate) fn settle_soon(self: &Arc<Self>, settle: Settle) {
         if self.settling.push(settle) {
-            tokio::spawn(self.clone().settle_queued());
+            self.runtime.spawn(self.clone().settle_queued());
         }
     }
 
@@ -467,13 +474,13 @@ impl SpendLog {
         // Weak: a stopped gateway (which flushed its queue) is not kept alive, nor its
         // store open, by a write that has nothing left to do.
         let log = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.runtime.spawn(async move {
             tokio::time::sleep(SPEND_LOG_DELAY).await;
             let mut wait = RETRY_FIRST;
             // Until the counters are stored: this write stays the scheduled one, so
             // that the calls meanwhile schedule no other.
             while let Some(log) = log.upgrade() {
-                if log.write(true).await {
+                if log.write_batches(true).await {
                     return;
                 }
                 drop(log);
@@ -485,7 +492,7 @@ impl SpendLog {
 
     /// Writes the entries still queued: once the server has stopped, so that a stop loses
     /// none.
-    pub(crate) async fn flush(&self) {
+    pub(crate) async fn flush(self: &Arc<Self>) {
         // The settlements under way first: one the store refuses joins the queue. Any
         // still queued (their writer never ran: the runtime is stopping) join it too.
         self.settling.caught_up(CATCH_UP_AT_MOST).await;
@@ -525,8 +532,18 @@ impl SpendLog {
     /// batch at most every [`SPEND_LOG_DELAY`]: under load a batch holds the calls of that
     /// time whatever the store's speed (written back to back, a quicker store made more,
     /// smaller batches, each a store write). `false` when the counters could not be
-    /// stored (they stay queued).
-    async fn write(&self, delayed: bool) -> bool {
+    /// stored (they stay queued). Driven on the gateway's runtime, to its end: its caller
+    /// may leave meanwhile.
+    async fn write(self: &Arc<Self>, delayed: bool) -> bool {
+        let log = self.clone();
+        self.runtime
+            .spawn(async move { log.write_batches(delayed).await })
+            .await
+            .unwrap_or(false)
+    }
+
+    /// [`Self::write`], in the task that asked for it: one that is never stopped half way.
+    async fn write_batches(&self, delayed: bool) -> bool {
         loop {
             let started = tokio::time::Instant::now();
             let writing = self.writer.lock().await;

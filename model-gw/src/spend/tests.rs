@@ -148,3 +148,40 @@ fn a_kept_text_is_cut_at_its_bound_and_at_a_character_boundary() {
         format!("{}é", "a".repeat(MAX_KEPT_TEXT - 1))
     );
 }
+
+/// A write asked for on a serving thread whose runtime then ends (a server's threads end
+/// with it at a stop) is made all the same: the writers run on the runtime the spend log
+/// was built on, so none is dropped half way with what it took from the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_write_asked_on_a_thread_that_ends_is_made() {
+    let (_dir, store) = crate::support::embedded_store().await;
+    let log = Arc::new(SpendLog::new(store.clone(), SpendLogRetention::default()));
+    let serving = log.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let entry = SpendLogEntry {
+            started_at_ms: crate::support::now_ms(),
+            ..call("conv-a")
+        };
+        runtime.block_on(async { serving.log_soon((entry, None)) });
+        // Dropped here, as a serving thread's runtime is, with the tasks spawned on it.
+    })
+    .join()
+    .expect("serving thread");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let written = store.spend_log.spend_logs(10).await.expect("spend logs");
+        if !written.is_empty() {
+            assert_eq!(written[0].spend, Some(0.5));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the entry was never written"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
