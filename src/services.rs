@@ -162,6 +162,7 @@ async fn sandbox_config(args: &SandboxArgs, data_dir: &Path) -> anyhow::Result<S
                     egress: args.sandbox_egress,
                 },
                 doors: args.sandbox_doors.clone(),
+                isolation: args.sandbox_isolation,
             };
             tracing::info!(root = %options.root.display(), "sandbox driver: process (local processes)");
             tracing::warn!(

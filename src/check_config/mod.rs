@@ -28,6 +28,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use sandgate_runtime_api::sandboxes::kubernetes::PodSecurity;
+use sandgate_runtime_api::sandboxes::process_isolation::Requirement;
 
 use crate::cli::SandboxDriverKind;
 
@@ -126,6 +127,8 @@ pub struct RuntimeApiSettings {
     pub start_request: Option<PathBuf>,
     /// `SANDBOX_READ_ONLY_PATHS`: what every process sandbox sees besides its own.
     pub sandbox_read_only_paths: Vec<PathBuf>,
+    /// `SANDBOX_ISOLATION`: whether a process sandbox must get a view and a network.
+    pub sandbox_isolation: Requirement,
 }
 
 /// The binary's defaults, so tests state only what they change.
@@ -157,6 +160,7 @@ impl Default for RuntimeApiSettings {
             sandbox_pod_security: PodSecurity::Restricted,
             start_request: None,
             sandbox_read_only_paths: Vec::new(),
+            sandbox_isolation: Requirement::Required,
         }
     }
 }

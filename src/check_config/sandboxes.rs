@@ -3,7 +3,7 @@
 
 use sandgate_runtime_api::admin::installer::Installer;
 use sandgate_runtime_api::sandboxes::process::check_program;
-use sandgate_runtime_api::sandboxes::process_isolation::Isolation;
+use sandgate_runtime_api::sandboxes::process_isolation::{Isolation, Requirement};
 
 use super::kubernetes::kubernetes;
 use super::quantity::{format_bytes, parse_bytes};
@@ -12,12 +12,27 @@ use super::{Finding, RuntimeApiSettings, Severity};
 const RUNTIME_ID: &str = "{runtime_id}";
 
 /// With the process driver, what this machine does not let it do to keep sandboxes from
-/// Sandgate and from each other (as `serve` says at start), one warning each.
+/// Sandgate and from each other (as `serve` says at start), one warning each; where they
+/// would get no view or no network of their own, the refusal `serve` would make, unless
+/// `SANDBOX_ISOLATION` is best effort.
 pub fn process_isolation(settings: &RuntimeApiSettings) -> Vec<Finding> {
     if settings.sandbox_driver != crate::cli::SandboxDriverKind::Process {
         return Vec::new();
     }
-    Isolation::detect()
+    isolation_findings(settings.sandbox_isolation, &Isolation::detect())
+}
+
+fn isolation_findings(requirement: Requirement, isolation: &Isolation) -> Vec<Finding> {
+    if requirement == Requirement::Required
+        && let Some(shortfall) = isolation.shortfall()
+    {
+        return vec![Finding::new(
+            Severity::Fatal,
+            "SANDBOX_ISOLATION",
+            format!("process: {shortfall}"),
+        )];
+    }
+    isolation
         .gaps()
         .into_iter()
         .map(|gap| {
@@ -293,19 +308,28 @@ mod tests {
     #[test]
     fn the_process_driver_says_what_isolation_this_machine_lacks() {
         assert!(process_isolation(&settings()).is_empty(), "local driver");
-        let process = RuntimeApiSettings {
-            sandbox_driver: crate::cli::SandboxDriverKind::Process,
-            ..settings()
-        };
-        let findings = process_isolation(&process);
-        // No machine Sandgate runs on gets per-sandbox cgroups from it.
-        assert!(
-            findings
-                .iter()
-                .any(|finding| finding.to_string().contains("cgroup")),
-            "{findings:?}"
-        );
-        assert!(findings.iter().all(|finding| !finding.is_error()));
+        let bare = Isolation::none();
+        // Where sandboxes would get neither a view nor a network of their own, `serve`
+        // refuses to start, and says what to install and how to go on regardless.
+        let refused = isolation_findings(Requirement::Required, &bare);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(refused[0].severity, Severity::Fatal);
+        let said = refused[0].to_string();
+        for part in ["bubblewrap", "passt", "SANDBOX_ISOLATION=best-effort"] {
+            assert!(said.contains(part), "{part}: {said}");
+        }
+        // Best effort: it starts, and every gap is a warning, cgroups included (no
+        // machine Sandgate runs on gets per-sandbox cgroups from it).
+        let warned = isolation_findings(Requirement::BestEffort, &bare);
+        assert!(warned.iter().all(|finding| !finding.is_error()));
+        for part in ["cgroup", "no view of its own", "no network of its own"] {
+            assert!(
+                warned
+                    .iter()
+                    .any(|finding| finding.to_string().contains(part)),
+                "{part}: {warned:?}"
+            );
+        }
     }
 
     /// The production layout of docs/install.md.

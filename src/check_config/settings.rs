@@ -67,6 +67,7 @@ impl RuntimeApiSettings {
             sandbox_pod_security: sandboxes.sandbox_pod_security,
             start_request: None,
             sandbox_read_only_paths: sandboxes.sandbox_read_only_paths.clone(),
+            sandbox_isolation: sandboxes.sandbox_isolation,
         }
     }
 }

@@ -174,6 +174,13 @@ pub struct SandboxArgs {
     /// forwarded to this machine's loopback.
     #[arg(long, env = "SANDBOX_EGRESS", default_value = "internet")]
     pub sandbox_egress: sandgate_runtime_api::sandboxes::process::Egress,
+    /// Whether the `process` driver starts on a machine that cannot give each sandbox a
+    /// view of its own (bubblewrap) and a network of its own (pasta): `required` (it
+    /// refuses to start, saying what is missing: without them a sandbox reads Sandgate's
+    /// files, its store among them, and reaches this machine's loopback services) or
+    /// `best-effort` (it starts and says what sandboxes lack; for code you trust).
+    #[arg(long, env = "SANDBOX_ISOLATION", default_value = "required")]
+    pub sandbox_isolation: sandgate_runtime_api::sandboxes::process_isolation::Requirement,
     /// Ports of this machine's loopback a `process` sandbox reaches at the same port of its
     /// own loopback, beside Sandgate's own (`serve`) and the webhooks its start names:
     /// `PORT` or `INSIDE:OUTSIDE`, comma-separated; for an edge run apart from the runtime

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
 use serde_json::{Value, json};
 
 use crate::common::{RUNTIME_KEY, SandgateProcess, WEBHOOK_KEY};
@@ -403,23 +404,10 @@ async fn a_warm_pool_of_processes_is_claimed_ready() {
 async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
     use sandgate_runtime_api::ambient::{Clock, SystemClock};
     use sandgate_runtime_api::sandboxes::driver::SandboxDriver;
-    use sandgate_runtime_api::sandboxes::process::{ProcessDriver, ProcessOptions};
     use sandgate_store::SandboxSpec;
 
     let root = tempfile::tempdir().expect("root");
-    let driver = ProcessDriver::open(
-        ProcessOptions {
-            root: root.path().join("sandboxes"),
-            state: root.path().join("sandbox-state"),
-            read_only: Vec::new(),
-            port: 8000,
-            stop_grace: Duration::from_secs(1),
-            network: Default::default(),
-            doors: None,
-        },
-        &SystemClock,
-    )
-    .expect("driver");
+    let driver = ProcessDriver::open(driver_options(root.path()), &SystemClock).expect("driver");
     // A sandbox as the Kubernetes tests make one, running a program this machine has.
     let mut record = crate::kubernetes::sandbox("0rphan", None);
     record.spec = SandboxSpec {
@@ -442,6 +430,51 @@ async fn the_process_driver_lists_its_workloads_for_the_orphan_sweep() {
     driver.delete("0rphan").await.expect("delete");
     assert!(driver.workloads().await.expect("workloads").is_empty());
     assert!(!root.path().join("0rphan").exists());
+}
+
+/// The process driver's options on `data`, as `serve` gives them by default.
+fn driver_options(data: &Path) -> ProcessOptions {
+    ProcessOptions {
+        root: data.join("sandboxes"),
+        state: data.join("sandbox-state"),
+        read_only: Vec::new(),
+        port: 8000,
+        stop_grace: Duration::from_secs(1),
+        network: Default::default(),
+        doors: None,
+        isolation: Default::default(),
+    }
+}
+
+/// On a machine that can give sandboxes neither a view nor a network of their own (no
+/// bubblewrap, no pasta), where a sandbox would read Sandgate's store as its user, the
+/// driver does not start unless told that best effort will do; it says what to install.
+#[test]
+fn the_process_driver_refuses_a_machine_that_cannot_keep_sandboxes_apart() {
+    use sandgate_runtime_api::ambient::SystemClock;
+    use sandgate_runtime_api::sandboxes::process_isolation::{Isolation, Requirement};
+
+    let data = tempfile::tempdir().expect("data");
+    let refused =
+        ProcessDriver::open_on(driver_options(data.path()), Isolation::none(), &SystemClock)
+            .err()
+            .expect("refused by default");
+    for part in [
+        "no view of its own",
+        "no network of its own",
+        "bubblewrap",
+        "passt",
+        "SANDBOX_ISOLATION=best-effort",
+    ] {
+        assert!(refused.0.contains(part), "{part}: {refused}");
+    }
+    assert!(!data.path().join("sandboxes").exists(), "nothing made");
+    let best_effort = ProcessOptions {
+        isolation: Requirement::BestEffort,
+        ..driver_options(data.path())
+    };
+    ProcessDriver::open_on(best_effort, Isolation::none(), &SystemClock).expect("best effort");
+    assert!(data.path().join("sandboxes").is_dir());
 }
 
 /// Whether process `pid` still runs (a zombie waiting for its reaper does not).

@@ -69,7 +69,7 @@ use nix::unistd::Pid;
 use tokio::process::Child;
 
 use super::driver::{DriverError, Observed, SandboxDriver, SandboxKeys};
-use super::process_isolation::Isolation;
+use super::process_isolation::{Isolation, Requirement};
 use crate::ambient::Clock;
 use readiness::{PortOf, Probe};
 use sandgate_store::{SandboxState, StoredSandbox};
@@ -98,6 +98,8 @@ pub struct ProcessOptions {
     pub network: NetworkOptions,
     /// Where it has one, how it reaches Sandgate: through a door of its own (`door.rs`).
     pub doors: Option<Doors>,
+    /// Whether it starts where sandboxes cannot get a view and a network of their own.
+    pub isolation: Requirement,
 }
 
 /// What the driver knows of one sandbox's process.
@@ -162,7 +164,21 @@ impl ProcessDriver {
     /// behind are stopped; the ports of its sandboxes are read back.
     pub fn open(options: ProcessOptions, clock: &dyn Clock) -> Result<Self, DriverError> {
         super::process_isolation::protect_sandgate();
-        let isolation = Isolation::detect();
+        Self::open_on(options, Isolation::detect(), clock)
+    }
+
+    /// [`Self::open`] with what this machine lets the driver do: refused where sandboxes
+    /// would not be kept apart, unless `options.isolation` is best effort.
+    pub fn open_on(
+        options: ProcessOptions,
+        isolation: Isolation,
+        clock: &dyn Clock,
+    ) -> Result<Self, DriverError> {
+        if options.isolation == Requirement::Required
+            && let Some(shortfall) = isolation.shortfall()
+        {
+            return Err(DriverError(shortfall));
+        }
         for gap in isolation.gaps() {
             tracing::warn!("sandbox driver: process: {gap}");
         }

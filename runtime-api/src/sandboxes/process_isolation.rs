@@ -21,6 +21,10 @@
 //! Per-sandbox cgroups are not made: where cgroups are v1 (as on the machines Sandgate is
 //! tested on) a root process could make them, but a process moved in after its spawn may
 //! have forked already; memory is bounded by `RLIMIT_AS` instead.
+//!
+//! Where a sandbox would get no view or no network of its own, the driver does not start
+//! unless `SANDBOX_ISOLATION` is best effort ([`Requirement`]): a machine missing
+//! bubblewrap would otherwise hand every sandbox Sandgate's files, its store among them.
 
 use std::path::{Path, PathBuf};
 
@@ -94,6 +98,31 @@ pub struct Identity {
     pub inside: Option<Ids>,
 }
 
+/// Whether the `process` driver starts on a machine that cannot give sandboxes a view and
+/// a network of their own (`SANDBOX_ISOLATION`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Requirement {
+    /// It refuses to start, saying what is missing: a sandbox runs code nobody read.
+    #[default]
+    Required,
+    /// It starts, and says what sandboxes lack; for code the operator trusts.
+    BestEffort,
+}
+
+impl std::str::FromStr for Requirement {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "required" => Ok(Self::Required),
+            "best-effort" => Ok(Self::BestEffort),
+            other => Err(format!(
+                "{other:?} is neither \"required\" nor \"best-effort\""
+            )),
+        }
+    }
+}
+
 impl Isolation {
     /// Probes this machine: whether Sandgate is root, and whether a sandbox's view can be
     /// made by the uid sandboxes run as.
@@ -135,36 +164,58 @@ impl Isolation {
                     .to_owned(),
             );
         }
-        if self.view.is_none() {
-            gaps.push(
-                "no view of its own (bubblewrap, setpriv or sh is missing, or a sandbox's uid \
-                 cannot make a user, mount and PID namespace here): a sandbox sees this \
-                 machine's files and processes as its uid, works in its own directory \
-                 rather than at the absolute path its spec names, and a process it detaches \
-                 (setsid) can outlive it"
-                    .to_owned(),
-            );
-        }
-        if self.network.is_none() {
-            gaps.push(
-                if self.root {
-                    "no network of its own (pasta, from Debian's package passt, or iproute2's ip \
-                 is missing, or there is no view): sandboxes share this machine's network, \
-                 its loopback services and each other's ports"
-                } else {
-                    "no network of its own (without root it needs pasta, from Debian's package \
-                 passt, iproute2's ip, util-linux's nsenter, /dev/net/tun open to Sandgate's \
-                 user for reading and writing (mode 0666, as Debian's udev makes it), and \
-                 user namespaces with capabilities inside them): sandboxes share this \
-                 machine's network, its loopback services and each other's ports"
-                }
-                .to_owned(),
-            );
-        }
+        gaps.extend(self.view_gap().map(str::to_owned));
+        gaps.extend(self.network_gap().map(str::to_owned));
         if self.prlimit.is_none() {
             gaps.push("no prlimit: sandboxes run without rlimits".to_owned());
         }
         gaps
+    }
+
+    /// Why sandboxes would not be kept from Sandgate and from each other here: without a
+    /// view of their own they read Sandgate's files (its store among them) as its uid or
+    /// theirs; without a network of their own they reach this machine's loopback services
+    /// and each other's ports. `None` when they have both.
+    pub fn shortfall(&self) -> Option<String> {
+        let gaps: Vec<&str> = [self.view_gap(), self.network_gap()]
+            .into_iter()
+            .flatten()
+            .collect();
+        (!gaps.is_empty()).then(|| {
+            format!(
+                "this machine cannot keep process sandboxes from Sandgate and from each other: \
+                 {}; install what is missing (Debian's bubblewrap, passt and iproute2), or \
+                 set SANDBOX_ISOLATION=best-effort to run sandboxes without it, for code you \
+                 trust",
+                gaps.join("; ")
+            )
+        })
+    }
+
+    fn view_gap(&self) -> Option<&'static str> {
+        self.view.is_none().then_some(
+            "no view of its own (bubblewrap, setpriv or sh is missing, or a sandbox's uid \
+             cannot make a user, mount and PID namespace here): a sandbox sees this machine's \
+             files and processes as its uid, works in its own directory rather than at the \
+             absolute path its spec names, and a process it detaches (setsid) can outlive it",
+        )
+    }
+
+    fn network_gap(&self) -> Option<&'static str> {
+        if self.network.is_some() {
+            return None;
+        }
+        Some(if self.root {
+            "no network of its own (pasta, from Debian's package passt, or iproute2's ip is \
+             missing, or there is no view): sandboxes share this machine's network, its \
+             loopback services and each other's ports"
+        } else {
+            "no network of its own (without root it needs pasta, from Debian's package passt, \
+             iproute2's ip, util-linux's nsenter, /dev/net/tun open to Sandgate's user for \
+             reading and writing (mode 0666, as Debian's udev makes it), and user namespaces \
+             with capabilities inside them): sandboxes share this machine's network, its \
+             loopback services and each other's ports"
+        })
     }
 
     /// Who a sandbox with this spec is. A `run_as_user` of 0 is not honoured.
