@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -117,16 +118,35 @@ impl Answer {
                     UpstreamError::silent()
                 });
             };
-            match frame {
-                None => return Ok(None),
-                Some(Err(err)) => return Err(UpstreamError::of_body(err)),
-                // Trailers, or nothing: read on.
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if !data.is_empty() => return Ok(Some(data)),
-                    _ => {}
-                },
+            if let Some(read) = data(frame) {
+                return read;
             }
         }
+    }
+
+    /// What [`Self::chunk`] would give if the upstream connection has it already (its
+    /// task has decoded it), without waiting; `None` when nothing is in yet.
+    pub(crate) fn ready_chunk(&mut self) -> Option<Result<Option<Bytes>, UpstreamError>> {
+        loop {
+            if let Some(read) = data(self.body.frame().now_or_never()?) {
+                return Some(read);
+            }
+        }
+    }
+}
+
+/// A body's frame as its bytes (`None` at its end); `None` for a frame without any
+/// (trailers, or an empty one): read on.
+fn data(
+    frame: Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>,
+) -> Option<Result<Option<Bytes>, UpstreamError>> {
+    match frame {
+        None => Some(Ok(None)),
+        Some(Err(err)) => Some(Err(UpstreamError::of_body(err))),
+        Some(Ok(frame)) => match frame.into_data() {
+            Ok(data) if !data.is_empty() => Some(Ok(Some(data))),
+            _ => None,
+        },
     }
 }
 

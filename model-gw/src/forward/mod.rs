@@ -346,6 +346,7 @@ impl Forwarder {
                 response,
                 editor: StreamEditor::new(&call, self.limits.max_event_bytes),
                 record,
+                stashed: None,
             }),
             span: Span::current(),
         };

@@ -40,6 +40,23 @@ pub(crate) struct Live {
     pub(crate) response: Answer,
     pub(crate) editor: StreamEditor,
     pub(crate) record: CallRecord,
+    /// What a gathering read took of the upstream that is not an event: its end or its
+    /// failure, for the next read.
+    pub(crate) stashed: Option<Result<Option<bytes::Bytes>, super::failure::UpstreamError>>,
+}
+
+/// The most of an upstream's burst one message gathers.
+const BURST_BYTES: usize = 64 * 1024;
+
+fn overflowed(span: &Span) -> Read {
+    let _entered = span.enter();
+    tracing::warn!("an upstream stream's line is longer than the limit; ended");
+    Read::Failed(
+        ErrorCode::BadGateway,
+        502,
+        "an event of the upstream's stream is longer than the limit (--gateway-max-event-bytes)"
+            .to_owned(),
+    )
 }
 
 /// What one read of the upstream gave.
@@ -53,23 +70,24 @@ enum Read {
 }
 
 impl Live {
-    /// Reads the upstream's next chunk, by `deadline`. What it logs is in `span` (entered
-    /// for that only: entering and leaving a span at every read of a stream cost a tenth
-    /// of a streamed call's instructions).
+    /// Reads the upstream's next chunk, by `deadline`, and what else of a burst is in
+    /// already. What it logs is in `span` (entered for that only: entering and leaving a
+    /// span at every read of a stream cost a tenth of a streamed call's instructions).
     async fn read(&mut self, deadline: tokio::time::Instant, span: &Span) -> Read {
-        match self.response.chunk(deadline).await {
+        if self.editor.overflowed() {
+            return overflowed(span);
+        }
+        let next = match self.stashed.take() {
+            Some(read) => read,
+            None => self.response.chunk(deadline).await,
+        };
+        match next {
             Ok(Some(chunk)) => {
-                self.record.bytes_read += chunk.len() as u64;
-                let out = self.editor.push(&chunk);
+                let mut out = self.take(&chunk);
                 if self.editor.overflowed() {
-                    let _entered = span.enter();
-                    tracing::warn!("an upstream stream's line is longer than the limit; ended");
-                    return Read::Failed(
-                        ErrorCode::BadGateway,
-                        502,
-                        "an event of the upstream's stream is longer than the limit (--gateway-max-event-bytes)".to_owned(),
-                    );
+                    return overflowed(span);
                 }
+                self.gather(&mut out).await;
                 Read::Events(out)
             }
             Err(err) => {
@@ -80,6 +98,38 @@ impl Live {
             }
             Ok(None) => Read::End(self.editor.finish()),
         }
+    }
+
+    /// A burst (events the upstream sent faster than they are relayed): what its
+    /// connection has in already joins `out`, one message and one write to the client
+    /// rather than one per event, up to [`BURST_BYTES`]. The yield lets the connection's
+    /// task, on this thread, decode its next chunk: the body's channel holds one. Not past
+    /// the answer's last event (its settlement starts there), nor past a line over the
+    /// limit (the next read fails).
+    async fn gather(&mut self, out: &mut Vec<u8>) {
+        while !self.editor.ended() && out.len() < BURST_BYTES {
+            tokio::task::yield_now().await;
+            match self.response.ready_chunk() {
+                None => return,
+                Some(Ok(Some(chunk))) => {
+                    let more = self.take(&chunk);
+                    if self.editor.overflowed() {
+                        return;
+                    }
+                    out.extend_from_slice(&more);
+                }
+                Some(read) => {
+                    self.stashed = Some(read);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `chunk` edited.
+    fn take(&mut self, chunk: &[u8]) -> Vec<u8> {
+        self.record.bytes_read += chunk.len() as u64;
+        self.editor.push(chunk)
     }
 
     /// The spend log entry: charged the usage the stream reported, or the estimate where
@@ -133,10 +183,12 @@ impl Relay {
     /// goes back to the pool: for [`AFTER_LAST_EVENT`] at most (an upstream that holds its
     /// stream open after the last event is closed then, as when the client leaves).
     fn settle_at_last_event(&mut self) -> Option<Finished> {
+        // Nothing is stashed past the last event: a gathering read stops there.
         let Live {
             mut response,
             editor,
             record,
+            ..
         } = self.live.take()?;
         let entry = {
             let _entered = self.span.enter();

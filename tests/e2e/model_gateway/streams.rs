@@ -122,3 +122,153 @@ async fn a_streamed_response_names_the_asked_model_in_its_events_and_logs_its_us
     let logs = gateway.spend_logs(1).await;
     assert_eq!(logs[0]["total_tokens"], 11);
 }
+
+/// Events an upstream sends faster than they are relayed (a provider's tokens queued
+/// behind a slow reader; here thirty in one write) reach the client in a few writes
+/// rather than one each, every event still renamed and in order, the usage counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_events_reaches_the_client_in_a_few_writes() {
+    let upstream = burst_upstream().await;
+    let config = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        config.path(),
+        format!(
+            "model_list:\n  - model_name: burst\n    gateway_params: {{model: openai/provider-model, \
+             api_base: \"http://{upstream}/v1\", api_key: {UPSTREAM_KEY}}}\n"
+        ),
+    )
+    .expect("write config");
+    let path = config.path().display().to_string();
+    let sandgate = crate::common::Sandgate::start_with(
+        &Backend::embedded(),
+        &["--gateway-config", &path, "--proxy-master-key", MASTER_KEY],
+    )
+    .await;
+    let mut body = chat_body("burst");
+    body["stream"] = true.into();
+    let response = sandgate
+        .client
+        .post(sandgate.url("/v1/chat/completions"))
+        .bearer_auth(MASTER_KEY)
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    // Each piece the client reads is one chunk of the gateway's chunked answer: one
+    // write of the relay.
+    let mut pieces = 0;
+    let mut text = String::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        pieces += 1;
+        text.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
+    }
+    let events: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+    let contents: Vec<String> = events[..events.len() - 1]
+        .iter()
+        .map(|event| {
+            let event: Value = serde_json::from_str(event).expect("JSON event");
+            assert_eq!(event["model"], "burst", "{event}");
+            event["choices"][0]["delta"]["content"]
+                .as_str()
+                .expect("content")
+                .to_owned()
+        })
+        .collect();
+    let sent: Vec<String> = (0..BURST_EVENTS)
+        .map(|index| format!("token {index} "))
+        .collect();
+    assert_eq!(contents, sent);
+    assert!(
+        pieces <= 3,
+        "{pieces} writes for {BURST_EVENTS} events: one per event, not gathered"
+    );
+    let gateway = Gateway {
+        sandgate,
+        upstream: FakeUpstream::start().await,
+        config,
+    };
+    let logs = gateway.spend_logs(1).await;
+    assert_eq!(logs[0]["completion_tokens"], BURST_EVENTS);
+    assert_eq!(logs[0]["status"], 200);
+}
+
+/// Events of [`burst_upstream`]'s answer.
+const BURST_EVENTS: usize = 30;
+
+/// An upstream answering every request with a stream of [`BURST_EVENTS`] events, each
+/// a chunk of its own, all in one write; its address.
+async fn burst_upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let mut answer =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    let mut chunk = |data: &str| {
+        answer.extend_from_slice(format!("{:x}\r\n{data}\r\n", data.len()).as_bytes());
+    };
+    for index in 0..BURST_EVENTS {
+        let mut event = json!({
+            "id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "provider-model",
+            "choices": [{"index": 0, "delta": {"content": format!("token {index} ")}, "finish_reason": null}],
+        });
+        if index + 1 == BURST_EVENTS {
+            event["choices"][0]["finish_reason"] = "stop".into();
+            event["usage"] =
+                json!({"prompt_tokens": 5, "completion_tokens": BURST_EVENTS, "total_tokens": 35});
+        }
+        chunk(&format!("data: {event}\n\n"));
+    }
+    chunk("data: [DONE]\n\n");
+    answer.extend_from_slice(b"0\r\n\r\n");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut connection, _)) = listener.accept().await else {
+                return;
+            };
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                // The request's head and body (its length is in its head), then the answer.
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                loop {
+                    let Ok(read) = connection.read(&mut buffer).await else {
+                        return;
+                    };
+                    if read == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buffer[..read]);
+                    let text = String::from_utf8_lossy(&request).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|line| line.strip_prefix("content-length:"))
+                            .and_then(|value| value.trim().parse().ok())
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                if connection.write_all(&answer).await.is_err() {
+                    return;
+                }
+                // Kept open until the gateway closes it.
+                while connection
+                    .read(&mut buffer)
+                    .await
+                    .is_ok_and(|read| read > 0)
+                {}
+            });
+        }
+    });
+    address
+}
