@@ -336,12 +336,36 @@ fn report(targets: &[Target], figures: &[Vec<Figures>]) {
         "| requests/s at c64 | {:.2}× | at least 0.7× |",
         ratio(|f| f.rate_c64, false)
     );
-    println!(
-        "| added time to the first chunk | {:.2}× | at most 2× |",
-        ratio(|f| f.first_chunk_ms, true)
-    );
-    println!(
-        "| added time to the last chunk | {:.2}× | at most 2× |",
-        ratio(|f| f.last_chunk_ms, true)
-    );
+    // A proxy can make a stream's last chunk arrive sooner than the upstream alone's: the
+    // upstream writes each chunk on its own and the bench's client reads each, where a
+    // proxy that reads a burst at once passes it on in fewer writes. nginx's added time
+    // is then negative and a ratio to it means nothing; the difference to nginx's does.
+    for (name, pick) in [
+        ("first", (|f| f.first_chunk_ms) as fn(&Figures) -> f64),
+        ("last", |f| f.last_chunk_ms),
+    ] {
+        let nginx_added: Vec<f64> = figures[nginx]
+            .iter()
+            .zip(&figures[upstream])
+            .map(|(proxy, alone)| pick(proxy) - pick(alone))
+            .collect();
+        let beyond = median(
+            figures[sandgate]
+                .iter()
+                .zip(&figures[nginx])
+                .map(|(ours, theirs)| pick(ours) - pick(theirs))
+                .collect(),
+        );
+        let ratio = if nginx_added.iter().all(|added| *added > 0.0) {
+            format!("{:.2}×", ratio(pick, true))
+        } else {
+            format!(
+                "none: nginx adds {:+.3} ms in a round",
+                nginx_added.iter().copied().fold(f64::INFINITY, f64::min)
+            )
+        };
+        println!(
+            "| added time to the {name} chunk | {ratio} (Sandgate's {beyond:+.3} ms after nginx's) | at most 2× |"
+        );
+    }
 }
