@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::{health_baseline, healthy};
 use crate::common::{Backend, Sandgate, SandgateProcess, file_with, serve_args};
 use crate::gateway_keys::post;
-use crate::model_gateway::{FakeUpstream, MASTER_KEY};
+use crate::model_gateway::{FakeUpstream, MASTER_KEY, chunk, read_request};
 
 /// An upstream that answers every request with `answer`'s bytes: a head, then a body
 /// written until the gateway closes the connection (or `limit` bytes). Counts what it
@@ -69,31 +69,8 @@ impl HostileUpstream {
 const HOSTILE_LIMIT: u64 = 1 << 30;
 
 async fn serve_hostile(mut stream: TcpStream, kind: Hostile, written: &AtomicU64) {
-    // The request's head and body: read until the body's length is in.
-    let mut request = Vec::new();
-    let mut buffer = [0_u8; 8192];
-    loop {
-        let Ok(read) = stream.read(&mut buffer).await else {
-            return;
-        };
-        if read == 0 {
-            return;
-        }
-        request.extend_from_slice(&buffer[..read]);
-        let text = String::from_utf8_lossy(&request);
-        if let Some(end) = text.find("\r\n\r\n") {
-            let length = text[..end]
-                .lines()
-                .find_map(|line| {
-                    line.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|value| value.trim().parse::<usize>().unwrap_or(0))
-                })
-                .unwrap_or(0);
-            if request.len() >= end + 4 + length {
-                break;
-            }
-        }
+    if !read_request(&mut stream).await {
+        return;
     }
     let (head, piece): (&str, Vec<u8>) = match kind {
         Hostile::EndlessBody => (
@@ -130,13 +107,6 @@ async fn serve_hostile(mut stream: TcpStream, kind: Hostile, written: &AtomicU64
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-}
-
-fn chunk(data: &[u8]) -> Vec<u8> {
-    let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
-    framed.extend_from_slice(data);
-    framed.extend_from_slice(b"\r\n");
-    framed
 }
 
 /// The resident memory of process `pid`, in bytes.

@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 
 use crate::common::{Backend, Sandgate};
 
-pub(crate) use upstream::{FakeUpstream, Recorded};
+pub(crate) use upstream::{FakeUpstream, Recorded, chunk, read_request};
 
 pub(crate) const MASTER_KEY: &str = "sk-master-key-for-tests";
 pub(crate) const UPSTREAM_KEY: &str = "sk-upstream-key";

@@ -211,9 +211,6 @@ async fn burst_upstream() -> std::net::SocketAddr {
     let mut answer =
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             .to_vec();
-    let mut chunk = |data: &str| {
-        answer.extend_from_slice(format!("{:x}\r\n{data}\r\n", data.len()).as_bytes());
-    };
     for index in 0..BURST_EVENTS {
         let mut event = json!({
             "id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "provider-model",
@@ -224,9 +221,9 @@ async fn burst_upstream() -> std::net::SocketAddr {
             event["usage"] =
                 json!({"prompt_tokens": 5, "completion_tokens": BURST_EVENTS, "total_tokens": 35});
         }
-        chunk(&format!("data: {event}\n\n"));
+        answer.extend(chunk(format!("data: {event}\n\n").as_bytes()));
     }
-    chunk("data: [DONE]\n\n");
+    answer.extend(chunk(b"data: [DONE]\n\n"));
     answer.extend_from_slice(b"0\r\n\r\n");
     tokio::spawn(async move {
         loop {
@@ -235,33 +232,14 @@ async fn burst_upstream() -> std::net::SocketAddr {
             };
             let answer = answer.clone();
             tokio::spawn(async move {
-                // The request's head and body (its length is in its head), then the answer.
-                let mut request = Vec::new();
-                let mut buffer = [0u8; 4096];
-                loop {
-                    let Ok(read) = connection.read(&mut buffer).await else {
-                        return;
-                    };
-                    if read == 0 {
-                        return;
-                    }
-                    request.extend_from_slice(&buffer[..read]);
-                    let text = String::from_utf8_lossy(&request).to_lowercase();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let length: usize = text[..end]
-                            .lines()
-                            .find_map(|line| line.strip_prefix("content-length:"))
-                            .and_then(|value| value.trim().parse().ok())
-                            .unwrap_or(0);
-                        if request.len() >= end + 4 + length {
-                            break;
-                        }
-                    }
+                if !read_request(&mut connection).await {
+                    return;
                 }
                 if connection.write_all(&answer).await.is_err() {
                     return;
                 }
                 // Kept open until the gateway closes it.
+                let mut buffer = [0_u8; 1024];
                 while connection
                     .read(&mut buffer)
                     .await

@@ -339,3 +339,43 @@ impl FakeUpstream {
         self.requests.lock().expect("requests").clone()
     }
 }
+
+/// For an upstream written byte by byte: reads a request's head and its body (of the
+/// length its head gives) from `stream`; `false` when the connection ends first.
+pub(crate) async fn read_request(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+
+    let mut request = Vec::new();
+    let mut buffer = [0_u8; 8192];
+    loop {
+        let Ok(read) = stream.read(&mut buffer).await else {
+            return false;
+        };
+        if read == 0 {
+            return false;
+        }
+        request.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&request);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|line| {
+                    line.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|value| value.trim().parse::<usize>().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            if request.len() >= end + 4 + length {
+                return true;
+            }
+        }
+    }
+}
+
+/// `data` as one chunk of a chunked body.
+pub(crate) fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
+    framed.extend_from_slice(data);
+    framed.extend_from_slice(b"\r\n");
+    framed
+}
