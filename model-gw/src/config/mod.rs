@@ -36,4 +36,4 @@ mod tests;
 pub use checks::{API_BASE_PATTERN, check_api_base, check_api_key, check_model};
 pub use file::{EnvironmentReference, environment_references};
 pub use model::{BaseUrl, CallParams, GatewayConfig, MAX_RETRIES, ModelEntry, takes_reasoning};
-pub use reload::ConfigFile;
+pub use reload::{ConfigFile, LOOK_EVERY};

@@ -256,3 +256,51 @@ fn a_model_without_a_routing_prefix_is_refused() {
     .unwrap_or_default();
     assert!(err.contains("routing prefix"), "{err}");
 }
+
+fn model_names(file: &ConfigFile) -> Vec<String> {
+    file.current()
+        .models
+        .iter()
+        .map(|entry| entry.model_name.clone())
+        .collect()
+}
+
+fn one_model(name: &str) -> String {
+    format!(
+        "model_list: [{{model_name: {name}, gateway_params: {{model: openai/{name}, api_base: 'http://g/v1'}}}}]"
+    )
+}
+
+/// A changed file is in effect for the next call due to look at it; a broken one keeps the
+/// last good configuration.
+#[test]
+fn a_changed_file_is_read_again_and_a_broken_one_ignored() {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), one_model("first")).expect("write");
+    let config = ConfigFile::open(Some(file.path().to_owned()))
+        .expect("open")
+        .looked_at_every(Duration::ZERO);
+    assert_eq!(model_names(&config), ["first"]);
+    std::fs::write(file.path(), one_model("second")).expect("rewrite");
+    assert_eq!(model_names(&config), ["second"]);
+    std::fs::write(file.path(), "model_list: [this is: not valid").expect("break");
+    assert_eq!(model_names(&config), ["second"], "the last good one stays");
+}
+
+/// Calls do not each look at the file: within the interval, a change waits for the next
+/// look (the system call per call was a cost of every call's path).
+#[test]
+fn the_file_is_looked_at_once_an_interval() {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), one_model("first")).expect("write");
+    let config = ConfigFile::open(Some(file.path().to_owned()))
+        .expect("open")
+        .looked_at_every(Duration::from_secs(3600));
+    assert_eq!(model_names(&config), ["first"], "the first read looks");
+    std::fs::write(file.path(), one_model("second")).expect("rewrite");
+    assert_eq!(
+        model_names(&config),
+        ["first"],
+        "not looked at again within the interval"
+    );
+}

@@ -2,6 +2,8 @@
 //! order, a changed configuration file read again, and `/model/info`, the health probes and
 //! the answers' headers.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::common::{Backend, Sandgate};
@@ -105,13 +107,20 @@ async fn a_changed_config_is_read_again_and_a_broken_one_ignored() {
         gateway.upstream.base()
     );
     std::fs::write(gateway.config.path(), &text).expect("rewrite config");
-    let (_, models) = gateway.get("/v1/models").await;
-    assert_eq!(models["data"][0]["id"], "fresh");
-    assert_eq!(models["data"].as_array().map(Vec::len), Some(1));
+    // The file is looked at once a second at most (`LOOK_EVERY`).
+    let models = until_models(&gateway, |models| models["data"][0]["id"] == "fresh").await;
+    assert_eq!(models["data"].as_array().map(Vec::len), Some(1), "{models}");
 
     std::fs::write(gateway.config.path(), "model_list: [this is: not valid").expect("break");
-    let (status, models) = gateway.get("/v1/models").await;
-    assert_eq!(status, 200);
+    // Past the next look at the file, the last good config is still in effect.
+    let broken_at = tokio::time::Instant::now();
+    let mut models = serde_json::Value::Null;
+    while broken_at.elapsed() < 2 * sandgate_model_gw::config::LOOK_EVERY {
+        let (status, seen) = gateway.get("/v1/models").await;
+        assert_eq!(status, 200, "{seen}");
+        models = seen;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         models["data"][0]["id"], "fresh",
         "the last good config stays"
@@ -292,3 +301,19 @@ litellm_settings: {{drop_params: true}}
 }
 
 crate::on_both_backends!(an_added_model_is_listed_and_routed_at_once);
+
+/// `/v1/models` once it satisfies `wanted`, within ten seconds.
+async fn until_models(
+    gateway: &Gateway,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, models) = gateway.get("/v1/models").await;
+        if wanted(&models) || tokio::time::Instant::now() >= deadline {
+            assert!(wanted(&models), "{models}");
+            return models;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
