@@ -82,7 +82,11 @@ impl ConfigFile {
             }
             None => (None, GatewayConfig::default()),
         };
-        Ok(Self {
+        Ok(Self::new(path, stamp, config))
+    }
+
+    fn new(path: Option<PathBuf>, stamp: Option<Stamp>, config: GatewayConfig) -> Self {
+        Self {
             path,
             look_every: LOOK_EVERY,
             opened: Instant::now(),
@@ -91,7 +95,7 @@ impl ConfigFile {
                 stamp,
                 config: Arc::new(config),
             }),
-        })
+        }
     }
 
     /// The same, the file looked at once every `look_every` at most.
@@ -102,16 +106,7 @@ impl ConfigFile {
 
     /// A fixed configuration, never re-read.
     pub fn fixed(config: GatewayConfig) -> Self {
-        Self {
-            path: None,
-            look_every: LOOK_EVERY,
-            opened: Instant::now(),
-            next_look_ms: AtomicU64::new(0),
-            state: Mutex::new(FileState {
-                stamp: None,
-                config: Arc::new(config),
-            }),
-        }
+        Self::new(None, None, config)
     }
 
     /// Whether the file is to be looked at now: once the interval since the last look has

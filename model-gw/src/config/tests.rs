@@ -271,15 +271,22 @@ fn one_model(name: &str) -> String {
     )
 }
 
-/// A changed file is in effect for the next call due to look at it; a broken one keeps the
-/// last good configuration.
-#[test]
-fn a_changed_file_is_read_again_and_a_broken_one_ignored() {
+/// A file holding the model `first`, and the configuration read from it, looked at once
+/// every `look_every`.
+fn opened(look_every: Duration) -> (tempfile::NamedTempFile, ConfigFile) {
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), one_model("first")).expect("write");
     let config = ConfigFile::open(Some(file.path().to_owned()))
         .expect("open")
-        .looked_at_every(Duration::ZERO);
+        .looked_at_every(look_every);
+    (file, config)
+}
+
+/// A changed file is in effect for the next call due to look at it; a broken one keeps the
+/// last good configuration.
+#[test]
+fn a_changed_file_is_read_again_and_a_broken_one_ignored() {
+    let (file, config) = opened(Duration::ZERO);
     assert_eq!(model_names(&config), ["first"]);
     std::fs::write(file.path(), one_model("second")).expect("rewrite");
     assert_eq!(model_names(&config), ["second"]);
@@ -291,11 +298,7 @@ fn a_changed_file_is_read_again_and_a_broken_one_ignored() {
 /// look (the system call per call was a cost of every call's path).
 #[test]
 fn the_file_is_looked_at_once_an_interval() {
-    let file = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(file.path(), one_model("first")).expect("write");
-    let config = ConfigFile::open(Some(file.path().to_owned()))
-        .expect("open")
-        .looked_at_every(Duration::from_secs(3600));
+    let (file, config) = opened(Duration::from_secs(3600));
     assert_eq!(model_names(&config), ["first"], "the first read looks");
     std::fs::write(file.path(), one_model("second")).expect("rewrite");
     assert_eq!(
