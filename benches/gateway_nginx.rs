@@ -217,7 +217,7 @@ async fn main() {
             name: "nginx",
             base: nginx,
             path: proxies::UPSTREAM_PATH,
-            pid: nginx_process.id().expect("nginx runs"),
+            pid: nginx_process.id(),
             children: true,
         },
         Target {
@@ -269,8 +269,14 @@ async fn hold(targets: &[Target], key: &str) {
             target.pids()
         );
     }
-    println!("held until stopped (Ctrl-C)");
-    std::future::pending::<()>().await;
+    println!("held until stopped (Ctrl-C or SIGTERM)");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    // Returning drops the children's guards: Sandgate, Redis and nginx stop with the bench.
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
 }
 
 /// The medians, and each bound of the issue as a ratio to nginx's.

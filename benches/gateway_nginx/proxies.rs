@@ -145,9 +145,38 @@ pub async fn budgeted_key(base: &str, master_key: &str) -> String {
     generated["key"].as_str().expect("a key").to_owned()
 }
 
+/// A running nginx, stopped when dropped: SIGTERM is nginx's fast shutdown, in which the
+/// master stops its workers before it exits (the SIGKILL of `kill_on_drop` would reach the
+/// master alone and leave the workers serving).
+pub struct Nginx(Child);
+
+impl Nginx {
+    /// The master's process id.
+    pub fn id(&self) -> u32 {
+        self.0.id().expect("nginx runs")
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let Some(pid) = self.0.id() else {
+            return;
+        };
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        for _ in 0..200 {
+            if !matches!(self.0.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
 /// nginx from the machine, proxying everything to `upstream` over a keep-alive pool,
 /// buffering off, logging nothing; its base URL.
-pub async fn nginx(upstream: &str) -> (Child, String) {
+pub async fn nginx(upstream: &str) -> (Nginx, String) {
     let dir = tempfile::Builder::new()
         .prefix("sandgate-bench-nginx")
         .tempdir()
@@ -203,7 +232,7 @@ http {{
     let address = format!("127.0.0.1:{port}");
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(&address).await.is_ok() {
-            return (child, format!("http://{address}"));
+            return (Nginx(child), format!("http://{address}"));
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
