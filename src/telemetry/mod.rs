@@ -16,6 +16,7 @@
 
 mod fields;
 mod gathered;
+mod line;
 pub mod metrics;
 pub mod recent;
 mod traces;
@@ -179,7 +180,11 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
         })
         .with_ansi(ansi);
     let logs = match args.log_format {
-        LogFormat::Text => logs.fmt_fields(TextFields).with_filter(filter).boxed(),
+        LogFormat::Text => logs
+            .fmt_fields(TextFields)
+            .event_format(line::PlainLines::new())
+            .with_filter(filter)
+            .boxed(),
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
     };
     let traces = traces::Traces::new(service)?;
@@ -210,6 +215,7 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
     let recent = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .fmt_fields(TextFields)
+        .event_format(line::PlainLines::new())
         .with_writer(|| recent::RingWriter)
         .with_filter(tracing_subscriber::filter::LevelFilter::WARN);
     tracing_subscriber::registry()
@@ -238,6 +244,7 @@ mod tests {
     use std::io::Write;
 
     use super::OneLine;
+    use super::line::tests::Sink;
 
     fn written(ansi: bool, record: &[u8]) -> String {
         let mut line = OneLine {
@@ -264,17 +271,15 @@ mod tests {
 
     #[test]
     fn text_lines_leave_the_exporters_span_fields_out() {
-        use std::sync::{Arc, Mutex};
-
         use tracing_subscriber::layer::SubscriberExt;
 
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&buffer);
+        let sink = Sink::default();
+        let written = sink.clone();
         let layer = tracing_subscriber::fmt::layer()
             .with_ansi(false)
             .without_time()
             .fmt_fields(super::TextFields)
-            .with_writer(move || Sink(Arc::clone(&sink)));
+            .with_writer(move || sink.clone());
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
             let span = tracing::info_span!(
                 "request",
@@ -285,25 +290,12 @@ mod tests {
             span.record("trace_id", "abc");
             span.in_scope(|| tracing::info!(conversation = %"c1", status = "idle", "recorded"));
         });
-        let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+        let text = written.text();
         assert!(text.contains(r#"request{trace_id="abc"}: "#), "{text}");
         assert!(
             text.contains(r#"recorded conversation=c1 status="idle""#),
             "{text}"
         );
         assert!(!text.contains("otel"), "{text}");
-    }
-
-    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 }
