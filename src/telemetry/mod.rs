@@ -151,9 +151,19 @@ impl<V: Visit> Visit for WithoutOtel<V> {
     }
 }
 
-/// A filter that passes spans and no event.
+/// A filter that passes spans and no event. It says which levels it may pass (any), so
+/// that a filter it is joined with bounds the process's level: with no word from one
+/// layer's filter, the process's bound is none, and every `debug!` and `trace!` of every
+/// crate (hyper-util's pool has four on each gateway call) reaches the layers to be
+/// refused one by one, where a bound refuses it in the macro.
 fn spans_only() -> tracing_subscriber::filter::FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
     tracing_subscriber::filter::filter_fn(|metadata| metadata.is_span())
+        .with_max_level_hint(tracing_subscriber::filter::LevelFilter::TRACE)
+}
+
+/// The spans of Sandgate's own code.
+fn spans_of_sandgate() -> Targets {
+    Targets::new().with_target("sandgate", tracing::Level::INFO)
 }
 
 /// What must outlive the process's work: the span exporter, flushed by [`Self::shutdown`],
@@ -192,7 +202,6 @@ pub fn init(args: &LogArgs, service: &str) -> anyhow::Result<Telemetry> {
     sandgate_proto::trace::keep_attributes(traces.exported());
     // The spans of Sandgate's own code: OpenTelemetry's, for the exporter, or only their
     // ids when nothing is exported (see `sandgate_proto::trace`).
-    let spans_of_sandgate = || Targets::new().with_target("sandgate", tracing::Level::INFO);
     let exported = traces.exported().then(|| {
         tracing_opentelemetry::layer()
             .with_tracer(traces.tracer())
@@ -267,6 +276,18 @@ mod tests {
             "\x1b[32mINFO\x1b[0m x\n"
         );
         assert_eq!(written(false, b"\x1b[2J\n"), "\\x1b[2J\n");
+    }
+
+    #[test]
+    fn the_span_layers_filters_bound_the_processs_level() {
+        use tracing_subscriber::filter::{FilterExt, LevelFilter};
+        use tracing_subscriber::layer::Filter;
+
+        let ids_only = super::spans_of_sandgate().and(super::spans_only());
+        assert_eq!(
+            Filter::<tracing_subscriber::Registry>::max_level_hint(&ids_only),
+            Some(LevelFilter::INFO)
+        );
     }
 
     #[test]
