@@ -13,7 +13,7 @@ use crate::telemetry::TextFields;
 /// spans with and without fields, values written plainly and through `Debug`.
 fn written_by<E>(format: E) -> String
 where
-    E: for<'w> tracing_subscriber::fmt::FormatEvent<tracing_subscriber::Registry, TextFields>
+    E: tracing_subscriber::fmt::FormatEvent<tracing_subscriber::Registry, TextFields>
         + Send
         + Sync
         + 'static,
