@@ -1,5 +1,5 @@
 //! The text format's line without colours, as `tracing-subscriber`'s full format writes
-//! it (`2026-12-03T14:11:49.000123Z  INFO request{trace_id="…"}: sandgate::access: gateway
+//! it (`2026-12-03T14:11:49.000123Z  INFO request{trace_id="…"}:…: sandgate::access: gateway
 //! call model="m" …`), written straight: the library's goes through `fmt` machinery and
 //! styles that write nothing for every piece (about 12,000 instructions for the gateway's
 //! access line, one per call), and formats the date on every line where it changes once a
