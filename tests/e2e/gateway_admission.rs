@@ -437,14 +437,12 @@ async fn until(
     status: StatusCode,
     request: impl Fn() -> reqwest::RequestBuilder,
 ) -> (StatusCode, Value, Option<String>) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let answer = limited(request()).await;
-        if answer.0 == status || tokio::time::Instant::now() > deadline {
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::common::until(
+        Duration::from_secs(20),
+        || limited(request()),
+        |answer| answer.0 == status,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

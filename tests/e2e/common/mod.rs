@@ -455,6 +455,26 @@ macro_rules! on_both_backends {
     };
 }
 
+/// Polls `poll` until what it answers is `done`, for at most `within` (and once at
+/// least): the last answer, `done` unless it never came.
+pub async fn until<T, Fut>(
+    within: std::time::Duration,
+    mut poll: impl FnMut() -> Fut,
+    done: impl Fn(&T) -> bool,
+) -> T
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let answer = poll().await;
+        if done(&answer) || tokio::time::Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls `status` until it answers `wanted`, for at most `within` (and once at least):
 /// the statuses seen meanwhile, the last one `wanted` unless it never came.
 pub async fn until_status<F, Fut>(

@@ -307,13 +307,12 @@ async fn until_models(
     gateway: &Gateway,
     wanted: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, models) = gateway.get("/v1/models").await;
-        if wanted(&models) || tokio::time::Instant::now() >= deadline {
-            assert!(wanted(&models), "{models}");
-            return models;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let models = crate::common::until(
+        Duration::from_secs(10),
+        || async { gateway.get("/v1/models").await.1 },
+        &wanted,
+    )
+    .await;
+    assert!(wanted(&models), "{models}");
+    models
 }
