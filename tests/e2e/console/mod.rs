@@ -138,7 +138,7 @@ async fn conversation(sandgate: &Sandgate) -> Conversation {
 
 /// The conversation's ledger once both calls are counted.
 async fn ledger(sandgate: &Sandgate, token: &str, id: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let (status, ledger) = send(
             sandgate
@@ -346,11 +346,22 @@ async fn an_operator_reads_the_ledger_changes_a_pool_and_revokes_a_key_in_a_brow
         "the key is still there: {listed}"
     );
 
-    // A key, created: shown once. (Once a field is typed into, the page is not drawn
-    // again until it loses focus: what was typed stays.)
+    // A key, created: shown once. What the operator typed stays through the page's live
+    // redraws, focused or not: typed, then left for two redraw periods while a change the
+    // page shows lands (an old page dropped it at the first redraw after the field lost
+    // focus, or at one that began before the typing).
     browser
         .fill("input[name='key_alias']", "created-in-console")
         .await;
+    browser.press("main h1").await;
+    generate(&sandgate, &json!({"key_alias": "made-elsewhere"})).await;
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    let typed = browser.find("input[name='key_alias']").await;
+    assert_eq!(
+        typed.prop("value").await.expect("value").as_deref(),
+        Some("created-in-console"),
+        "what was typed, after the page's redraws"
+    );
     // Of the team: the page lists the teams its keys name.
     browser.fill("input[name='team_id']", "console-team").await;
     browser.press("form button[type='submit']").await;

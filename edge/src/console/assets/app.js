@@ -563,26 +563,51 @@
 
   const PAGES = { overview, pools, conversations, conversation, keys, team, user, spend, audit, login: loginPage };
 
+  // What the operator is busy with on the page: a field or button focused, or a field
+  // whose value they changed and have not sent. A live redraw would take it from them.
+  function editing() {
+    const active = document.activeElement;
+    if (active && active !== page && page.contains(active)) return true;
+    return [...page.querySelectorAll('input, textarea')].some((field) => field.value !== field.defaultValue)
+      || [...page.querySelectorAll('select')].some((list) => {
+        // Drawn with no option marked, a list shows its first.
+        const drawn = [...list.options].findIndex((option) => option.defaultSelected);
+        return list.selectedIndex !== Math.max(drawn, 0);
+      });
+  }
+
+  // Drawings asked so far, and those asked by a navigation or an action still waiting
+  // for their data: a drawing lands only if no newer one was asked while it waited, and
+  // a live one only if the operator did not begin editing meanwhile.
+  let asked = 0;
+  let awaited = 0;
+
   async function render(live) {
+    if (live && awaited > 0) return;
+    const ticket = ++asked;
+    if (!live) awaited += 1;
     const [path, search] = location.hash.replace(/^#\/?/, '').split('?');
     const [name, ...rest] = path.split('/');
     const signed = session.admin || session.master;
     const view = !signed ? loginPage : (PAGES[name] || overview);
     try {
       const nodes = await view(rest.map(decodeURIComponent), new URLSearchParams(search || ''));
+      if (ticket !== asked || (live && editing())) return;
       page.replaceChildren(...nodes.flat(Infinity).filter(Boolean));
       if (!live) page.focus();
     } catch (error) {
+      if (ticket !== asked) return;
       if (error.status === 401) say('Your session has ended: sign in again.', true);
       else say(error.message, true);
+    } finally {
+      if (!live) awaited -= 1;
     }
   }
 
-  // Pages follow live changes: drawn again every few seconds while nothing on them is
-  // being typed into or focused.
+  // Pages follow live changes: drawn again every few seconds while the operator is not
+  // editing anything on them.
   setInterval(() => {
-    const active = document.activeElement;
-    if (document.hidden || (active && active !== page && page.contains(active))) return;
+    if (document.hidden || editing()) return;
     if (session.admin || session.master) render(true);
   }, REFRESH_MS);
 
