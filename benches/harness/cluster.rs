@@ -37,17 +37,33 @@ pub async fn redis_cluster(masters: u16) -> (Vec<Child>, String) {
         .iter()
         .map(|(port, bus, _)| (*port, *bus))
         .collect();
-    for (port, bus) in others {
+    for &(port, bus) in &others {
         cluster_formation::meet(&mut nodes[0].2, port, bus).await;
     }
     // Polled: the nodes learn each other and the slot map over their bus.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+    let mut met = tokio::time::Instant::now();
     loop {
+        if met.elapsed() > std::time::Duration::from_secs(1) {
+            for &(port, bus) in &others {
+                cluster_formation::meet_unless_known(&mut nodes[0].2, port, bus).await;
+            }
+            met = tokio::time::Instant::now();
+        }
         let mut ready = true;
         for (_, _, connection) in &mut nodes {
             ready &= cluster_formation::sees_cluster_formed(connection, masters).await;
         }
         if ready {
             break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let mut seen = String::new();
+            for (port, _, connection) in &mut nodes {
+                let view = cluster_formation::what_it_sees(connection).await;
+                seen.push_str(&format!("node {port}:\n{view}"));
+            }
+            panic!("the cluster did not form in 90 s; what its masters see:\n{seen}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

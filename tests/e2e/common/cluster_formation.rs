@@ -26,8 +26,36 @@ pub async fn assign_slots(connection: &mut MultiplexedConnection, index: u16, ma
 }
 
 /// Introduces the node listening on `port` (cluster bus on `bus`) to the one `connection`
-/// speaks to.
+/// speaks to. A node drops a handshake that has not completed within its node timeout (2 s
+/// here) and never tries it again: on a loaded machine the callers meet again while they
+/// wait for the cluster to form (CI once saw four clusters started at once never form).
 pub async fn meet(connection: &mut MultiplexedConnection, port: u16, bus: u16) {
+    meet_again(connection, port, bus)
+        .await
+        .expect("CLUSTER MEET");
+}
+
+/// Meets the node on `port` again unless the one `connection` speaks to knows it (or is
+/// shaking hands with it): a handshake node counts among the known, so meeting a known node
+/// again would hold the count above the cluster's size while it lasts. A reply that times
+/// out is "not yet": the caller polls again.
+pub async fn meet_unless_known(connection: &mut MultiplexedConnection, port: u16, bus: u16) {
+    let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(connection)
+        .await;
+    if let Ok(nodes) = nodes
+        && !nodes.contains(&format!("127.0.0.1:{port}@{bus}"))
+    {
+        let _ = meet_again(connection, port, bus).await;
+    }
+}
+
+async fn meet_again(
+    connection: &mut MultiplexedConnection,
+    port: u16,
+    bus: u16,
+) -> redis::RedisResult<()> {
     redis::cmd("CLUSTER")
         .arg("MEET")
         .arg("127.0.0.1")
@@ -35,7 +63,6 @@ pub async fn meet(connection: &mut MultiplexedConnection, port: u16, bus: u16) {
         .arg(bus)
         .query_async::<()>(connection)
         .await
-        .expect("CLUSTER MEET");
 }
 
 /// Whether the node sees the cluster as ok with `total` nodes known. A reply that times
@@ -47,4 +74,24 @@ pub async fn sees_cluster_formed(connection: &mut MultiplexedConnection, total: 
         .await;
     let known = format!("cluster_known_nodes:{total}");
     info.is_ok_and(|info| info.contains("cluster_state:ok") && info.contains(&known))
+}
+
+/// What the node sees of the cluster, for a failure's message: its state and the nodes it
+/// knows (`CLUSTER INFO`'s first lines and `CLUSTER NODES`), or why it did not answer.
+pub async fn what_it_sees(connection: &mut MultiplexedConnection) -> String {
+    let mut seen = String::new();
+    for command in ["INFO", "NODES"] {
+        let answer: redis::RedisResult<String> = redis::cmd("CLUSTER")
+            .arg(command)
+            .query_async(connection)
+            .await;
+        match answer {
+            Ok(answer) if command == "INFO" => {
+                seen.extend(answer.lines().take(7).map(|line| format!("{line}\n")));
+            }
+            Ok(answer) => seen.push_str(&answer),
+            Err(err) => seen.push_str(&format!("CLUSTER {command}: {err}\n")),
+        }
+    }
+    seen
 }

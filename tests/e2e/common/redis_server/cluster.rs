@@ -53,9 +53,13 @@ impl RedisServer {
                 let replica = Self::start_node(false, None, tls.clone(), true).await;
                 let mut connection = replica.connection().await;
                 let bus = master.cluster_port.expect("a cluster node");
-                cluster_formation::meet(&mut connection, master.port, bus).await;
-                // Polled: REPLICATE needs the master known to the replica.
+                // Polled: REPLICATE needs the master known to the replica (met again each
+                // time, as a handshake may have timed out).
                 for attempt in 0.. {
+                    if attempt % 20 == 0 {
+                        cluster_formation::meet_unless_known(&mut connection, master.port, bus)
+                            .await;
+                    }
                     let replicated: redis::RedisResult<()> = redis::cmd("CLUSTER")
                         .arg("REPLICATE")
                         .arg(&master_id)
@@ -77,7 +81,15 @@ impl RedisServer {
         // suite loads, a poll's replies take longer (a fresh-clone CI run once gave up
         // after 400 polls).
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+        let mut met = tokio::time::Instant::now();
         while tokio::time::Instant::now() < deadline {
+            if met.elapsed() > std::time::Duration::from_secs(1) {
+                for node in &nodes[1..] {
+                    let bus = node.cluster_port.expect("a cluster node");
+                    cluster_formation::meet_unless_known(&mut connections[0], node.port, bus).await;
+                }
+                met = tokio::time::Instant::now();
+            }
             let mut ready = true;
             for connection in connections.iter_mut().chain(&mut replica_connections) {
                 if !cluster_formation::sees_cluster_formed(connection, total).await {
@@ -101,6 +113,14 @@ impl RedisServer {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        panic!("the cluster did not form");
+        let mut seen = String::new();
+        for (node, connection) in nodes.iter().zip(&mut connections) {
+            let view = cluster_formation::what_it_sees(connection).await;
+            seen.push_str(&format!(
+                "node {} (bus {:?}):\n{view}",
+                node.port, node.cluster_port
+            ));
+        }
+        panic!("the cluster did not form in 90 s; what its masters see:\n{seen}");
     }
 }
