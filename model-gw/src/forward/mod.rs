@@ -353,7 +353,7 @@ impl Forwarder {
         // The first events leave with the answer's head, in one write and one read for
         // the client, as LiteLLM answers a stream once its first chunk is in. A stream
         // that fails before any event still begins (its head, then the error).
-        let failed = match relay.next().await {
+        let failed = match relay.first().await {
             Some(Ok(events)) => {
                 first.chunk = events.chunk;
                 None
