@@ -21,7 +21,8 @@
 //!
 //! With `BENCH_CALLGRIND=N` it counts instead the instructions Sandgate executes per call
 //! (callgrind, stable where time is not): `sandgate serve` under valgrind, N calls of
-//! each kind (a non-streamed call, a streamed one, a webhook delivery) after a warm-up,
+//! each kind (a non-streamed call, a streamed one in a burst, a streamed one paced, a
+//! webhook delivery) after a warm-up,
 //! the counters zeroed before and dumped after each kind (see `gateway_nginx/callgrind.rs`).
 //!
 //! With `BENCH_HOLD=1` it measures nothing: it starts the three targets, prints their

@@ -1,7 +1,10 @@
 //! Instructions Sandgate executes per call, counted by callgrind: stable on a machine
 //! whose neighbours move every timing by ×2. `sandgate serve` runs under
 //! `valgrind --tool=callgrind`; for each kind of call (a non-streamed chat completion, a
-//! streamed one of 30 chunks, a webhook delivery of a new conversation) this bench makes
+//! streamed one of 30 chunks sent as fast as the upstream can (a burst), the same paced
+//! 10 ms apart (a model generating: under callgrind Sandgate relays an event in about a
+//! millisecond, so that each is relayed before the next comes), a webhook delivery of a
+//! new conversation) this bench makes
 //! a warm-up, zeroes the counters (`callgrind_control --zero`), makes the calls one after
 //! the other, waits for what they leave behind (the spend log's batch, the ledger's),
 //! and dumps the counters (`callgrind_control --dump`): their total over the calls.
@@ -38,6 +41,9 @@ async fn call(sender: &mut Sender, key: &str, kind: &str, n: u64) {
         "webhook delivery" => http::Request::post("/api/v1/webhooks/conversations")
             .header("x-session-api-key", WEBHOOK_KEY)
             .body(http_body_util::Full::new(delivery())),
+        "paced streamed chat completion" => http::Request::post("/v1/chat/completions")
+            .header("authorization", format!("Bearer {key}"))
+            .body(http_body_util::Full::new(proxies::paced_chat_body(n))),
         _ => http::Request::post("/v1/chat/completions")
             .header("authorization", format!("Bearer {key}"))
             .body(http_body_util::Full::new(proxies::chat_body(
@@ -134,6 +140,7 @@ pub async fn count(config: &tempfile::NamedTempFile, store_args: &[String], call
     for kind in [
         "chat completion",
         "streamed chat completion",
+        "paced streamed chat completion",
         "webhook delivery",
     ] {
         // One connection, kept alive, as clients do.

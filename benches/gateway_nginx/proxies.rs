@@ -42,6 +42,19 @@ pub fn chat_body(stream: bool, n: u64) -> Bytes {
     Bytes::from(chat_template(stream).replacen(NUMBER_MARK, &n.to_string(), 1))
 }
 
+/// What the prompt of a streamed request whose events the upstream paces, [`PACE`]
+/// apart, says (the prompt reaches the upstream as it was sent).
+const PACED_MARK: &str = "(paced)";
+
+/// How far apart a paced stream's events are: a model generating, each event on its own
+/// rather than a burst.
+const PACE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// A streamed chat completion request, numbered `n`, whose events the upstream paces.
+pub fn paced_chat_body(n: u64) -> Bytes {
+    Bytes::from(chat_template(true).replacen(NUMBER_MARK, &format!("{n} {PACED_MARK}"), 1))
+}
+
 fn chunk(model: &str, index: usize) -> Bytes {
     let mut event = json!({
         "id": "c1", "object": "chat.completion.chunk", "created": 1, "model": model,
@@ -58,6 +71,9 @@ fn chunk(model: &str, index: usize) -> Bytes {
 async fn completion(body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let model = request["model"].as_str().unwrap_or_default().to_owned();
+    let paced = request["messages"][1]["content"]
+        .as_str()
+        .is_some_and(|prompt| prompt.contains(PACED_MARK));
     if request["stream"] == true {
         let chunks = futures::stream::unfold(0, move |index| {
             let model = model.clone();
@@ -65,8 +81,13 @@ async fn completion(body: Bytes) -> Response {
                 if index > CHUNKS {
                     return None;
                 }
-                // Each chunk its own write, as a provider sends tokens as they come.
-                tokio::task::yield_now().await;
+                // Each chunk its own write, as a provider sends tokens as they come: as
+                // fast as it can (a burst, when the reader is slower), or paced.
+                if paced {
+                    tokio::time::sleep(PACE).await;
+                } else {
+                    tokio::task::yield_now().await;
+                }
                 let bytes = if index == CHUNKS {
                     Bytes::from_static(b"data: [DONE]\n\n")
                 } else {
