@@ -257,7 +257,8 @@ impl Drop for Relay {
         let (spend, deadline, span) = (self.spend.clone(), self.deadline, self.span.clone());
         runtime.spawn(async move {
             let complete = loop {
-                match live.read(deadline, &span, true).await {
+                // Nothing is relayed: no burst is gathered.
+                match live.read(deadline, &span, false).await {
                     // The answer's last event: what follows it, if anything, is no
                     // generation of the upstream's (an upstream may hold its stream open).
                     Read::Events(_) if live.editor.ended() => break true,
