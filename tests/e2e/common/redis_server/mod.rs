@@ -211,7 +211,10 @@ impl RedisServer {
             .await
             .expect("REPLICAOF");
         let listed = format!("port={},state=online", self.port);
-        for _ in 0..200 {
+        // A deadline, not a count of polls: on a machine the whole suite loads, each
+        // poll's replies take longer (as a cluster's forming, `cluster.rs`).
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+        while tokio::time::Instant::now() < deadline {
             // A server busy sending its data may answer INFO past the client's response
             // timeout: that is "not yet", not a failure.
             let info: Result<String, _> = redis::cmd("INFO")
@@ -230,7 +233,7 @@ impl RedisServer {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        panic!("the replica did not synchronise");
+        panic!("the replica did not synchronise in 90 s");
     }
 
     /// Its URL: `redis+sentinel://…` with a Sentinel group, `redis+cluster://…` for a

@@ -93,7 +93,10 @@ impl Sentinels {
     /// Waits until every sentinel knows the primary's `replicas` replicas and the other
     /// sentinels: a failover needs them.
     async fn wait_until_known(&self, replicas: usize) {
-        for _ in 0..400 {
+        // A deadline, not a count of polls: on a machine the whole suite loads, each
+        // poll's replies take longer (as a cluster's forming, `cluster.rs`).
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+        while tokio::time::Instant::now() < deadline {
             let mut ready = true;
             for (port, _) in &self.nodes {
                 let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
@@ -128,7 +131,7 @@ impl Sentinels {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        panic!("the sentinels did not learn the group");
+        panic!("the sentinels did not learn the group in 90 s");
     }
 
     /// `redis+sentinel://…/mymaster`.
