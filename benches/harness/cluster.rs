@@ -45,9 +45,7 @@ pub async fn redis_cluster(masters: u16) -> (Vec<Child>, String) {
     let mut met = tokio::time::Instant::now();
     loop {
         if met.elapsed() > std::time::Duration::from_secs(1) {
-            for &(port, bus) in &others {
-                cluster_formation::meet_unless_known(&mut nodes[0].2, port, bus).await;
-            }
+            cluster_formation::meet_the_unknown(&mut nodes[0].2, &others).await;
             met = tokio::time::Instant::now();
         }
         let mut ready = true;
@@ -58,11 +56,12 @@ pub async fn redis_cluster(masters: u16) -> (Vec<Child>, String) {
             break;
         }
         if tokio::time::Instant::now() > deadline {
-            let mut seen = String::new();
-            for (port, _, connection) in &mut nodes {
-                let view = cluster_formation::what_it_sees(connection).await;
-                seen.push_str(&format!("node {port}:\n{view}"));
-            }
+            let seen = cluster_formation::what_they_see(
+                nodes
+                    .iter_mut()
+                    .map(|(port, _, connection)| (*port, connection)),
+            )
+            .await;
             panic!("the cluster did not form in 90 s; what its masters see:\n{seen}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -35,19 +35,22 @@ pub async fn meet(connection: &mut MultiplexedConnection, port: u16, bus: u16) {
         .expect("CLUSTER MEET");
 }
 
-/// Meets the node on `port` again unless the one `connection` speaks to knows it (or is
-/// shaking hands with it): a handshake node counts among the known, so meeting a known node
-/// again would hold the count above the cluster's size while it lasts. A reply that times
-/// out is "not yet": the caller polls again.
-pub async fn meet_unless_known(connection: &mut MultiplexedConnection, port: u16, bus: u16) {
+/// Meets again each of `others` (their ports and buses) that the node `connection` speaks
+/// to neither knows nor is shaking hands with: a handshake node counts among the known, so
+/// meeting a known node again would hold the count above the cluster's size while it
+/// lasts. A reply that times out is "not yet": the caller polls again.
+pub async fn meet_the_unknown(connection: &mut MultiplexedConnection, others: &[(u16, u16)]) {
     let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER")
         .arg("NODES")
         .query_async(connection)
         .await;
-    if let Ok(nodes) = nodes
-        && !nodes.contains(&format!("127.0.0.1:{port}@{bus}"))
-    {
-        let _ = meet_again(connection, port, bus).await;
+    let Ok(nodes) = nodes else {
+        return;
+    };
+    for &(port, bus) in others {
+        if !nodes.contains(&format!("127.0.0.1:{port}@{bus}")) {
+            let _ = meet_again(connection, port, bus).await;
+        }
     }
 }
 
@@ -76,21 +79,27 @@ pub async fn sees_cluster_formed(connection: &mut MultiplexedConnection, total: 
     info.is_ok_and(|info| info.contains("cluster_state:ok") && info.contains(&known))
 }
 
-/// What the node sees of the cluster, for a failure's message: its state and the nodes it
-/// knows (`CLUSTER INFO`'s first lines and `CLUSTER NODES`), or why it did not answer.
-pub async fn what_it_sees(connection: &mut MultiplexedConnection) -> String {
+/// For a failure's message, what each node (named by its port) sees of the cluster: its
+/// state and the nodes it knows (`CLUSTER INFO`'s first lines and `CLUSTER NODES`), or
+/// why it did not answer.
+pub async fn what_they_see<'a>(
+    nodes: impl IntoIterator<Item = (u16, &'a mut MultiplexedConnection)>,
+) -> String {
     let mut seen = String::new();
-    for command in ["INFO", "NODES"] {
-        let answer: redis::RedisResult<String> = redis::cmd("CLUSTER")
-            .arg(command)
-            .query_async(connection)
-            .await;
-        match answer {
-            Ok(answer) if command == "INFO" => {
-                seen.extend(answer.lines().take(7).map(|line| format!("{line}\n")));
+    for (port, connection) in nodes {
+        seen.push_str(&format!("node {port}:\n"));
+        for command in ["INFO", "NODES"] {
+            let answer: redis::RedisResult<String> = redis::cmd("CLUSTER")
+                .arg(command)
+                .query_async(&mut *connection)
+                .await;
+            match answer {
+                Ok(answer) if command == "INFO" => {
+                    seen.extend(answer.lines().take(7).map(|line| format!("{line}\n")));
+                }
+                Ok(answer) => seen.push_str(&answer),
+                Err(err) => seen.push_str(&format!("CLUSTER {command}: {err}\n")),
             }
-            Ok(answer) => seen.push_str(&answer),
-            Err(err) => seen.push_str(&format!("CLUSTER {command}: {err}\n")),
         }
     }
     seen

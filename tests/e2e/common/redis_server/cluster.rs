@@ -37,9 +37,12 @@ impl RedisServer {
             cluster_formation::assign_slots(&mut connection, index, masters).await;
             connections.push(connection);
         }
-        for node in &nodes[1..] {
-            let bus = node.cluster_port.expect("a cluster node");
-            cluster_formation::meet(&mut connections[0], node.port, bus).await;
+        let others: Vec<(u16, u16)> = nodes[1..]
+            .iter()
+            .map(|node| (node.port, node.cluster_port.expect("a cluster node")))
+            .collect();
+        for &(port, bus) in &others {
+            cluster_formation::meet(&mut connections[0], port, bus).await;
         }
         let mut replica_servers = Vec::new();
         let mut replica_connections = Vec::new();
@@ -57,7 +60,7 @@ impl RedisServer {
                 // time, as a handshake may have timed out).
                 for attempt in 0.. {
                     if attempt % 20 == 0 {
-                        cluster_formation::meet_unless_known(&mut connection, master.port, bus)
+                        cluster_formation::meet_the_unknown(&mut connection, &[(master.port, bus)])
                             .await;
                     }
                     let replicated: redis::RedisResult<()> = redis::cmd("CLUSTER")
@@ -84,10 +87,7 @@ impl RedisServer {
         let mut met = tokio::time::Instant::now();
         while tokio::time::Instant::now() < deadline {
             if met.elapsed() > std::time::Duration::from_secs(1) {
-                for node in &nodes[1..] {
-                    let bus = node.cluster_port.expect("a cluster node");
-                    cluster_formation::meet_unless_known(&mut connections[0], node.port, bus).await;
-                }
+                cluster_formation::meet_the_unknown(&mut connections[0], &others).await;
                 met = tokio::time::Instant::now();
             }
             let mut ready = true;
@@ -113,14 +113,10 @@ impl RedisServer {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        let mut seen = String::new();
-        for (node, connection) in nodes.iter().zip(&mut connections) {
-            let view = cluster_formation::what_it_sees(connection).await;
-            seen.push_str(&format!(
-                "node {} (bus {:?}):\n{view}",
-                node.port, node.cluster_port
-            ));
-        }
+        let seen = cluster_formation::what_they_see(
+            nodes.iter().map(|node| node.port).zip(&mut connections),
+        )
+        .await;
         panic!("the cluster did not form in 90 s; what its masters see:\n{seen}");
     }
 }
