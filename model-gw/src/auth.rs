@@ -12,6 +12,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, HeaderName};
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::keys::session_digest;
 use sandgate_store::{SpendCounters, Store, StoredKey};
@@ -21,7 +23,7 @@ use tokio::sync::watch;
 use tonic::Status;
 
 use crate::budget::key_window;
-use crate::headers::SESSION_ID;
+use crate::headers::{SESSION_ID, first_header};
 use crate::keys::{Caller, descriptor, expired, token_of};
 use crate::support::now_ms;
 
@@ -31,20 +33,26 @@ use crate::support::now_ms;
 /// `x-goog-api-key` (Google AI Studio clients; the OpenHands enterprise app sends the
 /// master key there) and `ocp-apim-subscription-key` (Azure API Management).
 fn presented_keys(metadata: &tonic::metadata::MetadataMap) -> impl Iterator<Item = &str> {
-    let text = |name: &str| metadata.get(name).and_then(|value| value.to_str().ok());
-    let bearer = text("authorization").and_then(sandgate_proto::bearer_token);
-    let litellm = text("x-litellm-api-key")
+    let headers: &HeaderMap = metadata.as_ref();
+    let text = |name: &HeaderName| headers.get(name).and_then(|value| value.to_str().ok());
+    let bearer = text(&AUTHORIZATION).and_then(sandgate_proto::bearer_token);
+    let litellm = text(&LITELLM_API_KEY)
         .map(|value| sandgate_proto::bearer_token(value).unwrap_or(value.trim()));
-    let raw = [
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "ocp-apim-subscription-key",
-    ]
-    .into_iter()
-    .filter_map(move |name| text(name).map(str::trim));
+    let raw = RAW_KEYS
+        .iter()
+        .filter_map(move |name| text(name).map(str::trim));
     bearer.into_iter().chain(litellm).chain(raw)
 }
+
+/// LiteLLM's own key header, with or without `Bearer `.
+static LITELLM_API_KEY: HeaderName = HeaderName::from_static("x-litellm-api-key");
+/// The headers that carry a key as it is.
+static RAW_KEYS: [HeaderName; 4] = [
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("api-key"),
+    HeaderName::from_static("x-goog-api-key"),
+    HeaderName::from_static("ocp-apim-subscription-key"),
+];
 
 /// How long a kept read serves at most, whatever the generation says: a bound should the
 /// store's notifications stop without it noticing.
@@ -289,11 +297,7 @@ impl Authenticator {
 /// The session a call names (`x-gateway-session-id`, else LiteLLM's
 /// `x-litellm-session-id`).
 pub(crate) fn session_id(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
-    SESSION_ID
-        .iter()
-        .find_map(|name| metadata.get(*name))
-        .and_then(|value| value.to_str().ok())
-        .filter(|value| !value.is_empty())
+    first_header(metadata.as_ref(), &SESSION_ID).filter(|value| !value.is_empty())
 }
 
 /// Whether `key` may make one more call (of `session`, a digest), by what it and the

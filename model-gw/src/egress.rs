@@ -18,11 +18,11 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use sandgate_proto::special_addresses::SPECIAL_V4;
 
 /// The gateways a call passed, one id each, comma-separated.
-pub const HOP_HEADER: &str = "x-sandgate-hop";
+pub static HOP_HEADER: HeaderName = HeaderName::from_static("x-sandgate-hop");
 /// Gateways one call may pass, at most.
 const MAX_HOPS: usize = 8;
 
@@ -141,8 +141,9 @@ fn normalized(host: &str) -> String {
 
 /// Whether a call already passed the gateway `id`, or too many: a loop.
 pub fn looped(metadata: &tonic::metadata::MetadataMap, id: &str) -> bool {
-    let hops: Vec<&str> = metadata
-        .get_all(HOP_HEADER)
+    let headers: &HeaderMap = metadata.as_ref();
+    let hops: Vec<&str> = headers
+        .get_all(&HOP_HEADER)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
@@ -154,7 +155,7 @@ pub fn looped(metadata: &tonic::metadata::MetadataMap, id: &str) -> bool {
 /// The hop header a call leaves with: the hops it came with, and this gateway.
 pub fn hop_value(headers: &HeaderMap, id: &str) -> Option<http::HeaderValue> {
     let mut hops: Vec<&str> = headers
-        .get_all(HOP_HEADER)
+        .get_all(&HOP_HEADER)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .collect();
@@ -244,7 +245,7 @@ mod tests {
             )
         };
         assert!(!looped(&headers, "me"));
-        headers.insert(HOP_HEADER, http::HeaderValue::from_static("other, me"));
+        headers.insert(&HOP_HEADER, http::HeaderValue::from_static("other, me"));
         assert!(looped(&headers, "me"));
         assert!(!looped(&headers, "third"));
         assert_eq!(
@@ -258,7 +259,7 @@ mod tests {
             .collect::<Vec<_>>()
             .join(",");
         headers.insert(
-            HOP_HEADER,
+            &HOP_HEADER,
             http::HeaderValue::from_str(&many).unwrap_or_else(|_| unreachable!()),
         );
         assert!(looped(&headers, "new"));

@@ -21,18 +21,22 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use http::{HeaderName, HeaderValue};
 use sandgate_proto::PEER_ADDRESS_METADATA;
 use sandgate_proto::error::{ErrorCode, ErrorDetail};
 use sandgate_store::keys::{SESSION_SPEND_TTL_MS, session_digest};
 use sandgate_store::{Store, StoreError, StoredSandbox};
 use tokio::sync::watch;
 use tonic::Status;
-use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::metadata::MetadataMap;
 
 use crate::auth::{KEEP_AT_MOST, MAX_KEPT, session_id};
 use crate::headers::SESSION_ID;
 use crate::keys::Caller;
 use crate::support::error;
+
+/// [`PEER_ADDRESS_METADATA`], built once.
+static PEER_ADDRESS: HeaderName = HeaderName::from_static(PEER_ADDRESS_METADATA);
 
 /// How long an owner is kept: as long as the session's spend.
 const OWNED_FOR: Duration = Duration::from_millis(SESSION_SPEND_TTL_MS as u64);
@@ -130,8 +134,9 @@ impl Sessions {
         metadata: &mut MetadataMap,
         remote: Option<SocketAddr>,
     ) -> Result<Option<Arc<StoredSandbox>>, Status> {
-        let peer = metadata
-            .get(PEER_ADDRESS_METADATA)
+        let headers: &http::HeaderMap = metadata.as_ref();
+        let peer = headers
+            .get(&PEER_ADDRESS)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.parse::<IpAddr>().ok())
             .or_else(|| remote.map(|remote| remote.ip()));
@@ -159,10 +164,10 @@ impl Sessions {
         };
         if let Some(session) = sandbox.as_ref().and_then(|s| s.session_id.as_deref())
             && session_id(metadata).is_none()
-            && let Ok(value) = MetadataValue::try_from(session)
+            && let Ok(value) = HeaderValue::try_from(session)
         {
-            let [spec_name, _] = SESSION_ID;
-            metadata.insert(spec_name, value);
+            let [spec_name, _] = &SESSION_ID;
+            metadata.as_mut().insert(spec_name.clone(), value);
         }
         Ok(sandbox)
     }
@@ -396,6 +401,8 @@ fn whose(owner: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use sandgate_store::{Restarts, SandboxSpec, SandboxState};
+
+    use tonic::metadata::MetadataValue;
 
     use super::*;
 

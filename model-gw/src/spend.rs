@@ -666,7 +666,7 @@ pub(crate) fn bounded(text: &str) -> String {
 pub(crate) fn spend_metadata(headers: &HeaderMap) -> Option<serde_json::Value> {
     let (name, raw) = SPEND_LOGS_METADATA
         .iter()
-        .find_map(|name| Some((*name, headers.get(*name)?)))?;
+        .find_map(|name| Some((name, headers.get(name)?)))?;
     if raw.len() > SPEND_LOGS_METADATA_LIMIT {
         tracing::warn!(
             bytes = raw.len(),

@@ -32,9 +32,9 @@ pub use self::ids::IdsLayer;
 mod ids;
 
 /// The W3C header that carries a trace context.
-const TRACEPARENT: &str = "traceparent";
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// The W3C header that carries vendors' trace state beside it.
-const TRACESTATE: &str = "tracestate";
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 struct HeaderExtractor<'a>(&'a HeaderMap);
 
@@ -106,7 +106,7 @@ pub fn set_current_attributes<const N: usize>(
 pub fn continue_trace(span: &Span, headers: &HeaderMap) {
     // Most callers send no trace context: nothing to extract then (a `tracestate` alone
     // is no context).
-    if headers.contains_key(TRACEPARENT) {
+    if headers.contains_key(&TRACEPARENT) {
         let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
         let remote = parent.span().span_context().clone();
         // Fails only without a trace layer, or for a disabled span: no trace.
@@ -148,14 +148,14 @@ fn inject(span_context: &SpanContext, headers: &mut HeaderMap) {
         return;
     }
     if let Some(traceparent) = traceparent_of(span_context) {
-        headers.insert(HeaderName::from_static(TRACEPARENT), traceparent);
+        headers.insert(&TRACEPARENT, traceparent);
     }
     let state = span_context.trace_state().header();
     // No state, no header: an empty one says nothing (and some upstreams refuse it).
     if state.is_empty() {
-        headers.remove(TRACESTATE);
+        headers.remove(&TRACESTATE);
     } else {
-        HeaderInjector(headers).set(TRACESTATE, state);
+        HeaderInjector(headers).set(TRACESTATE.as_str(), state);
     }
 }
 
@@ -435,8 +435,8 @@ mod tests {
                     &mut HeaderInjector(&mut theirs),
                 );
                 // The propagator sends an empty `tracestate`; Sandgate sends none.
-                if theirs.get(TRACESTATE).is_some_and(HeaderValue::is_empty) {
-                    theirs.remove(TRACESTATE);
+                if theirs.get(&TRACESTATE).is_some_and(HeaderValue::is_empty) {
+                    theirs.remove(&TRACESTATE);
                 }
                 assert_eq!(ours, theirs, "{flags:?} {state:?}");
             }

@@ -383,19 +383,18 @@ impl Forwarder {
         let mut forwarded = outbound_headers(headers, config);
         // This gateway's hop, after those the call came with: a call that comes back is
         // refused (see `egress`).
-        forwarded.remove(HOP_HEADER);
+        forwarded.remove(&HOP_HEADER);
         if let Some(hops) = hop_value(headers, &self.hop_id) {
-            forwarded.insert(HOP_HEADER, hops);
+            forwarded.insert(&HOP_HEADER, hops);
         }
         if upstream.kind == Kind::GatewayProxy {
             // A gateway like this one reads LiteLLM's names: a client's spec-named session
             // id and spend metadata reach it under those too.
-            for names in [SESSION_ID, SPEND_LOGS_METADATA] {
-                let [spec, litellm] = names;
+            for [spec, litellm] in [&SESSION_ID, &SPEND_LOGS_METADATA] {
                 if !forwarded.contains_key(litellm)
                     && let Some(value) = forwarded.get(spec).cloned()
                 {
-                    forwarded.insert(litellm, value);
+                    forwarded.insert(litellm.clone(), value);
                 }
             }
         }

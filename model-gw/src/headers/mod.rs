@@ -8,7 +8,7 @@
 //! the client's identity: they reach an upstream that speaks it whatever the policy. No
 //! header with an empty value goes upstream.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use sandgate_proto::models::v1::Header;
 
 use crate::config::GatewayConfig;
@@ -158,21 +158,25 @@ pub fn passed_answer_headers(answer: &HeaderMap) -> Vec<Header> {
 
 /// The spend log's metadata header, a JSON string: the spec's name, then LiteLLM's (what
 /// the OpenHands SDK and LiteLLM clients send). The first present wins.
-pub const SPEND_LOGS_METADATA: [&str; 2] = [
-    "x-gateway-spend-logs-metadata",
-    "x-litellm-spend-logs-metadata",
+pub static SPEND_LOGS_METADATA: [HeaderName; 2] = [
+    HeaderName::from_static("x-gateway-spend-logs-metadata"),
+    HeaderName::from_static("x-litellm-spend-logs-metadata"),
 ];
 /// Ties a call to a conversation, under the spec's name and LiteLLM's (the OpenHands SDK
 /// stamps `x-litellm-session-id`); forwarded untouched when forwarding is on.
-pub const SESSION_ID: [&str; 2] = ["x-gateway-session-id", "x-litellm-session-id"];
+pub static SESSION_ID: [HeaderName; 2] = [
+    HeaderName::from_static("x-gateway-session-id"),
+    HeaderName::from_static("x-litellm-session-id"),
+];
 /// The largest spend log metadata kept, in bytes of JSON: it is stored with every entry.
 pub const SPEND_LOGS_METADATA_LIMIT: usize = 8 * 1024;
 
-/// The first of `names` the client sent, as text.
-pub(crate) fn first_header<'a>(headers: &'a HeaderMap, names: &[&str]) -> Option<&'a str> {
+/// The first of `names` the client sent, as text. Names are looked up as [`HeaderName`]s
+/// built once: a lookup by text parses and checks the name on every call.
+pub(crate) fn first_header<'a>(headers: &'a HeaderMap, names: &[HeaderName]) -> Option<&'a str> {
     names
         .iter()
-        .find_map(|name| headers.get(*name))
+        .find_map(|name| headers.get(name))
         .and_then(|value| value.to_str().ok())
 }
 

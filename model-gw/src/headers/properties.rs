@@ -230,7 +230,7 @@ proptest! {
         client in client(),
         statics in static_headers(),
     ) {
-        for session_id in SESSION_ID {
+        for session_id in &SESSION_ID {
             let mut sent = header_map(client.iter().map(|(name, value, _)| (name, value)));
             sent.remove(session_id);
             for id in &ids {
